@@ -1,0 +1,120 @@
+package flows
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Inventory is what one bridge holds of ours, read from OVS without parsing flows: the number
+// of flows per owned cookie and the owned group ids.
+type Inventory struct {
+	Flows  map[Cookie]int
+	Groups map[uint32]bool
+}
+
+// Applied is what the agent last wrote successfully for one Key.
+type Applied struct {
+	Cookie Cookie
+	Groups []uint32
+}
+
+// Plan is one atomic bundle for one bridge: add (or overwrite) the given FlowSets, then delete
+// the given cookies and groups. Render it with Lines.
+type Plan struct {
+	Bridge        Bridge
+	Add           []*FlowSet
+	DeleteCookies []Cookie
+	DeleteGroups  []uint32
+}
+
+// Empty reports whether the plan writes nothing.
+func (p *Plan) Empty() bool {
+	return len(p.Add) == 0 && len(p.DeleteCookies) == 0 && len(p.DeleteGroups) == 0
+}
+
+// Replace plans the move of one Key from what was applied (nil: nothing) to fs (nil: delete).
+// An unchanged FlowSet (same cookie) plans nothing.
+func (p *Plan) Replace(old *Applied, fs *FlowSet) {
+	keep := map[uint32]bool{}
+	if fs != nil {
+		if old != nil && old.Cookie == fs.Cookie() {
+			return
+		}
+		p.Add = append(p.Add, fs)
+		for _, g := range fs.Groups {
+			keep[g.ID] = true
+		}
+	}
+	if old == nil {
+		return
+	}
+	if fs == nil || old.Cookie != fs.Cookie() {
+		p.DeleteCookies = append(p.DeleteCookies, old.Cookie)
+	}
+	for _, g := range old.Groups {
+		if !keep[g] {
+			p.DeleteGroups = append(p.DeleteGroups, g)
+		}
+	}
+}
+
+// FullDiff compares the desired FlowSets of one bridge with what the bridge holds: a FlowSet whose
+// cookie has a different flow count (missing, or flows deleted by hand) or whose groups are
+// missing is re-added; owned cookies and groups that nothing desires are deleted.
+func FullDiff(b Bridge, desired []*FlowSet, inv Inventory) Plan {
+	p := Plan{Bridge: b}
+	wantCookie := map[Cookie]bool{}
+	wantGroup := map[uint32]bool{}
+	for _, fs := range desired {
+		wantCookie[fs.Cookie()] = true
+		missing := inv.Flows[fs.Cookie()] != len(fs.lines)
+		for _, g := range fs.Groups {
+			wantGroup[g.ID] = true
+			if !inv.Groups[g.ID] {
+				missing = true
+			}
+		}
+		if missing {
+			p.Add = append(p.Add, fs)
+		}
+	}
+	for c := range inv.Flows {
+		if c.Owned() && !wantCookie[c] {
+			p.DeleteCookies = append(p.DeleteCookies, c)
+		}
+	}
+	for g := range inv.Groups {
+		if OwnedGroup(g) && !wantGroup[g] {
+			p.DeleteGroups = append(p.DeleteGroups, g)
+		}
+	}
+	sort.Slice(p.DeleteCookies, func(i, j int) bool { return p.DeleteCookies[i] < p.DeleteCookies[j] })
+	sort.Slice(p.DeleteGroups, func(i, j int) bool { return p.DeleteGroups[i] < p.DeleteGroups[j] })
+	return p
+}
+
+// Lines renders the plan as an `ovs-ofctl -O OpenFlow15 bundle BRIDGE -` file (ovs-ofctl(8)
+// "bundle"): groups first (flows may reference them), then flows, then deletes of old cookies
+// (cookie=C/-1 matches exactly one cookie), then deletes of groups nothing references any more.
+// A flow add with the same match and priority as an installed flow overwrites it, cookie included,
+// so the following delete of the old cookie removes only flows that are gone.
+func (p *Plan) Lines() []string {
+	var out []string
+	for _, fs := range p.Add {
+		for _, g := range fs.glines {
+			out = append(out, "group add_or_mod "+g)
+		}
+	}
+	for _, fs := range p.Add {
+		for _, l := range fs.lines {
+			out = append(out, "flow add "+l)
+		}
+	}
+	for _, c := range p.DeleteCookies {
+		out = append(out, fmt.Sprintf("flow delete cookie=%#x/-1", uint64(c)))
+	}
+	for _, g := range p.DeleteGroups {
+		out = append(out, fmt.Sprintf("group delete group_id=%d", g))
+	}
+	return out
+}

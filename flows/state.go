@@ -1,0 +1,113 @@
+package flows
+
+import (
+	"net"
+	"net/netip"
+)
+
+// Protocol is the L4 protocol of a Service port, as in core/v1 ServicePort.protocol.
+type Protocol string
+
+// Protocols the pipeline programs. SCTP Service ports are ignored by the builder.
+const (
+	TCP Protocol = "TCP"
+	UDP Protocol = "UDP"
+)
+
+// State is everything the pipeline of ONE node depends on. It is built by the agent from its
+// state source (Kubernetes or a manifests directory) and from OVSDB; the builder reads it only.
+// All addresses are netip values; a zero value means "absent".
+type State struct {
+	// Node is the name of the node this state is for (the agent's own node).
+	Node string
+	// Ports holds the OpenFlow port numbers and MAC addresses discovered through OVSDB.
+	Ports Ports
+	// Nodes lists every node of the cluster, this one included, sorted by name.
+	Nodes []Node
+	// NodePortAddresses are the addresses of this node on which NodePorts are served
+	// (default: the Node's InternalIP and ExternalIP addresses; see the agent's
+	// --nodeport-addresses flag).
+	NodePortAddresses []netip.Addr
+	// Pods lists the pods attached to this node's br-int, sorted by namespace/name.
+	Pods []Pod
+	// Services lists the opted-in Service ports (annotation ovs-srcip.io/preserve-source-ip
+	// "true" and externalTrafficPolicy Cluster). Services that did not opt in never appear here.
+	Services []ServicePort
+}
+
+// Ports are the OpenFlow port numbers (ofport, see ovs-vswitchd.conf.db(5) Interface.ofport)
+// and MAC addresses the pipeline outputs to. All are required; Validate reports zero values.
+type Ports struct {
+	// ExUplink is the physical uplink's ofport on br-ex.
+	ExUplink int
+	// ExPatch is the ofport on br-ex of the patch port that leads to br-int.
+	ExPatch int
+	// IntPatch is the ofport on br-int of the patch port that leads to br-ex.
+	IntPatch int
+	// IntTunnel is the ofport on br-int of the flow-based Geneve port (RFC 8926;
+	// options:remote_ip=flow, options:key=flow).
+	IntTunnel int
+	// ExMAC is br-ex's own MAC address: the source MAC of every reply leaving the uplink.
+	ExMAC net.HardwareAddr
+}
+
+// Node is one cluster node as the pipeline sees it (from a core/v1 Node).
+type Node struct {
+	// Name is metadata.name.
+	Name string
+	// InternalIP is the node's InternalIP from status.addresses; it is the Geneve underlay
+	// address (outer IPv4 source/destination) of that node.
+	InternalIP netip.Addr
+	// PodCIDRs is spec.podCIDRs: the pod subnets routed to that node.
+	PodCIDRs []netip.Prefix
+}
+
+// Pod is a pod attached to this node's br-int, found through OVSDB Interface.external_ids.
+type Pod struct {
+	Namespace, Name string
+	// IPs are status.podIPs (or the interface's ip_addresses external id).
+	IPs []netip.Addr
+	// MAC is external_ids:attached-mac: the pod interface's MAC address.
+	MAC net.HardwareAddr
+	// OFPort is the pod interface's ofport on br-int.
+	OFPort int
+}
+
+// ServicePort is one port of an opted-in Service (core/v1 Service spec.ports[i]) together with
+// the entry points it is reachable on and its usable endpoints.
+type ServicePort struct {
+	// Namespace, Name identify the Service; PortName is spec.ports[i].name (may be empty).
+	Namespace, Name, PortName string
+	// Protocol is spec.ports[i].protocol.
+	Protocol Protocol
+	// Port is spec.ports[i].port: the port on LoadBalancer ingress IPs and externalIPs.
+	Port uint16
+	// NodePort is spec.ports[i].nodePort, 0 when the Service has none.
+	NodePort uint16
+	// LoadBalancerIPs are status.loadBalancer.ingress[].ip.
+	LoadBalancerIPs []netip.Addr
+	// ExternalIPs are spec.externalIPs.
+	ExternalIPs []netip.Addr
+	// Endpoints are the endpoints new connections may be sent to, on any node: the ready ones
+	// of the Service's EndpointSlices, or when none is ready the serving terminating ones
+	// (KEP-1669). An empty list drops new connections (the select group has no buckets).
+	Endpoints []Endpoint
+	// GroupID is the OpenFlow select group of this Service port on br-ex, from a GroupIDs
+	// allocator; it must be in the range that GroupIDs hands out.
+	GroupID uint32
+}
+
+// Key identifies the Service port (namespace/name:portName/protocol).
+func (s *ServicePort) Key() Key {
+	return Key{Kind: KindServicePort, Namespace: s.Namespace, Name: s.Name, Port: s.PortName, Protocol: s.Protocol}
+}
+
+// Endpoint is one backend of a Service port (discovery.k8s.io/v1 Endpoint plus the port).
+type Endpoint struct {
+	// IP is the endpoint address (a pod IP inside some node's PodCIDRs).
+	IP netip.Addr
+	// Port is the target port number from the EndpointSlice's ports.
+	Port uint16
+	// NodeName is the endpoint's nodeName (informational; routing uses the pod CIDRs).
+	NodeName string
+}

@@ -1,0 +1,104 @@
+package flows
+
+import "fmt"
+
+// Table is an OpenFlow table id of the pipeline. IDs are fixed; docs/pipeline.md mirrors them.
+// Each table's comment says what it matches and where packets go next.
+type Table int
+
+// br-ex tables.
+const (
+	// ExClassifier (br-ex table 0) holds the hooks: IP from the uplink -> ExServiceLB; anything from
+	// the patch port -> ExFromInt; the base uplink<->LOCAL plumbing at low priority.
+	ExClassifier Table = 0
+	// ExServiceLB matches the entry points (NodePort on node addresses, LB ingress IPs,
+	// externalIPs) of opted-in Service ports and sends them through ct(zone=ZoneService,nat) to
+	// ExServiceCT. Anything else goes to the host (LOCAL), untouched (path P5).
+	ExServiceLB Table = 40
+	// ExServiceCT sees entry-point packets after conntrack: established/related/already-DNATed
+	// ones go to br-int; new ones (TCP: SYN only) go to the Service port's select group, whose
+	// bucket commits the DNAT and records the client's L2 neighbour MAC in ct_label; anything else
+	// (e.g. a host connection that happens to use a NodePort as its local port) goes to LOCAL.
+	ExServiceCT Table = 41
+	// ExServiceOut receives the packet after the bucket's ct(commit,nat) and sends it to br-int.
+	ExServiceOut Table = 42
+	// ExFromInt takes packets coming from br-int (service replies) through ct(zone=ZoneService,nat).
+	ExFromInt Table = 45
+	// ExServiceReply sends un-DNATed replies (+est+rpl in ZoneService) out of the uplink, to the
+	// MAC the request came from (ct_label) and from br-ex's MAC. Anything else is dropped.
+	ExServiceReply Table = 46
+)
+
+// br-int tables.
+const (
+	// IntClassifier (br-int table 0) sets the packet-source register (RegSource) by in_port and
+	// Geneve VNI, applies the pod spoof guard and sends pod IP traffic through
+	// ct(zone=ZonePod) to IntPodEgressCT; pod ARP goes to IntARPResponder; service replies
+	// arriving by tunnel (VNI VNIServiceReply) go straight to br-ex.
+	IntClassifier Table = 0
+	// IntPodEgressCT sees pod packets after conntrack: replies of connections that came in by
+	// tunnel go back over Geneve to the ingress node (tun_dst from ct_label); replies of
+	// connections that came in from br-ex go to br-ex; everything else goes to IntL3Forwarding.
+	IntPodEgressCT Table = 50
+	// IntARPResponder answers ARP requests for addresses in this node's pod CIDRs (the pod gateway
+	// address among them) with the gateway MAC.
+	IntARPResponder Table = 55
+	// IntL3Forwarding routes by destination IP: local pods (rewrite MACs, RegOutPort) ->
+	// IntPodIngress; other nodes' pod CIDRs -> Geneve (VNI by source). Misses are dropped.
+	IntL3Forwarding Table = 60
+	// IntPodIngress commits connections entering a local pod from br-ex or from the service
+	// tunnel in ZonePod with their origin (ct_mark, ct_label), then outputs to RegOutPort.
+	IntPodIngress Table = 65
+)
+
+// Name returns the table's name as used in docs, goldens and srcipctl.
+func (t Table) Name(b Bridge) string {
+	if b == BrEx {
+		switch t {
+		case ExClassifier:
+			return "ExClassifier"
+		case ExServiceLB:
+			return "ExServiceLB"
+		case ExServiceCT:
+			return "ExServiceCT"
+		case ExServiceOut:
+			return "ExServiceOut"
+		case ExFromInt:
+			return "ExFromInt"
+		case ExServiceReply:
+			return "ExServiceReply"
+		}
+	} else {
+		switch t {
+		case IntClassifier:
+			return "IntClassifier"
+		case IntPodEgressCT:
+			return "IntPodEgressCT"
+		case IntARPResponder:
+			return "IntARPResponder"
+		case IntL3Forwarding:
+			return "IntL3Forwarding"
+		case IntPodIngress:
+			return "IntPodIngress"
+		}
+	}
+	return fmt.Sprintf("table%d", int(t))
+}
+
+// String returns the numeric id.
+func (t Table) String() string { return fmt.Sprintf("%d", int(t)) }
+
+// TableNames lists every table of a bridge with its name (for OVSDB Flow_Table names and docs).
+func TableNames(b Bridge) map[Table]string {
+	var ts []Table
+	if b == BrEx {
+		ts = []Table{ExClassifier, ExServiceLB, ExServiceCT, ExServiceOut, ExFromInt, ExServiceReply}
+	} else {
+		ts = []Table{IntClassifier, IntPodEgressCT, IntARPResponder, IntL3Forwarding, IntPodIngress}
+	}
+	m := make(map[Table]string, len(ts))
+	for _, t := range ts {
+		m[t] = t.Name(b)
+	}
+	return m
+}

@@ -1,0 +1,250 @@
+package flows
+
+import (
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"strings"
+
+	"github.com/digitalocean/go-openvswitch/ovs"
+)
+
+// Bridge names one of the two bridges the agent programs. The agent maps it to the real bridge
+// name (flags --bridge-ex, --bridge-int).
+type Bridge uint8
+
+const (
+	// BrEx is the node's external bridge: it holds the uplink NIC and the node IP.
+	BrEx Bridge = iota + 1
+	// BrInt is the pod (integration) bridge: pod ports, the Geneve port, the patch to br-ex.
+	BrInt
+)
+
+// String returns the default bridge name.
+func (b Bridge) String() string {
+	switch b {
+	case BrEx:
+		return "br-ex"
+	case BrInt:
+		return "br-int"
+	}
+	return fmt.Sprintf("bridge(%d)", uint8(b))
+}
+
+// Kind says what kind of object a FlowSet serves; it is byte 6 of every cookie.
+type Kind uint8
+
+// Kinds. Values are part of the cookie layout and never change meaning.
+const (
+	// KindExBase is the static br-ex pipeline: uplink<->host plumbing and the classifier hooks.
+	KindExBase Kind = 0x01
+	// KindIntBase is the static br-int pipeline: classifier, ARP responder, pod ingress commit.
+	KindIntBase Kind = 0x02
+	// KindNode is the route to one other node's pod CIDRs over Geneve.
+	KindNode Kind = 0x03
+	// KindPod is one local pod: spoof guard, L3 delivery.
+	KindPod Kind = 0x04
+	// KindServicePort is one opted-in Service port: entry points, select group.
+	KindServicePort Kind = 0x10
+)
+
+// String returns the kind's name as shown by srcipctl and in logs.
+func (k Kind) String() string {
+	switch k {
+	case KindExBase:
+		return "ex-base"
+	case KindIntBase:
+		return "int-base"
+	case KindNode:
+		return "node"
+	case KindPod:
+		return "pod"
+	case KindServicePort:
+		return "service-port"
+	}
+	return fmt.Sprintf("kind(0x%02x)", uint8(k))
+}
+
+// Key identifies the object a FlowSet serves. It is the unit of replace and delete.
+type Key struct {
+	Kind Kind
+	// Namespace and Name identify a Pod or Service; Name alone a Node; empty for base kinds.
+	Namespace, Name string
+	// Port and Protocol identify a Service port (spec.ports[i].name and protocol).
+	Port     string
+	Protocol Protocol
+}
+
+// String renders the key for logs: kind/namespace/name[:port/proto].
+func (k Key) String() string {
+	var b strings.Builder
+	b.WriteString(k.Kind.String())
+	if k.Namespace != "" {
+		b.WriteString("/" + k.Namespace)
+	}
+	if k.Name != "" {
+		b.WriteString("/" + k.Name)
+	}
+	if k.Kind == KindServicePort {
+		b.WriteString(":" + k.Port + "/" + string(k.Protocol))
+	}
+	return b.String()
+}
+
+// Owner is byte 7 (the top byte) of every cookie the agent writes. Flows with another top byte
+// are never touched.
+const Owner uint8 = 0x5c
+
+// Cookie is the 64-bit OpenFlow cookie of every flow of a FlowSet:
+// owner (bits 63..56) | kind (55..48) | fingerprint (47..0).
+// The fingerprint hashes the FlowSet's key and its rendered flows and groups, so a changed
+// FlowSet gets a new cookie and an unchanged one keeps its cookie across agent restarts.
+type Cookie uint64
+
+// OwnerMask selects the owner byte of a cookie (for dump-flows cookie=C/MASK filters).
+const OwnerMask Cookie = 0xff00000000000000
+
+// NewCookie packs owner, kind and fingerprint.
+func NewCookie(kind Kind, fingerprint uint64) Cookie {
+	return Cookie(uint64(Owner)<<56 | uint64(kind)<<48 | fingerprint&(1<<48-1))
+}
+
+// Owned reports whether the cookie carries this agent's owner byte.
+func (c Cookie) Owned() bool { return uint8(c>>56) == Owner }
+
+// Kind returns the cookie's kind byte.
+func (c Cookie) Kind() Kind { return Kind(c >> 48) }
+
+// String renders the cookie as ovs-ofctl prints it (0x-prefixed hex).
+func (c Cookie) String() string { return fmt.Sprintf("%#x", uint64(c)) }
+
+// GroupIDBase is the first OpenFlow group id the agent may use: ids 0x5c000000-0x5cffffff
+// (owner byte on top) are ours; groups outside the range are never touched.
+const GroupIDBase uint32 = uint32(Owner) << 24
+
+// OwnedGroup reports whether an OpenFlow group id is in the agent's range.
+func OwnedGroup(id uint32) bool { return id>>24 == uint32(Owner) }
+
+// OFGroup is an OpenFlow 1.5 group (ovs-ofctl(8) "Group Syntax").
+type OFGroup struct {
+	ID uint32
+	// Type is "select" (the only type the pipeline uses today).
+	Type string
+	// SelectionFields are hashed to pick a bucket (selection_method=hash), e.g.
+	// {"ip_src","tcp_src"}; hashing named fields lets ofproto/trace print the chosen bucket.
+	SelectionFields []string
+	Buckets         []Bucket
+}
+
+// Bucket is one group bucket.
+type Bucket struct {
+	ID      uint32
+	Weight  uint16
+	Actions []ovs.Action
+}
+
+// FlowSet is every flow and group serving one Key on one bridge. Its cookie is derived from
+// its content (see Cookie); Finish must be called after building it.
+type FlowSet struct {
+	Key    Key
+	Bridge Bridge
+	Flows  []ovs.Flow
+	Groups []OFGroup
+	// Warnings are problems found while building it (skipped endpoints, entry-point
+	// conflicts); the agent logs them and turns them into Kubernetes Events.
+	Warnings []string
+
+	cookie Cookie
+	lines  []string // rendered flows (with cookie), sorted
+	glines []string // rendered groups, sorted by id
+}
+
+// Cookie returns the FlowSet's cookie (valid after Finish).
+func (fs *FlowSet) Cookie() Cookie { return fs.cookie }
+
+// FlowLines returns the rendered "flow add" bodies (ovs-ofctl(8) flow syntax), cookie included.
+func (fs *FlowSet) FlowLines() []string { return fs.lines }
+
+// GroupLines returns the rendered group bodies (ovs-ofctl(8) group syntax).
+func (fs *FlowSet) GroupLines() []string { return fs.glines }
+
+// GroupIDs returns the ids of the FlowSet's groups.
+func (fs *FlowSet) GroupIDs() []uint32 {
+	ids := make([]uint32, 0, len(fs.Groups))
+	for _, g := range fs.Groups {
+		ids = append(ids, g.ID)
+	}
+	return ids
+}
+
+// Finish renders the FlowSet, computes its fingerprint cookie and stamps it on every flow.
+// It returns an error when a flow or group does not render (ovs.FlowError).
+func (fs *FlowSet) Finish() error {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d|%s\n", fs.Bridge, fs.Key)
+	bodies := make([]string, 0, len(fs.Flows))
+	for i := range fs.Flows {
+		f := fs.Flows[i]
+		f.Cookie = 0
+		b, err := f.MarshalText()
+		if err != nil {
+			return fmt.Errorf("%s: flow %d (table %s): %w", fs.Key, i, Table(f.Table), err)
+		}
+		bodies = append(bodies, string(b))
+	}
+	sort.Strings(bodies)
+	glines := make([]string, 0, len(fs.Groups))
+	sort.Slice(fs.Groups, func(i, j int) bool { return fs.Groups[i].ID < fs.Groups[j].ID })
+	for _, g := range fs.Groups {
+		s, err := g.MarshalText()
+		if err != nil {
+			return fmt.Errorf("%s: group %#x: %w", fs.Key, g.ID, err)
+		}
+		glines = append(glines, string(s))
+	}
+	for _, s := range bodies {
+		h.Write([]byte(s))
+		h.Write([]byte{'\n'})
+	}
+	for _, s := range glines {
+		h.Write([]byte(s))
+		h.Write([]byte{'\n'})
+	}
+	fs.cookie = NewCookie(fs.Key.Kind, h.Sum64())
+	fs.glines = glines
+	fs.lines = fs.lines[:0]
+	for i := range fs.Flows {
+		fs.Flows[i].Cookie = uint64(fs.cookie)
+		b, err := fs.Flows[i].MarshalText()
+		if err != nil {
+			return err
+		}
+		fs.lines = append(fs.lines, string(b))
+	}
+	sort.Strings(fs.lines)
+	return nil
+}
+
+// MarshalText renders the group in ovs-ofctl(8) group syntax (OpenFlow 1.5).
+func (g OFGroup) MarshalText() ([]byte, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "group_id=%d,type=%s", g.ID, g.Type)
+	if len(g.SelectionFields) > 0 {
+		fmt.Fprintf(&b, ",selection_method=hash,fields(%s)", strings.Join(g.SelectionFields, ","))
+	}
+	for _, bk := range g.Buckets {
+		acts := make([]string, 0, len(bk.Actions))
+		for _, a := range bk.Actions {
+			t, err := a.MarshalText()
+			if err != nil {
+				return nil, err
+			}
+			acts = append(acts, string(t))
+		}
+		fmt.Fprintf(&b, ",bucket=bucket_id:%d,weight:%d,actions=%s", bk.ID, bk.Weight, strings.Join(acts, ","))
+	}
+	return []byte(b.String()), nil
+}
+
+// Desired is the full desired content of one node's bridges, by Key.
+type Desired map[Key]*FlowSet
