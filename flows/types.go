@@ -212,6 +212,14 @@ func (fs *FlowSet) Finish() error {
 	}
 	fs.cookie = NewCookie(fs.Key.Kind, h.Sum64())
 	fs.glines = glines
+	// Lines are ordered as a reader follows the pipeline: by table, then highest priority first.
+	sort.SliceStable(fs.Flows, func(i, j int) bool {
+		a, b := fs.Flows[i], fs.Flows[j]
+		if a.Table != b.Table {
+			return a.Table < b.Table
+		}
+		return a.Priority > b.Priority
+	})
 	fs.lines = fs.lines[:0]
 	for i := range fs.Flows {
 		fs.Flows[i].Cookie = uint64(fs.cookie)
@@ -221,7 +229,6 @@ func (fs *FlowSet) Finish() error {
 		}
 		fs.lines = append(fs.lines, string(b))
 	}
-	sort.Strings(fs.lines)
 	return nil
 }
 

@@ -1,0 +1,117 @@
+package flows
+
+import (
+	"flag"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
+
+// Test IP conventions (CASES.md topology T3): nodes 192.0.2.11-13 with pod CIDRs
+// 10.244.{1,2,3}.0/24, external client 198.51.100.10, LB IPs / externalIPs 203.0.113.100/101.
+
+func mustMAC(s string) net.HardwareAddr {
+	m, err := net.ParseMAC(s)
+	if err != nil {
+		panic(err)
+	}
+	return m
+}
+
+func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+func ip(s string) netip.Addr     { return netip.MustParseAddr(s) }
+
+// testState is node1 of T3 with one local pod and the given Service ports.
+func testState(svcs ...ServicePort) *State {
+	gids := NewGroupIDs()
+	for i := range svcs {
+		svcs[i].GroupID = gids.ID(svcs[i].Key())
+	}
+	return &State{
+		Node:  "node1",
+		Ports: Ports{ExUplink: 1, ExPatch: 2, IntPatch: 1, IntTunnel: 2, ExMAC: mustMAC("02:00:c0:00:02:0b")},
+		Nodes: []Node{
+			{Name: "node1", InternalIP: ip("192.0.2.11"), PodCIDRs: []netip.Prefix{pfx("10.244.1.0/24")}},
+			{Name: "node2", InternalIP: ip("192.0.2.12"), PodCIDRs: []netip.Prefix{pfx("10.244.2.0/24")}},
+			{Name: "node3", InternalIP: ip("192.0.2.13"), PodCIDRs: []netip.Prefix{pfx("10.244.3.0/24")}},
+		},
+		NodePortAddresses: []netip.Addr{ip("192.0.2.11")},
+		Pods: []Pod{{Namespace: "demo", Name: "echo-c", IPs: []netip.Addr{ip("10.244.1.5")},
+			MAC: mustMAC("0a:58:0a:f4:01:05"), OFPort: 3}},
+		Services: svcs,
+	}
+}
+
+func webTCP() ServicePort {
+	return ServicePort{Namespace: "demo", Name: "web", PortName: "http", Protocol: TCP, Port: 80, NodePort: 30080,
+		LoadBalancerIPs: []netip.Addr{ip("203.0.113.100")}, ExternalIPs: []netip.Addr{ip("203.0.113.101")},
+		Endpoints: []Endpoint{
+			{IP: ip("10.244.1.5"), Port: 8080, NodeName: "node1"},
+			{IP: ip("10.244.2.5"), Port: 8080, NodeName: "node2"},
+			{IP: ip("10.244.3.5"), Port: 8080, NodeName: "node3"},
+		}}
+}
+
+func webUDP() ServicePort {
+	return ServicePort{Namespace: "demo", Name: "web", PortName: "dns", Protocol: UDP, Port: 53, NodePort: 30053,
+		Endpoints: []Endpoint{{IP: ip("10.244.2.5"), Port: 8080, NodeName: "node2"}}}
+}
+
+// render returns the desired state as the bundle a fresh bridge would receive, per bridge.
+func render(t *testing.T, d Desired) map[Bridge]string {
+	out := map[Bridge]string{}
+	byBridge := map[Bridge][]*FlowSet{}
+	for _, fs := range d {
+		byBridge[fs.Bridge] = append(byBridge[fs.Bridge], fs)
+	}
+	for b, sets := range byBridge {
+		sort.Slice(sets, func(i, j int) bool { return sets[i].Key.String() < sets[j].Key.String() })
+		var lines []string
+		for _, fs := range sets {
+			lines = append(lines, "# "+fs.Key.String()+" cookie="+fs.Cookie().String())
+			for _, w := range fs.Warnings {
+				lines = append(lines, "# warning: "+w)
+			}
+			p := Plan{Bridge: b, Add: []*FlowSet{fs}}
+			lines = append(lines, p.Lines()...)
+		}
+		out[b] = strings.Join(lines, "\n") + "\n"
+	}
+	return out
+}
+
+func checkGolden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "missing golden file; run go test ./flows -update")
+	require.Equal(t, string(want), got, "golden %s differs; review and run go test ./flows -update", path)
+}
+
+func TestGolden(t *testing.T) {
+	cases := map[string]*State{
+		"node1-no-services":  testState(),
+		"node1-web-tcp-udp":  testState(webTCP(), webUDP()),
+		"node1-no-endpoints": testState(ServicePort{Namespace: "demo", Name: "empty", Protocol: TCP, Port: 80, NodePort: 30090}),
+	}
+	for name, st := range cases {
+		t.Run(name, func(t *testing.T) {
+			d, err := Build(st)
+			require.NoError(t, err)
+			r := render(t, d)
+			checkGolden(t, name+".br-ex", r[BrEx])
+			checkGolden(t, name+".br-int", r[BrInt])
+		})
+	}
+}
