@@ -83,8 +83,10 @@ type groupAction uint32
 // Group sends the packet to OpenFlow group id.
 func Group(id uint32) ovs.Action { return groupAction(id) }
 
-func (g groupAction) MarshalText() ([]byte, error) { return []byte(fmt.Sprintf("group:%d", uint32(g))), nil }
-func (g groupAction) GoString() string              { return fmt.Sprintf("flows.Group(%d)", uint32(g)) }
+func (g groupAction) MarshalText() ([]byte, error) {
+	return []byte(fmt.Sprintf("group:%d", uint32(g))), nil
+}
+func (g groupAction) GoString() string { return fmt.Sprintf("flows.Group(%d)", uint32(g)) }
 
 // gotoTable is "goto_table:N" (OpenFlow 1.1+ instruction).
 type gotoTable Table
@@ -92,14 +94,16 @@ type gotoTable Table
 // Goto continues processing in table t.
 func Goto(t Table) ovs.Action { return gotoTable(t) }
 
-func (g gotoTable) MarshalText() ([]byte, error) { return []byte(fmt.Sprintf("goto_table:%d", int(g))), nil }
-func (g gotoTable) GoString() string              { return fmt.Sprintf("flows.Goto(%d)", int(g)) }
+func (g gotoTable) MarshalText() ([]byte, error) {
+	return []byte(fmt.Sprintf("goto_table:%d", int(g))), nil
+}
+func (g gotoTable) GoString() string { return fmt.Sprintf("flows.Goto(%d)", int(g)) }
 
 // rawAction is a fixed action keyword the library lacks (e.g. "LOCAL", "IN_PORT").
 type rawAction string
 
 func (r rawAction) MarshalText() ([]byte, error) { return []byte(r), nil }
-func (r rawAction) GoString() string              { return fmt.Sprintf("flows.rawAction(%q)", string(r)) }
+func (r rawAction) GoString() string             { return fmt.Sprintf("flows.rawAction(%q)", string(r)) }
 
 // Actions and matches of the pipeline with their field names in one place.
 var (

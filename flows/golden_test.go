@@ -27,7 +27,7 @@ func mustMAC(s string) net.HardwareAddr {
 }
 
 func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
-func ip(s string) netip.Addr     { return netip.MustParseAddr(s) }
+func ip(s string) netip.Addr    { return netip.MustParseAddr(s) }
 
 // testState is node1 of T3 with one local pod and the given Service ports.
 func testState(svcs ...ServicePort) *State {
