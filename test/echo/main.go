@@ -1,0 +1,226 @@
+// Command echo is the lab's backend and client.
+//
+//	echo serve --tcp :8080 --udp :8080 --name <pod> --node <node> [--log FILE]
+//
+// answers every TCP connection and every UDP datagram with one JSON line
+// {"pod":..,"node":..,"client":"<peer ip:port as seen by the server>"} and
+// logs that line to FILE (or stdout). It prints "ready" to stderr once all
+// sockets are bound.
+//
+//	echo get --proto tcp|udp --addr IP:PORT [--timeout 3s] [--local-port N]
+//
+// sends "hello" and prints {"pod","node","client","from","local"}, "from"
+// being the address the answer came from (the TCP peer, or the source of the
+// UDP reply datagram, read from an unconnected socket). It exits 1 on error
+// or timeout.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+type reply struct {
+	Pod    string `json:"pod"`
+	Node   string `json:"node"`
+	Client string `json:"client"`
+	From   string `json:"from,omitempty"`
+	Local  string `json:"local,omitempty"`
+}
+
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, strings.Split(v, ",")...); return nil }
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: echo serve|get [flags]")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "serve":
+		err = serve(os.Args[2:])
+	case "get":
+		err = get(os.Args[2:])
+	default:
+		err = fmt.Errorf("unknown command %q (want serve or get)", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "echo:", err)
+		os.Exit(1)
+	}
+}
+
+func serve(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	var tcps, udps listFlag
+	fs.Var(&tcps, "tcp", "TCP listen address (repeatable, comma separated)")
+	fs.Var(&udps, "udp", "UDP listen address (repeatable, comma separated)")
+	name := fs.String("name", "", "pod name to report")
+	node := fs.String("node", "", "node name to report")
+	logPath := fs.String("log", "", "append answered lines to this file (default stdout)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if len(tcps) == 0 && len(udps) == 0 {
+		tcps, udps = listFlag{":8080"}, listFlag{":8080"}
+	}
+	var out io.Writer = os.Stdout
+	if *logPath != "" {
+		f, err := os.OpenFile(*logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		out = f
+	}
+	var mu sync.Mutex
+	logLine := func(b []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		out.Write(b)
+	}
+	answer := func(peer string) []byte {
+		b, _ := json.Marshal(reply{Pod: *name, Node: *node, Client: peer})
+		return append(b, '\n')
+	}
+	errc := make(chan error, len(tcps)+len(udps))
+	for _, a := range tcps {
+		ln, err := net.Listen("tcp4", a)
+		if err != nil {
+			return err
+		}
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					errc <- err
+					return
+				}
+				go func() {
+					defer c.Close()
+					// Read the request line (bounded), then answer.
+					c.SetReadDeadline(time.Now().Add(2 * time.Second))
+					bufio.NewReader(c).ReadString('\n')
+					b := answer(c.RemoteAddr().String())
+					c.SetWriteDeadline(time.Now().Add(2 * time.Second))
+					c.Write(b)
+					logLine(b)
+				}()
+			}
+		}()
+	}
+	for _, a := range udps {
+		pc, err := net.ListenPacket("udp4", a)
+		if err != nil {
+			return err
+		}
+		go func() {
+			buf := make([]byte, 65536)
+			for {
+				_, peer, err := pc.ReadFrom(buf)
+				if err != nil {
+					errc <- err
+					return
+				}
+				b := answer(peer.String())
+				pc.WriteTo(b, peer)
+				logLine(b)
+			}
+		}()
+	}
+	fmt.Fprintf(os.Stderr, "\nready tcp=%v udp=%v pod=%s node=%s\n", []string(tcps), []string(udps), *name, *node)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	select {
+	case s := <-sig:
+		fmt.Fprintf(os.Stderr, "exiting on %v\n", s)
+		return nil
+	case err := <-errc:
+		return err
+	}
+}
+
+func get(args []string) error {
+	fs := flag.NewFlagSet("get", flag.ContinueOnError)
+	proto := fs.String("proto", "tcp", "tcp or udp")
+	addr := fs.String("addr", "", "IP:PORT to query")
+	timeout := fs.Duration("timeout", 3*time.Second, "overall timeout")
+	localPort := fs.Int("local-port", 0, "local port to bind (0: ephemeral)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *addr == "" {
+		return errors.New("--addr is required")
+	}
+	deadline := time.Now().Add(*timeout)
+	var r reply
+	var line string
+	switch *proto {
+	case "tcp":
+		d := net.Dialer{Deadline: deadline}
+		if *localPort > 0 {
+			d.LocalAddr = &net.TCPAddr{Port: *localPort}
+		}
+		c, err := d.Dial("tcp4", *addr)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(deadline)
+		if _, err := c.Write([]byte("hello\n")); err != nil {
+			return err
+		}
+		line, err = bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			return fmt.Errorf("read from %s: %w", *addr, err)
+		}
+		r.From, r.Local = c.RemoteAddr().String(), c.LocalAddr().String()
+	case "udp":
+		dst, err := net.ResolveUDPAddr("udp4", *addr)
+		if err != nil {
+			return err
+		}
+		pc, err := net.ListenUDP("udp4", &net.UDPAddr{Port: *localPort})
+		if err != nil {
+			return err
+		}
+		defer pc.Close()
+		pc.SetDeadline(deadline)
+		if _, err := pc.WriteTo([]byte("hello\n"), dst); err != nil {
+			return err
+		}
+		buf := make([]byte, 65536)
+		n, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			return fmt.Errorf("read reply to %s: %w", *addr, err)
+		}
+		line = string(buf[:n])
+		r.From = from.String()
+		r.Local = net.JoinHostPort("0.0.0.0", strconv.Itoa(pc.LocalAddr().(*net.UDPAddr).Port))
+	default:
+		return fmt.Errorf("--proto %q: want tcp or udp", *proto)
+	}
+	var srv reply
+	if err := json.Unmarshal([]byte(strings.TrimSpace(line)), &srv); err != nil {
+		return fmt.Errorf("bad answer %q from %s: %w", line, r.From, err)
+	}
+	r.Pod, r.Node, r.Client = srv.Pod, srv.Node, srv.Client
+	b, _ := json.Marshal(r)
+	fmt.Println(string(b))
+	return nil
+}

@@ -1,0 +1,314 @@
+package lab
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+)
+
+const demoManifests = "../manifests/demo"
+
+var echoBin string
+
+func TestMain(m *testing.M) {
+	code := func() int {
+		dir, err := os.MkdirTemp("", "labtest")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		echoBin = filepath.Join(dir, "echo")
+		if out, err := exec.Command("go", "build", "-o", echoBin, "github.com/ovs-srcip/ovs-srcip/test/echo").CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build echo: %v\n%s", err, out)
+			return 1
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces)")
+	}
+	for _, bin := range []string{"ovs-vswitchd", "ovsdb-server", "ovsdb-tool", "ip", "ethtool"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skipf("needs %s", bin)
+		}
+	}
+	if removed, err := CleanupStale("", t.Logf); err != nil {
+		t.Logf("cleanup of stale labs: %v", err)
+	} else if len(removed) > 0 {
+		t.Logf("removed stale labs %v", removed)
+	}
+}
+
+func TestLoadDemoManifests(t *testing.T) {
+	m, err := LoadManifests(demoManifests)
+	require.NoError(t, err)
+	require.Len(t, m.Nodes, 3)
+	require.Len(t, m.Pods, 3)
+	require.Len(t, m.Services, 2)
+	require.Len(t, m.EndpointSlices, 2)
+	assert.Empty(t, m.Skipped)
+
+	for i, want := range []struct{ name, ip, cidr string }{
+		{"node1", "192.0.2.11", "10.244.1.0/24"},
+		{"node2", "192.0.2.12", "10.244.2.0/24"},
+		{"node3", "192.0.2.13", "10.244.3.0/24"},
+	} {
+		n := &m.Nodes[i]
+		assert.Equal(t, want.name, n.Name)
+		ip, err := nodeInternalIP(n)
+		require.NoError(t, err)
+		assert.Equal(t, want.ip, ip.String())
+		c, err := nodePodCIDR(n)
+		require.NoError(t, err)
+		assert.Equal(t, want.cidr, c.String())
+	}
+	for _, p := range m.Pods {
+		assert.Equal(t, "demo", p.Namespace)
+		require.Len(t, p.Status.PodIPs, 1)
+		ready := false
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				ready = true
+			}
+		}
+		assert.True(t, ready, "pod %s Ready", p.Name)
+	}
+	web := m.Service("demo", "web")
+	require.NotNil(t, web)
+	assert.Equal(t, "true", web.Annotations["ovs-srcip.io/preserve-source-ip"])
+	assert.Equal(t, corev1.ServiceTypeLoadBalancer, web.Spec.Type)
+	assert.Equal(t, corev1.ServiceExternalTrafficPolicyCluster, web.Spec.ExternalTrafficPolicy)
+	assert.Equal(t, []string{"203.0.113.101"}, web.Spec.ExternalIPs)
+	require.Len(t, web.Status.LoadBalancer.Ingress, 1)
+	assert.Equal(t, "203.0.113.100", web.Status.LoadBalancer.Ingress[0].IP)
+	require.Len(t, web.Spec.Ports, 2)
+	assert.EqualValues(t, 30080, web.Spec.Ports[0].NodePort)
+	assert.EqualValues(t, 30053, web.Spec.Ports[1].NodePort)
+	assert.Equal(t, corev1.ProtocolUDP, web.Spec.Ports[1].Protocol)
+	plain := m.Service("demo", "plain")
+	require.NotNil(t, plain)
+	assert.NotContains(t, plain.Annotations, "ovs-srcip.io/preserve-source-ip")
+	for _, es := range m.EndpointSlices {
+		svc := es.Labels["kubernetes.io/service-name"]
+		require.NotNil(t, m.Service(es.Namespace, svc), "slice %s", es.Name)
+		for _, ep := range es.Endpoints {
+			require.NotNil(t, ep.NodeName)
+			require.NotNil(t, ep.Conditions.Ready)
+			assert.True(t, *ep.Conditions.Ready)
+		}
+	}
+}
+
+func TestSplitYAMLDocs(t *testing.T) {
+	docs := splitYAMLDocs([]byte("---\na: 1\n--- # c\nb: 2\n---\n# only a comment\n---\n"))
+	assert.Len(t, docs, 2)
+}
+
+// TestLabUp builds the 3-node demo lab without agents and checks the plumbing.
+func TestLabUp(t *testing.T) {
+	needRoot(t)
+	start := time.Now()
+	l, err := New(Config{ManifestsDir: demoManifests, EchoBin: echoBin, Logf: t.Logf})
+	require.NoError(t, err)
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			assert.NoError(t, l.Close())
+		}
+	})
+	t.Logf("SETUP: %s (prefix %s)", time.Since(start).Round(time.Millisecond), l.Prefix)
+
+	// Names: prefix everywhere, interface names <= 15.
+	for _, ns := range l.NetnsNames() {
+		assert.True(t, strings.HasPrefix(ns, l.Prefix+"-"), ns)
+	}
+	for _, n := range l.Nodes {
+		assert.LessOrEqual(t, len(n.RouterPort), 15)
+	}
+	for _, p := range l.Pods {
+		assert.LessOrEqual(t, len(p.HostPort), 15)
+		assert.True(t, strings.HasPrefix(p.HostPort, l.Prefix), p.HostPort)
+	}
+	assert.Equal(t, "node1", l.IngressNode().Name)
+
+	// Nodes: br-ex as the installer leaves it.
+	for _, n := range l.Nodes {
+		out, err := l.Vsctl(n.Name, "get", "bridge", "br-ex", "datapath_type", "fail_mode", "protocols", "other_config:hwaddr")
+		require.NoError(t, err)
+		assert.Equal(t, fmt.Sprintf("netdev\nsecure\n[OpenFlow10, OpenFlow13, OpenFlow15]\n%q\n", n.MAC), out, n.Name)
+		out, err = l.Vsctl(n.Name, "list-ports", "br-ex")
+		require.NoError(t, err)
+		assert.Equal(t, "eth0\n", out)
+		out, err = l.Exec(n.Name, "ip", "-4", "-o", "addr", "show", "dev", "br-ex")
+		require.NoError(t, err)
+		assert.Contains(t, out, n.IP.String()+"/24")
+		out, err = l.Exec(n.Name, "ip", "-o", "link", "show", "dev", "br-ex")
+		require.NoError(t, err)
+		assert.Contains(t, out, "link/ether "+n.MAC)
+		out, err = l.Exec(n.Name, "ip", "-o", "link", "show", "dev", "eth0")
+		require.NoError(t, err)
+		assert.Contains(t, out, "NOARP")
+		out, err = l.Exec(n.Name, "ip", "route", "show", "default")
+		require.NoError(t, err)
+		assert.Contains(t, out, "default via 192.0.2.1 dev br-ex")
+		out, err = l.Exec(n.Name, "ethtool", "-k", "eth0")
+		require.NoError(t, err)
+		assert.Contains(t, out, "tx-checksumming: off")
+		out, err = l.Appctl(n.Name, "tnl/neigh/show")
+		require.NoError(t, err)
+		for _, peer := range l.Nodes {
+			if peer != n {
+				assert.Contains(t, out, peer.MAC, "%s tnl neigh of %s", n.Name, peer.Name)
+			}
+		}
+		flows, err := l.DumpFlows(n.Name, "br-ex")
+		require.NoError(t, err)
+		assert.NotContains(t, flows, "actions=", "br-ex of %s must start without flows", n.Name)
+	}
+	out, err := l.Exec("router", "ip", "route", "show", "203.0.113.0/24")
+	require.NoError(t, err)
+	assert.Contains(t, out, "via 192.0.2.11")
+
+	// Pods: addresses, MAC, MTU, route, IPv6 off, br-int ports with external_ids.
+	want := map[string]struct{ node, ip string }{
+		"echo-a": {"node2", "10.244.2.5"}, "echo-b": {"node3", "10.244.3.5"}, "echo-c": {"node1", "10.244.1.5"},
+	}
+	require.Len(t, l.Pods, 3)
+	for _, p := range l.Pods {
+		w := want[p.Name]
+		assert.Equal(t, w.node, p.NodeName)
+		assert.Equal(t, w.ip, p.IP.String())
+		out, err := l.Exec(p.Name, "ip", "-o", "addr", "show", "dev", "eth0")
+		require.NoError(t, err)
+		assert.Contains(t, out, "inet "+w.ip+"/24")
+		assert.NotContains(t, out, "inet6")
+		out, err = l.Exec(p.Name, "ip", "-o", "link", "show", "dev", "eth0")
+		require.NoError(t, err)
+		assert.Contains(t, out, "mtu 1400")
+		assert.Contains(t, out, "link/ether "+p.MAC)
+		out, err = l.Exec(p.Name, "ip", "route", "show", "default")
+		require.NoError(t, err)
+		assert.Contains(t, out, "default via "+l.Node(p.NodeName).Gateway.String()+" dev eth0")
+		out, err = l.Exec(p.Name, "sysctl", "-n", "net.ipv6.conf.all.disable_ipv6")
+		require.NoError(t, err)
+		assert.Equal(t, "1\n", out)
+
+		out, err = l.Vsctl(p.NodeName, "--bare", "--columns=name", "find", "Interface", "external_ids:iface-id="+p.Namespace+"_"+p.Name)
+		require.NoError(t, err)
+		assert.Equal(t, p.HostPort, strings.TrimSpace(out))
+		out, err = l.Vsctl(p.NodeName, "get", "Interface", p.HostPort, "external_ids:attached-mac", "external_ids:ip_addresses")
+		require.NoError(t, err)
+		assert.Equal(t, fmt.Sprintf("%q\n\"%s/24\"\n", p.MAC, w.ip), out)
+		out, err = l.Vsctl(p.NodeName, "port-to-br", p.HostPort)
+		require.NoError(t, err)
+		assert.Equal(t, "br-int\n", out)
+		out, err = l.Vsctl(p.NodeName, "get", "bridge", "br-int", "datapath_type", "fail_mode")
+		require.NoError(t, err)
+		assert.Equal(t, "netdev\nsecure\n", out)
+
+		// The echo server answers inside its own netns (TCP and UDP).
+		for _, proto := range []string{"tcp", "udp"} {
+			r, err := l.Request(p.Name, proto, w.ip+":8080")
+			require.NoError(t, err)
+			assert.Equal(t, p.Name, r.Pod)
+			assert.Equal(t, w.node, r.Node)
+			assert.Equal(t, w.ip, r.ClientIP())
+			assert.Equal(t, w.ip+":8080", r.From)
+		}
+	}
+
+	// br-ex is fail_mode=secure without flows: nothing passes yet.
+	_, err = l.Exec("client", "ping", "-c", "1", "-W", "1", "192.0.2.11")
+	assert.Error(t, err, "ping must fail while br-ex has no flows")
+
+	// With a temporary NORMAL flow (cookie 0x1) the underlay works.
+	for _, n := range l.Nodes {
+		_, err := l.Ofctl(n.Name, "add-flow", "br-ex", "cookie=0x1,priority=0,actions=NORMAL")
+		require.NoError(t, err)
+	}
+	ping := func(from, to string) {
+		t.Helper()
+		err := WaitFor(func() error {
+			_, err := l.Exec(from, "ping", "-c", "1", "-W", "1", to)
+			return err
+		}, 10*time.Second)
+		assert.NoError(t, err, "ping %s -> %s", from, to)
+	}
+	ping("client", "192.0.2.11")
+	ping("node1", "192.0.2.12")
+	ping("node1", "192.0.2.13")
+	ping("node3", "198.51.100.10")
+	out, err = l.Exec("client", "ping", "-c", "3", "-i", "0.2", "-W", "1", "192.0.2.11")
+	require.NoError(t, err)
+	assert.Contains(t, out, "3 received")
+	for _, n := range l.Nodes {
+		_, err := l.Ofctl(n.Name, "del-flows", "br-ex", "cookie=0x1/-1")
+		require.NoError(t, err)
+		flows, err := l.DumpFlows(n.Name, "br-ex")
+		require.NoError(t, err)
+		assert.NotContains(t, flows, "actions=")
+	}
+
+	// Teardown leaves nothing behind.
+	pids := l.Pids()
+	require.Len(t, pids, 3*2+3, "ovsdb-server+ovs-vswitchd per node, echo per pod: %v", pids)
+	for role, pid := range pids {
+		assert.True(t, PidAlive(pid), "%s pid %d alive before Close", role, pid)
+	}
+	start = time.Now()
+	require.NoError(t, l.Close())
+	closed = true
+	t.Logf("TEARDOWN: %s", time.Since(start).Round(time.Millisecond))
+	assert.NoError(t, l.Close(), "Close is idempotent")
+	for role, pid := range pids {
+		assert.False(t, PidAlive(pid), "%s pid %d gone after Close", role, pid)
+	}
+	nss, err := listNetns()
+	require.NoError(t, err)
+	for ns := range nss {
+		assert.False(t, strings.HasPrefix(ns, l.Prefix+"-"), "netns %s left behind", ns)
+	}
+	_, err = os.Stat(l.Dir)
+	assert.True(t, os.IsNotExist(err), "dir %s removed", l.Dir)
+}
+
+// TestCleanup removes a crashed lab's leftovers: a netns with a process in it.
+func TestCleanup(t *testing.T) {
+	needRoot(t)
+	prefix := fmt.Sprintf("slt%d", os.Getpid()%10000)
+	ns := prefix + "-x"
+	_, err := runCmd(t.Logf, 10*time.Second, runOpts{}, "ip", "netns", "add", ns)
+	require.NoError(t, err)
+	cmd := exec.Command("ip", "netns", "exec", ns, "sleep", "300")
+	require.NoError(t, cmd.Start())
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	require.NoError(t, os.MkdirAll(filepath.Join("/tmp", prefix, "node1"), 0o755))
+
+	require.NoError(t, Cleanup(prefix, "", t.Logf))
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("process in leftover netns not ended")
+	}
+	nss, err := listNetns()
+	require.NoError(t, err)
+	assert.False(t, nss[ns])
+	_, err = os.Stat(filepath.Join("/tmp", prefix))
+	assert.True(t, os.IsNotExist(err))
+	assert.Error(t, Cleanup("bad prefix!", "", nil))
+}

@@ -1,0 +1,307 @@
+package lab
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+const vswitchSchema = "/usr/share/openvswitch/vswitch.ovsschema"
+
+// sysctls applied to every lab netns before any interface is created in it.
+var baseSysctls = []string{
+	"net.ipv6.conf.all.disable_ipv6=1", // pitfall 7: no IPv6 noise
+	"net.ipv6.conf.default.disable_ipv6=1",
+	"net.ipv4.conf.all.rp_filter=0",
+	"net.ipv4.conf.default.rp_filter=0",
+}
+
+func parallel[T any](items []T, f func(T) error) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(items))
+	for i, it := range items {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(it)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (l *Lab) ipBatch(netns string, cmds ...string) error {
+	_, err := l.run(runOpts{stdin: strings.Join(cmds, "\n") + "\n"}, "ip", "-n", netns, "-batch", "-")
+	return err
+}
+
+func (l *Lab) nsExec(netns string, argv ...string) (string, error) {
+	return l.run(runOpts{}, append([]string{"ip", "netns", "exec", netns}, argv...)...)
+}
+
+// txOff disables checksum offload on veth ends (pitfall 1).
+func (l *Lab) txOff(netns string, ifaces ...string) error {
+	var sh []string
+	for _, i := range ifaces {
+		sh = append(sh, "ethtool -K "+i+" tx off >/dev/null")
+	}
+	_, err := l.nsExec(netns, "sh", "-ec", strings.Join(sh, "; "))
+	return err
+}
+
+func (l *Lab) setup() error {
+	// 1. All namespaces, with IPv6 off before interfaces appear.
+	if err := parallel(l.allNetns, func(ns string) error {
+		if _, err := l.run(runOpts{}, "ip", "netns", "add", ns); err != nil {
+			return err
+		}
+		args := append([]string{"sysctl", "-q", "-w"}, baseSysctls...)
+		if ns == l.RouterNetns {
+			args = append(args, "net.ipv4.ip_forward=1")
+		}
+		if _, err := l.nsExec(ns, args...); err != nil {
+			return err
+		}
+		return l.ipBatch(ns, "link set lo up")
+	}); err != nil {
+		return fmt.Errorf("create netns: %w", err)
+	}
+
+	// 2. Router: br0 towards the nodes, brc towards the clients.
+	if err := l.ipBatch(l.RouterNetns,
+		"link add br0 type bridge stp_state 0",
+		"addr add "+l.routerIP.String()+" dev br0",
+		"link set br0 up",
+		"link add brc type bridge stp_state 0",
+		"addr add "+l.clientGW.String()+" dev brc",
+		"link set brc up",
+	); err != nil {
+		return fmt.Errorf("router bridges: %w", err)
+	}
+
+	// 3. Clients.
+	for i, c := range l.Clients {
+		rp := l.Prefix + "c" + strconv.Itoa(i+1)
+		if _, err := l.run(runOpts{}, "ip", "link", "add", "name", rp, "netns", l.RouterNetns,
+			"type", "veth", "peer", "name", "eth0", "netns", c.Netns); err != nil {
+			return fmt.Errorf("client %s veth: %w", c.Name, err)
+		}
+		if err := l.ipBatch(l.RouterNetns, "link set "+rp+" master brc", "link set "+rp+" up"); err != nil {
+			return fmt.Errorf("client %s: %w", c.Name, err)
+		}
+		if err := l.ipBatch(c.Netns,
+			"addr add "+c.IP.String()+"/"+strconv.Itoa(l.clientGW.Bits())+" dev eth0",
+			"link set eth0 up",
+			"route add default via "+l.clientGW.Addr().String(),
+		); err != nil {
+			return fmt.Errorf("client %s: %w", c.Name, err)
+		}
+		if err := l.txOff(c.Netns, "eth0"); err != nil {
+			return fmt.Errorf("client %s: %w", c.Name, err)
+		}
+		if err := l.txOff(l.RouterNetns, rp); err != nil {
+			return fmt.Errorf("client %s: %w", c.Name, err)
+		}
+	}
+
+	// 4. Nodes, in parallel.
+	if err := parallel(l.Nodes, l.setupNode); err != nil {
+		return err
+	}
+
+	// 5. Router routes for LB / external IPs.
+	var routeCmds []string
+	pfxs := make([]string, 0, len(l.routes))
+	for p := range l.routes {
+		pfxs = append(pfxs, p)
+	}
+	sort.Strings(pfxs)
+	for _, p := range pfxs {
+		routeCmds = append(routeCmds, "route add "+p+" via "+l.Node(l.routes[p]).IP.String())
+	}
+	if len(routeCmds) > 0 {
+		if err := l.ipBatch(l.RouterNetns, routeCmds...); err != nil {
+			return fmt.Errorf("router routes: %w", err)
+		}
+	}
+
+	// 6. Tunnel neighbours (pitfall 5).
+	if err := parallel(l.Nodes, func(n *Node) error { return l.SeedTunnelNeighbours(n.Name) }); err != nil {
+		return err
+	}
+
+	// 7. Pods: parallel across nodes, serial per node.
+	if err := parallel(l.Pods, l.setupPod); err != nil {
+		return err
+	}
+
+	// 8. Echo servers.
+	if l.cfg.EchoBin != "" {
+		if err := parallel(l.Pods, l.startEcho); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (n *Node) ovsEnv() []string {
+	return []string{"OVS_RUNDIR=" + n.Dir, "OVS_DBDIR=" + n.Dir, "OVS_LOGDIR=" + n.Dir}
+}
+
+// DBSock is the node's ovsdb-server socket, as given to the agent.
+func (n *Node) DBSock() string { return filepath.Join(n.Dir, "db.sock") }
+
+func (l *Lab) setupNode(n *Node) error {
+	wrap := func(err error) error { return fmt.Errorf("node %s: %w", n.Name, err) }
+	if err := os.MkdirAll(n.Dir, 0o755); err != nil {
+		return wrap(err)
+	}
+	// Underlay veth: router br0 <-> eth0 in the node.
+	if _, err := l.run(runOpts{}, "ip", "link", "add", "name", n.RouterPort, "netns", l.RouterNetns,
+		"type", "veth", "peer", "name", "eth0", "netns", n.Netns); err != nil {
+		return wrap(err)
+	}
+	if err := l.ipBatch(l.RouterNetns, "link set "+n.RouterPort+" master br0", "link set "+n.RouterPort+" up"); err != nil {
+		return wrap(err)
+	}
+	if err := l.txOff(l.RouterNetns, n.RouterPort); err != nil {
+		return wrap(err)
+	}
+	// eth0 belongs to OVS: no ARP from the node kernel on it (pitfall 2).
+	if err := l.ipBatch(n.Netns, "link set eth0 arp off", "link set eth0 up"); err != nil {
+		return wrap(err)
+	}
+	if err := l.txOff(n.Netns, "eth0"); err != nil {
+		return wrap(err)
+	}
+	if err := l.startOVS(n); err != nil {
+		return wrap(err)
+	}
+	// The node installer's br-ex.
+	if _, err := l.Vsctl(n.Name,
+		"--may-exist", "add-br", "br-ex",
+		"--", "set", "bridge", "br-ex", "datapath_type=netdev", "fail_mode=secure",
+		"protocols=OpenFlow10,OpenFlow13,OpenFlow15", "other_config:hwaddr="+n.MAC,
+		"--", "--may-exist", "add-port", "br-ex", "eth0"); err != nil {
+		return wrap(err)
+	}
+	if err := l.ipBatch(n.Netns,
+		"addr add "+n.IP.String()+"/"+strconv.Itoa(l.routerIP.Bits())+" dev br-ex",
+		"link set br-ex up",
+		"route add default via "+l.routerIP.Addr().String(),
+	); err != nil {
+		return wrap(err)
+	}
+	// br-ex is a tap of the userspace datapath; harmless if unsupported.
+	_ = l.txOff(n.Netns, "br-ex")
+	return nil
+}
+
+func (l *Lab) startOVS(n *Node) error {
+	db := filepath.Join(n.Dir, "conf.db")
+	if _, err := l.run(runOpts{}, "ovsdb-tool", "create", db, vswitchSchema); err != nil {
+		return err
+	}
+	env := n.ovsEnv()
+	if _, err := l.run(runOpts{env: env}, "ip", "netns", "exec", n.Netns,
+		"ovsdb-server", db, "--remote=punix:"+n.DBSock(), "--pidfile", "--detach", "--no-chdir",
+		"--log-file", "-vconsole:off"); err != nil {
+		return err
+	}
+	pid, err := readPidfile(filepath.Join(n.Dir, "ovsdb-server.pid"))
+	if err != nil {
+		return err
+	}
+	n.OvsdbPid = pid
+	if _, err := l.Vsctl(n.Name, "--no-wait", "init"); err != nil {
+		return err
+	}
+	if _, err := l.run(runOpts{env: env}, "ip", "netns", "exec", n.Netns,
+		"ovs-vswitchd", "unix:"+n.DBSock(), "--pidfile", "--detach", "--no-chdir",
+		"--log-file", "-vconsole:off"); err != nil {
+		return err
+	}
+	pid, err = readPidfile(filepath.Join(n.Dir, "ovs-vswitchd.pid"))
+	if err != nil {
+		return err
+	}
+	n.VswitchdPid = pid
+	return nil
+}
+
+func readPidfile(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("pidfile: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("pidfile %s: bad content %q", path, b)
+	}
+	return pid, nil
+}
+
+// SeedTunnelNeighbours pre-seeds node's OVS tunnel neighbour table with every
+// other node's br-ex MAC (pitfall 5), so the first tunnelled packet to each
+// peer is not lost.
+func (l *Lab) SeedTunnelNeighbours(node string) error {
+	n := l.Node(node)
+	if n == nil {
+		return fmt.Errorf("lab: no node %q", node)
+	}
+	for _, peer := range l.Nodes {
+		if peer == n {
+			continue
+		}
+		if _, err := l.Appctl(n.Name, "tnl/neigh/set", "br-ex", peer.IP.String(), peer.MAC); err != nil {
+			return fmt.Errorf("node %s: seed tunnel neighbour %s: %w", n.Name, peer.Name, err)
+		}
+	}
+	return nil
+}
+
+func (l *Lab) setupPod(p *Pod) error {
+	wrap := func(err error) error { return fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err) }
+	n := l.Node(p.NodeName)
+	if _, err := l.run(runOpts{}, "ip", "link", "add", "name", p.HostPort, "netns", n.Netns,
+		"type", "veth", "peer", "name", "eth0", "netns", p.Netns); err != nil {
+		return wrap(err)
+	}
+	gw := n.Gateway.String()
+	if err := l.ipBatch(p.Netns,
+		"link set eth0 address "+p.MAC+" mtu 1400", // pitfall 3: Geneve overhead
+		"addr add "+p.Prefix.String()+" dev eth0",
+		"link set eth0 up",
+		"route add default via "+gw+" dev eth0",
+	); err != nil {
+		return wrap(err)
+	}
+	if err := l.txOff(p.Netns, "eth0"); err != nil {
+		return wrap(err)
+	}
+	if err := l.ipBatch(n.Netns, "link set "+p.HostPort+" mtu 1400", "link set "+p.HostPort+" up"); err != nil {
+		return wrap(err)
+	}
+	if err := l.txOff(n.Netns, p.HostPort); err != nil {
+		return wrap(err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, err := l.Vsctl(n.Name,
+		"--may-exist", "add-br", "br-int",
+		"--", "set", "bridge", "br-int", "datapath_type=netdev", "fail_mode=secure",
+		"protocols=OpenFlow10,OpenFlow13,OpenFlow15",
+		"--", "--may-exist", "add-port", "br-int", p.HostPort,
+		"--", "set", "interface", p.HostPort,
+		"external_ids:iface-id="+p.IfaceID,
+		"external_ids:attached-mac="+p.MAC,
+		"external_ids:ip_addresses="+p.Prefix.String()); err != nil {
+		return wrap(err)
+	}
+	return nil
+}
