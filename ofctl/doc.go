@@ -1,0 +1,13 @@
+// Package ofctl is the only package of ovs-srcip that talks to Open vSwitch.
+//
+// It has two halves:
+//
+//   - DB talks to ovsdb-server through libovsdb (RFC 7047, schema ovs-vswitchd.conf.db(5)): it
+//     creates the integration plumbing (br-int, the patch pair, the flow-based Geneve port),
+//     names OpenFlow tables, lists pod ports and notifies about changes.
+//   - OpenFlow talks to one bridge of ovs-vswitchd by running ovs-ofctl(8) and ovs-appctl(8):
+//     atomic bundles, a cookie/group inventory that never parses flows, dumps and traces.
+//
+// FlowBridge is what the reconciler needs of a bridge; OpenFlow and the in-memory Fake both
+// implement it. Package ofctl/ovstest starts private OVS daemons for tests.
+package ofctl

@@ -1,0 +1,628 @@
+package ofctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/ovn-org/libovsdb/cache"
+	"github.com/ovn-org/libovsdb/client"
+	"github.com/ovn-org/libovsdb/model"
+	"github.com/ovn-org/libovsdb/ovsdb"
+	"k8s.io/klog/v2"
+
+	"github.com/ovs-srcip/ovs-srcip/flows"
+)
+
+// ErrBridgeNotFound is returned (wrapped, with the bridge name) when a bridge the agent does not
+// create, br-ex, is missing from OVSDB.
+var ErrBridgeNotFound = errors.New("bridge not found")
+
+// ErrPortNotFound is returned (wrapped, with the port name) when a port the agent does not
+// create, the uplink, is missing from its bridge.
+var ErrPortNotFound = errors.New("port not found")
+
+// DefaultEndpoint is the usual ovsdb-server socket of a host's Open vSwitch.
+const DefaultEndpoint = "unix:/var/run/openvswitch/db.sock"
+
+// Defaults of IntegrationConfig.
+const (
+	DefaultPatchExToInt  = "patch-ex-to-int"
+	DefaultPatchIntToEx  = "patch-int-to-ex"
+	DefaultGenevePort    = "srcip-geneve0"
+	DefaultGeneveUDPPort = 6081
+	// DefaultPortWait bounds how long EnsureIntegration waits for ovs-vswitchd to assign ofports.
+	DefaultPortWait = 30 * time.Second
+)
+
+// DB is a connection to the Open_vSwitch database of ovsdb-server (ovs-vswitchd.conf.db(5)),
+// with a client-side cache of the Open_vSwitch, Bridge, Port, Interface and Flow_Table tables
+// kept current by an OVSDB monitor. It reconnects by itself when ovsdb-server restarts.
+// Its methods are safe for concurrent use.
+type DB struct {
+	c       client.Client
+	changes chan struct{}
+	reconns chan struct{}
+	// roots counts additions of the Open_vSwitch root row to the cache: 1 after the initial
+	// monitor, one more after each reconnect that repopulated the cache.
+	roots atomic.Int64
+}
+
+// Connect connects to ovsdb-server at endpoint ("unix:/path/db.sock", "tcp:IP:PORT"), starts
+// monitoring the tables the agent reads and returns when the cache holds the current contents.
+// The client reconnects forever (exponential backoff up to 5 s) after a lost connection and
+// then repopulates the cache; see Changes and Reconnected. Call Close when done.
+func Connect(ctx context.Context, endpoint string) (*DB, error) {
+	dbModel, err := model.NewClientDBModel("Open_vSwitch", map[string]model.Model{
+		tableOpenVSwitch: &ovsRow{},
+		tableBridge:      &bridgeRow{},
+		tablePort:        &portRow{},
+		tableInterface:   &ifaceRow{},
+		tableFlowTable:   &flowTableRow{},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ovsdb model: %w", err)
+	}
+	// libovsdb logs connection events at V(3) and every cache update at V(5): shift them to
+	// V(7) and V(9) of the agent's logger.
+	logger := klog.FromContext(ctx).WithName("libovsdb").V(4)
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = 100 * time.Millisecond
+	bo.MaxInterval = 5 * time.Second
+	bo.MaxElapsedTime = 0 // never give up: libovsdb panics when its reconnect backoff stops
+	c, err := client.NewOVSDBClient(dbModel,
+		client.WithEndpoint(endpoint),
+		client.WithReconnect(10*time.Second, bo),
+		client.WithLogger(&logger))
+	if err != nil {
+		return nil, fmt.Errorf("ovsdb client for %s: %w", endpoint, err)
+	}
+	if err := c.Connect(ctx); err != nil {
+		return nil, fmt.Errorf("connect to ovsdb %s: %w", endpoint, err)
+	}
+	d := &DB{c: c, changes: make(chan struct{}, 1), reconns: make(chan struct{}, 1)}
+	c.Cache().AddEventHandler(&cache.EventHandlerFuncs{
+		AddFunc: func(table string, _ model.Model) {
+			if table == tableOpenVSwitch && d.roots.Add(1) > 1 {
+				notify(d.reconns)
+			}
+			notify(d.changes)
+		},
+		UpdateFunc: func(string, model.Model, model.Model) { notify(d.changes) },
+		DeleteFunc: func(string, model.Model) { notify(d.changes) },
+	})
+	// Monitor only the columns of the models: Interface statistics and status change every few
+	// seconds and must not wake the agent.
+	var (
+		o  ovsRow
+		b  bridgeRow
+		p  portRow
+		i  ifaceRow
+		ft flowTableRow
+	)
+	mon := c.NewMonitor(
+		client.WithTable(&o, &o.Bridges),
+		client.WithTable(&b, &b.Name, &b.DatapathType, &b.FailMode, &b.Protocols, &b.Ports, &b.FlowTables),
+		client.WithTable(&p, &p.Name, &p.Interfaces),
+		client.WithTable(&i, &i.Name, &i.Type, &i.Options, &i.ExternalIDs, &i.OFPort, &i.MACInUse, &i.Error),
+		client.WithTable(&ft, &ft.Name),
+	)
+	if _, err := c.Monitor(ctx, mon); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("monitor ovsdb %s: %w", endpoint, err)
+	}
+	return d, nil
+}
+
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// Close closes the connection; the DB must not be used afterwards.
+func (d *DB) Close() { d.c.Close() }
+
+// Changes returns a channel that receives (coalesced: capacity 1, never blocks the sender) after
+// any change of a cached Open_vSwitch, Bridge, Port, Interface or Flow_Table row, including the
+// initial population and the repopulation after a reconnect. A receive means "look again", not
+// what changed.
+func (d *DB) Changes() <-chan struct{} { return d.changes }
+
+// Reconnected returns a channel that receives (coalesced like Changes) after the client lost its
+// connection to ovsdb-server and repopulated its cache from a new one, e.g. after an
+// ovsdb-server restart. The agent should then run a full sync. Note that a restart of
+// ovs-vswitchd alone (which loses every OpenFlow flow) is not visible in OVSDB: detect it
+// through OpenFlow (the Inventory of a periodic full sync).
+func (d *DB) Reconnected() <-chan struct{} { return d.reconns }
+
+// IntegrationConfig names the objects EnsureIntegration creates or checks. Zero values take the
+// Default* constants.
+type IntegrationConfig struct {
+	// BrEx is the external bridge; it must exist (it is created by the node installer).
+	BrEx string
+	// BrInt is the integration bridge; it is created when missing.
+	BrInt string
+	// Uplink is the name of the uplink port on BrEx (e.g. "eth0"); it must exist.
+	Uplink string
+	// PatchExToInt is the patch port on BrEx whose peer is PatchIntToEx on BrInt.
+	PatchExToInt string
+	// PatchIntToEx is the patch port on BrInt whose peer is PatchExToInt on BrEx.
+	PatchIntToEx string
+	// GenevePort is the name of the flow-based Geneve port on BrInt.
+	GenevePort string
+	// GeneveUDPPort is the Geneve UDP destination port (options:dst_port); use another port than
+	// 6081 when the host also runs OVN.
+	GeneveUDPPort int
+	// PortWait bounds the wait for ovs-vswitchd to assign ofports (0: DefaultPortWait).
+	PortWait time.Duration
+}
+
+func (c *IntegrationConfig) defaults() error {
+	if c.BrEx == "" || c.BrInt == "" || c.Uplink == "" {
+		return errors.New("integration config: BrEx, BrInt and Uplink are required")
+	}
+	if c.PatchExToInt == "" {
+		c.PatchExToInt = DefaultPatchExToInt
+	}
+	if c.PatchIntToEx == "" {
+		c.PatchIntToEx = DefaultPatchIntToEx
+	}
+	if c.GenevePort == "" {
+		c.GenevePort = DefaultGenevePort
+	}
+	if c.GeneveUDPPort == 0 {
+		c.GeneveUDPPort = DefaultGeneveUDPPort
+	}
+	if c.GeneveUDPPort < 1 || c.GeneveUDPPort > 65535 {
+		return fmt.Errorf("integration config: geneve UDP port %d out of range", c.GeneveUDPPort)
+	}
+	if c.PortWait == 0 {
+		c.PortWait = DefaultPortWait
+	}
+	return nil
+}
+
+// brIntProtocols are the OpenFlow versions br-int must allow (Bridge.protocols): 1.0 for
+// ovs-ofctl's defaults, 1.3 for other controllers, 1.5 for the agent's bundles and groups.
+var brIntProtocols = []string{"OpenFlow10", "OpenFlow13", "OpenFlow15"}
+
+// txn collects the operations of one OVSDB transaction and hands out named UUIDs.
+type txn struct {
+	ops []ovsdb.Operation
+	n   int
+}
+
+func (t *txn) name() string {
+	t.n++
+	return "row" + strconv.Itoa(t.n)
+}
+
+func (t *txn) add(ops []ovsdb.Operation, err error) error {
+	if err != nil {
+		return err
+	}
+	t.ops = append(t.ops, ops...)
+	return nil
+}
+
+// EnsureIntegration makes the integration plumbing exist, idempotently and through OVSDB
+// transactions: br-int (created with br-ex's datapath_type, because patch ports only join bridges
+// of the same datapath type; fail_mode=secure; protocols OpenFlow10/13/15 added when missing),
+// the patch pair between br-ex and br-int (type patch, options:peer) and the flow-based Geneve
+// port on br-int (type geneve, options remote_ip=flow, key=flow, dst_port). Objects that are
+// already right are not written; a wrong type or option is corrected; other options and
+// protocols are kept. It then waits (at most c.PortWait, or until ctx ends) for ovs-vswitchd to
+// assign ofports and returns them with br-ex's MAC (Interface.mac_in_use of its internal port).
+// Errors: ErrBridgeNotFound for a missing br-ex, ErrPortNotFound for a missing uplink, a
+// transaction error, or a timeout naming the ports still without an ofport.
+func (d *DB) EnsureIntegration(ctx context.Context, c IntegrationConfig) (flows.Ports, error) {
+	if err := c.defaults(); err != nil {
+		return flows.Ports{}, err
+	}
+	log := klog.FromContext(ctx).WithValues("brEx", c.BrEx, "brInt", c.BrInt)
+	ex := &bridgeRow{Name: c.BrEx}
+	if err := d.c.Get(ctx, ex); err != nil {
+		if errors.Is(err, client.ErrNotFound) {
+			return flows.Ports{}, fmt.Errorf("%s: %w", c.BrEx, ErrBridgeNotFound)
+		}
+		return flows.Ports{}, fmt.Errorf("read bridge %s: %w", c.BrEx, err)
+	}
+	if br, err := d.portBridge(ctx, c.Uplink); err != nil {
+		return flows.Ports{}, err
+	} else if br != c.BrEx {
+		return flows.Ports{}, fmt.Errorf("uplink %s on %s: %w", c.Uplink, c.BrEx, ErrPortNotFound)
+	}
+
+	t := &txn{}
+	in := &bridgeRow{Name: c.BrInt}
+	newInt := false
+	switch err := d.c.Get(ctx, in); {
+	case errors.Is(err, client.ErrNotFound):
+		newInt = true
+		secure := "secure"
+		in = &bridgeRow{UUID: t.name(), Name: c.BrInt, DatapathType: ex.DatapathType,
+			FailMode: &secure, Protocols: brIntProtocols}
+		// The bridge's internal port, as ovs-vsctl add-br creates it.
+		if err := d.createPort(t, in, true, c.BrInt, "internal", nil); err != nil {
+			return flows.Ports{}, err
+		}
+	case err != nil:
+		return flows.Ports{}, fmt.Errorf("read bridge %s: %w", c.BrInt, err)
+	default:
+		if err := d.fixBridge(t, in, ex.DatapathType); err != nil {
+			return flows.Ports{}, err
+		}
+	}
+
+	want := []struct {
+		br    *bridgeRow
+		isNew bool
+		name  string
+		typ   string
+		opts  map[string]string
+	}{
+		{ex, false, c.PatchExToInt, "patch", map[string]string{"peer": c.PatchIntToEx}},
+		{in, newInt, c.PatchIntToEx, "patch", map[string]string{"peer": c.PatchExToInt}},
+		{in, newInt, c.GenevePort, "geneve", map[string]string{
+			"remote_ip": "flow", "key": "flow", "dst_port": strconv.Itoa(c.GeneveUDPPort)}},
+	}
+	for _, w := range want {
+		if err := d.ensurePort(ctx, t, w.br, w.isNew, w.name, w.typ, w.opts); err != nil {
+			return flows.Ports{}, err
+		}
+	}
+	if newInt {
+		if err := t.add(d.c.Create(in)); err != nil {
+			return flows.Ports{}, fmt.Errorf("create bridge %s: %w", c.BrInt, err)
+		}
+		var roots []ovsRow
+		if err := d.c.List(ctx, &roots); err != nil || len(roots) != 1 {
+			return flows.Ports{}, fmt.Errorf("read Open_vSwitch root row (%d rows): %w", len(roots), err)
+		}
+		root := &roots[0]
+		if err := t.add(d.c.Where(root).Mutate(root, model.Mutation{
+			Field: &root.Bridges, Mutator: ovsdb.MutateOperationInsert, Value: []string{in.UUID},
+		})); err != nil {
+			return flows.Ports{}, fmt.Errorf("add bridge %s: %w", c.BrInt, err)
+		}
+	}
+	if err := d.transact(ctx, t); err != nil {
+		return flows.Ports{}, fmt.Errorf("ensure integration of %s and %s: %w", c.BrEx, c.BrInt, err)
+	}
+	if len(t.ops) > 0 {
+		log.V(2).Info("Updated OVS integration objects", "operations", len(t.ops), "createdBrInt", newInt)
+	}
+	return d.waitPorts(ctx, c)
+}
+
+// fixBridge corrects datapath_type, fail_mode and missing protocols of an existing br-int.
+func (d *DB) fixBridge(t *txn, in *bridgeRow, dpType string) error {
+	var fields []any
+	if in.DatapathType != dpType {
+		in.DatapathType = dpType
+		fields = append(fields, &in.DatapathType)
+	}
+	if in.FailMode == nil || *in.FailMode != "secure" {
+		secure := "secure"
+		in.FailMode = &secure
+		fields = append(fields, &in.FailMode)
+	}
+	missing := false
+	for _, p := range brIntProtocols {
+		if !slices.Contains(in.Protocols, p) {
+			in.Protocols = append(in.Protocols, p)
+			missing = true
+		}
+	}
+	if missing {
+		fields = append(fields, &in.Protocols)
+	}
+	if len(fields) == 0 {
+		return nil
+	}
+	if err := t.add(d.c.Where(in).Update(in, fields...)); err != nil {
+		return fmt.Errorf("update bridge %s: %w", in.Name, err)
+	}
+	return nil
+}
+
+// portBridge returns the name of the bridge holding port name, ErrPortNotFound (wrapped) if no
+// bridge does.
+func (d *DB) portBridge(ctx context.Context, name string) (string, error) {
+	p := &portRow{Name: name}
+	if err := d.c.Get(ctx, p); err != nil {
+		if errors.Is(err, client.ErrNotFound) {
+			return "", fmt.Errorf("%s: %w", name, ErrPortNotFound)
+		}
+		return "", fmt.Errorf("read port %s: %w", name, err)
+	}
+	var brs []bridgeRow
+	if err := d.c.List(ctx, &brs); err != nil {
+		return "", fmt.Errorf("list bridges: %w", err)
+	}
+	for _, b := range brs {
+		if slices.Contains(b.Ports, p.UUID) {
+			return b.Name, nil
+		}
+	}
+	return "", fmt.Errorf("%s is on no bridge: %w", name, ErrPortNotFound)
+}
+
+// ensurePort adds port name (one interface of the same name) to br, or corrects the type and
+// the given options of the existing interface.
+func (d *DB) ensurePort(ctx context.Context, t *txn, br *bridgeRow, brIsNew bool, name, typ string, opts map[string]string) error {
+	iface := &ifaceRow{Name: name}
+	err := d.c.Get(ctx, iface)
+	if errors.Is(err, client.ErrNotFound) {
+		return d.createPort(t, br, brIsNew, name, typ, opts)
+	}
+	if err != nil {
+		return fmt.Errorf("read interface %s: %w", name, err)
+	}
+	if got, err := d.portBridge(ctx, name); err != nil {
+		return err
+	} else if got != br.Name {
+		return fmt.Errorf("port %s is on bridge %s, want %s", name, got, br.Name)
+	}
+	var fields []any
+	if iface.Type != typ {
+		iface.Type = typ
+		fields = append(fields, &iface.Type)
+	}
+	newOpts := maps.Clone(iface.Options)
+	if newOpts == nil {
+		newOpts = map[string]string{}
+	}
+	maps.Copy(newOpts, opts)
+	if !maps.Equal(newOpts, iface.Options) {
+		iface.Options = newOpts
+		fields = append(fields, &iface.Options)
+	}
+	if len(fields) == 0 {
+		return nil
+	}
+	if err := t.add(d.c.Where(iface).Update(iface, fields...)); err != nil {
+		return fmt.Errorf("update interface %s: %w", name, err)
+	}
+	return nil
+}
+
+// createPort adds the operations that create a Port with one Interface, both called name, on
+// br. A bridge created in the same transaction (brIsNew) gets the port in its Ports column.
+func (d *DB) createPort(t *txn, br *bridgeRow, brIsNew bool, name, typ string, opts map[string]string) error {
+	iface := &ifaceRow{UUID: t.name(), Name: name, Type: typ, Options: opts}
+	port := &portRow{UUID: t.name(), Name: name, Interfaces: []string{iface.UUID}}
+	if err := t.add(d.c.Create(iface, port)); err != nil {
+		return fmt.Errorf("create port %s: %w", name, err)
+	}
+	if brIsNew {
+		br.Ports = append(br.Ports, port.UUID)
+		return nil
+	}
+	if err := t.add(d.c.Where(br).Mutate(br, model.Mutation{
+		Field: &br.Ports, Mutator: ovsdb.MutateOperationInsert, Value: []string{port.UUID},
+	})); err != nil {
+		return fmt.Errorf("add port %s to %s: %w", name, br.Name, err)
+	}
+	return nil
+}
+
+// transact runs t's operations (if any) as one transaction and checks every result.
+func (d *DB) transact(ctx context.Context, t *txn) error {
+	if len(t.ops) == 0 {
+		return nil
+	}
+	klog.FromContext(ctx).V(9).Info("OVSDB transaction", "operations", t.ops)
+	res, err := d.c.Transact(ctx, t.ops...)
+	if err != nil {
+		return err
+	}
+	if _, err := ovsdb.CheckOperationResults(res, t.ops); err != nil {
+		return err
+	}
+	return nil
+}
+
+// waitPorts polls the cache until the ofports and br-ex's MAC are known.
+func (d *DB) waitPorts(ctx context.Context, c IntegrationConfig) (flows.Ports, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.PortWait)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var p flows.Ports
+		var pending []string
+		ofport := func(name string) int {
+			i := &ifaceRow{Name: name}
+			if err := d.c.Get(ctx, i); err != nil || i.OFPort == nil || *i.OFPort <= 0 {
+				msg := name
+				if err == nil && i.Error != nil {
+					msg += " (" + *i.Error + ")"
+				}
+				pending = append(pending, msg)
+				return 0
+			}
+			return *i.OFPort
+		}
+		p.ExUplink = ofport(c.Uplink)
+		p.ExPatch = ofport(c.PatchExToInt)
+		p.IntPatch = ofport(c.PatchIntToEx)
+		p.IntTunnel = ofport(c.GenevePort)
+		exIf := &ifaceRow{Name: c.BrEx}
+		if err := d.c.Get(ctx, exIf); err == nil && exIf.MACInUse != nil {
+			if mac, err := net.ParseMAC(*exIf.MACInUse); err == nil {
+				p.ExMAC = mac
+			}
+		}
+		if p.ExMAC == nil {
+			pending = append(pending, c.BrEx+" mac_in_use")
+		}
+		if len(pending) == 0 {
+			return p, nil
+		}
+		select {
+		case <-ctx.Done():
+			return flows.Ports{}, fmt.Errorf("wait for ofports: still missing %s: %w",
+				strings.Join(pending, ", "), ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// NameTables names OpenFlow tables of bridge through OVSDB Flow_Table rows (Bridge.flow_tables,
+// Flow_Table.name), so that `ovs-ofctl --names dump-flows` prints table=NAME and
+// ofproto/trace shows the names. Tables not in names are left alone; rows already carrying the
+// right name are not written. names maps table id (0-254) to name. Names must be unique per
+// bridge and not look like numbers (ovs-ofctl(8) parses names in flow text when --names is on).
+// Errors: ErrBridgeNotFound (wrapped) or the transaction error.
+func (d *DB) NameTables(ctx context.Context, bridge string, names map[int]string) error {
+	br := &bridgeRow{Name: bridge}
+	if err := d.c.Get(ctx, br); err != nil {
+		if errors.Is(err, client.ErrNotFound) {
+			return fmt.Errorf("%s: %w", bridge, ErrBridgeNotFound)
+		}
+		return fmt.Errorf("read bridge %s: %w", bridge, err)
+	}
+	t := &txn{}
+	add := map[int]string{}
+	for _, id := range slices.Sorted(maps.Keys(names)) {
+		name := names[id]
+		if id < 0 || id > 254 {
+			return fmt.Errorf("name table %d of %s: table id out of range", id, bridge)
+		}
+		if u, ok := br.FlowTables[id]; ok {
+			ft := &flowTableRow{UUID: u}
+			if err := d.c.Get(ctx, ft); err == nil {
+				if ft.Name != nil && *ft.Name == name {
+					continue
+				}
+				ft.Name = &name
+				if err := t.add(d.c.Where(ft).Update(ft, &ft.Name)); err != nil {
+					return fmt.Errorf("rename table %d of %s: %w", id, bridge, err)
+				}
+				continue
+			}
+		}
+		ft := &flowTableRow{UUID: t.name(), Name: &name}
+		if err := t.add(d.c.Create(ft)); err != nil {
+			return fmt.Errorf("create Flow_Table %s: %w", name, err)
+		}
+		add[id] = ft.UUID
+	}
+	if len(add) > 0 {
+		if err := t.add(d.c.Where(br).Mutate(br, model.Mutation{
+			Field: &br.FlowTables, Mutator: ovsdb.MutateOperationInsert, Value: add,
+		})); err != nil {
+			return fmt.Errorf("add flow tables to %s: %w", bridge, err)
+		}
+	}
+	if err := d.transact(ctx, t); err != nil {
+		return fmt.Errorf("name tables of %s: %w", bridge, err)
+	}
+	return nil
+}
+
+// PodPort is a pod's interface on the integration bridge, found through Interface.external_ids.
+type PodPort struct {
+	// Namespace and Name identify the pod: from external_ids iface-id=<namespace>_<pod>
+	// (OVN-Kubernetes; split at the first '_', which neither a namespace nor a pod name may
+	// contain) or pod-namespace and pod-name (Antrea).
+	Namespace, Name string
+	// Interface is the OVS interface name (Interface.name).
+	Interface string
+	// MAC is external_ids:attached-mac, the pod's own MAC address.
+	MAC net.HardwareAddr
+	// OFPort is the interface's OpenFlow port number on the bridge (Interface.ofport, > 0).
+	OFPort int
+	// IPs are the pod addresses from external_ids:ip_addresses (comma-separated, plain or CIDR)
+	// or external_ids:ip; empty when neither is set (use the Pod object's status.podIPs).
+	IPs []netip.Addr
+}
+
+// PodPorts lists the pod interfaces on bridge brInt, sorted by namespace and name. Interfaces
+// without a recognised pod identity, without a parseable attached-mac or without an ofport
+// (> 0) are skipped; unparseable addresses are skipped. Error: ErrBridgeNotFound (wrapped).
+func (d *DB) PodPorts(ctx context.Context, brInt string) ([]PodPort, error) {
+	br := &bridgeRow{Name: brInt}
+	if err := d.c.Get(ctx, br); err != nil {
+		if errors.Is(err, client.ErrNotFound) {
+			return nil, fmt.Errorf("%s: %w", brInt, ErrBridgeNotFound)
+		}
+		return nil, fmt.Errorf("read bridge %s: %w", brInt, err)
+	}
+	var out []PodPort
+	for _, pu := range br.Ports {
+		p := &portRow{UUID: pu}
+		if err := d.c.Get(ctx, p); err != nil {
+			continue // deleted meanwhile
+		}
+		for _, iu := range p.Interfaces {
+			i := &ifaceRow{UUID: iu}
+			if err := d.c.Get(ctx, i); err != nil {
+				continue
+			}
+			if pp, ok := podPort(i); ok {
+				out = append(out, pp)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b PodPort) int {
+		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Name, b.Name); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Interface, b.Interface)
+	})
+	return out, nil
+}
+
+// podPort extracts a PodPort from an interface row.
+func podPort(i *ifaceRow) (PodPort, bool) {
+	ids := i.ExternalIDs
+	pp := PodPort{Interface: i.Name}
+	if ns, name := ids["pod-namespace"], ids["pod-name"]; ns != "" && name != "" {
+		pp.Namespace, pp.Name = ns, name
+	} else if ns, name, ok := strings.Cut(ids["iface-id"], "_"); ok && ns != "" && name != "" {
+		pp.Namespace, pp.Name = ns, name
+	} else {
+		return PodPort{}, false
+	}
+	if i.OFPort == nil || *i.OFPort <= 0 {
+		return PodPort{}, false
+	}
+	pp.OFPort = *i.OFPort
+	mac, err := net.ParseMAC(ids["attached-mac"])
+	if err != nil {
+		return PodPort{}, false
+	}
+	pp.MAC = mac
+	raw := ids["ip_addresses"]
+	if raw == "" {
+		raw = ids["ip"]
+	}
+	for _, s := range strings.Split(raw, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if pfx, err := netip.ParsePrefix(s); err == nil {
+			pp.IPs = append(pp.IPs, pfx.Addr())
+		} else if a, err := netip.ParseAddr(s); err == nil {
+			pp.IPs = append(pp.IPs, a)
+		}
+	}
+	return pp, true
+}

@@ -1,0 +1,261 @@
+package ofctl_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/ovs-srcip/ovs-srcip/ofctl"
+	"github.com/ovs-srcip/ovs-srcip/ofctl/ovstest"
+)
+
+// testContext returns a context with a per-test logger at verbosity 2 and a one minute deadline.
+func testContext(t *testing.T) context.Context {
+	ctx := klog.NewContext(context.Background(), ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2))))
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// startNode starts a sandbox with br-ex (uplink eth0), connects a DB and returns both.
+func startNode(t *testing.T) (context.Context, *ovstest.Sandbox, *ofctl.DB) {
+	t.Helper()
+	ctx := testContext(t)
+	sb := ovstest.StartDummy(t)
+	sb.AddBridge(t, "br-ex", "eth0")
+	db, err := ofctl.Connect(ctx, sb.Endpoint())
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	return ctx, sb, db
+}
+
+var integration = ofctl.IntegrationConfig{BrEx: "br-ex", BrInt: "br-int", Uplink: "eth0"}
+
+// rows returns the uuids and the columns EnsureIntegration owns of every Bridge, Port and
+// Interface row: equal snapshots mean no churn.
+func rows(t *testing.T, sb *ovstest.Sandbox) string {
+	var b strings.Builder
+	b.WriteString(sb.Vsctl(t, "--bare", "--columns=_uuid,name,datapath_type,fail_mode,protocols,ports,flow_tables", "list", "Bridge"))
+	b.WriteString(sb.Vsctl(t, "--bare", "--columns=_uuid,name,interfaces", "list", "Port"))
+	b.WriteString(sb.Vsctl(t, "--bare", "--columns=_uuid,name,type,options", "list", "Interface"))
+	return b.String()
+}
+
+func vsGet(t *testing.T, sb *ovstest.Sandbox, args ...string) string {
+	return strings.Trim(strings.TrimSpace(sb.Vsctl(t, append([]string{"get"}, args...)...)), `"`)
+}
+
+func TestEnsureIntegration(t *testing.T) {
+	ctx, sb, db := startNode(t)
+
+	ports, err := db.EnsureIntegration(ctx, integration)
+	require.NoError(t, err)
+	for name, got := range map[string]int{"eth0": ports.ExUplink, "patch-ex-to-int": ports.ExPatch,
+		"patch-int-to-ex": ports.IntPatch, "srcip-geneve0": ports.IntTunnel} {
+		assert.Equal(t, vsGet(t, sb, "Interface", name, "ofport"), strconv.Itoa(got), name)
+		assert.Positive(t, got, name)
+	}
+	mac, err := net.ParseMAC(vsGet(t, sb, "Interface", "br-ex", "mac_in_use"))
+	require.NoError(t, err)
+	assert.Equal(t, mac, ports.ExMAC)
+
+	assert.Equal(t, "dummy", vsGet(t, sb, "Bridge", "br-int", "datapath_type"))
+	assert.Equal(t, "secure", vsGet(t, sb, "Bridge", "br-int", "fail_mode"))
+	assert.Equal(t, `[OpenFlow10, OpenFlow13, OpenFlow15]`, vsGet(t, sb, "Bridge", "br-int", "protocols"))
+	assert.Equal(t, "patch", vsGet(t, sb, "Interface", "patch-int-to-ex", "type"))
+	assert.Equal(t, "patch-ex-to-int", vsGet(t, sb, "Interface", "patch-int-to-ex", "options:peer"))
+	assert.Equal(t, "patch-int-to-ex", vsGet(t, sb, "Interface", "patch-ex-to-int", "options:peer"))
+	assert.Equal(t, "geneve", vsGet(t, sb, "Interface", "srcip-geneve0", "type"))
+	assert.Equal(t, `{dst_port="6081", key=flow, remote_ip=flow}`, vsGet(t, sb, "Interface", "srcip-geneve0", "options"))
+	assert.Contains(t, sb.Vsctl(t, "list-ports", "br-int"), "srcip-geneve0")
+
+	// Run twice: not one row written.
+	before := rows(t, sb)
+	again, err := db.EnsureIntegration(ctx, integration)
+	require.NoError(t, err)
+	assert.Equal(t, ports, again)
+	assert.Equal(t, before, rows(t, sb))
+
+	// A wrong option and type are corrected; foreign options are kept.
+	sb.Vsctl(t, "set", "Interface", "srcip-geneve0", "options:dst_port=1234", "options:csum=true")
+	sb.Vsctl(t, "set", "Interface", "patch-ex-to-int", "options:peer=elsewhere")
+	sb.Vsctl(t, "set", "Bridge", "br-int", "fail_mode=standalone", "protocols=OpenFlow13")
+	require.Eventually(t, func() bool {
+		_, err := db.EnsureIntegration(ctx, integration)
+		require.NoError(t, err)
+		return vsGet(t, sb, "Interface", "srcip-geneve0", "options:dst_port") == "6081"
+	}, 10*time.Second, 50*time.Millisecond)
+	assert.Equal(t, "true", vsGet(t, sb, "Interface", "srcip-geneve0", "options:csum"))
+	assert.Equal(t, "patch-int-to-ex", vsGet(t, sb, "Interface", "patch-ex-to-int", "options:peer"))
+	assert.Equal(t, "secure", vsGet(t, sb, "Bridge", "br-int", "fail_mode"))
+	assert.Equal(t, `[OpenFlow10, OpenFlow13, OpenFlow15]`, vsGet(t, sb, "Bridge", "br-int", "protocols"))
+}
+
+func TestEnsureIntegrationErrors(t *testing.T) {
+	ctx, _, db := startNode(t)
+	c := integration
+	c.BrEx = "br-nope"
+	_, err := db.EnsureIntegration(ctx, c)
+	require.ErrorIs(t, err, ofctl.ErrBridgeNotFound)
+	assert.Contains(t, err.Error(), "br-nope")
+
+	c = integration
+	c.Uplink = "eth9"
+	_, err = db.EnsureIntegration(ctx, c)
+	require.ErrorIs(t, err, ofctl.ErrPortNotFound)
+	assert.Contains(t, err.Error(), "eth9")
+}
+
+func TestEnsureIntegrationExistingBrInt(t *testing.T) {
+	ctx, sb, db := startNode(t)
+	sb.AddBridge(t, "br-int")
+	sb.Vsctl(t, "set", "Bridge", "br-int", "protocols=OpenFlow14")
+	c := integration
+	c.GeneveUDPPort = 6082
+	c.GenevePort = "gnv1"
+	ports, err := db.EnsureIntegration(ctx, c)
+	require.NoError(t, err)
+	assert.Positive(t, ports.IntTunnel)
+	assert.Equal(t, "6082", vsGet(t, sb, "Interface", "gnv1", "options:dst_port"))
+	assert.Equal(t, `[OpenFlow10, OpenFlow13, OpenFlow14, OpenFlow15]`, vsGet(t, sb, "Bridge", "br-int", "protocols"))
+}
+
+func TestNameTables(t *testing.T) {
+	ctx, sb, db := startNode(t)
+	require.NoError(t, db.NameTables(ctx, "br-ex", map[int]string{0: "ExClassifier", 40: "ExServiceLB"}))
+	of := ofctl.NewOpenFlow("br-ex", sb.MgmtTarget("br-ex"))
+	require.NoError(t, of.Bundle(ctx, []string{"flow add cookie=0x5c01000000000001,table=40,priority=10,ip,actions=drop"}))
+	require.Eventually(t, func() bool {
+		out, err := of.DumpFlows(ctx, "")
+		require.NoError(t, err)
+		return strings.Contains(out, "table=ExServiceLB")
+	}, 5*time.Second, 20*time.Millisecond)
+
+	// Unchanged names write nothing; a new name renames in place.
+	before := sb.Vsctl(t, "--bare", "--columns=_uuid,name", "list", "Flow_Table")
+	require.NoError(t, db.NameTables(ctx, "br-ex", map[int]string{0: "ExClassifier", 40: "ExServiceLB"}))
+	assert.Equal(t, before, sb.Vsctl(t, "--bare", "--columns=_uuid,name", "list", "Flow_Table"))
+	require.NoError(t, db.NameTables(ctx, "br-ex", map[int]string{40: "Renamed"}))
+	assert.Equal(t, "Renamed", vsGet(t, sb, "Flow_Table", vsGet(t, sb, "Bridge", "br-ex", "flow_tables:40"), "name"))
+
+	require.ErrorIs(t, db.NameTables(ctx, "br-nope", map[int]string{1: "x"}), ofctl.ErrBridgeNotFound)
+}
+
+func TestPodPorts(t *testing.T) {
+	ctx, sb, db := startNode(t)
+	_, err := db.EnsureIntegration(ctx, integration)
+	require.NoError(t, err)
+	add := func(name string, ids ...string) {
+		args := []string{"add-port", "br-int", name, "--", "set", "Interface", name, "type=dummy"}
+		for _, id := range ids {
+			args = append(args, "external_ids:"+id)
+		}
+		sb.Vsctl(t, args...)
+	}
+	add("ovn1", "iface-id=ns-a_pod-1", "attached-mac=0a:58:0a:f4:00:05", `ip_addresses="10.244.0.5/24,fd00::5/64"`)
+	add("antrea1", "pod-namespace=ns-b", "pod-name=pod-2", "attached-mac=0a:58:0a:f4:00:06", "ip=10.244.0.6")
+	add("noip", "iface-id=ns-c_pod_3", "attached-mac=0a:58:0a:f4:00:07")
+	add("nomac", "iface-id=ns-d_pod-4")
+	add("plain")
+
+	want := []ofctl.PodPort{
+		{Namespace: "ns-a", Name: "pod-1", Interface: "ovn1", MAC: mustMAC("0a:58:0a:f4:00:05"),
+			IPs: []netip.Addr{netip.MustParseAddr("10.244.0.5"), netip.MustParseAddr("fd00::5")}},
+		{Namespace: "ns-b", Name: "pod-2", Interface: "antrea1", MAC: mustMAC("0a:58:0a:f4:00:06"),
+			IPs: []netip.Addr{netip.MustParseAddr("10.244.0.6")}},
+		{Namespace: "ns-c", Name: "pod_3", Interface: "noip", MAC: mustMAC("0a:58:0a:f4:00:07")},
+	}
+	for i := range want {
+		p, err := strconv.Atoi(vsGet(t, sb, "Interface", want[i].Interface, "ofport"))
+		require.NoError(t, err)
+		want[i].OFPort = p
+	}
+	var got []ofctl.PodPort
+	require.Eventually(t, func() bool {
+		got, err = db.PodPorts(ctx, "br-int")
+		require.NoError(t, err)
+		return len(got) == len(want) && got[0].OFPort > 0
+	}, 5*time.Second, 20*time.Millisecond, "got %+v", got)
+	assert.Equal(t, want, got)
+
+	_, err = db.PodPorts(ctx, "br-nope")
+	require.ErrorIs(t, err, ofctl.ErrBridgeNotFound)
+}
+
+func mustMAC(s string) net.HardwareAddr {
+	m, err := net.ParseMAC(s)
+	if err != nil {
+		panic(err)
+	}
+	return m
+}
+
+func drain(ch <-chan struct{}) {
+	for {
+		select {
+		case <-ch:
+		default:
+			return
+		}
+	}
+}
+
+func TestChangesAndReconnect(t *testing.T) {
+	ctx, sb, db := startNode(t)
+	_, err := db.EnsureIntegration(ctx, integration)
+	require.NoError(t, err)
+	time.Sleep(100 * time.Millisecond)
+	drain(db.Changes())
+	drain(db.Reconnected())
+
+	sb.Vsctl(t, "set", "Interface", "eth0", "external_ids:x=y")
+	select {
+	case <-db.Changes():
+	case <-time.After(5 * time.Second):
+		t.Fatal("no change notification after an Interface update")
+	}
+
+	// Interface statistics (updated every few seconds) are not monitored: no notification.
+	drain(db.Changes())
+	select {
+	case <-db.Changes():
+		t.Fatal("change notification without a change")
+	case <-time.After(6 * time.Second):
+	}
+
+	sb.StopOVSDB(t)
+	sb.StartOVSDB(t)
+	select {
+	case <-db.Reconnected():
+	case <-time.After(15 * time.Second):
+		t.Fatal("no reconnect notification after an ovsdb-server restart")
+	}
+	// The connection works again: a new pod port is seen.
+	sb.Vsctl(t, "add-port", "br-int", "p1", "--", "set", "Interface", "p1", "type=dummy",
+		"external_ids:iface-id=ns_p1", "external_ids:attached-mac=02:00:00:00:00:01")
+	require.Eventually(t, func() bool {
+		pods, err := db.PodPorts(ctx, "br-int")
+		require.NoError(t, err)
+		return len(pods) == 1
+	}, 5*time.Second, 20*time.Millisecond)
+	_, err = db.EnsureIntegration(ctx, integration)
+	require.NoError(t, err)
+}
+
+func TestConnectFails(t *testing.T) {
+	ctx, cancel := context.WithTimeout(testContext(t), 2*time.Second)
+	defer cancel()
+	_, err := ofctl.Connect(ctx, "unix:/nonexistent/db.sock")
+	require.Error(t, err)
+	assert.False(t, errors.Is(err, ofctl.ErrBridgeNotFound))
+}
