@@ -1,0 +1,175 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
+
+	"github.com/ovs-srcip/ovs-srcip/flows"
+)
+
+// Defaults of Config.
+const (
+	DefaultFullSyncPeriod  = 60 * time.Second
+	DefaultMinSyncInterval = 100 * time.Millisecond
+	DefaultRetryMin        = 200 * time.Millisecond
+	DefaultRetryMax        = 30 * time.Second
+	// UnreadyAfterFailingPeriods: /readyz fails when syncs have been failing for longer than this
+	// many full-sync periods.
+	UnreadyAfterFailingPeriods = 3
+)
+
+// Config configures an Agent.
+type Config struct {
+	// NodeName is this node's name (required).
+	NodeName string
+	// Source delivers the cluster objects (required).
+	Source Source
+	// Dataplane is the node's OVSDB (required).
+	Dataplane Dataplane
+	// Bridges are the two bridges (flows.BrEx and flows.BrInt, required).
+	Bridges map[flows.Bridge]FlowBridge
+	// NodePortCIDRs restricts NodePort addresses (--nodeport-addresses); empty: all of the
+	// node's InternalIP and ExternalIP addresses.
+	NodePortCIDRs []netip.Prefix
+	// FullSyncPeriod is the drift-repair period (0: DefaultFullSyncPeriod).
+	FullSyncPeriod time.Duration
+	// MinSyncInterval bounds the sync rate (0: DefaultMinSyncInterval).
+	MinSyncInterval time.Duration
+	// Metrics (nil: unregistered).
+	Metrics *Metrics
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.NodeName == "" {
+		errs = append(errs, errors.New("node name is required"))
+	}
+	if c.Source == nil {
+		errs = append(errs, errors.New("a state source is required"))
+	}
+	if c.Dataplane == nil {
+		errs = append(errs, errors.New("a dataplane is required"))
+	}
+	for _, b := range applyOrder {
+		if c.Bridges[b] == nil {
+			errs = append(errs, fmt.Errorf("bridge %s is required", b))
+		}
+	}
+	if c.FullSyncPeriod <= 0 {
+		c.FullSyncPeriod = DefaultFullSyncPeriod
+	}
+	if c.MinSyncInterval <= 0 {
+		c.MinSyncInterval = DefaultMinSyncInterval
+	}
+	return errors.Join(errs...)
+}
+
+// Agent runs the control loop of one node: Source -> Reconciler -> bridges.
+type Agent struct {
+	cfg    Config
+	rec    *Reconciler
+	runner *Runner
+}
+
+// New validates cfg and returns an Agent.
+func New(cfg Config) (*Agent, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("agent config: %w", err)
+	}
+	rec := NewReconciler(ReconcilerConfig{
+		NodeName:      cfg.NodeName,
+		Bridges:       cfg.Bridges,
+		Dataplane:     cfg.Dataplane,
+		NodePortCIDRs: cfg.NodePortCIDRs,
+		HasSynced:     cfg.Source.HasSynced,
+		Events:        sourceEvents{cfg.Source},
+		Metrics:       cfg.Metrics,
+	})
+	runner := NewRunner(rec.Sync, cfg.MinSyncInterval, DefaultRetryMin, DefaultRetryMax)
+	rec.SetTrigger(runner.Run)
+	return &Agent{cfg: cfg, rec: rec, runner: runner}, nil
+}
+
+// Reconciler returns the Agent's Reconciler.
+func (a *Agent) Reconciler() *Reconciler { return a.rec }
+
+// Run starts the Source, waits until it has synced, then runs the sync loop until ctx is done.
+// It returns nil on cancellation; flows are left in place.
+func (a *Agent) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithValues("node", a.cfg.NodeName)
+	ctx = klog.NewContext(ctx, logger)
+	if err := a.cfg.Source.Start(ctx, a.rec); err != nil {
+		return fmt.Errorf("start state source: %w", err)
+	}
+	logger.Info("Waiting for the state source to sync")
+	if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+		return a.cfg.Source.HasSynced(), nil
+	}); err != nil {
+		return nil // cancelled before sync
+	}
+	logger.Info("State source synced; starting the sync loop", "fullSyncPeriod", a.cfg.FullSyncPeriod)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a.runner.Loop(ctx)
+	}()
+	a.rec.RequestFullSync()
+	tick := time.NewTicker(a.cfg.FullSyncPeriod)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			<-done
+			logger.Info("Stopped; flows are left in place")
+			return nil
+		case <-a.cfg.Dataplane.Changes():
+			logger.V(4).Info("OVSDB changed; requesting a full sync")
+			a.rec.RequestFullSync()
+		case <-tick.C:
+			a.rec.RequestFullSync()
+		}
+	}
+}
+
+// Healthy reports an error when the OVSDB connection is down: the Dataplane says so (when it
+// implements ConnectionChecker) or the last OVSDB read failed.
+func (a *Agent) Healthy() error {
+	if c, ok := a.cfg.Dataplane.(ConnectionChecker); ok && !c.Connected() {
+		return errors.New("ovsdb not connected")
+	}
+	if err := a.rec.Status().DataplaneError; err != nil {
+		return fmt.Errorf("ovsdb: %w", err)
+	}
+	return nil
+}
+
+// Ready reports an error until the first full sync succeeded, and while syncs have been failing
+// for longer than UnreadyAfterFailingPeriods full-sync periods.
+func (a *Agent) Ready() error {
+	st := a.rec.Status()
+	if !st.FullSyncDone {
+		if st.LastError != nil {
+			return fmt.Errorf("first full sync not done: %w", st.LastError)
+		}
+		return errors.New("first full sync not done")
+	}
+	if !st.FailingSince.IsZero() && time.Since(st.FailingSince) > UnreadyAfterFailingPeriods*a.cfg.FullSyncPeriod {
+		return fmt.Errorf("syncs failing since %s: %w", st.FailingSince.Format(time.RFC3339), st.LastError)
+	}
+	return nil
+}
+
+// sourceEvents forwards to the Source's current EventSink (KubeSource creates its recorder in
+// Start).
+type sourceEvents struct{ src Source }
+
+func (s sourceEvents) Warn(obj runtime.Object, reason, message string) {
+	s.src.Events().Warn(obj, reason, message)
+}

@@ -1,0 +1,162 @@
+package agent
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/ovs-srcip/ovs-srcip/flows"
+)
+
+// entryPoint is one place external traffic for a Service port arrives: a NodePort (addr zero:
+// on every NodePort address of the node), or a LoadBalancer ingress IP or externalIP with the
+// Service port.
+type entryPoint struct {
+	proto flows.Protocol
+	addr  netip.Addr
+	port  uint16
+}
+
+func (e entryPoint) String() string {
+	if !e.addr.IsValid() {
+		return fmt.Sprintf("nodePort %d/%s", e.port, e.proto)
+	}
+	return fmt.Sprintf("%s/%s", netip.AddrPortFrom(e.addr, e.port), e.proto)
+}
+
+// claimRank orders Services competing for an entry point: the oldest Service wins, then the
+// smallest namespace/name, so that every node and every restart picks the same winner.
+type claimRank struct {
+	created time.Time
+	name    types.NamespacedName
+}
+
+func (a claimRank) less(b claimRank) bool {
+	if !a.created.Equal(b.created) {
+		return a.created.Before(b.created)
+	}
+	if a.name.Namespace != b.name.Namespace {
+		return a.name.Namespace < b.name.Namespace
+	}
+	return a.name.Name < b.name.Name
+}
+
+// claims indexes the entry points of every opted-in Service, so that one whose entry point
+// collides with another's loses just that entry point (and gets an Event) instead of breaking the
+// other Service's flows. It is owned by the Reconciler's goroutine.
+type claims struct {
+	bySvc  map[types.NamespacedName][]entryPoint
+	rank   map[types.NamespacedName]claimRank
+	owners map[entryPoint]map[types.NamespacedName]bool
+}
+
+func newClaims() *claims {
+	return &claims{
+		bySvc:  map[types.NamespacedName][]entryPoint{},
+		rank:   map[types.NamespacedName]claimRank{},
+		owners: map[entryPoint]map[types.NamespacedName]bool{},
+	}
+}
+
+func entryPoints(sps []flows.ServicePort) []entryPoint {
+	var out []entryPoint
+	for _, sp := range sps {
+		if sp.NodePort != 0 {
+			out = append(out, entryPoint{proto: sp.Protocol, port: sp.NodePort})
+		}
+		for _, a := range sp.LoadBalancerIPs {
+			out = append(out, entryPoint{proto: sp.Protocol, addr: a, port: sp.Port})
+		}
+		for _, a := range sp.ExternalIPs {
+			out = append(out, entryPoint{proto: sp.Protocol, addr: a, port: sp.Port})
+		}
+	}
+	return out
+}
+
+// set replaces the claims of name (nil sps: remove) and returns the other Services whose
+// winners may have changed because of it.
+func (c *claims) set(name types.NamespacedName, rank claimRank, sps []flows.ServicePort) []types.NamespacedName {
+	affected := map[types.NamespacedName]bool{}
+	for _, e := range c.bySvc[name] {
+		for o := range c.owners[e] {
+			affected[o] = true
+		}
+		delete(c.owners[e], name)
+		if len(c.owners[e]) == 0 {
+			delete(c.owners, e)
+		}
+	}
+	delete(c.bySvc, name)
+	delete(c.rank, name)
+	if eps := entryPoints(sps); len(eps) > 0 {
+		c.bySvc[name] = eps
+		c.rank[name] = rank
+		for _, e := range eps {
+			if c.owners[e] == nil {
+				c.owners[e] = map[types.NamespacedName]bool{}
+			}
+			for o := range c.owners[e] {
+				affected[o] = true
+			}
+			c.owners[e][name] = true
+		}
+	}
+	delete(affected, name)
+	out := make([]types.NamespacedName, 0, len(affected))
+	for o := range affected {
+		out = append(out, o)
+	}
+	return out
+}
+
+// winner returns the Service that owns e.
+func (c *claims) winner(e entryPoint) types.NamespacedName {
+	var best types.NamespacedName
+	var br claimRank
+	first := true
+	for o := range c.owners[e] {
+		if r := c.rank[o]; first || r.less(br) {
+			best, br, first = o, r, false
+		}
+	}
+	return best
+}
+
+// resolve removes from sps (the converted ports of name) the entry points that another Service
+// owns and describes each removal.
+func (c *claims) resolve(name types.NamespacedName, sps []flows.ServicePort) ([]flows.ServicePort, []string) {
+	var problems []string
+	lost := func(e entryPoint) bool {
+		if len(c.owners[e]) < 2 {
+			return false
+		}
+		w := c.winner(e)
+		if w == name {
+			return false
+		}
+		problems = append(problems, fmt.Sprintf("entry point %s is already used by Service %s; not programmed for this Service", e, w))
+		return true
+	}
+	out := make([]flows.ServicePort, 0, len(sps))
+	for _, sp := range sps {
+		if sp.NodePort != 0 && lost(entryPoint{proto: sp.Protocol, port: sp.NodePort}) {
+			sp.NodePort = 0
+		}
+		keep := func(as []netip.Addr) []netip.Addr {
+			var k []netip.Addr
+			for _, a := range as {
+				if !lost(entryPoint{proto: sp.Protocol, addr: a, port: sp.Port}) {
+					k = append(k, a)
+				}
+			}
+			return k
+		}
+		sp.LoadBalancerIPs = keep(sp.LoadBalancerIPs)
+		sp.ExternalIPs = keep(sp.ExternalIPs)
+		out = append(out, sp)
+	}
+	return out, problems
+}

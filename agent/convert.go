@@ -1,0 +1,290 @@
+package agent
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/ovs-srcip/ovs-srcip/flows"
+)
+
+// AnnotationPreserveSourceIP is the Service annotation that opts a Service in; its value must be
+// "true".
+const AnnotationPreserveSourceIP = "ovs-srcip.io/preserve-source-ip"
+
+// OptIn reports whether svc gets flows: it carries AnnotationPreserveSourceIP "true", its
+// externalTrafficPolicy is Cluster (or unset) and it is reachable from outside (type NodePort or
+// LoadBalancer, or it has externalIPs). When the annotation is set but the Service does not
+// qualify, reason says why (for an Event); otherwise reason is empty.
+func OptIn(svc *corev1.Service) (ok bool, reason string) {
+	if svc == nil || svc.Annotations[AnnotationPreserveSourceIP] != "true" {
+		return false, ""
+	}
+	if p := svc.Spec.ExternalTrafficPolicy; p != "" && p != corev1.ServiceExternalTrafficPolicyCluster {
+		return false, fmt.Sprintf("annotation %s ignored: externalTrafficPolicy is %s, not Cluster (the client IP is already kept)", AnnotationPreserveSourceIP, p)
+	}
+	t := svc.Spec.Type
+	if t != corev1.ServiceTypeNodePort && t != corev1.ServiceTypeLoadBalancer && len(svc.Spec.ExternalIPs) == 0 {
+		return false, fmt.Sprintf("annotation %s ignored: type %s without externalIPs has no external entry point", AnnotationPreserveSourceIP, t)
+	}
+	return true, ""
+}
+
+// ServicePorts converts an opted-in Service and its EndpointSlices (those labelled
+// kubernetes.io/service-name=<svc.Name> in its namespace) into one flows.ServicePort per TCP or
+// UDP spec.ports entry. Services that do not opt in (see OptIn) give no ports. Problems (bad
+// addresses, missing ports) are returned as messages; the offending item is skipped and the rest
+// converted. GroupIDs are left zero for the caller to assign.
+func ServicePorts(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]flows.ServicePort, []string) {
+	ok, reason := OptIn(svc)
+	if !ok {
+		if reason != "" {
+			return nil, []string{reason}
+		}
+		return nil, nil
+	}
+	var problems []string
+	warn := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+
+	var lbIPs, extIPs []netip.Addr
+	for _, ing := range svc.Status.LoadBalancer.Ingress {
+		if ing.IP == "" {
+			continue // hostname-only ingress: nothing to match on
+		}
+		if a, err := parseIPv4(ing.IP); err != nil {
+			warn("status.loadBalancer.ingress ip %q skipped: %v", ing.IP, err)
+		} else {
+			lbIPs = append(lbIPs, a)
+		}
+	}
+	for _, s := range svc.Spec.ExternalIPs {
+		if a, err := parseIPv4(s); err != nil {
+			warn("spec.externalIPs %q skipped: %v", s, err)
+		} else {
+			extIPs = append(extIPs, a)
+		}
+	}
+	lbIPs, extIPs = sortedUnique(lbIPs), sortedUnique(extIPs)
+
+	var out []flows.ServicePort
+	for _, p := range svc.Spec.Ports {
+		proto := flows.Protocol(p.Protocol)
+		if proto == "" {
+			proto = flows.TCP
+		}
+		if proto != flows.TCP && proto != flows.UDP {
+			continue
+		}
+		if p.Port <= 0 || p.Port > 65535 {
+			warn("port %q: port %d out of range, skipped", p.Name, p.Port)
+			continue
+		}
+		if p.NodePort < 0 || p.NodePort > 65535 {
+			warn("port %q: nodePort %d out of range, skipped", p.Name, p.NodePort)
+			continue
+		}
+		sp := flows.ServicePort{
+			Namespace: svc.Namespace, Name: svc.Name, PortName: p.Name,
+			Protocol: proto, Port: uint16(p.Port), NodePort: uint16(p.NodePort),
+			LoadBalancerIPs: slices.Clone(lbIPs), ExternalIPs: slices.Clone(extIPs),
+		}
+		var msgs []string
+		sp.Endpoints, msgs = endpointsFor(p.Name, proto, eps)
+		problems = append(problems, msgs...)
+		out = append(out, sp)
+	}
+	return out, problems
+}
+
+// endpointsFor picks the endpoints of one Service port: the ready ones (conditions.ready unset
+// counts as ready) of the IPv4 slices; when none is ready, the serving terminating ones
+// (KEP-1669). The port is matched by name and protocol. The result is sorted and deduplicated.
+func endpointsFor(portName string, proto flows.Protocol, eps []*discoveryv1.EndpointSlice) ([]flows.Endpoint, []string) {
+	var ready, terminating []flows.Endpoint
+	var problems []string
+	for _, sl := range eps {
+		if sl == nil || sl.AddressType != discoveryv1.AddressTypeIPv4 {
+			continue
+		}
+		var port uint16
+		found := false
+		for _, sp := range sl.Ports {
+			name := ""
+			if sp.Name != nil {
+				name = *sp.Name
+			}
+			pr := flows.TCP
+			if sp.Protocol != nil {
+				pr = flows.Protocol(*sp.Protocol)
+			}
+			if name != portName || pr != proto {
+				continue
+			}
+			if sp.Port == nil || *sp.Port <= 0 || *sp.Port > 65535 {
+				problems = append(problems, fmt.Sprintf("EndpointSlice %s: port %q has no valid port number, skipped", sl.Name, portName))
+				break
+			}
+			port, found = uint16(*sp.Port), true
+			break
+		}
+		if !found {
+			continue
+		}
+		for _, ep := range sl.Endpoints {
+			if len(ep.Addresses) == 0 {
+				continue
+			}
+			a, err := parseIPv4(ep.Addresses[0])
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("EndpointSlice %s: endpoint address %q skipped: %v", sl.Name, ep.Addresses[0], err))
+				continue
+			}
+			e := flows.Endpoint{IP: a, Port: port}
+			if ep.NodeName != nil {
+				e.NodeName = *ep.NodeName
+			}
+			c := ep.Conditions
+			isReady := c.Ready == nil || *c.Ready
+			serving := isReady
+			if c.Serving != nil {
+				serving = *c.Serving
+			}
+			isTerminating := c.Terminating != nil && *c.Terminating
+			switch {
+			case isReady:
+				ready = append(ready, e)
+			case serving && isTerminating:
+				terminating = append(terminating, e)
+			}
+		}
+	}
+	if len(ready) == 0 {
+		ready = terminating
+	}
+	return dedupeEndpoints(ready), problems
+}
+
+func dedupeEndpoints(eps []flows.Endpoint) []flows.Endpoint {
+	if len(eps) == 0 {
+		return nil
+	}
+	slices.SortFunc(eps, func(a, b flows.Endpoint) int {
+		if c := a.IP.Compare(b.IP); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.Port, b.Port); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.NodeName, b.NodeName)
+	})
+	return slices.CompactFunc(eps, func(a, b flows.Endpoint) bool { return a.IP == b.IP && a.Port == b.Port })
+}
+
+// ConvertNode converts a Node: its first IPv4 InternalIP and its IPv4 spec.podCIDRs (spec.podCIDR
+// when podCIDRs is empty).
+func ConvertNode(n *corev1.Node) (flows.Node, error) {
+	out := flows.Node{Name: n.Name}
+	for _, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP {
+			continue
+		}
+		if ip, err := parseIPv4(a.Address); err == nil {
+			out.InternalIP = ip
+			break
+		}
+	}
+	if !out.InternalIP.IsValid() {
+		return out, fmt.Errorf("node %s has no IPv4 InternalIP", n.Name)
+	}
+	cidrs := n.Spec.PodCIDRs
+	if len(cidrs) == 0 && n.Spec.PodCIDR != "" {
+		cidrs = []string{n.Spec.PodCIDR}
+	}
+	for _, c := range cidrs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return out, fmt.Errorf("node %s: podCIDR %q: %w", n.Name, c, err)
+		}
+		if p.Addr().Is4() {
+			out.PodCIDRs = append(out.PodCIDRs, p.Masked())
+		}
+	}
+	return out, nil
+}
+
+// NodePortAddresses returns the addresses of n on which NodePorts are served: its IPv4
+// InternalIP and ExternalIP addresses, restricted to allowed when allowed is not empty (the
+// --nodeport-addresses flag). The result is sorted and deduplicated.
+func NodePortAddresses(n *corev1.Node, allowed []netip.Prefix) []netip.Addr {
+	if n == nil {
+		return nil
+	}
+	var out []netip.Addr
+	for _, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+			continue
+		}
+		ip, err := parseIPv4(a.Address)
+		if err != nil {
+			continue
+		}
+		if len(allowed) > 0 && !slices.ContainsFunc(allowed, func(p netip.Prefix) bool { return p.Contains(ip) }) {
+			continue
+		}
+		out = append(out, ip)
+	}
+	return sortedUnique(out)
+}
+
+// LocalPod joins an OVSDB pod port with its Pod object (nil when unknown). The port's own IPs win;
+// otherwise the Pod's IPv4 status.podIPs are used. ok is false when the pod has no usable IP yet.
+func LocalPod(pp PodPort, pod *corev1.Pod) (p flows.Pod, ok bool, problems []string) {
+	p = flows.Pod{Namespace: pp.Namespace, Name: pp.Name, MAC: pp.MAC, OFPort: pp.OFPort}
+	for _, a := range pp.IPs {
+		if a = a.Unmap(); a.Is4() {
+			p.IPs = append(p.IPs, a)
+		}
+	}
+	if len(p.IPs) == 0 && pod != nil {
+		ips := pod.Status.PodIPs
+		if len(ips) == 0 && pod.Status.PodIP != "" {
+			ips = []corev1.PodIP{{IP: pod.Status.PodIP}}
+		}
+		for _, s := range ips {
+			a, err := netip.ParseAddr(s.IP)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("status.podIPs %q skipped: %v", s.IP, err))
+				continue
+			}
+			if a = a.Unmap(); a.Is4() {
+				p.IPs = append(p.IPs, a)
+			}
+		}
+	}
+	p.IPs = sortedUnique(p.IPs)
+	return p, len(p.IPs) > 0 && p.OFPort > 0, problems
+}
+
+func parseIPv4(s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	a = a.Unmap()
+	if !a.Is4() {
+		return netip.Addr{}, fmt.Errorf("not an IPv4 address (IPv6 is not supported yet)")
+	}
+	return a, nil
+}
+
+func sortedUnique(as []netip.Addr) []netip.Addr {
+	if len(as) == 0 {
+		return nil
+	}
+	slices.SortFunc(as, func(a, b netip.Addr) int { return a.Compare(b) })
+	return slices.Compact(as)
+}

@@ -1,0 +1,14 @@
+// Package agent is the Kubernetes (or manifests-directory) glue of srcip-agent: it watches
+// Nodes, Services, EndpointSlices and Pods through a Source, converts them into the pure input
+// model of package flows (convert.go), and keeps the node's bridges equal to flows.Build's
+// output with one writer goroutine (Reconciler, driven by a bounded-frequency Runner).
+//
+// The control loop follows kube-proxy: Source handlers only record {previous, current} pairs in
+// ChangeTrackers and request a sync; the Reconciler checks the trackers out, rebuilds only the
+// dirty flow sets (partial sync) and writes one ovs-ofctl bundle per bridge. A full sync (dump
+// the bridge's inventory, flows.FullDiff, repair drift) runs at start, after any failed write,
+// after an OVSDB change notification, and periodically. Nothing is written before the Source has
+// synced: a sync on partial data would delete live flows.
+//
+// No flow logic lives here; the package never formats a flow.
+package agent

@@ -1,0 +1,81 @@
+package agent
+
+import (
+	"context"
+	"net"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/ovs-srcip/ovs-srcip/flows"
+)
+
+// FlowBridge is one OpenFlow bridge as the Reconciler writes it (implemented by ofctl's
+// OpenFlow client and by ofctl.Fake).
+type FlowBridge interface {
+	// Bundle applies lines (flows.Plan.Lines) as ONE atomic ovs-ofctl bundle: all or nothing.
+	Bundle(ctx context.Context, lines []string) error
+	// Inventory reads the owned cookies (with flow counts) and owned group ids of the bridge.
+	Inventory(ctx context.Context) (flows.Inventory, error)
+}
+
+// PodPort is a pod interface attached to br-int, as found through OVSDB Interface.external_ids.
+type PodPort struct {
+	Namespace, Name string
+	// Interface is the OVSDB Interface name.
+	Interface string
+	// MAC is external_ids:attached-mac.
+	MAC net.HardwareAddr
+	// OFPort is the interface's ofport on br-int.
+	OFPort int
+	// IPs are external_ids ip_addresses/ip, when present; the Pod object's status.podIPs is used
+	// otherwise.
+	IPs []netip.Addr
+}
+
+// Dataplane is the node's OVSDB as the Reconciler needs it (implemented in cmd/srcip-agent on
+// top of ofctl.DB).
+type Dataplane interface {
+	// EnsureIntegration idempotently creates br-int, the patch ports and the Geneve port and
+	// returns the ofports and MAC the pipeline outputs to.
+	EnsureIntegration(ctx context.Context) (flows.Ports, error)
+	// PodPorts lists the pod interfaces on br-int.
+	PodPorts(ctx context.Context) ([]PodPort, error)
+	// Changes is signalled (coalesced) after any relevant OVSDB change and after a reconnect.
+	Changes() <-chan struct{}
+}
+
+// ConnectionChecker is optionally implemented by a Dataplane that knows whether its OVSDB
+// connection is up; /healthz uses it.
+type ConnectionChecker interface {
+	Connected() bool
+}
+
+// Handler receives every change a Source sees. prev is nil for an add, cur is nil for a delete.
+// Implementations must be fast and must not block: the Reconciler's handler only records the
+// change in a ChangeTracker and requests a sync.
+type Handler interface {
+	OnNode(prev, cur *corev1.Node)
+	OnService(prev, cur *corev1.Service)
+	OnEndpointSlice(prev, cur *discoveryv1.EndpointSlice)
+	OnPod(prev, cur *corev1.Pod)
+}
+
+// Source is where cluster objects come from: the Kubernetes API (KubeSource) or a directory of
+// manifests (ManifestSource).
+type Source interface {
+	// Start begins delivering changes to h from the Source's own goroutines until ctx is done.
+	// It returns after the watches are set up, not after they have synced.
+	Start(ctx context.Context, h Handler) error
+	// HasSynced reports whether h has been given the complete initial content.
+	HasSynced() bool
+	// Events returns where problems with objects are reported.
+	Events() EventSink
+}
+
+// EventSink reports a problem with one object: a Kubernetes Event (KubeSource) or a log line.
+type EventSink interface {
+	Warn(obj runtime.Object, reason, message string)
+}

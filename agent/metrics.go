@@ -1,0 +1,57 @@
+package agent
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the agent's Prometheus metrics (prefix srcip_agent_). They are registered on the
+// Registerer given to NewMetrics, never on a package-level registry.
+type Metrics struct {
+	SyncDuration    *prometheus.HistogramVec
+	SyncFailures    *prometheus.CounterVec
+	AppliedFlows    *prometheus.GaugeVec
+	AppliedGroups   *prometheus.GaugeVec
+	BundleLines     *prometheus.CounterVec
+	LastSuccess     prometheus.Gauge
+	DesiredFlowSets *prometheus.GaugeVec
+}
+
+// NewMetrics creates the metrics and registers them on reg (nil: not registered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	const ns = "srcip_agent"
+	m := &Metrics{
+		SyncDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Name: "sync_duration_seconds",
+			Help:    "Duration of syncs (build, diff and apply), by kind (full, partial).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"kind"}),
+		SyncFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "sync_failures_total",
+			Help: "Syncs that failed, by kind (full, partial).",
+		}, []string{"kind"}),
+		AppliedFlows: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "applied_flows",
+			Help: "Flows the agent has successfully written and holds in place, by bridge.",
+		}, []string{"bridge"}),
+		AppliedGroups: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "applied_groups",
+			Help: "OpenFlow groups the agent has successfully written and holds in place, by bridge.",
+		}, []string{"bridge"}),
+		BundleLines: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "bundle_lines_total",
+			Help: "Lines (flow and group adds and deletes) written in successful bundles, by bridge.",
+		}, []string{"bridge"}),
+		LastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "last_successful_sync_timestamp_seconds",
+			Help: "Unix time of the last successful sync.",
+		}),
+		DesiredFlowSets: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "desired_flow_sets",
+			Help: "Flow sets in the desired state, by kind (ex-base, int-base, node, pod, service-port).",
+		}, []string{"kind"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.SyncDuration, m.SyncFailures, m.AppliedFlows, m.AppliedGroups, m.BundleLines, m.LastSuccess, m.DesiredFlowSets)
+	}
+	return m
+}

@@ -1,0 +1,161 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+)
+
+// KubeSource is the Source of a Kubernetes cluster: shared informers on Nodes, Services,
+// discovery/v1 EndpointSlices and this node's Pods (field selector spec.nodeName). Problems are
+// recorded as Kubernetes Events on the object.
+type KubeSource struct {
+	client   kubernetes.Interface
+	nodeName string
+
+	mu     sync.Mutex
+	regs   []cache.ResourceEventHandlerRegistration
+	events EventSink
+}
+
+var _ Source = (*KubeSource)(nil)
+
+// NewKubeSource returns a KubeSource for the node nodeName.
+func NewKubeSource(client kubernetes.Interface, nodeName string) *KubeSource {
+	return &KubeSource{client: client, nodeName: nodeName, events: logEvents{}}
+}
+
+// Start implements Source.
+func (s *KubeSource) Start(ctx context.Context, h Handler) error {
+	strip := informers.WithTransform(stripManagedFields)
+	all := informers.NewSharedInformerFactoryWithOptions(s.client, 0, strip)
+	local := informers.NewSharedInformerFactoryWithOptions(s.client, 0, strip,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", s.nodeName).String()
+		}))
+	var regs []cache.ResourceEventHandlerRegistration
+	add := func(inf cache.SharedIndexInformer, hf cache.ResourceEventHandlerFuncs) error {
+		reg, err := inf.AddEventHandler(hf)
+		if err != nil {
+			return fmt.Errorf("add event handler: %w", err)
+		}
+		regs = append(regs, reg)
+		return nil
+	}
+	if err := add(all.Core().V1().Nodes().Informer(), handlerFuncs(h.OnNode)); err != nil {
+		return err
+	}
+	if err := add(all.Core().V1().Services().Informer(), handlerFuncs(h.OnService)); err != nil {
+		return err
+	}
+	if err := add(all.Discovery().V1().EndpointSlices().Informer(), handlerFuncs(h.OnEndpointSlice)); err != nil {
+		return err
+	}
+	if err := add(local.Core().V1().Pods().Informer(), handlerFuncs(h.OnPod)); err != nil {
+		return err
+	}
+
+	b := record.NewBroadcaster(record.WithContext(ctx))
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.client.CoreV1().Events("")})
+	rec := b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "srcip-agent", Host: s.nodeName})
+	go func() {
+		<-ctx.Done()
+		b.Shutdown()
+	}()
+
+	s.mu.Lock()
+	s.regs = regs
+	s.events = kubeEvents{rec: rec}
+	s.mu.Unlock()
+	all.Start(ctx.Done())
+	local.Start(ctx.Done())
+	return nil
+}
+
+// HasSynced implements Source: every informer has listed and its handler has seen the list.
+func (s *KubeSource) HasSynced() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.regs) == 0 {
+		return false
+	}
+	for _, r := range s.regs {
+		if !r.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// Events implements Source.
+func (s *KubeSource) Events() EventSink {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.events
+}
+
+// handlerFuncs adapts a typed Handler method to informer callbacks, unwrapping delete tombstones.
+func handlerFuncs[T any](on func(prev, cur *T)) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if o, ok := obj.(*T); ok {
+				on(nil, o)
+			}
+		},
+		UpdateFunc: func(old, cur any) {
+			o, ok1 := old.(*T)
+			c, ok2 := cur.(*T)
+			if ok1 && ok2 {
+				on(o, c)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if o, ok := obj.(*T); ok {
+				on(o, nil)
+			}
+		},
+	}
+}
+
+// kubeEvents records Warning Events through client-go's event recorder (which aggregates and
+// rate-limits them).
+type kubeEvents struct{ rec record.EventRecorder }
+
+func (k kubeEvents) Warn(obj runtime.Object, reason, message string) {
+	logEvents{}.Warn(obj, reason, message)
+	k.rec.Event(obj, corev1.EventTypeWarning, reason, message)
+}
+
+// logEvents only logs (manifests mode, and before the recorder exists).
+type logEvents struct{}
+
+func (logEvents) Warn(obj runtime.Object, reason, message string) {
+	logger := klog.Background()
+	if m, ok := obj.(metav1.Object); ok {
+		logger = logger.WithValues("object", klog.KObj(m), "kind", fmt.Sprintf("%T", obj))
+	}
+	logger.Info("Warning", "reason", reason, "message", message)
+}
+
+// stripManagedFields drops metadata.managedFields from cached objects: the agent never reads it.
+func stripManagedFields(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}

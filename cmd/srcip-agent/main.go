@@ -1,0 +1,226 @@
+// Command srcip-agent is the ovs-srcip node agent: it programs br-ex and br-int so that
+// opted-in Services with externalTrafficPolicy Cluster keep the client's source IP.
+package main
+
+import (
+	"context"
+	"errors"
+	goflag "flag"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/ovs-srcip/ovs-srcip/agent"
+	"github.com/ovs-srcip/ovs-srcip/flows"
+	"github.com/ovs-srcip/ovs-srcip/ofctl"
+)
+
+type options struct {
+	nodeName          string
+	kubeconfig        string
+	manifests         string
+	ovsdb             string
+	ovsRunDir         string
+	bridgeEx          string
+	bridgeInt         string
+	uplink            string
+	genevePort        int
+	nodePortAddresses []string
+	fullSyncPeriod    time.Duration
+	metricsAddr       string
+}
+
+func main() {
+	if err := newCommand().Execute(); err != nil {
+		klog.ErrorS(err, "srcip-agent failed")
+		klog.Flush()
+		os.Exit(1)
+	}
+	klog.Flush()
+}
+
+func newCommand() *cobra.Command {
+	o := options{}
+	cmd := &cobra.Command{
+		Use:   "srcip-agent",
+		Short: "ovs-srcip node agent: keep the client source IP of external Service traffic on OVS",
+		Long: `srcip-agent watches Nodes, Services, EndpointSlices and this node's Pods (from the
+Kubernetes API or from a directory of manifests) and keeps the OpenFlow flows of br-ex and br-int
+equal to the ovs-srcip pipeline. Services opt in with the annotation
+ovs-srcip.io/preserve-source-ip: "true" (externalTrafficPolicy Cluster, type NodePort or
+LoadBalancer, or externalIPs). SIGTERM stops the agent and leaves every flow in place.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			return run(ctx, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "name of this node (the Node object); default $NODE_NAME")
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file of the Kubernetes API; empty inside a Pod: the in-cluster config. Exclusive with --manifests")
+	f.StringVar(&o.manifests, "manifests", "", "directory of YAML/JSON manifests (Nodes, Services, EndpointSlices, Pods) to use instead of the Kubernetes API; re-read on change. Exclusive with --kubeconfig")
+	f.StringVar(&o.ovsdb, "ovsdb", "unix:/var/run/openvswitch/db.sock", "OVSDB endpoint of the node's ovsdb-server (unix:PATH or tcp:IP:PORT)")
+	f.StringVar(&o.ovsRunDir, "ovs-rundir", ofctl.DefaultRunDir, "OVS run directory; ovs-ofctl talks to unix:<rundir>/<bridge>.mgmt")
+	f.StringVar(&o.bridgeEx, "bridge-ex", "br-ex", "the node's external bridge (must exist; holds the uplink and the node IP)")
+	f.StringVar(&o.bridgeInt, "bridge-int", "br-int", "the pod (integration) bridge; created when missing")
+	f.StringVar(&o.uplink, "uplink", "eth0", "the uplink port on the external bridge")
+	f.IntVar(&o.genevePort, "geneve-port", ofctl.DefaultGeneveUDPPort, "UDP port of the agent's flow-based Geneve tunnel port (use another than 6081 when sharing a host with OVN)")
+	f.StringSliceVar(&o.nodePortAddresses, "nodeport-addresses", nil, "comma-separated CIDRs: serve NodePorts only on node addresses inside them (default: every InternalIP and ExternalIP of the node)")
+	f.DurationVar(&o.fullSyncPeriod, "full-sync-period", agent.DefaultFullSyncPeriod, "period of full syncs that compare the bridges with the desired flows and repair drift")
+	f.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:9464", `address of the HTTP server for /metrics, /healthz (process up, OVSDB reachable) and /readyz (first full sync done, syncs not failing); "0" disables it`)
+	gofs := goflag.NewFlagSet("klog", goflag.ContinueOnError)
+	klog.InitFlags(gofs)
+	f.AddGoFlagSet(gofs)
+	return cmd
+}
+
+func run(ctx context.Context, o options) error {
+	if o.nodeName == "" {
+		return errors.New("--node-name (or $NODE_NAME) is required")
+	}
+	cidrs, err := parseCIDRs(o.nodePortAddresses)
+	if err != nil {
+		return err
+	}
+	logger := klog.FromContext(ctx).WithValues("node", o.nodeName)
+	ctx = klog.NewContext(ctx, logger)
+
+	var src agent.Source
+	switch {
+	case o.manifests != "" && o.kubeconfig != "":
+		return errors.New("--manifests and --kubeconfig are exclusive")
+	case o.manifests != "":
+		src = &agent.ManifestSource{Dir: o.manifests, NodeName: o.nodeName}
+	default:
+		cfg, err := kubeConfig(o.kubeconfig)
+		if err != nil {
+			return err
+		}
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("kubernetes client: %w", err)
+		}
+		src = agent.NewKubeSource(cs, o.nodeName)
+	}
+
+	db, err := ofctl.Connect(ctx, o.ovsdb)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	dp := &dataplane{
+		db: db,
+		cfg: ofctl.IntegrationConfig{
+			BrEx: o.bridgeEx, BrInt: o.bridgeInt, Uplink: o.uplink, GeneveUDPPort: o.genevePort,
+		},
+		bridges: map[flows.Bridge]string{flows.BrEx: o.bridgeEx, flows.BrInt: o.bridgeInt},
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a, err := agent.New(agent.Config{
+		NodeName:  o.nodeName,
+		Source:    src,
+		Dataplane: dp,
+		Bridges: map[flows.Bridge]agent.FlowBridge{
+			flows.BrEx:  ofctl.NewOpenFlow(o.bridgeEx, ofctl.MgmtTarget(o.ovsRunDir, o.bridgeEx)),
+			flows.BrInt: ofctl.NewOpenFlow(o.bridgeInt, ofctl.MgmtTarget(o.ovsRunDir, o.bridgeInt)),
+		},
+		NodePortCIDRs:  cidrs,
+		FullSyncPeriod: o.fullSyncPeriod,
+		Metrics:        agent.NewMetrics(reg),
+	})
+	if err != nil {
+		return err
+	}
+	if o.metricsAddr != "0" && o.metricsAddr != "" {
+		srv, err := serveHTTP(ctx, o.metricsAddr, reg, a)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
+	}
+	logger.Info("Starting", "ovsdb", o.ovsdb, "bridgeEx", o.bridgeEx, "bridgeInt", o.bridgeInt, "manifests", o.manifests)
+	return a.Run(ctx)
+}
+
+func kubeConfig(path string) (*rest.Config, error) {
+	if path == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no --kubeconfig, no --manifests and not in a cluster: %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+func parseCIDRs(ss []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range ss {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("--nodeport-addresses: %w", err)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+func serveHTTP(ctx context.Context, addr string, reg *prometheus.Registry, a *agent.Agent) (*http.Server, error) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	check := func(f func() error) http.HandlerFunc {
+		return func(w http.ResponseWriter, _ *http.Request) {
+			if err := f(); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ok")
+		}
+	}
+	mux.Handle("/healthz", check(a.Healthy))
+	mux.Handle("/readyz", check(a.Ready))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics listener: %w", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	logger := klog.FromContext(ctx)
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error(err, "Metrics server stopped")
+		}
+	}()
+	return srv, nil
+}
