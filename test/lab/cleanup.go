@@ -279,8 +279,10 @@ func CleanupStale(baseDir string, logf func(string, ...any)) ([]string, error) {
 		if ownerAlive(dir) {
 			continue
 		}
-		if st, err := os.Stat(dir); err == nil && time.Since(st.ModTime()) < 10*time.Second {
-			continue // being created right now; owner not written yet
+		if _, err := os.Stat(filepath.Join(dir, "owner")); err != nil {
+			if st, err := os.Stat(dir); err == nil && time.Since(st.ModTime()) < 10*time.Second {
+				continue // being created right now; owner not written yet
+			}
 		}
 		if logf != nil {
 			logf("cleanup: stale lab %s", p)

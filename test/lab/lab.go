@@ -160,6 +160,9 @@ func New(cfg Config) (l *Lab, err error) {
 	if cfg.ManifestsDir == "" {
 		return nil, errors.New("lab: Config.ManifestsDir is required")
 	}
+	if cfg.ManifestsDir, err = filepath.Abs(cfg.ManifestsDir); err != nil {
+		return nil, fmt.Errorf("lab: %w", err)
+	}
 	m, err := LoadManifests(cfg.ManifestsDir)
 	if err != nil {
 		return nil, fmt.Errorf("lab: %w", err)

@@ -312,3 +312,61 @@ func TestCleanup(t *testing.T) {
 	assert.True(t, os.IsNotExist(err))
 	assert.Error(t, Cleanup("bad prefix!", "", nil))
 }
+
+// TestAgentLifecycleWithFakeAgent drives StartAgent/StopAgent/RestartAgent
+// and Request end to end with testdata/fake-agent.sh (path P2 by hand on
+// node1: client IP kept, answers from the VIP). SRCIP_AGENT=<bin> runs the
+// same checks against the real agent.
+func TestAgentLifecycleWithFakeAgent(t *testing.T) {
+	needRoot(t)
+	agent, err := filepath.Abs("testdata/fake-agent.sh")
+	require.NoError(t, err)
+	if bin := os.Getenv("SRCIP_AGENT"); bin != "" {
+		agent = bin
+	}
+	l, err := New(Config{ManifestsDir: demoManifests, EchoBin: echoBin, AgentBin: agent, Logf: t.Logf, AgentStopTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, l.Close()) })
+
+	require.NoError(t, l.StartAgents())
+	assert.Error(t, l.StartAgent("node1"), "second start must fail while running")
+	entries := []struct{ proto, addr string }{
+		{"tcp", "192.0.2.11:30080"}, {"udp", "192.0.2.11:30053"},
+		{"tcp", "203.0.113.100:80"}, {"udp", "203.0.113.100:53"},
+		{"tcp", "203.0.113.101:80"}, {"udp", "203.0.113.101:53"},
+	}
+	check := func(phase string) {
+		t.Helper()
+		require.NoError(t, WaitFor(func() error {
+			_, err := l.RequestWith("client", "tcp", entries[0].addr, RequestOpts{Timeout: "1s"})
+			return err
+		}, 30*time.Second), "%s: service never answered; agent log %s", phase, l.AgentLog("node1"))
+		for _, e := range entries {
+			r, err := l.Request("client", e.proto, e.addr)
+			require.NoError(t, err, "%s %s %s", phase, e.proto, e.addr)
+			assert.Equal(t, "198.51.100.10", r.ClientIP(), "%s %s %s: backend saw", phase, e.proto, e.addr)
+			assert.Equal(t, e.addr, r.From, "%s %s %s: answer from", phase, e.proto, e.addr)
+		}
+	}
+	check("start")
+
+	pid := l.AgentPid("node1")
+	start := time.Now()
+	require.NoError(t, l.StopAgent("node1"))
+	t.Logf("StopAgent took %s", time.Since(start).Round(time.Millisecond))
+	assert.False(t, PidAlive(pid))
+	running, _ := l.AgentRunning("node1")
+	assert.False(t, running)
+	// Flows stay while the agent is down: the dataplane keeps working.
+	r, err := l.Request("client", "tcp", "203.0.113.100:80")
+	require.NoError(t, err)
+	assert.Equal(t, "198.51.100.10", r.ClientIP())
+
+	require.NoError(t, l.RestartAgent("node1"))
+	assert.NotEqual(t, pid, l.AgentPid("node1"))
+	check("restart")
+	log, err := os.ReadFile(l.AgentLog("node1"))
+	require.NoError(t, err)
+	assert.Equal(t, 2, strings.Count(string(log), "=== agent node1 start"))
+	assert.Contains(t, string(log), "--node-name=node1 --manifests="+l.cfg.ManifestsDir+" --ovsdb=unix:"+l.Node("node1").DBSock())
+}

@@ -15,7 +15,7 @@ for a in "$@"; do
   esac
 done
 echo "fake-agent: node=$NODE rundir=$OVS_RUNDIR db=$DB args: $*"
-trap 'echo "fake-agent: TERM, flows stay"; exit 0' TERM INT
+trap 'echo "fake-agent: TERM, flows stay"; kill $! 2>/dev/null; exit 0' TERM INT
 if [ "$NODE" != node1 ]; then
   while :; do sleep 1 & wait $! || true; done
 fi
