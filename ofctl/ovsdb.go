@@ -36,9 +36,13 @@ const DefaultEndpoint = "unix:/var/run/openvswitch/db.sock"
 
 // Defaults of IntegrationConfig.
 const (
-	DefaultPatchExToInt  = "patch-ex-to-int"
-	DefaultPatchIntToEx  = "patch-int-to-ex"
-	DefaultGenevePort    = "srcip-geneve0"
+	// DefaultPatchExToInt is the patch port on br-ex that leads to br-int.
+	DefaultPatchExToInt = "patch-ex-to-int"
+	// DefaultPatchIntToEx is the patch port on br-int that leads to br-ex.
+	DefaultPatchIntToEx = "patch-int-to-ex"
+	// DefaultGenevePort is the name of the flow-based Geneve port on br-int.
+	DefaultGenevePort = "srcip-geneve0"
+	// DefaultGeneveUDPPort is the IANA Geneve port (RFC 8926), also used by OVN.
 	DefaultGeneveUDPPort = 6081
 	// DefaultPortWait bounds how long EnsureIntegration waits for ovs-vswitchd to assign ofports.
 	DefaultPortWait = 30 * time.Second
