@@ -1,0 +1,257 @@
+package agent
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/ovs-srcip/ovs-srcip/flows"
+)
+
+func TestServicePorts(t *testing.T) {
+	e := func(ip string, port uint16, node string) flows.Endpoint {
+		return flows.Endpoint{IP: addr(ip), Port: port, NodeName: node}
+	}
+	base := func(mods ...func(*flows.ServicePort)) flows.ServicePort {
+		sp := flows.ServicePort{Namespace: "ns1", Name: "svc1", PortName: "http", Protocol: flows.TCP, Port: 80, NodePort: 30080}
+		for _, m := range mods {
+			m(&sp)
+		}
+		return sp
+	}
+	slice := makeSlice("ns1", "svc1", "svc1-a", ep("10.244.1.5", "node1"), ep("10.244.2.5", "node2"))
+	tests := []struct {
+		name         string
+		svc          *corev1.Service
+		slices       []*discoveryv1.EndpointSlice
+		want         []flows.ServicePort
+		wantProblems int
+	}{
+		{
+			name:   "opted-in NodePort",
+			svc:    makeService("ns1", "svc1", 30080),
+			slices: []*discoveryv1.EndpointSlice{slice},
+			want: []flows.ServicePort{base(func(sp *flows.ServicePort) {
+				sp.Endpoints = []flows.Endpoint{e("10.244.1.5", 8080, "node1"), e("10.244.2.5", 8080, "node2")}
+			})},
+		},
+		{
+			name:   "no annotation",
+			svc:    makeService("ns1", "svc1", 30080, func(s *corev1.Service) { s.Annotations = nil }),
+			slices: []*discoveryv1.EndpointSlice{slice},
+		},
+		{
+			name:   "annotation false",
+			svc:    makeService("ns1", "svc1", 30080, func(s *corev1.Service) { s.Annotations[AnnotationPreserveSourceIP] = "false" }),
+			slices: []*discoveryv1.EndpointSlice{slice},
+		},
+		{
+			name: "ETP Local ignored with a problem",
+			svc: makeService("ns1", "svc1", 30080, func(s *corev1.Service) {
+				s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+			}),
+			slices:       []*discoveryv1.EndpointSlice{slice},
+			wantProblems: 1,
+		},
+		{
+			name: "ClusterIP without externalIPs ignored",
+			svc: makeService("ns1", "svc1", 0, func(s *corev1.Service) {
+				s.Spec.Type = corev1.ServiceTypeClusterIP
+			}),
+			wantProblems: 1,
+		},
+		{
+			name: "ETP unset counts as Cluster; ClusterIP with externalIPs",
+			svc: makeService("ns1", "svc1", 0, func(s *corev1.Service) {
+				s.Spec.Type = corev1.ServiceTypeClusterIP
+				s.Spec.ExternalTrafficPolicy = ""
+				s.Spec.ExternalIPs = []string{"198.51.100.20", "198.51.100.10", "198.51.100.10"}
+			}),
+			want: []flows.ServicePort{base(func(sp *flows.ServicePort) {
+				sp.NodePort = 0
+				sp.ExternalIPs = []netip.Addr{addr("198.51.100.10"), addr("198.51.100.20")}
+			})},
+		},
+		{
+			name: "LoadBalancer ingress IPs, hostname skipped",
+			svc: makeService("ns1", "svc1", 30080, func(s *corev1.Service) {
+				s.Spec.Type = corev1.ServiceTypeLoadBalancer
+				s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.51.100.7"}, {Hostname: "lb.example.com"}}
+			}),
+			want: []flows.ServicePort{base(func(sp *flows.ServicePort) {
+				sp.LoadBalancerIPs = []netip.Addr{addr("198.51.100.7")}
+			})},
+		},
+		{
+			name: "bad IPs are problems, the rest converts",
+			svc: makeService("ns1", "svc1", 30080, func(s *corev1.Service) {
+				s.Spec.Type = corev1.ServiceTypeLoadBalancer
+				s.Spec.ExternalIPs = []string{"not-an-ip", "2001:db8::1"}
+				s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "300.1.1.1"}}
+			}),
+			slices: []*discoveryv1.EndpointSlice{makeSlice("ns1", "svc1", "svc1-a", ep("10.244.1.5", "node1"), ep("bogus", "node1"))},
+			want: []flows.ServicePort{base(func(sp *flows.ServicePort) {
+				sp.Endpoints = []flows.Endpoint{e("10.244.1.5", 8080, "node1")}
+			})},
+			wantProblems: 4,
+		},
+		{
+			name:   "not-ready endpoints skipped",
+			svc:    makeService("ns1", "svc1", 30080),
+			slices: []*discoveryv1.EndpointSlice{makeSlice("ns1", "svc1", "svc1-a", ep("10.244.1.5", "node1"), ep("10.244.1.6", "node1", notReady))},
+			want: []flows.ServicePort{base(func(sp *flows.ServicePort) {
+				sp.Endpoints = []flows.Endpoint{e("10.244.1.5", 8080, "node1")}
+			})},
+		},
+		{
+			name: "no ready endpoint: serving terminating ones (KEP-1669)",
+			svc:  makeService("ns1", "svc1", 30080),
+			slices: []*discoveryv1.EndpointSlice{makeSlice("ns1", "svc1", "svc1-a",
+				ep("10.244.1.5", "node1", terminating(true)), ep("10.244.1.6", "node1", terminating(false)), ep("10.244.1.7", "node1", notReady))},
+			want: []flows.ServicePort{base(func(sp *flows.ServicePort) {
+				sp.Endpoints = []flows.Endpoint{e("10.244.1.5", 8080, "node1")}
+			})},
+		},
+		{
+			name: "ready endpoints win over terminating ones",
+			svc:  makeService("ns1", "svc1", 30080),
+			slices: []*discoveryv1.EndpointSlice{makeSlice("ns1", "svc1", "svc1-a",
+				ep("10.244.1.5", "node1", terminating(true)), ep("10.244.2.5", "node2"))},
+			want: []flows.ServicePort{base(func(sp *flows.ServicePort) {
+				sp.Endpoints = []flows.Endpoint{e("10.244.2.5", 8080, "node2")}
+			})},
+		},
+		{
+			name: "duplicates across slices deduplicated, IPv6 slices ignored",
+			svc:  makeService("ns1", "svc1", 30080),
+			slices: []*discoveryv1.EndpointSlice{
+				makeSlice("ns1", "svc1", "svc1-a", ep("10.244.1.5", "node1")),
+				makeSlice("ns1", "svc1", "svc1-b", ep("10.244.1.5", "node1")),
+				func() *discoveryv1.EndpointSlice {
+					s := makeSlice("ns1", "svc1", "svc1-v6", ep("fd00::5", "node1"))
+					s.AddressType = discoveryv1.AddressTypeIPv6
+					return s
+				}(),
+			},
+			want: []flows.ServicePort{base(func(sp *flows.ServicePort) {
+				sp.Endpoints = []flows.Endpoint{e("10.244.1.5", 8080, "node1")}
+			})},
+		},
+		{
+			name: "named ports matched by name; UDP; SCTP skipped",
+			svc: makeService("ns1", "svc1", 30080, func(s *corev1.Service) {
+				s.Spec.Ports = []corev1.ServicePort{
+					{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53, NodePort: 30053},
+					{Name: "web", Protocol: corev1.ProtocolTCP, Port: 80, NodePort: 30080},
+					{Name: "sig", Protocol: corev1.ProtocolSCTP, Port: 9, NodePort: 30009},
+				}
+			}),
+			slices: []*discoveryv1.EndpointSlice{func() *discoveryv1.EndpointSlice {
+				s := makeSlice("ns1", "svc1", "svc1-a", ep("10.244.1.5", "node1"))
+				s.Ports = []discoveryv1.EndpointPort{
+					{Name: ptr.To("web"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](8080)},
+					{Name: ptr.To("dns"), Protocol: ptr.To(corev1.ProtocolUDP), Port: ptr.To[int32](5353)},
+					{Name: ptr.To("dns"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](5300)},
+				}
+				return s
+			}()},
+			want: []flows.ServicePort{
+				base(func(sp *flows.ServicePort) {
+					sp.PortName, sp.Protocol, sp.Port, sp.NodePort = "dns", flows.UDP, 53, 30053
+					sp.Endpoints = []flows.Endpoint{e("10.244.1.5", 5353, "node1")}
+				}),
+				base(func(sp *flows.ServicePort) {
+					sp.PortName = "web"
+					sp.Endpoints = []flows.Endpoint{e("10.244.1.5", 8080, "node1")}
+				}),
+			},
+		},
+		{
+			name: "slice port without number is a problem",
+			svc:  makeService("ns1", "svc1", 30080),
+			slices: []*discoveryv1.EndpointSlice{func() *discoveryv1.EndpointSlice {
+				s := makeSlice("ns1", "svc1", "svc1-a", ep("10.244.1.5", "node1"))
+				s.Ports[0].Port = nil
+				return s
+			}()},
+			want:         []flows.ServicePort{base()},
+			wantProblems: 1,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, problems := ServicePorts(tc.svc, tc.slices)
+			assert.Equal(t, tc.want, got)
+			assert.Len(t, problems, tc.wantProblems, "problems: %q", problems)
+		})
+	}
+}
+
+func TestConvertNode(t *testing.T) {
+	n, err := ConvertNode(makeNode("node2", "192.168.0.2", "10.244.2.0/24"))
+	require.NoError(t, err)
+	assert.Equal(t, flows.Node{Name: "node2", InternalIP: addr("192.168.0.2"),
+		PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24")}}, n)
+
+	_, err = ConvertNode(makeNode("node3", "fd00::3", "10.244.3.0/24"))
+	assert.Error(t, err, "no IPv4 InternalIP")
+	_, err = ConvertNode(makeNode("node3", "192.168.0.3", "bad"))
+	assert.Error(t, err)
+}
+
+func TestNodePortAddresses(t *testing.T) {
+	n := makeNode("node1", "192.168.0.1", "10.244.1.0/24", func(n *corev1.Node) {
+		n.Status.Addresses = append(n.Status.Addresses,
+			corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "198.51.100.1"},
+			corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "fd00::1"})
+	})
+	assert.Equal(t, []netip.Addr{addr("192.168.0.1"), addr("198.51.100.1")}, NodePortAddresses(n, nil))
+	assert.Equal(t, []netip.Addr{addr("192.168.0.1")},
+		NodePortAddresses(n, []netip.Prefix{netip.MustParsePrefix("192.168.0.0/24")}))
+	assert.Nil(t, NodePortAddresses(nil, nil))
+}
+
+func TestLocalPod(t *testing.T) {
+	pp := PodPort{Namespace: "ns1", Name: "web-0", Interface: "veth1", OFPort: 10}
+	pod := &corev1.Pod{Status: corev1.PodStatus{PodIPs: []corev1.PodIP{{IP: "10.244.1.5"}, {IP: "fd00::5"}}}}
+	p, ok, problems := LocalPod(pp, pod)
+	assert.True(t, ok)
+	assert.Empty(t, problems)
+	assert.Equal(t, []netip.Addr{addr("10.244.1.5")}, p.IPs)
+
+	pp.IPs = []netip.Addr{addr("10.244.1.9")}
+	p, ok, _ = LocalPod(pp, pod)
+	assert.True(t, ok)
+	assert.Equal(t, []netip.Addr{addr("10.244.1.9")}, p.IPs, "the port's own IPs win")
+
+	_, ok, _ = LocalPod(PodPort{Namespace: "ns1", Name: "x", OFPort: 11}, nil)
+	assert.False(t, ok, "no IP yet")
+}
+
+func TestClaimsConflict(t *testing.T) {
+	c := newClaims()
+	a := nn("ns1", "a")
+	b := nn("ns1", "b")
+	spA, _ := ServicePorts(makeService("ns1", "a", 30080), nil)
+	spB, _ := ServicePorts(makeService("ns1", "b", 30080), nil)
+	assert.Empty(t, c.set(a, claimRank{name: a}, spA))
+	assert.Equal(t, []types.NamespacedName{a}, c.set(b, claimRank{name: b}, spB))
+
+	got, problems := c.resolve(a, spA)
+	assert.Equal(t, uint16(30080), got[0].NodePort)
+	assert.Empty(t, problems)
+	got, problems = c.resolve(b, spB)
+	assert.Equal(t, uint16(0), got[0].NodePort, "the younger (here: later name) loses")
+	assert.Len(t, problems, 1)
+
+	assert.Equal(t, []types.NamespacedName{b}, c.set(a, claimRank{}, nil), "removing a affects b")
+	got, problems = c.resolve(b, spB)
+	assert.Equal(t, uint16(30080), got[0].NodePort)
+	assert.Empty(t, problems)
+}

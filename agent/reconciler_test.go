@@ -1,0 +1,278 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/ovs-srcip/ovs-srcip/flows"
+	"github.com/ovs-srcip/ovs-srcip/ofctl"
+)
+
+type fixture struct {
+	t      testing.TB
+	ctx    context.Context
+	dp     *fakeDataplane
+	ex, in *ofctl.Fake
+	synced bool
+	events *recordingEvents
+	r      *Reconciler
+}
+
+func newFixture(t testing.TB) *fixture {
+	_, ctx := ktesting.NewTestContext(t)
+	f := &fixture{t: t, ctx: ctx, dp: newFakeDataplane(), ex: ofctl.NewFake(), in: ofctl.NewFake(), synced: true, events: &recordingEvents{}}
+	f.dp.podPorts = []PodPort{{Namespace: "ns1", Name: "web-0", Interface: "veth1", OFPort: 10,
+		MAC: []byte{0x0a, 0x58, 10, 244, 1, 5}}}
+	f.r = f.newReconciler()
+	return f
+}
+
+// newReconciler returns a Reconciler on the fixture's bridges, as after an agent restart.
+func (f *fixture) newReconciler() *Reconciler {
+	return NewReconciler(ReconcilerConfig{
+		NodeName:  thisNode,
+		Bridges:   map[flows.Bridge]FlowBridge{flows.BrEx: f.ex, flows.BrInt: f.in},
+		Dataplane: f.dp,
+		HasSynced: func() bool { return f.synced },
+		Events:    f.events,
+	})
+}
+
+// seed gives r the base cluster: two nodes, a local pod and n opted-in Services.
+func (f *fixture) seed(r *Reconciler, n int) {
+	r.OnNode(nil, makeNode("node1", "192.168.0.1", "10.244.1.0/24"))
+	r.OnNode(nil, makeNode("node2", "192.168.0.2", "10.244.2.0/24"))
+	r.OnPod(nil, &corev1.Pod{ObjectMeta: metaNS("ns1", "web-0"), Spec: corev1.PodSpec{NodeName: thisNode},
+		Status: corev1.PodStatus{PodIPs: []corev1.PodIP{{IP: "10.244.1.5"}}}})
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("svc%d", i)
+		r.OnService(nil, makeService("ns1", name, int32(30000+i)))
+		r.OnEndpointSlice(nil, makeSlice("ns1", name, name+"-a", ep("10.244.1.5", "node1"), ep(fmt.Sprintf("10.244.2.%d", i%250+1), "node2")))
+	}
+}
+
+func (f *fixture) sync() error {
+	return f.r.Sync(f.ctx)
+}
+
+func (f *fixture) bundles() int {
+	a, _ := f.ex.Applied()
+	b, _ := f.in.Applied()
+	return a + b
+}
+
+func TestNoSyncBeforeSourceSynced(t *testing.T) {
+	f := newFixture(t)
+	f.synced = false
+	f.seed(f.r, 3)
+	require.ErrorIs(t, f.sync(), ErrNotSynced)
+	assert.Zero(t, f.bundles())
+	assert.Empty(t, f.ex.Flows())
+	assert.False(t, f.r.Status().FullSyncDone)
+
+	f.synced = true
+	require.NoError(t, f.sync())
+	assert.Equal(t, 2, f.bundles(), "one bundle per bridge")
+	assert.True(t, f.r.Status().FullSyncDone)
+}
+
+func TestSecondSyncWritesNothing(t *testing.T) {
+	f := newFixture(t)
+	f.seed(f.r, 3)
+	require.NoError(t, f.sync())
+	n := f.bundles()
+	require.NotEmpty(t, f.ex.Flows())
+	require.Len(t, f.ex.Groups(), 3)
+
+	require.NoError(t, f.sync(), "partial, nothing changed")
+	f.r.RequestFullSync()
+	require.NoError(t, f.sync(), "full, no drift")
+	// A resync delivering identical objects is a no-op for the trackers.
+	f.r.OnService(makeService("ns1", "svc0", 30000), makeService("ns1", "svc0", 30000))
+	require.NoError(t, f.sync())
+	assert.Equal(t, n, f.bundles())
+}
+
+func TestRestartWritesNothing(t *testing.T) {
+	f := newFixture(t)
+	f.seed(f.r, 5)
+	require.NoError(t, f.sync())
+	n := f.bundles()
+	exFlows, inFlows := f.ex.Flows(), f.in.Flows()
+
+	// A new agent incarnation against the same bridges computes identical cookies.
+	f.r = f.newReconciler()
+	f.seed(f.r, 5)
+	require.NoError(t, f.sync())
+	assert.Equal(t, n, f.bundles(), "the first sync after a restart wrote a bundle")
+	assert.Equal(t, exFlows, f.ex.Flows())
+	assert.Equal(t, inFlows, f.in.Flows())
+}
+
+func TestPartialSyncTouchesOnlyChangedService(t *testing.T) {
+	f := newFixture(t)
+	f.seed(f.r, 5)
+	require.NoError(t, f.sync())
+	before := f.r.Applied(flows.BrEx)
+	exBundles, _ := f.ex.Applied()
+	inBundles, _ := f.in.Applied()
+
+	f.r.OnEndpointSlice(nil, makeSlice("ns1", "svc2", "svc2-b", ep("10.244.2.99", "node2")))
+	require.NoError(t, f.sync())
+
+	after := f.r.Applied(flows.BrEx)
+	changed := diffKeys(before, after)
+	assert.Equal(t, []string{"service-port/ns1/svc2:http/TCP"}, changed)
+	gotEx, _ := f.ex.Applied()
+	gotIn, _ := f.in.Applied()
+	assert.Equal(t, exBundles+1, gotEx, "one bundle on br-ex")
+	assert.Equal(t, inBundles, gotIn, "nothing on br-int")
+	assert.Contains(t, strings.Join(f.ex.Flows(), "\n"), after[svcKey("svc2")].Cookie.String())
+	assert.NotContains(t, strings.Join(f.ex.Flows(), "\n"), before[svcKey("svc2")].Cookie.String())
+}
+
+func TestFailedApplyFallsBackToFullSync(t *testing.T) {
+	f := newFixture(t)
+	f.seed(f.r, 3)
+	require.NoError(t, f.sync())
+
+	f.r.OnEndpointSlice(nil, makeSlice("ns1", "svc1", "svc1-b", ep("10.244.2.99", "node2")))
+	f.ex.FailNext(1)
+	err := f.sync()
+	require.ErrorIs(t, err, ofctl.ErrInjected)
+	assert.False(t, f.r.Status().FailingSince.IsZero())
+
+	// Drift meanwhile: someone deletes svc0's flows by hand.
+	c0 := f.r.Applied(flows.BrEx)[svcKey("svc0")].Cookie
+	require.NoError(t, f.ex.Bundle(f.ctx, []string{fmt.Sprintf("flow delete cookie=%#x/-1", uint64(c0))}))
+
+	require.NoError(t, f.sync(), "the retry is a full sync")
+	assert.True(t, f.r.Status().FailingSince.IsZero())
+
+	// The bridges now hold exactly what a fresh agent would write.
+	g := newFixture(t)
+	g.seed(g.r, 3)
+	g.r.OnEndpointSlice(nil, makeSlice("ns1", "svc1", "svc1-b", ep("10.244.2.99", "node2")))
+	require.NoError(t, g.sync())
+	assert.Equal(t, g.ex.Flows(), f.ex.Flows())
+	assert.Equal(t, g.ex.Groups(), f.ex.Groups())
+	assert.Equal(t, g.in.Flows(), f.in.Flows())
+}
+
+func TestFullSyncRemovesOrphans(t *testing.T) {
+	f := newFixture(t)
+	f.seed(f.r, 2)
+	require.NoError(t, f.sync())
+	orphan := flows.NewCookie(flows.KindServicePort, 0xdead)
+	foreign := "cookie=0x1234,table=0,priority=1,actions=NORMAL"
+	require.NoError(t, f.ex.Bundle(f.ctx, []string{
+		fmt.Sprintf("flow add cookie=%#x,table=40,priority=100,ip,nw_dst=198.51.100.99,actions=drop", uint64(orphan)),
+		"flow add " + foreign,
+	}))
+	f.r.RequestFullSync()
+	require.NoError(t, f.sync())
+	all := strings.Join(f.ex.Flows(), "\n")
+	assert.NotContains(t, all, orphan.String())
+	assert.Contains(t, all, foreign, "foreign flows are never touched")
+}
+
+func TestDeleteServiceRemovesItsCookieAndGroup(t *testing.T) {
+	f := newFixture(t)
+	f.seed(f.r, 3)
+	require.NoError(t, f.sync())
+	before := f.r.Applied(flows.BrEx)
+	gone := before[svcKey("svc1")]
+	require.Len(t, gone.Groups, 1)
+	flowsBefore, groupsBefore := f.ex.Flows(), f.ex.Groups()
+
+	f.r.OnService(makeService("ns1", "svc1", 30001), nil)
+	require.NoError(t, f.sync())
+
+	var wantFlows []string
+	for _, l := range flowsBefore {
+		if !strings.Contains(l, "cookie="+gone.Cookie.String()) {
+			wantFlows = append(wantFlows, l)
+		}
+	}
+	require.Less(t, len(wantFlows), len(flowsBefore))
+	assert.Equal(t, wantFlows, f.ex.Flows())
+	var wantGroups []uint32
+	for _, g := range groupsBefore {
+		if g != gone.Groups[0] {
+			wantGroups = append(wantGroups, g)
+		}
+	}
+	assert.Equal(t, wantGroups, f.ex.Groups())
+	assert.NotContains(t, f.r.Applied(flows.BrEx), svcKey("svc1"))
+}
+
+func TestAnnotationRemovedRemovesFlows(t *testing.T) {
+	f := newFixture(t)
+	f.seed(f.r, 2)
+	require.NoError(t, f.sync())
+	require.Len(t, f.ex.Groups(), 2)
+	cur := makeService("ns1", "svc0", 30000)
+	next := makeService("ns1", "svc0", 30000, func(s *corev1.Service) { delete(s.Annotations, AnnotationPreserveSourceIP) })
+	f.r.OnService(cur, next)
+	require.NoError(t, f.sync())
+	assert.Len(t, f.ex.Groups(), 1)
+	assert.NotContains(t, f.r.Applied(flows.BrEx), svcKey("svc0"))
+}
+
+func TestConflictingServiceDoesNotBreakOthers(t *testing.T) {
+	f := newFixture(t)
+	f.seed(f.r, 2)
+	require.NoError(t, f.sync())
+	winner := f.r.Applied(flows.BrEx)[svcKey("svc0")]
+
+	// svc9 claims svc0's NodePort: svc0 (older by name order) keeps it, svc9 gets an Event.
+	f.r.OnService(nil, makeService("ns1", "svc9", 30000))
+	require.NoError(t, f.sync())
+	assert.Equal(t, winner, f.r.Applied(flows.BrEx)[svcKey("svc0")], "the winner is untouched")
+	assert.Contains(t, f.r.Applied(flows.BrEx), svcKey("svc9"))
+	require.NotEmpty(t, f.events.msgs)
+	assert.Contains(t, f.events.msgs[len(f.events.msgs)-1], ReasonConflict)
+
+	// When svc0 goes away, svc9 gets the NodePort.
+	before9 := f.r.Applied(flows.BrEx)[svcKey("svc9")]
+	f.r.OnService(makeService("ns1", "svc0", 30000), nil)
+	require.NoError(t, f.sync())
+	assert.NotEqual(t, before9.Cookie, f.r.Applied(flows.BrEx)[svcKey("svc9")].Cookie)
+}
+
+func TestDataplaneFailureIsRetriedAsFull(t *testing.T) {
+	f := newFixture(t)
+	f.seed(f.r, 1)
+	f.dp.fail.Store(true)
+	require.Error(t, f.sync())
+	assert.Zero(t, f.bundles())
+	f.dp.fail.Store(false)
+	require.NoError(t, f.sync())
+	assert.True(t, f.r.Status().FullSyncDone)
+}
+
+func svcKey(name string) flows.Key {
+	return flows.Key{Kind: flows.KindServicePort, Namespace: "ns1", Name: name, Port: "http", Protocol: flows.TCP}
+}
+
+func diffKeys(a, b map[flows.Key]flows.Applied) []string {
+	var out []string
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w.Cookie != v.Cookie {
+			out = append(out, k.String())
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			out = append(out, k.String())
+		}
+	}
+	return out
+}
