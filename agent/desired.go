@@ -1,0 +1,107 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/ovs-srcip/ovs-srcip/flows"
+)
+
+// PlaceholderPorts are the ofports and MAC RenderDesired uses instead of OVSDB's.
+var PlaceholderPorts = flows.Ports{ExUplink: 1, ExPatch: 2, IntPatch: 1, IntTunnel: 2,
+	ExMAC: net.HardwareAddr{0x02, 0x00, 0x00, 0x00, 0x00, 0x01}}
+
+// ReadManifestDir parses every manifest file of dir (see ManifestSource) and fails on the first
+// file that does not parse.
+func ReadManifestDir(dir string) ([]runtime.Object, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []runtime.Object
+	for _, e := range entries {
+		if e.IsDir() || strings.HasPrefix(e.Name(), ".") || !isManifest(e.Name()) {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		objs, err := ParseManifests(data)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", e.Name(), err)
+		}
+		out = append(out, objs...)
+	}
+	return out, nil
+}
+
+// RenderDesired returns the bundle lines ("flow add ...", "group add_or_mod ...") a first full
+// sync of node would write into empty bridges, given cluster objects, without touching OVS: the
+// ofports are PlaceholderPorts and every Pod of the node with an IPv4 podIP gets a placeholder
+// pod port (ofport 100, 101, ... in name order). Problems are reported to events (nil: logged).
+func RenderDesired(ctx context.Context, node string, objs []runtime.Object, nodePortCIDRs []netip.Prefix, events EventSink) (map[flows.Bridge][]string, error) {
+	if events == nil {
+		events = logEvents{}
+	}
+	dp := &staticDataplane{ports: PlaceholderPorts}
+	var pods []*corev1.Pod
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName == node {
+			pods = append(pods, p)
+		}
+	}
+	slices.SortFunc(pods, func(a, b *corev1.Pod) int {
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+	for i, p := range pods {
+		dp.podPorts = append(dp.podPorts, PodPort{Namespace: p.Namespace, Name: p.Name,
+			Interface: fmt.Sprintf("pod%d", i), OFPort: 100 + i,
+			MAC: net.HardwareAddr{0x0a, 0x58, 0, 0, byte(i >> 8), byte(i)}})
+	}
+	out := map[flows.Bridge][]string{}
+	bridges := map[flows.Bridge]FlowBridge{}
+	for _, b := range applyOrder {
+		bridges[b] = &captureBridge{lines: func(l []string) { out[b] = append(out[b], l...) }}
+	}
+	r := NewReconciler(ReconcilerConfig{NodeName: node, Bridges: bridges, Dataplane: dp,
+		NodePortCIDRs: nodePortCIDRs, Events: events})
+	for _, o := range objs {
+		deliver(r, nil, o)
+	}
+	if err := r.Sync(ctx); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+type staticDataplane struct {
+	ports    flows.Ports
+	podPorts []PodPort
+}
+
+func (d *staticDataplane) EnsureIntegration(context.Context) (flows.Ports, error) {
+	return d.ports, nil
+}
+func (d *staticDataplane) PodPorts(context.Context) ([]PodPort, error) { return d.podPorts, nil }
+func (d *staticDataplane) Changes() <-chan struct{}                    { return nil }
+
+type captureBridge struct{ lines func([]string) }
+
+func (c *captureBridge) Bundle(_ context.Context, lines []string) error {
+	c.lines(lines)
+	return nil
+}
+
+func (c *captureBridge) Inventory(context.Context) (flows.Inventory, error) {
+	return flows.Inventory{}, nil
+}
