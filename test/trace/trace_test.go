@@ -1,0 +1,238 @@
+// Package trace checks the pipeline of package flows with ofproto/trace on a dummy-datapath
+// ovs-vswitchd: the real OVS classifier, no packets and no network namespaces. Each case names the
+// path of docs/pipeline.md it covers and asserts on the "Datapath actions" OVS computes.
+package trace
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ovs-srcip/ovs-srcip/flows"
+	"github.com/ovs-srcip/ovs-srcip/ofctl"
+	"github.com/ovs-srcip/ovs-srcip/ofctl/ovstest"
+)
+
+// Port numbers requested in the sandbox: br-ex eth0=1, patch=2; br-int patch=1, Geneve=2, pod=3.
+const (
+	exUplink, exPatch     = 1, 2
+	intPatch, intTunnel   = 1, 2
+	podPort               = 3
+	clientMAC             = "02:00:00:00:00:01"
+	brExMAC               = "02:00:c0:00:02:0b"
+	clientMACLabel        = "0x20000000001"
+	ingressNodeLabel      = "0xc000020b" // 192.0.2.11
+	ingressNodeOnNode2Lbl = "0xc000020b"
+)
+
+// world is node1 and node2 of CASES.md T3, each with its own sandbox bridges.
+type world struct {
+	sb  *ovstest.Sandbox
+	ex  *ofctl.OpenFlow
+	in  *ofctl.OpenFlow
+	st  *flows.State
+	ctx context.Context
+}
+
+func mac(s string) net.HardwareAddr { m, _ := net.ParseMAC(s); return m }
+
+func newNode(t *testing.T, node string, podIP string, svcs ...flows.ServicePort) *world {
+	sb := ovstest.StartDummy(t)
+	sb.Vsctl(t, "add-br", "br-ex", "--", "set", "bridge", "br-ex", "datapath_type=dummy", "fail_mode=secure",
+		"protocols=OpenFlow10,OpenFlow13,OpenFlow15",
+		"--", "add-port", "br-ex", "eth0", "--", "set", "interface", "eth0", "type=dummy", "ofport_request=1",
+		"--", "add-port", "br-ex", "patch-ex-to-int", "--", "set", "interface", "patch-ex-to-int", "type=patch",
+		"options:peer=patch-int-to-ex", "ofport_request=2",
+		"--", "add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=dummy", "fail_mode=secure",
+		"protocols=OpenFlow10,OpenFlow13,OpenFlow15",
+		"--", "add-port", "br-int", "patch-int-to-ex", "--", "set", "interface", "patch-int-to-ex", "type=patch",
+		"options:peer=patch-ex-to-int", "ofport_request=1",
+		"--", "add-port", "br-int", "srcip-geneve0", "--", "set", "interface", "srcip-geneve0", "type=geneve",
+		"options:remote_ip=flow", "options:key=flow", "ofport_request=2",
+		"--", "add-port", "br-int", "pod", "--", "set", "interface", "pod", "type=dummy", "ofport_request=3")
+	nodes := []flows.Node{
+		{Name: "node1", InternalIP: netip.MustParseAddr("192.0.2.11"), PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}},
+		{Name: "node2", InternalIP: netip.MustParseAddr("192.0.2.12"), PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24")}},
+	}
+	self := map[string]string{"node1": "192.0.2.11", "node2": "192.0.2.12"}[node]
+	gids := flows.NewGroupIDs()
+	for i := range svcs {
+		svcs[i].GroupID = gids.ID(svcs[i].Key())
+	}
+	st := &flows.State{
+		Node:              node,
+		Ports:             flows.Ports{ExUplink: exUplink, ExPatch: exPatch, IntPatch: intPatch, IntTunnel: intTunnel, ExMAC: mac(brExMAC)},
+		Nodes:             nodes,
+		NodePortAddresses: []netip.Addr{netip.MustParseAddr(self)},
+		Pods: []flows.Pod{{Namespace: "demo", Name: "echo", IPs: []netip.Addr{netip.MustParseAddr(podIP)},
+			MAC: flows.GatewayMAC(netip.MustParseAddr(podIP)), OFPort: podPort}},
+		Services: svcs,
+	}
+	d, err := flows.Build(st)
+	require.NoError(t, err)
+	w := &world{sb: sb, st: st, ctx: context.Background(),
+		ex: ofctl.NewOpenFlow("br-ex", sb.MgmtTarget("br-ex")),
+		in: ofctl.NewOpenFlow("br-int", sb.MgmtTarget("br-int"))}
+	for _, b := range []flows.Bridge{flows.BrEx, flows.BrInt} {
+		var sets []*flows.FlowSet
+		for _, fs := range d {
+			if fs.Bridge == b {
+				sets = append(sets, fs)
+			}
+		}
+		p := flows.FullDiff(b, sets, flows.Inventory{})
+		of := w.ex
+		if b == flows.BrInt {
+			of = w.in
+		}
+		require.NoError(t, of.Bundle(w.ctx, p.Lines()))
+	}
+	return w
+}
+
+func (w *world) trace(t *testing.T, br *ofctl.OpenFlow, flow string, ctNext ...string) string {
+	t.Helper()
+	out, err := br.Trace(w.ctx, flow, ctNext)
+	require.NoError(t, err)
+	return out
+}
+
+// datapathActions returns every "Datapath actions:" line of a trace, one per recirculation.
+func datapathActions(out string) []string {
+	var acts []string
+	for _, l := range strings.Split(out, "\n") {
+		if a, ok := strings.CutPrefix(l, "Datapath actions: "); ok {
+			acts = append(acts, a)
+		}
+	}
+	return acts
+}
+
+func web(eps ...string) flows.ServicePort {
+	sp := flows.ServicePort{Namespace: "demo", Name: "web", PortName: "http", Protocol: flows.TCP, Port: 80, NodePort: 30080,
+		LoadBalancerIPs: []netip.Addr{netip.MustParseAddr("203.0.113.100")}}
+	for _, e := range eps {
+		sp.Endpoints = append(sp.Endpoints, flows.Endpoint{IP: netip.MustParseAddr(e), Port: 8080})
+	}
+	return sp
+}
+
+const synToNodePort = "in_port=1,tcp,dl_src=" + clientMAC + ",dl_dst=" + brExMAC +
+	",nw_src=198.51.100.10,nw_dst=192.0.2.11,tp_src=40000,tp_dst=30080,tcp_flags=syn,nw_ttl=64"
+
+// P1, ingress node: a SYN to the NodePort is DNATed to the endpoint on node2 with the client's MAC in
+// ct_label, and leaves br-int over Geneve VNI 2 towards 192.0.2.12 with the client IP as source.
+func TestP1IngressNode(t *testing.T) {
+	w := newNode(t, "node1", "10.244.1.5", web("10.244.2.5"))
+	out := w.trace(t, w.ex, synToNodePort, "trk,new", "trk,new,dnat")
+	acts := datapathActions(out)
+	require.Len(t, acts, 3, out)
+	require.True(t, strings.HasPrefix(acts[0], "ct(zone=64256,nat),recirc("), out)
+	require.Contains(t, acts[1], "ct(commit,zone=64256,label="+clientMACLabel+"/0xffffffffffff,nat(dst=10.244.2.5:8080)),recirc(")
+	// br-int routes it to node2's pod CIDR over Geneve with VNI 2; the client IP stays the source.
+	require.Contains(t, out, "60. ip,reg0=0x2/0xf,nw_dst=10.244.2.0/24", out)
+	require.Contains(t, out, "set_field:192.0.2.12->tun_dst", out)
+	require.Contains(t, out, "set_field:0x2->tun_id", out)
+	require.Contains(t, out, "nw_src=198.51.100.10,nw_dst=10.244.2.5", "the client IP stays the source")
+}
+
+// P1, ingress node, the same through the LoadBalancer IP.
+func TestP1IngressNodeLoadBalancerIP(t *testing.T) {
+	w := newNode(t, "node1", "10.244.1.5", web("10.244.2.5"))
+	flow := strings.Replace(strings.Replace(synToNodePort, "nw_dst=192.0.2.11", "nw_dst=203.0.113.100", 1), "tp_dst=30080", "tp_dst=80", 1)
+	acts := datapathActions(w.trace(t, w.ex, flow, "trk,new", "trk,new,dnat"))
+	require.Len(t, acts, 3)
+	require.Contains(t, acts[1], "nat(dst=10.244.2.5:8080)")
+}
+
+// P1, backend node: the tunnelled SYN is committed in the pod zone with origin "tunnel" and the
+// ingress node in ct_label, then delivered to the pod; the pod's reply goes back over Geneve VNI 3
+// to the ingress node.
+func TestP1BackendNode(t *testing.T) {
+	w := newNode(t, "node2", "10.244.2.5")
+	in := "in_port=2,tun_id=2,tun_src=192.0.2.11,tun_dst=192.0.2.12,tcp,nw_src=198.51.100.10,nw_dst=10.244.2.5,tp_src=40000,tp_dst=8080,tcp_flags=syn"
+	acts := datapathActions(w.trace(t, w.in, in))
+	require.Len(t, acts, 1)
+	require.Contains(t, acts[0], "ct(commit,zone=64257,mark=0x2/0xf,label="+ingressNodeLabel+"/0xffffffff)")
+	require.Contains(t, acts[0], "set(eth(src=0a:58:0a:f4:02:01,dst=0a:58:0a:f4:02:05))")
+
+	reply := "in_port=3,dl_src=" + flows.GatewayMAC(netip.MustParseAddr("10.244.2.5")).String() +
+		",tcp,nw_src=10.244.2.5,nw_dst=198.51.100.10,tp_src=8080,tp_dst=40000,tcp_flags=syn|ack,ct_mark=0x2,ct_label=" + ingressNodeOnNode2Lbl
+	out := w.trace(t, w.in, reply, "trk,est,rpl")
+	acts = datapathActions(out)
+	require.Len(t, acts, 2, out)
+	require.Contains(t, out, "move:NXM_NX_CT_LABEL[0..31]->NXM_NX_TUN_IPV4_DST[]", out)
+	require.Contains(t, out, "set_field:0x3->tun_id", out)
+	require.Contains(t, out, "tun_dst=192.0.2.11", out)
+}
+
+// P1, ingress node, reply: from Geneve VNI 3 to br-ex, un-DNAT, to the client's MAC from br-ex's MAC.
+func TestP1IngressNodeReply(t *testing.T) {
+	w := newNode(t, "node1", "10.244.1.5", web("10.244.2.5"))
+	in := "in_port=2,tun_id=3,tun_src=192.0.2.12,tun_dst=192.0.2.11,tcp,nw_src=10.244.2.5,nw_dst=198.51.100.10,tp_src=8080,tp_dst=40000,tcp_flags=syn|ack,ct_label=" + clientMACLabel
+	out := w.trace(t, w.in, in, "trk,est,rpl")
+	acts := datapathActions(out)
+	require.Len(t, acts, 2, out)
+	require.True(t, strings.HasPrefix(acts[0], "ct(zone=64256,nat),recirc("), out)
+	require.Contains(t, out, "46. ct_state=+est+rpl+trk,ip", out)
+	require.Contains(t, out, "move:NXM_NX_CT_LABEL[0..47]->NXM_OF_ETH_DST[]", out)
+	require.Contains(t, acts[1], "set(eth(src="+brExMAC, out)
+}
+
+// P2: the endpoint is local: committed in the pod zone with origin "br-ex", delivered to the pod;
+// its reply goes back to br-ex.
+func TestP2LocalEndpoint(t *testing.T) {
+	w := newNode(t, "node1", "10.244.1.5", web("10.244.1.5"))
+	out := w.trace(t, w.ex, synToNodePort, "trk,new", "trk,new,dnat")
+	acts := datapathActions(out)
+	require.Len(t, acts, 3, out)
+	require.Contains(t, acts[1], "nat(dst=10.244.1.5:8080)")
+	require.Contains(t, acts[2], "ct(commit,zone=64257,mark=0x1/0xf)", out)
+
+	reply := "in_port=3,dl_src=" + flows.GatewayMAC(netip.MustParseAddr("10.244.1.5")).String() +
+		",tcp,nw_src=10.244.1.5,nw_dst=198.51.100.10,tp_src=8080,tp_dst=40000,tcp_flags=syn|ack,ct_mark=0x1,ct_label=" + clientMACLabel
+	out = w.trace(t, w.in, reply, "trk,est,rpl", "trk,est,rpl")
+	acts = datapathActions(out)
+	require.Len(t, acts, 3, out)
+	require.True(t, strings.HasPrefix(acts[1], "ct(zone=64256,nat),recirc("), out)
+	require.Contains(t, out, "46. ct_state=+est+rpl+trk,ip", out)
+	require.Contains(t, acts[2], "set(eth(src="+brExMAC, out)
+}
+
+// C16 / P5: the SYN-ACK of the host's own connection from local port 30080 is not a new Service
+// connection: it goes to the host (LOCAL), never to the group.
+func TestHostConnectionOnNodePortGoesToHost(t *testing.T) {
+	w := newNode(t, "node1", "10.244.1.5", web("10.244.2.5"))
+	flow := strings.Replace(synToNodePort, "tcp_flags=syn", "tcp_flags=syn|ack", 1)
+	for _, ct := range []string{"trk,inv", "trk,new"} {
+		out := w.trace(t, w.ex, flow, ct)
+		acts := datapathActions(out)
+		require.Len(t, acts, 2, out)
+		require.NotContains(t, out, "group:", ct)
+		require.Contains(t, out, "LOCAL", ct)
+	}
+}
+
+// A packet to an address or port that is not an entry point is the host's (P5).
+func TestNonEntryPointGoesToHost(t *testing.T) {
+	w := newNode(t, "node1", "10.244.1.5", web("10.244.2.5"))
+	flow := strings.Replace(synToNodePort, "tp_dst=30080", "tp_dst=22", 1)
+	out := w.trace(t, w.ex, flow)
+	acts := datapathActions(out)
+	require.Len(t, acts, 1, out)
+	require.NotContains(t, out, "ct(")
+	require.Contains(t, out, "LOCAL")
+}
+
+// No endpoints: the select group has no bucket; the SYN is dropped and nothing is committed.
+func TestNoEndpointsDrops(t *testing.T) {
+	w := newNode(t, "node1", "10.244.1.5", web())
+	out := w.trace(t, w.ex, synToNodePort, "trk,new")
+	acts := datapathActions(out)
+	require.Len(t, acts, 2, out)
+	require.Equal(t, "drop", acts[1], out)
+}
