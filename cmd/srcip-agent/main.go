@@ -132,6 +132,7 @@ func run(ctx context.Context, o options) error {
 			BrEx: o.bridgeEx, BrInt: o.bridgeInt, Uplink: o.uplink, GeneveUDPPort: o.genevePort,
 		},
 		bridges: map[flows.Bridge]string{flows.BrEx: o.bridgeEx, flows.BrInt: o.bridgeInt},
+		changes: mergeChanges(ctx, db.Changes(), ofctl.WatchVswitchd(ctx, o.ovsRunDir, time.Second)),
 	}
 
 	reg := prometheus.NewRegistry()

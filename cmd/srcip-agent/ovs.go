@@ -14,6 +14,32 @@ type dataplane struct {
 	db      *ofctl.DB
 	cfg     ofctl.IntegrationConfig
 	bridges map[flows.Bridge]string
+	// changes merges OVSDB changes and ovs-vswitchd restarts (see mergeChanges).
+	changes <-chan struct{}
+}
+
+// mergeChanges returns a coalescing channel that fires on every OVSDB change and on every
+// ovs-vswitchd restart (which OVSDB does not show).
+func mergeChanges(ctx context.Context, db, restarts <-chan struct{}) <-chan struct{} {
+	out := make(chan struct{}, 1)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-db:
+			case _, ok := <-restarts:
+				if !ok {
+					return
+				}
+			}
+			select {
+			case out <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return out
 }
 
 var _ agent.Dataplane = (*dataplane)(nil)
@@ -49,5 +75,11 @@ func (d *dataplane) PodPorts(ctx context.Context) ([]agent.PodPort, error) {
 	return out, nil
 }
 
-// Changes fires on every OVSDB change, including the repopulation after a reconnect.
-func (d *dataplane) Changes() <-chan struct{} { return d.db.Changes() }
+// Changes fires on every OVSDB change, including the repopulation after a reconnect, and on every
+// ovs-vswitchd restart.
+func (d *dataplane) Changes() <-chan struct{} {
+	if d.changes != nil {
+		return d.changes
+	}
+	return d.db.Changes()
+}

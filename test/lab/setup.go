@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 const vswitchSchema = "/usr/share/openvswitch/vswitch.ovsschema"
@@ -304,4 +305,49 @@ func (l *Lab) setupPod(p *Pod) error {
 		return wrap(err)
 	}
 	return nil
+}
+
+// RestartVswitchd stops node's ovs-vswitchd (ovs-appctl exit, as a crash or an upgrade would
+// leave things: OVSDB keeps the bridges and ports, the switch comes back with empty flow tables)
+// and starts it again, then redoes what the node installer owns: br-ex's address, link and
+// default route (the userspace datapath recreates its tap devices) and the tunnel neighbours.
+// Everything in br-ex and br-int's flow tables must then come back from the agent.
+func (l *Lab) RestartVswitchd(node string) error {
+	n := l.Node(node)
+	if n == nil {
+		return fmt.Errorf("lab: no node %q", node)
+	}
+	wrap := func(err error) error { return fmt.Errorf("node %s: restart ovs-vswitchd: %w", n.Name, err) }
+	old := n.VswitchdPid
+	if _, err := l.Appctl(n.Name, "-t", "ovs-vswitchd", "exit"); err != nil {
+		return wrap(err)
+	}
+	if err := WaitFor(func() error {
+		if PidAlive(old) {
+			return fmt.Errorf("pid %d still alive", old)
+		}
+		return nil
+	}, 10*time.Second); err != nil {
+		return wrap(err)
+	}
+	if _, err := l.run(runOpts{env: n.ovsEnv()}, "ip", "netns", "exec", n.Netns,
+		"ovs-vswitchd", "unix:"+n.DBSock(), "--pidfile", "--detach", "--no-chdir",
+		"--log-file", "-vconsole:off"); err != nil {
+		return wrap(err)
+	}
+	pid, err := readPidfile(filepath.Join(n.Dir, "ovs-vswitchd.pid"))
+	if err != nil {
+		return wrap(err)
+	}
+	n.VswitchdPid = pid
+	// Re-add what may be gone with the old tap device; "replace" keeps this idempotent.
+	if err := l.ipBatch(n.Netns,
+		"addr replace "+n.IP.String()+"/"+strconv.Itoa(l.routerIP.Bits())+" dev br-ex",
+		"link set br-ex up",
+		"route replace default via "+l.routerIP.Addr().String(),
+	); err != nil {
+		return wrap(err)
+	}
+	_ = l.txOff(n.Netns, "br-ex")
+	return l.SeedTunnelNeighbours(n.Name)
 }
