@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# start.sh [--prepare-only] DIR [COMPONENT...]
+#
+# Starts a test Kubernetes control plane - etcd, kube-apiserver, kube-controller-manager - whose
+# state lives in DIR, and waits until it is ready. No kubelet, no scheduler: tests create Nodes,
+# bind Pods with spec.nodeName and write Pod status themselves.
+#
+# This script is the only place that knows the components' flags: test/kube (Go) runs it with
+# --prepare-only, which writes everything below and the command lines, and then starts the
+# processes itself from DIR/<component>.args (so they die with the test process).
+#
+#   DIR/kubeconfig                 admin (system:masters) token, CA embedded
+#   DIR/pki/                       CA, apiserver serving cert, service-account key
+#   DIR/tokens.csv                 token auth file
+#   DIR/<component>.args           command line, one argument per line, binary first
+#   DIR/<component>.pid            pid of a process started by this script
+#   DIR/logs/<component>.log
+#   DIR/etcd-data/                 removed by stop.sh
+#
+# COMPONENT is etcd, kube-apiserver or kube-controller-manager (default: all three, in this
+# order). A component whose pidfile names a live process of this DIR is left alone, so running
+# start.sh again is harmless; "stop.sh DIR kube-apiserver; start.sh DIR kube-apiserver" restarts
+# the API server alone.
+#
+# Environment:
+#   SRCIP_CP_BIN              directory holding the binaries (default: the output of build.sh)
+#   SRCIP_CP_PORT_BASE        etcd client port; etcd peer = base+1, kube-apiserver = base+2
+#                             (default: etcd 2379, peer 2380, kube-apiserver 6443)
+#   SRCIP_CP_ETCD_PORT, SRCIP_CP_ETCD_PEER_PORT, SRCIP_CP_APISERVER_PORT  override one port
+#   SRCIP_CP_CONTROLLERS      kube-controller-manager --controllers
+#                             (default: endpointslice, endpointslice mirroring, namespace,
+#                             garbage collector)
+#   SRCIP_CP_TIMEOUT          seconds to wait for readiness (default 60)
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+prepare_only=false
+if [[ ${1:-} == --prepare-only ]]; then prepare_only=true; shift; fi
+if [[ $# -lt 1 ]]; then
+	echo "usage: $0 [--prepare-only] DIR [etcd|kube-apiserver|kube-controller-manager...]" >&2
+	exit 2
+fi
+mkdir -p "$1"
+dir=$(cd "$1" && pwd)
+shift
+components=("$@")
+[[ ${#components[@]} -gt 0 ]] || components=(etcd kube-apiserver kube-controller-manager)
+
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
+t0=$(now)
+
+bin=${SRCIP_CP_BIN:-$("$here/build.sh" | tail -n1)}
+for b in etcd kube-apiserver kube-controller-manager; do
+	[[ -x $bin/$b ]] || { echo "start.sh: $bin/$b missing" >&2; exit 1; }
+done
+
+if [[ -n ${SRCIP_CP_PORT_BASE:-} ]]; then
+	: "${SRCIP_CP_ETCD_PORT:=$SRCIP_CP_PORT_BASE}"
+	: "${SRCIP_CP_ETCD_PEER_PORT:=$((SRCIP_CP_PORT_BASE + 1))}"
+	: "${SRCIP_CP_APISERVER_PORT:=$((SRCIP_CP_PORT_BASE + 2))}"
+fi
+etcd_port=${SRCIP_CP_ETCD_PORT:-2379}
+peer_port=${SRCIP_CP_ETCD_PEER_PORT:-2380}
+api_port=${SRCIP_CP_APISERVER_PORT:-6443}
+controllers=${SRCIP_CP_CONTROLLERS:-endpointslice-controller,endpointslice-mirroring-controller,namespace-controller,garbage-collector-controller}
+timeout=${SRCIP_CP_TIMEOUT:-60}
+
+# --- credentials (kept across restarts) ------------------------------------------------------
+pki=$dir/pki
+mkdir -p "$pki" "$dir/logs"
+if [[ ! -s $pki/apiserver.crt ]]; then
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 3650 \
+		-subj /CN=ovs-srcip-test-ca -keyout "$pki/ca.key" -out "$pki/ca.crt" 2>/dev/null
+	openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=kube-apiserver \
+		-keyout "$pki/apiserver.key" -out "$pki/apiserver.csr" 2>/dev/null
+	printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:10.96.0.1\nextendedKeyUsage=serverAuth\n' >"$pki/apiserver.ext"
+	openssl x509 -req -in "$pki/apiserver.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" \
+		-CAcreateserial -days 3650 -extfile "$pki/apiserver.ext" -out "$pki/apiserver.crt.tmp" 2>/dev/null
+	openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$pki/sa.key" 2>/dev/null
+	mv "$pki/apiserver.crt.tmp" "$pki/apiserver.crt"
+fi
+if [[ ! -s $dir/tokens.csv ]]; then
+	token=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+	echo "$token,admin,admin-uid,system:masters" >"$dir/tokens.csv.tmp"
+	mv "$dir/tokens.csv.tmp" "$dir/tokens.csv"
+fi
+token=$(cut -d, -f1 "$dir/tokens.csv")
+
+cat >"$dir/kubeconfig.tmp" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: test
+  cluster:
+    server: https://127.0.0.1:$api_port
+    certificate-authority-data: $(base64 -w0 "$pki/ca.crt")
+users:
+- name: admin
+  user:
+    token: $token
+contexts:
+- name: test
+  context:
+    cluster: test
+    user: admin
+current-context: test
+EOF
+mv "$dir/kubeconfig.tmp" "$dir/kubeconfig"
+
+# --- command lines ---------------------------------------------------------------------------
+write_args() { # component binary args...
+	local c=$1
+	shift
+	printf '%s\n' "$@" >"$dir/$c.args.tmp"
+	mv "$dir/$c.args.tmp" "$dir/$c.args"
+}
+write_args etcd "$bin/etcd" \
+	--name=default \
+	--data-dir="$dir/etcd-data" \
+	--listen-client-urls="http://127.0.0.1:$etcd_port" \
+	--advertise-client-urls="http://127.0.0.1:$etcd_port" \
+	--listen-peer-urls="http://127.0.0.1:$peer_port" \
+	--initial-advertise-peer-urls="http://127.0.0.1:$peer_port" \
+	--initial-cluster="default=http://127.0.0.1:$peer_port" \
+	--unsafe-no-fsync
+write_args kube-apiserver "$bin/kube-apiserver" \
+	--etcd-servers="http://127.0.0.1:$etcd_port" \
+	--bind-address=127.0.0.1 \
+	--secure-port="$api_port" \
+	--advertise-address=127.0.0.1 \
+	--endpoint-reconciler-type=none \
+	--cert-dir="$pki" \
+	--tls-cert-file="$pki/apiserver.crt" \
+	--tls-private-key-file="$pki/apiserver.key" \
+	--client-ca-file="$pki/ca.crt" \
+	--token-auth-file="$dir/tokens.csv" \
+	--authorization-mode=RBAC \
+	--service-account-issuer=https://kubernetes.default.svc.cluster.local \
+	--service-account-key-file="$pki/sa.key" \
+	--service-account-signing-key-file="$pki/sa.key" \
+	--service-cluster-ip-range=10.96.0.0/16 \
+	--disable-admission-plugins=ServiceAccount
+write_args kube-controller-manager "$bin/kube-controller-manager" \
+	--kubeconfig="$dir/kubeconfig" \
+	--controllers="$controllers" \
+	--leader-elect=false \
+	--secure-port=0
+
+if $prepare_only; then
+	echo "$dir"
+	exit 0
+fi
+
+# --- processes -------------------------------------------------------------------------------
+# ours PID: the process is alive and its command line names DIR (guards against pid reuse).
+ours() {
+	[[ -n $1 && -r /proc/$1/cmdline ]] && tr '\0' '\n' <"/proc/$1/cmdline" | grep -qF -- "$dir/"
+}
+ready() {
+	case $1 in
+	etcd) curl -sf -m 2 "http://127.0.0.1:$etcd_port/health" 2>/dev/null | grep -q '"health":"true"' ;;
+	kube-apiserver)
+		[[ $(curl -s -m 2 --cacert "$pki/ca.crt" -H "Authorization: Bearer $token" \
+			"https://127.0.0.1:$api_port/readyz" 2>/dev/null) == ok ]] ;;
+	kube-controller-manager) return 0 ;; # no serving port (--secure-port=0): alive is all we see
+	esac
+}
+for c in "${components[@]}"; do
+	case $c in etcd | kube-apiserver | kube-controller-manager) ;; *)
+		echo "start.sh: unknown component $c" >&2
+		exit 2
+		;;
+	esac
+	pid=$(cat "$dir/$c.pid" 2>/dev/null || true)
+	if ours "$pid"; then
+		echo "start.sh: $c already running (pid $pid)" >&2
+	else
+		mapfile -t argv <"$dir/$c.args"
+		# setsid: its own session, not killed with the caller's terminal or process group.
+		setsid "${argv[@]}" >>"$dir/logs/$c.log" 2>&1 </dev/null &
+		pid=$!
+		echo "$pid" >"$dir/$c.pid"
+	fi
+	t=$(now)
+	deadline=$(($(date +%s) + timeout))
+	until ready "$c"; do
+		if ! ours "$pid"; then
+			echo "start.sh: $c exited; last log lines:" >&2
+			tail -n 20 "$dir/logs/$c.log" >&2
+			exit 1
+		fi
+		if (($(date +%s) >= deadline)); then
+			echo "start.sh: $c not ready after ${timeout}s; see $dir/logs/$c.log" >&2
+			exit 1
+		fi
+		sleep 0.1
+	done
+	echo "start.sh: $c ready (pid $pid) in $(since "$t")s" >&2
+done
+echo "start.sh: control plane ready in $(since "$t0")s; KUBECONFIG=$dir/kubeconfig" >&2
+echo "$dir"
