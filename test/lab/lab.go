@@ -61,6 +61,12 @@ type Config struct {
 	AgentVerbosity int
 	// AgentArgs are appended to the agent's contract flags.
 	AgentArgs []string
+	// Kubeconfig, when set, makes the agents watch that Kubernetes API server (--kubeconfig)
+	// instead of ManifestsDir (which still describes the lab's nodes and pods). The agents then
+	// run in the root network namespace, where the API server's loopback address is; they reach
+	// their node's OVS through its unix sockets, which need no namespace. Each agent's metrics
+	// server is disabled there (the nodes would share one loopback).
+	Kubeconfig string
 	// AgentStopTimeout is how long StopAgent waits after SIGTERM before
 	// SIGKILL; default 10s.
 	AgentStopTimeout time.Duration

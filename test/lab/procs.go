@@ -132,9 +132,13 @@ func (l *Lab) AgentArgs(node string) ([]string, error) {
 	if n == nil {
 		return nil, fmt.Errorf("lab: no node %q", node)
 	}
+	source := "--manifests=" + l.cfg.ManifestsDir
+	if l.cfg.Kubeconfig != "" {
+		source = "--kubeconfig=" + l.cfg.Kubeconfig
+	}
 	args := []string{
 		"--node-name=" + n.Name,
-		"--manifests=" + l.cfg.ManifestsDir,
+		source,
 		"--ovsdb=unix:" + n.DBSock(),
 		"--ovs-rundir=" + n.Dir,
 		"--bridge-ex=br-ex",
@@ -142,6 +146,9 @@ func (l *Lab) AgentArgs(node string) ([]string, error) {
 		"--uplink=eth0",
 		"--geneve-port=" + strconv.Itoa(l.cfg.GenevePort),
 		"--v=" + strconv.Itoa(l.cfg.AgentVerbosity),
+	}
+	if l.cfg.Kubeconfig != "" {
+		args = append(args, "--metrics-bind-address=0")
 	}
 	return append(args, l.cfg.AgentArgs...), nil
 }
@@ -167,6 +174,9 @@ func (l *Lab) StartAgent(node string) error {
 	}
 	args, _ := l.AgentArgs(node)
 	argv := append([]string{"ip", "netns", "exec", n.Netns, bin}, args...)
+	if l.cfg.Kubeconfig != "" {
+		argv = append([]string{bin}, args...) // root netns: see Config.Kubeconfig
+	}
 	p, err := l.startProc("agent "+node, l.AgentLog(node), n.ovsEnv(), argv...)
 	if err != nil {
 		return fmt.Errorf("node %s: %w", node, err)
