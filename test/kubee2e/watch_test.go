@@ -224,7 +224,7 @@ func TestNodeAddedAndRemoved(t *testing.T) {
 	settle()
 	before := snapshots(t)
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node4"},
-		Spec: corev1.NodeSpec{PodCIDR: "10.244.4.0/24", PodCIDRs: []string{"10.244.4.0/24"}},
+		Spec:   corev1.NodeSpec{PodCIDR: "10.244.4.0/24", PodCIDRs: []string{"10.244.4.0/24"}},
 		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.14"}}}}
 	require.NoError(t, createNode(ctx, n))
 	routed := func(present bool) func() error {
