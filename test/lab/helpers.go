@@ -124,3 +124,6 @@ func (l *Lab) RequestWith(client, proto, addr string, o RequestOpts) (Reply, err
 	}
 	return r, nil
 }
+
+// EchoBin is the echo binary the lab runs (Config.EchoBin).
+func (l *Lab) EchoBin() string { return l.cfg.EchoBin }
