@@ -1,0 +1,699 @@
+package deploy_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/ovs-srcip/ovs-srcip/test/kube"
+)
+
+const (
+	namespace      = "ovs-srcip"
+	serviceAccount = "srcip-agent"
+	fieldManager   = "srcip-test"
+	image          = "ghcr.io/ovs-srcip/srcip-agent:latest"
+	crdName        = "egressgateways.ovs-srcip.io"
+)
+
+var (
+	crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	egwGVR = schema.GroupVersionResource{Group: "ovs-srcip.io", Version: "v1alpha1", Resource: "egressgateways"}
+	saUser = "system:serviceaccount:" + namespace + ":" + serviceAccount
+)
+
+// build renders deploy/ with kustomize, in-process, as `kubectl apply -k deploy/` would.
+func build(t *testing.T) []*unstructured.Unstructured {
+	t.Helper()
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	rm, err := k.Run(filesys.MakeFsOnDisk(), ".")
+	if err != nil {
+		t.Fatalf("kustomize build deploy/: %v", err)
+	}
+	var objs []*unstructured.Unstructured
+	for _, r := range rm.Resources() {
+		b, err := r.MarshalJSON()
+		if err != nil {
+			t.Fatalf("%s: %v", r.CurId(), err)
+		}
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(b); err != nil {
+			t.Fatalf("%s: %v", r.CurId(), err)
+		}
+		objs = append(objs, u)
+	}
+	return objs
+}
+
+func find(t *testing.T, objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	t.Helper()
+	for _, u := range objs {
+		if u.GetKind() == kind && u.GetName() == name {
+			return u
+		}
+	}
+	t.Fatalf("kustomize output has no %s %s", kind, name)
+	return nil
+}
+
+func convert[T any](t *testing.T, u *unstructured.Unstructured) *T {
+	t.Helper()
+	out := new(T)
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, out, true); err != nil {
+		t.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
+	}
+	return out
+}
+
+// agentFlags returns the long flag names srcip-agent accepts, from its --help.
+func agentFlags(t *testing.T) map[string]bool {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "srcip-agent")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/srcip-agent").CombinedOutput(); err != nil {
+		t.Fatalf("go build srcip-agent: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "--help").CombinedOutput()
+	if err != nil {
+		t.Fatalf("srcip-agent --help: %v\n%s", err, out)
+	}
+	flags := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\s+(?:-\w, )?--([a-z0-9_-]+)`).FindAllStringSubmatch(string(out), -1) {
+		flags[m[1]] = true
+	}
+	if !flags["node-name"] || !flags["metrics-bind-address"] {
+		t.Fatalf("could not parse srcip-agent --help:\n%s", out)
+	}
+	return flags
+}
+
+// TestManifests checks the rendered objects without an API server.
+func TestManifests(t *testing.T) {
+	objs := build(t)
+	var got []string
+	for _, u := range objs {
+		got = append(got, u.GetKind()+"/"+u.GetName())
+	}
+	want := []string{
+		"Namespace/ovs-srcip", "CustomResourceDefinition/" + crdName, "ServiceAccount/srcip-agent",
+		"ClusterRole/srcip-agent", "ClusterRoleBinding/srcip-agent", "Role/srcip-agent-leases",
+		"RoleBinding/srcip-agent-leases", "DaemonSet/srcip-agent",
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("objects:\n got %v\nwant %v", got, want)
+	}
+	for _, u := range objs {
+		if u.GetLabels()["app.kubernetes.io/part-of"] != "ovs-srcip" {
+			t.Errorf("%s %s: no label app.kubernetes.io/part-of=ovs-srcip", u.GetKind(), u.GetName())
+		}
+	}
+
+	ds := convert[appsv1.DaemonSet](t, find(t, objs, "DaemonSet", "srcip-agent"))
+	ps := ds.Spec.Template.Spec
+	if ds.Namespace != namespace || ps.ServiceAccountName != serviceAccount {
+		t.Errorf("DaemonSet namespace %q, serviceAccountName %q", ds.Namespace, ps.ServiceAccountName)
+	}
+	if !ps.HostNetwork || ps.DNSPolicy != corev1.DNSClusterFirstWithHostNet || ps.PriorityClassName != "system-node-critical" {
+		t.Errorf("hostNetwork %v, dnsPolicy %q, priorityClassName %q", ps.HostNetwork, ps.DNSPolicy, ps.PriorityClassName)
+	}
+	if len(ps.Tolerations) != 1 || ps.Tolerations[0].Operator != corev1.TolerationOpExists || ps.Tolerations[0].Key != "" {
+		t.Errorf("tolerations %+v, want one that tolerates every taint", ps.Tolerations)
+	}
+	if u := ds.Spec.UpdateStrategy; u.Type != appsv1.RollingUpdateDaemonSetStrategyType ||
+		u.RollingUpdate == nil || u.RollingUpdate.MaxUnavailable == nil || u.RollingUpdate.MaxUnavailable.IntValue() != 1 {
+		t.Errorf("updateStrategy %+v", u)
+	}
+	if len(ps.Containers) != 1 {
+		t.Fatalf("%d containers", len(ps.Containers))
+	}
+	c := ps.Containers[0]
+	if c.Image != image {
+		t.Errorf("image %q, want %q", c.Image, image)
+	}
+	flags := agentFlags(t)
+	args := map[string]string{}
+	for _, a := range c.Args {
+		name, val, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if !strings.HasPrefix(a, "--") || !flags[name] {
+			t.Errorf("argument %q is not a srcip-agent flag", a)
+		}
+		args[name] = val
+	}
+	wantArgs := map[string]string{
+		"node-name":            "$(NODE_NAME)",
+		"ovsdb":                "unix:/var/run/openvswitch/db.sock",
+		"ovs-rundir":           "/var/run/openvswitch",
+		"metrics-bind-address": ":9464",
+	}
+	for k, v := range wantArgs {
+		if args[k] != v {
+			t.Errorf("--%s=%q, want %q", k, args[k], v)
+		}
+	}
+	var nodeNameEnv bool
+	for _, e := range c.Env {
+		if e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName" {
+			nodeNameEnv = true
+		}
+	}
+	if !nodeNameEnv {
+		t.Error("no env NODE_NAME from spec.nodeName")
+	}
+	if len(c.Ports) != 1 || c.Ports[0].Name != "metrics" || c.Ports[0].ContainerPort != 9464 {
+		t.Errorf("ports %+v, want metrics 9464", c.Ports)
+	}
+	for name, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe, "startup": c.StartupProbe} {
+		want := "/healthz"
+		if name == "readiness" {
+			want = "/readyz"
+		}
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != want || p.HTTPGet.Port.String() != "metrics" || p.HTTPGet.Host != "" {
+			t.Errorf("%s probe %+v, want httpGet %s on port metrics", name, p, want)
+		}
+	}
+	sc := c.SecurityContext
+	if sc == nil || sc.Privileged == nil || *sc.Privileged || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.RunAsUser == nil || *sc.RunAsUser != 0 ||
+		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 ||
+		sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("container securityContext %+v", sc)
+	}
+	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+		t.Errorf("resources %+v", c.Resources)
+	}
+	var ovsRun bool
+	for _, v := range ps.Volumes {
+		if v.HostPath != nil {
+			if v.HostPath.Path != "/var/run/openvswitch" || v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathDirectory {
+				t.Errorf("hostPath volume %+v", v)
+			}
+			for _, m := range c.VolumeMounts {
+				if m.Name == v.Name && m.MountPath == "/var/run/openvswitch" {
+					ovsRun = true
+				}
+			}
+		}
+	}
+	if !ovsRun {
+		t.Error("no hostPath /var/run/openvswitch mounted at /var/run/openvswitch")
+	}
+
+	// RBAC: no wildcard, no Secrets or ConfigMaps, no write verb outside the allowed ones.
+	writes := map[string][]string{
+		"/events":                            {"create", "patch"},
+		"events.k8s.io/events":               {"create", "patch"},
+		"ovs-srcip.io/egressgateways/status": {"update", "patch"},
+		"coordination.k8s.io/leases":         {"create", "update"},
+	}
+	var rules []rbacv1.PolicyRule
+	rules = append(rules, convert[rbacv1.ClusterRole](t, find(t, objs, "ClusterRole", "srcip-agent")).Rules...)
+	role := convert[rbacv1.Role](t, find(t, objs, "Role", "srcip-agent-leases"))
+	if role.Namespace != namespace {
+		t.Errorf("Role namespace %q", role.Namespace)
+	}
+	rules = append(rules, role.Rules...)
+	for _, r := range rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					if g == "*" || res == "*" || v == "*" || len(r.NonResourceURLs) > 0 {
+						t.Errorf("wildcard or non-resource rule %+v", r)
+					}
+					if res == "secrets" || res == "configmaps" {
+						t.Errorf("rule %+v grants %s", r, res)
+					}
+					if !slices.Contains([]string{"get", "list", "watch"}, v) && !slices.Contains(writes[g+"/"+res], v) {
+						t.Errorf("rule grants %s on %s/%s", v, g, res)
+					}
+				}
+			}
+		}
+	}
+	for _, kind := range []string{"ClusterRoleBinding", "RoleBinding"} {
+		u := find(t, objs, kind, map[string]string{"ClusterRoleBinding": "srcip-agent", "RoleBinding": "srcip-agent-leases"}[kind])
+		var subjects []rbacv1.Subject
+		if kind == "ClusterRoleBinding" {
+			subjects = convert[rbacv1.ClusterRoleBinding](t, u).Subjects
+		} else {
+			subjects = convert[rbacv1.RoleBinding](t, u).Subjects
+		}
+		if len(subjects) != 1 || subjects[0].Kind != "ServiceAccount" || subjects[0].Name != serviceAccount || subjects[0].Namespace != namespace {
+			t.Errorf("%s subjects %+v", kind, subjects)
+		}
+	}
+}
+
+// TestLive applies the kustomization to a real kube-apiserver (etcd, RBAC) with server-side
+// apply and checks the CRD's validation, the status subresource and the RBAC rules there.
+func TestLive(t *testing.T) {
+	objs := build(t)
+	// StartT fails the test (never skips) when the control plane cannot start.
+	cp := kube.StartT(t, kube.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dyn, err := dynamic.NewForConfig(cp.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply := func(u *unstructured.Unstructured, dryRun bool) *unstructured.Unstructured {
+		t.Helper()
+		gvr := mapping(t, cp.Client, u.GroupVersionKind())
+		opts := metav1.ApplyOptions{FieldManager: fieldManager, Force: true}
+		if dryRun {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		var ri dynamic.ResourceInterface = dyn.Resource(gvr.Resource)
+		if gvr.Scope.Name() == meta.RESTScopeNameNamespace {
+			ri = dyn.Resource(gvr.Resource).Namespace(u.GetNamespace())
+		}
+		out, err := ri.Apply(ctx, u.GetName(), u, opts)
+		if err != nil {
+			t.Fatalf("apply %s %s (dry-run %v): %v", u.GetKind(), u.GetName(), dryRun, err)
+		}
+		return out
+	}
+
+	// The CRD first, and wait until the server serves it.
+	apply(find(t, objs, "CustomResourceDefinition", crdName), false)
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		u, err := dyn.Resource(crdGVR).Get(ctx, crdName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			if m["type"] == "NonStructuralSchema" && m["status"] == "True" {
+				return false, fmt.Errorf("CRD schema is not structural: %v", m["message"])
+			}
+			if m["type"] == "Established" && m["status"] == "True" {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("CRD %s not established: %v", crdName, err)
+	}
+
+	// Then the rest, the Namespace first; the DaemonSet also as a server-side dry run.
+	var others []*unstructured.Unstructured
+	for _, u := range objs {
+		if u.GetKind() != "CustomResourceDefinition" {
+			others = append(others, u)
+		}
+	}
+	slices.SortStableFunc(others, func(a, b *unstructured.Unstructured) int {
+		return boolInt(b.GetKind() == "Namespace") - boolInt(a.GetKind() == "Namespace")
+	})
+	for _, u := range others {
+		if u.GetKind() == "DaemonSet" {
+			apply(u, true)
+		}
+		apply(u, false)
+	}
+	ds, err := cp.Client.AppsV1().DaemonSets(namespace).Get(ctx, "srcip-agent", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := ds.Spec.Template.Spec.Containers[0].Ports[0]; p.HostPort != p.ContainerPort {
+		t.Errorf("the server defaulted hostPort %d for containerPort %d", p.HostPort, p.ContainerPort)
+	}
+	// Applying the same objects again changes nothing.
+	gen := ds.Generation
+	for _, u := range objs {
+		apply(u, false)
+	}
+	if ds, err = cp.Client.AppsV1().DaemonSets(namespace).Get(ctx, "srcip-agent", metav1.GetOptions{}); err != nil || ds.Generation != gen {
+		t.Errorf("second apply: DaemonSet generation %d -> %d (%v)", gen, ds.Generation, err)
+	}
+
+	t.Run("EgressGateway validation", func(t *testing.T) { testValidation(ctx, t, dyn) })
+	t.Run("EgressGateway status subresource", func(t *testing.T) { testStatus(ctx, t, dyn, cp.RESTConfig) })
+	t.Run("RBAC", func(t *testing.T) { testRBAC(ctx, t, cp.Client, cp.RESTConfig) })
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// mapping finds the resource of gvk through discovery (a new mapper each time, so that a CRD
+// that has just been established is found).
+func mapping(t *testing.T, c kubernetes.Interface, gvk schema.GroupVersionKind) *meta.RESTMapping {
+	t.Helper()
+	groups, err := restmapper.GetAPIGroupResources(c.Discovery())
+	if err != nil {
+		t.Fatalf("discovery: %v", err)
+	}
+	m, err := restmapper.NewDiscoveryRESTMapper(groups).RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		t.Fatalf("no resource for %s: %v", gvk, err)
+	}
+	return m
+}
+
+// egressGateway returns a valid EgressGateway as JSON-like maps; mutate edits it.
+func egressGateway(name string, mutate func(spec map[string]any)) *unstructured.Unstructured {
+	spec := map[string]any{
+		"namespaceSelector":   map[string]any{"matchLabels": map[string]any{"team": "payments"}},
+		"podSelector":         map[string]any{"matchExpressions": []any{map[string]any{"key": "app", "operator": "In", "values": []any{"api", "worker"}}}},
+		"destinations":        []any{"192.0.2.0/24", "198.51.100.0/24"},
+		"egressIP":            "203.0.113.10",
+		"gatewayNodeSelector": map[string]any{"matchLabels": map[string]any{"node-role.kubernetes.io/egress": ""}},
+	}
+	if mutate != nil {
+		mutate(spec)
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "ovs-srcip.io/v1alpha1",
+		"kind":       "EgressGateway",
+		"metadata":   map[string]any{"name": name},
+		"spec":       spec,
+	}}
+}
+
+func testValidation(ctx context.Context, t *testing.T, dyn dynamic.Interface) {
+	egw := dyn.Resource(egwGVR)
+	create := func(u *unstructured.Unstructured) error {
+		_, err := egw.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
+		return err
+	}
+	if err := create(egressGateway("valid", nil)); err != nil {
+		t.Fatalf("a valid EgressGateway was rejected: %v", err)
+	}
+	valid := map[string]func(spec map[string]any){
+		"ipv6": func(s map[string]any) {
+			s["destinations"] = []any{"2001:db8::/32", "::/0"}
+			s["egressIP"] = "2001:db8:ff::10"
+		},
+		"pods-only": func(s map[string]any) { delete(s, "namespaceSelector") },
+		"namespaces-only-any-gateway": func(s map[string]any) {
+			delete(s, "podSelector")
+			s["gatewayNodeSelector"] = map[string]any{}
+		},
+		"exists": func(s map[string]any) {
+			s["podSelector"] = map[string]any{"matchExpressions": []any{map[string]any{"key": "egress", "operator": "Exists"}}}
+		},
+		"private-egress-ip": func(s map[string]any) { s["egressIP"] = "10.1.2.3" },
+	}
+	for name, mutate := range valid {
+		if err := create(egressGateway(name, mutate)); err != nil {
+			t.Errorf("%s: a valid EgressGateway was rejected: %v", name, err)
+		}
+	}
+
+	invalid := []struct {
+		name   string
+		mutate func(spec map[string]any)
+		want   string // in the error message
+	}{
+		{"bad-cidr", func(s map[string]any) { s["destinations"] = []any{"192.0.2.0/33"} }, "must be a CIDR"},
+		{"not-a-cidr", func(s map[string]any) { s["destinations"] = []any{"192.0.2.1"} }, "must be a CIDR"},
+		{"host-bits", func(s map[string]any) { s["destinations"] = []any{"192.0.2.1/24"} }, "without host bits, such as 192.0.2.0/24"},
+		{"no-destinations", func(s map[string]any) { s["destinations"] = []any{} }, "spec.destinations"},
+		{"missing-destinations", func(s map[string]any) { delete(s, "destinations") }, "spec.destinations: Required value"},
+		{"duplicate-destinations", func(s map[string]any) { s["destinations"] = []any{"192.0.2.0/24", "192.0.2.0/24"} }, "Duplicate value"},
+		{"bad-ip", func(s map[string]any) { s["egressIP"] = "203.0.113.300" }, "must be an IPv4 or IPv6 address"},
+		{"cidr-as-ip", func(s map[string]any) { s["egressIP"] = "203.0.113.0/24" }, "must be an IPv4 or IPv6 address"},
+		{"unspecified-ip", func(s map[string]any) { s["egressIP"] = "0.0.0.0" }, "must be a unicast address"},
+		{"multicast-ip", func(s map[string]any) { s["egressIP"] = "224.0.0.1" }, "must be a unicast address"},
+		{"missing-ip", func(s map[string]any) { delete(s, "egressIP") }, "spec.egressIP: Required value"},
+		{"family-mismatch", func(s map[string]any) { s["destinations"] = []any{"192.0.2.0/24", "2001:db8::/32"} }, "address family"},
+		{"missing-gateway-selector", func(s map[string]any) { delete(s, "gatewayNodeSelector") }, "spec.gatewayNodeSelector: Required value"},
+		{"no-pod-selection", func(s map[string]any) {
+			delete(s, "namespaceSelector")
+			delete(s, "podSelector")
+		}, "at least one of namespaceSelector and podSelector"},
+		{"in-without-values", func(s map[string]any) {
+			s["podSelector"] = map[string]any{"matchExpressions": []any{map[string]any{"key": "app", "operator": "In"}}}
+		}, "values must be non-empty for In and NotIn"},
+		{"bad-operator", func(s map[string]any) {
+			s["gatewayNodeSelector"] = map[string]any{"matchExpressions": []any{map[string]any{"key": "a", "operator": "Equals", "values": []any{"b"}}}}
+		}, "Unsupported value"},
+		{"unknown-field", func(s map[string]any) { s["egressIPs"] = []any{"203.0.113.10"} }, "unknown field"},
+	}
+	for _, tc := range invalid {
+		err := create(egressGateway("invalid-"+tc.name, tc.mutate))
+		switch {
+		case err == nil:
+			t.Errorf("%s: accepted", tc.name)
+		case !apierrors.IsInvalid(err) && !apierrors.IsBadRequest(err):
+			t.Errorf("%s: rejected with %v, want a validation error", tc.name, err)
+		case !strings.Contains(err.Error(), tc.want):
+			t.Errorf("%s: error %q does not contain %q", tc.name, err, tc.want)
+		}
+	}
+	if _, err := egw.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "ovs-srcip.io/v1alpha1", "kind": "EgressGateway", "metadata": map[string]any{"name": "no-spec"},
+	}}, metav1.CreateOptions{}); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec: Required value") {
+		t.Errorf("EgressGateway without spec: %v", err)
+	}
+}
+
+func testStatus(ctx context.Context, t *testing.T, dyn dynamic.Interface, cfg *rest.Config) {
+	egw := dyn.Resource(egwGVR)
+	obj, err := egw.Apply(ctx, "status-test", egressGateway("status-test", nil), metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := obj.GetGeneration()
+	now := metav1.Now().Rfc3339Copy()
+	status := map[string]any{
+		"activeGateway": "node-2",
+		"conditions": []any{map[string]any{
+			"type": "Ready", "status": "True", "reason": "GatewayElected", "message": "node-2 holds the lease",
+			"lastTransitionTime": now.Format(time.RFC3339), "observedGeneration": gen,
+		}},
+	}
+	// Writing status through the main resource is ignored...
+	obj.Object["status"] = status
+	obj, err = egw.Update(ctx, obj, metav1.UpdateOptions{FieldManager: fieldManager})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, found, _ := unstructured.NestedMap(obj.Object, "status"); found {
+		t.Errorf("status written through the main resource: %v", obj.Object["status"])
+	}
+	// ...and through /status, as the agent's ServiceAccount, it is written while spec changes
+	// in the same request are ignored.
+	sa := impersonate(t, cfg)
+	saDyn, err := dynamic.NewForConfig(sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj.Object["status"] = status
+	if err := unstructured.SetNestedField(obj.Object, "198.51.100.99", "spec", "egressIP"); err != nil {
+		t.Fatal(err)
+	}
+	obj, err = saDyn.Resource(egwGVR).UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: fieldManager})
+	if err != nil {
+		t.Fatalf("update status as %s: %v", saUser, err)
+	}
+	if gw, _, _ := unstructured.NestedString(obj.Object, "status", "activeGateway"); gw != "node-2" {
+		t.Errorf("status.activeGateway %q after UpdateStatus", gw)
+	}
+	if ip, _, _ := unstructured.NestedString(obj.Object, "spec", "egressIP"); ip != "203.0.113.10" {
+		t.Errorf("spec.egressIP changed to %q through /status", ip)
+	}
+	if obj.GetGeneration() != gen {
+		t.Errorf("generation %d -> %d after a status update", gen, obj.GetGeneration())
+	}
+	// The agent patches status with server-side apply too.
+	patch := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "ovs-srcip.io/v1alpha1", "kind": "EgressGateway", "metadata": map[string]any{"name": "status-test"},
+		"status": map[string]any{"activeGateway": "node-3"},
+	}}
+	if obj, err = saDyn.Resource(egwGVR).ApplyStatus(ctx, "status-test", patch, metav1.ApplyOptions{FieldManager: "srcip-agent", Force: true}); err != nil {
+		t.Fatalf("apply status as %s: %v", saUser, err)
+	} else if gw, _, _ := unstructured.NestedString(obj.Object, "status", "activeGateway"); gw != "node-3" {
+		t.Errorf("status.activeGateway %q after ApplyStatus", gw)
+	}
+	// Conditions are validated like metav1.Condition.
+	bad := obj.DeepCopy()
+	if err := unstructured.SetNestedSlice(bad.Object, []any{map[string]any{
+		"type": "Ready", "status": "Maybe", "reason": "no spaces allowed", "message": "",
+		"lastTransitionTime": now.Format(time.RFC3339),
+	}}, "status", "conditions"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = egw.UpdateStatus(ctx, bad, metav1.UpdateOptions{})
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "status.conditions[0].status") || !strings.Contains(err.Error(), "status.conditions[0].reason") {
+		t.Errorf("invalid condition: %v", err)
+	}
+	// The printer columns are served.
+	table := &metav1.Table{}
+	raw, err := kubernetes.NewForConfigOrDie(cfg).Discovery().RESTClient().Get().AbsPath("/apis/ovs-srcip.io/v1alpha1/egressgateways/status-test").
+		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, table); err != nil {
+		t.Fatal(err)
+	}
+	var cols []string
+	for _, c := range table.ColumnDefinitions {
+		cols = append(cols, c.Name)
+	}
+	if want := []string{"Name", "Egress IP", "Gateway", "Ready", "Destinations", "Age"}; !slices.Equal(cols, want) {
+		t.Errorf("columns %v, want %v", cols, want)
+	}
+	if len(table.Rows) != 1 || fmt.Sprint(table.Rows[0].Cells[1:4]) != "[203.0.113.10 node-3 True]" {
+		t.Errorf("table rows %v", table.Rows)
+	}
+}
+
+// impersonate returns cfg acting as the agent's ServiceAccount.
+func impersonate(t *testing.T, cfg *rest.Config) *rest.Config {
+	t.Helper()
+	c := rest.CopyConfig(cfg)
+	c.Impersonate = rest.ImpersonationConfig{
+		UserName: saUser,
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
+	}
+	return c
+}
+
+func testRBAC(ctx context.Context, t *testing.T, admin kubernetes.Interface, cfg *rest.Config) {
+	type check struct {
+		verb, group, resource, sub, ns string
+		allowed                        bool
+	}
+	checks := []check{
+		{"list", "", "nodes", "", "", true},
+		{"watch", "", "nodes", "", "", true},
+		{"get", "", "nodes", "", "", true},
+		{"list", "", "services", "", "", true},
+		{"watch", "", "services", "", "", true},
+		{"list", "discovery.k8s.io", "endpointslices", "", "", true},
+		{"watch", "discovery.k8s.io", "endpointslices", "", "", true},
+		{"list", "", "pods", "", "", true},
+		{"watch", "", "pods", "", "", true},
+		{"create", "", "events", "", "default", true},
+		{"patch", "", "events", "", "kube-system", true},
+		{"create", "events.k8s.io", "events", "", "default", true},
+		{"patch", "events.k8s.io", "events", "", "default", true},
+		{"list", "ovs-srcip.io", "egressgateways", "", "", true},
+		{"watch", "ovs-srcip.io", "egressgateways", "", "", true},
+		{"update", "ovs-srcip.io", "egressgateways", "status", "", true},
+		{"patch", "ovs-srcip.io", "egressgateways", "status", "", true},
+		{"get", "coordination.k8s.io", "leases", "", namespace, true},
+		{"watch", "coordination.k8s.io", "leases", "", namespace, true},
+		{"create", "coordination.k8s.io", "leases", "", namespace, true},
+		{"update", "coordination.k8s.io", "leases", "", namespace, true},
+
+		{"get", "", "secrets", "", namespace, false},
+		{"list", "", "secrets", "", "", false},
+		{"get", "", "configmaps", "", "kube-system", false},
+		{"update", "", "services", "", "default", false},
+		{"patch", "", "services", "", "default", false},
+		{"update", "", "services", "status", "default", false},
+		{"delete", "", "pods", "", "default", false},
+		{"create", "", "pods", "", namespace, false},
+		{"update", "", "pods", "status", "default", false},
+		{"update", "", "nodes", "", "", false},
+		{"patch", "", "nodes", "status", "", false},
+		{"create", "discovery.k8s.io", "endpointslices", "", "default", false},
+		{"delete", "", "events", "", "default", false},
+		{"create", "ovs-srcip.io", "egressgateways", "", "", false},
+		{"update", "ovs-srcip.io", "egressgateways", "", "", false},
+		{"patch", "ovs-srcip.io", "egressgateways", "", "", false},
+		{"delete", "ovs-srcip.io", "egressgateways", "", "", false},
+		{"get", "coordination.k8s.io", "leases", "", "kube-system", false},
+		{"update", "coordination.k8s.io", "leases", "", "kube-node-lease", false},
+		{"delete", "coordination.k8s.io", "leases", "", namespace, false},
+		{"get", "apiextensions.k8s.io", "customresourcedefinitions", "", "", false},
+		{"create", "authentication.k8s.io", "serviceaccounts", "token", namespace, false},
+	}
+	for _, c := range checks {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:   saUser,
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Verb: c.verb, Group: c.group, Resource: c.resource, Subresource: c.sub, Namespace: c.ns,
+			},
+		}}
+		if c.resource == "serviceaccounts" {
+			sar.Spec.ResourceAttributes.Group = ""
+		}
+		res, err := admin.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("SubjectAccessReview: %v", err)
+		}
+		if res.Status.Allowed != c.allowed {
+			t.Errorf("%s %s/%s/%s in %q: allowed=%v, want %v (%s)", c.verb, c.group, c.resource, c.sub, c.ns,
+				res.Status.Allowed, c.allowed, res.Status.Reason)
+		}
+	}
+
+	// The same through real requests as the ServiceAccount.
+	sa, err := kubernetes.NewForConfig(impersonate(t, cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sa.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("list nodes as the agent: %v", err)
+	}
+	if _, err := sa.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+		t.Errorf("list endpointslices as the agent: %v", err)
+	}
+	if _, err := sa.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=node-1"}); err != nil {
+		t.Errorf("list this node's pods as the agent: %v", err)
+	}
+	ev := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{GenerateName: "srcip-agent-", Namespace: "default"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Service", Namespace: "default", Name: "web", APIVersion: "v1"},
+		Reason:         "NoEndpoints", Message: "test", Type: corev1.EventTypeWarning,
+		Source: corev1.EventSource{Component: "srcip-agent", Host: "node-1"},
+	}
+	if _, err := sa.CoreV1().Events("default").Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		t.Errorf("create an event as the agent: %v", err)
+	}
+	if _, err := sa.CoreV1().Secrets(namespace).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("list secrets as the agent: %v, want Forbidden", err)
+	}
+	saDyn, err := dynamic.NewForConfig(impersonate(t, cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := saDyn.Resource(egwGVR).Get(ctx, "valid", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get an EgressGateway as the agent: %v", err)
+	}
+	if err := unstructured.SetNestedField(obj.Object, "203.0.113.11", "spec", "egressIP"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := saDyn.Resource(egwGVR).Update(ctx, obj, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("update an EgressGateway's spec as the agent: %v, want Forbidden", err)
+	}
+	if err := sa.CoreV1().Pods("default").Delete(ctx, "any", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("delete a pod as the agent: %v, want Forbidden", err)
+	}
+}
