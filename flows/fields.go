@@ -63,6 +63,7 @@ const (
 
 // Priorities used across tables.
 const (
+	prioTunnel  = 600
 	prioHook    = 500
 	prioHigh    = 300
 	prioMid     = 200

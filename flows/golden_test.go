@@ -104,6 +104,11 @@ func TestGolden(t *testing.T) {
 		"node1-no-services":  testState(),
 		"node1-web-tcp-udp":  testState(webTCP(), webUDP()),
 		"node1-no-endpoints": testState(ServicePort{Namespace: "demo", Name: "empty", Protocol: TCP, Port: 80, NodePort: 30090}),
+		// A Service must not capture the Geneve tunnel: its externalIP is node1's address and its
+		// UDP port the tunnel port; that entry point is refused with a warning.
+		"node1-tunnel-hijack": testState(ServicePort{Namespace: "evil", Name: "tunnel", PortName: "gnv", Protocol: UDP, Port: 6081,
+			ExternalIPs: []netip.Addr{ip("192.0.2.11"), ip("203.0.113.7")},
+			Endpoints:   []Endpoint{{IP: ip("10.244.2.5"), Port: 8080}}}),
 	}
 	for name, st := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -42,7 +42,9 @@ func BuildExBase(st *State) (*FlowSet, error) {
 	newDNAT := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateNew), "+dnat")
 	rpl := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateEstablished), ovs.SetState(ovs.CTStateReply))
 	fs.Flows = []ovs.Flow{
-		// ExClassifier: the hooks into our tables, then the installer's plumbing.
+		// ExClassifier: Geneve to this node first (no Service entry point may capture the
+		// tunnels), then the hooks into our tables, then the installer's plumbing.
+		flow(ExClassifier, prioTunnel, ovs.ProtocolUDPv4, p.ExUplink, st.tunnelMatch(), outputLocal),
 		flow(ExClassifier, prioHook, ovs.ProtocolIPv4, p.ExUplink, nil, Goto(ExServiceLB)),
 		flow(ExClassifier, prioHook, "", p.ExPatch, nil, Goto(ExFromInt)),
 		flow(ExClassifier, prioLow, "", p.ExUplink, nil, outputLocal),
@@ -253,6 +255,10 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 		newConn = append(newConn, ovs.TCPFlags("+syn", "-ack"))
 	}
 	for _, e := range entries {
+		if sp.Protocol == UDP && e.port == st.Ports.tunnelUDPPort() && e.addr == st.self().InternalIP {
+			fs.Warnings = append(fs.Warnings, fmt.Sprintf("entry point %s:%d/UDP is this node's Geneve tunnel endpoint: not served", e.addr, e.port))
+			continue
+		}
 		match := []ovs.Match{ovs.NetworkDestination(e.addr.String()), ovs.TransportDestinationPort(e.port)}
 		fs.Flows = append(fs.Flows,
 			flow(ExServiceLB, prioEntry, proto, 0, match, CT{Zone: ZoneService, NAT: &NAT{}, Table: tableRef(ExServiceCT)}),
@@ -283,6 +289,26 @@ func (p Ports) validate() error {
 		return fmt.Errorf("incomplete ports %+v: need uplink, both patch ports, the Geneve port and br-ex's MAC", p)
 	}
 	return nil
+}
+
+// self returns this node (zero Node if it is not in st.Nodes).
+func (st *State) self() Node {
+	for _, n := range st.Nodes {
+		if n.Name == st.Node {
+			return n
+		}
+	}
+	return Node{}
+}
+
+// tunnelMatch matches Geneve packets addressed to this node (any address when its InternalIP is
+// unknown).
+func (st *State) tunnelMatch() []ovs.Match {
+	m := []ovs.Match{ovs.TransportDestinationPort(st.Ports.tunnelUDPPort())}
+	if ip := st.self().InternalIP; ip.Is4() {
+		m = append([]ovs.Match{ovs.NetworkDestination(ip.String())}, m...)
+	}
+	return m
 }
 
 // localCIDR returns this node's pod CIDR that holds ip.

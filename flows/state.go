@@ -49,6 +49,20 @@ type Ports struct {
 	IntTunnel int
 	// ExMAC is br-ex's own MAC address: the source MAC of every reply leaving the uplink.
 	ExMAC net.HardwareAddr
+	// TunnelUDPPort is the Geneve port's UDP destination port (options:dst_port), 6081 when 0.
+	// Tunnel packets addressed to this node are handed to the host before any Service entry point
+	// is looked at, so no Service can capture them.
+	TunnelUDPPort int
+}
+
+// DefaultTunnelUDPPort is the IANA Geneve port (RFC 8926).
+const DefaultTunnelUDPPort = 6081
+
+func (p Ports) tunnelUDPPort() uint16 {
+	if p.TunnelUDPPort <= 0 || p.TunnelUDPPort > 65535 {
+		return DefaultTunnelUDPPort
+	}
+	return uint16(p.TunnelUDPPort)
 }
 
 // Node is one cluster node as the pipeline sees it (from a core/v1 Node).

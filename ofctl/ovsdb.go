@@ -463,6 +463,7 @@ func (d *DB) waitPorts(ctx context.Context, c IntegrationConfig) (flows.Ports, e
 		p.ExPatch = ofport(c.PatchExToInt)
 		p.IntPatch = ofport(c.PatchIntToEx)
 		p.IntTunnel = ofport(c.GenevePort)
+		p.TunnelUDPPort = c.GeneveUDPPort
 		exIf := &ifaceRow{Name: c.BrEx}
 		if err := d.c.Get(ctx, exIf); err == nil && exIf.MACInUse != nil {
 			if mac, err := net.ParseMAC(*exIf.MACInUse); err == nil {
