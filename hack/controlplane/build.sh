@@ -24,6 +24,7 @@ complete() {
 }
 
 if complete "$out"; then
+	touch "$out" # entries unused for 14 days are pruned after a build
 	echo "controlplane: cache hit $out" >&2
 	echo "$out"
 	exit 0
@@ -49,7 +50,8 @@ major=${K8S_VERSION#v}; major=${major%%.*}
 minor=${K8S_VERSION#v*.}; minor=${minor%%.*}
 pkg=k8s.io/component-base/version
 ldflags="-s -w -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
-ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+# The module proxy does not give the release commit: gitCommit stays empty, not "$Format:%H$".
+ldflags+=" -X $pkg.gitCommit= -X $pkg.gitTreeState=clean -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 
 cd "$here"
 export CGO_ENABLED=0 GOWORK=off GOFLAGS="-buildvcs=false -mod=readonly"
@@ -74,8 +76,10 @@ echo "controlplane: etcd built in $(since "$t")s" >&2
 "$tmp/kube-apiserver" --version >&2
 "$tmp/etcd" --version | head -1 >&2
 
+chmod 755 "$tmp"
 # rename(2) of the whole directory: the entry appears complete or not at all.
 mv -T "$tmp" "$out"
 trap - EXIT
+find "$root" -mindepth 1 -maxdepth 1 -type d -name '[0-9a-f]*' -mtime +14 -exec rm -rf {} + || true
 echo "controlplane: built in $(since "$t0")s" >&2
 echo "$out"

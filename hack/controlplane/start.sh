@@ -17,6 +17,9 @@
 #   DIR/logs/<component>.log
 #   DIR/etcd-data/                 removed by stop.sh
 #
+# kube-apiserver gets --shutdown-send-retry-after=true: without it SIGTERM waits up to 60 s
+# (--request-timeout) for open watch connections; with it, it exits ~2 s later.
+#
 # COMPONENT is etcd, kube-apiserver or kube-controller-manager (default: all three, in this
 # order). A component whose pidfile names a live process of this DIR is left alone, so running
 # start.sh again is harmless; "stop.sh DIR kube-apiserver; start.sh DIR kube-apiserver" restarts
@@ -140,7 +143,8 @@ write_args kube-apiserver "$bin/kube-apiserver" \
 	--service-account-key-file="$pki/sa.key" \
 	--service-account-signing-key-file="$pki/sa.key" \
 	--service-cluster-ip-range=10.96.0.0/16 \
-	--disable-admission-plugins=ServiceAccount
+	--disable-admission-plugins=ServiceAccount \
+	--shutdown-send-retry-after=true
 write_args kube-controller-manager "$bin/kube-controller-manager" \
 	--kubeconfig="$dir/kubeconfig" \
 	--controllers="$controllers" \
@@ -163,8 +167,23 @@ ready() {
 	kube-apiserver)
 		[[ $(curl -s -m 2 --cacert "$pki/ca.crt" -H "Authorization: Bearer $token" \
 			"https://127.0.0.1:$api_port/readyz" 2>/dev/null) == ok ]] ;;
-	kube-controller-manager) return 0 ;; # no serving port (--secure-port=0): alive is all we see
+	kube-controller-manager)
+		# No serving port (--secure-port=0): its log says when the EndpointSlice controller runs
+		# (the Nth start of the process prints the Nth marker).
+		has_endpointslice || return 0
+		(($(grep -c -- "$kcm_marker" "$dir/logs/$c.log") >= $(grep -c -- "$start_marker$c" "$dir/logs/$c.log")))
+		;;
 	esac
+}
+kcm_marker='"Starting endpoint slice controller"'
+start_marker='=== starting '
+has_endpointslice() {
+	local x list
+	IFS=, read -ra list <<<"$controllers"
+	for x in "${list[@]}"; do
+		case $x in endpointslice | endpointslice-controller | '*') return 0 ;; esac
+	done
+	return 1
 }
 for c in "${components[@]}"; do
 	case $c in etcd | kube-apiserver | kube-controller-manager) ;; *)
@@ -177,6 +196,7 @@ for c in "${components[@]}"; do
 		echo "start.sh: $c already running (pid $pid)" >&2
 	else
 		mapfile -t argv <"$dir/$c.args"
+		echo "$start_marker$c at $(date -u +%Y-%m-%dT%H:%M:%S.%NZ)" >>"$dir/logs/$c.log"
 		# setsid: its own session, not killed with the caller's terminal or process group.
 		setsid "${argv[@]}" >>"$dir/logs/$c.log" 2>&1 </dev/null &
 		pid=$!
