@@ -74,12 +74,15 @@ go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3
 echo "controlplane: etcd built in $(since "$t")s" >&2
 
 "$tmp/kube-apiserver" --version >&2
-"$tmp/etcd" --version | head -1 >&2
+"$tmp/etcd" --version >&2 # all of it: "| head -1" could SIGPIPE etcd and fail the build (pipefail)
 
 chmod 755 "$tmp"
 # rename(2) of the whole directory: the entry appears complete or not at all.
 mv -T "$tmp" "$out"
 trap - EXIT
-find "$root" -mindepth 1 -maxdepth 1 -type d -name '[0-9a-f]*' -mtime +14 -exec rm -rf {} + || true
+# Prune entries (and their lock files) unused for 14 days and temporary dirs of builds killed
+# over 3 hours ago.
+find "$root" -mindepth 1 -maxdepth 1 \( -name '[0-9a-f]*' -mtime +14 -o -name '.lock-*' -mtime +14 \
+	-o -name '.tmp-*' -mmin +180 \) -exec rm -rf {} + || true
 echo "controlplane: built in $(since "$t0")s" >&2
 echo "$out"
