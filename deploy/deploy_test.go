@@ -239,15 +239,15 @@ func TestManifests(t *testing.T) {
 	}
 	rules = append(rules, role.Rules...)
 	for _, r := range rules {
+		if slices.Contains(r.APIGroups, "*") || slices.Contains(r.Resources, "*") || slices.Contains(r.Verbs, "*") || len(r.NonResourceURLs) > 0 {
+			t.Errorf("wildcard or non-resource rule %+v", r)
+		}
+		if slices.Contains(r.Resources, "secrets") || slices.Contains(r.Resources, "configmaps") {
+			t.Errorf("rule %+v grants Secrets or ConfigMaps", r)
+		}
 		for _, g := range r.APIGroups {
 			for _, res := range r.Resources {
 				for _, v := range r.Verbs {
-					if g == "*" || res == "*" || v == "*" || len(r.NonResourceURLs) > 0 {
-						t.Errorf("wildcard or non-resource rule %+v", r)
-					}
-					if res == "secrets" || res == "configmaps" {
-						t.Errorf("rule %+v grants %s", r, res)
-					}
 					if !slices.Contains([]string{"get", "list", "watch"}, v) && !slices.Contains(writes[g+"/"+res], v) {
 						t.Errorf("rule grants %s on %s/%s", v, g, res)
 					}
@@ -341,8 +341,23 @@ func TestLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := ds.Spec.Template.Spec.Containers[0].Ports[0]; p.HostPort != p.ContainerPort {
-		t.Errorf("the server defaulted hostPort %d for containerPort %d", p.HostPort, p.ContainerPort)
+	// A Pod of the DaemonSet, as its controller would create it on node-1 (there is no
+	// DaemonSet controller here): the server accepts it (priority class, Pod Security level of
+	// the namespace) and defaults hostPort to 9464, so the scheduler keeps two such pods apart.
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "srcip-agent-", Namespace: namespace, Labels: ds.Spec.Template.Labels},
+		Spec:       *ds.Spec.Template.Spec.DeepCopy(),
+	}
+	pod.Spec.NodeName = "node-1"
+	pod, err = cp.Client.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		t.Fatalf("create a pod from the DaemonSet's template (dry run): %v", err)
+	}
+	if p := pod.Spec.Containers[0].Ports[0]; p.HostPort != 9464 {
+		t.Errorf("pod hostPort %d, want 9464", p.HostPort)
+	}
+	if pod.Spec.Priority == nil || *pod.Spec.Priority < 2000000000 {
+		t.Errorf("pod priority %v, want system-node-critical's", pod.Spec.Priority)
 	}
 	// Applying the same objects again changes nothing.
 	gen := ds.Generation
@@ -437,7 +452,7 @@ func testValidation(ctx context.Context, t *testing.T, dyn dynamic.Interface) {
 	}{
 		{"bad-cidr", func(s map[string]any) { s["destinations"] = []any{"192.0.2.0/33"} }, "must be a CIDR"},
 		{"not-a-cidr", func(s map[string]any) { s["destinations"] = []any{"192.0.2.1"} }, "must be a CIDR"},
-		{"host-bits", func(s map[string]any) { s["destinations"] = []any{"192.0.2.1/24"} }, "without host bits, such as 192.0.2.0/24"},
+		{"host-bits", func(s map[string]any) { s["destinations"] = []any{"192.0.2.1/24"} }, "must be a network address without host bits"},
 		{"no-destinations", func(s map[string]any) { s["destinations"] = []any{} }, "spec.destinations"},
 		{"missing-destinations", func(s map[string]any) { delete(s, "destinations") }, "spec.destinations: Required value"},
 		{"duplicate-destinations", func(s map[string]any) { s["destinations"] = []any{"192.0.2.0/24", "192.0.2.0/24"} }, "Duplicate value"},
@@ -461,7 +476,13 @@ func testValidation(ctx context.Context, t *testing.T, dyn dynamic.Interface) {
 		{"unknown-field", func(s map[string]any) { s["egressIPs"] = []any{"203.0.113.10"} }, "unknown field"},
 	}
 	for _, tc := range invalid {
-		err := create(egressGateway("invalid-"+tc.name, tc.mutate))
+		u := egressGateway("invalid-"+tc.name, tc.mutate)
+		// Server-side apply (dry run) rejects them all too, some already while building the
+		// patch, with other errors.
+		if _, err := egw.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: fieldManager, DryRun: []string{metav1.DryRunAll}}); err == nil {
+			t.Errorf("%s: accepted by server-side apply", tc.name)
+		}
+		_, err := egw.Create(ctx, u, metav1.CreateOptions{FieldManager: fieldManager, FieldValidation: "Strict"})
 		switch {
 		case err == nil:
 			t.Errorf("%s: accepted", tc.name)
