@@ -67,8 +67,13 @@ func assertOnlyChanged(t *testing.T, before, after map[string]map[string]lab.Bri
 	}
 }
 
-// eventually waits until cond holds on the flows of node1's br-ex.
+// eventually waits until cond holds on the flows of node1's br-ex, at most followTimeout.
 func eventually(t *testing.T, what string, cond func(brEx string) bool) {
+	t.Helper()
+	eventuallyWithin(t, followTimeout, what, cond)
+}
+
+func eventuallyWithin(t *testing.T, timeout time.Duration, what string, cond func(brEx string) bool) {
 	t.Helper()
 	start := time.Now()
 	err := lab.WaitFor(func() error {
@@ -80,7 +85,7 @@ func eventually(t *testing.T, what string, cond func(brEx string) bool) {
 			return fmt.Errorf("not yet: %s", what)
 		}
 		return nil
-	}, followTimeout)
+	}, timeout)
 	require.NoError(t, err, what)
 	t.Logf("%s: %v", what, time.Since(start).Round(time.Millisecond))
 }
@@ -279,7 +284,9 @@ func TestAPIServerRestart(t *testing.T) {
 	svc.Spec.Ports[0].NodePort = 30221
 	_, err = cs.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{})
 	require.NoError(t, err)
-	eventually(t, "caught up after the API server restart", func(s string) bool {
+	// client-go's reflectors retry a lost API server with exponential backoff capped at 30 s
+	// (plus jitter), so catching up may take up to ~30 s after the server is back.
+	eventuallyWithin(t, 45*time.Second, "caught up after the API server restart", func(s string) bool {
 		return has("tp_dst=30221")(s) && hasNone("tp_dst=30220")(s)
 	})
 	assert.Equal(t, clientIP, waitOK(t, "tcp", "192.0.2.11:30221").ClientIP())
