@@ -1,0 +1,700 @@
+package e2e
+
+// Adversarial tests: hostile or unusual manifests, hand-made drift, restarts in the middle of
+// changes. Each test cleans up what it added. Tests whose name ends in "Bug" reproduce a defect
+// found by the adversarial review and FAIL today; the others pin behaviour that works.
+//
+// Run: go test -count=1 -p 1 ./test/e2e/ -run Adversarial -v
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ovs-srcip/ovs-srcip/test/lab"
+)
+
+// pspec is one Service port; the EndpointSlice port of the same name/protocol is 8080.
+type pspec struct {
+	name, proto    string
+	port, nodePort int
+}
+
+// rawService renders a Service (namespace e2e) plus one EndpointSlice with the given endpoints.
+func rawService(name string, annotated bool, typ string, extIPs []string, lbIP string, ports []pspec, eps []ep) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "apiVersion: v1\nkind: Service\nmetadata:\n  name: %s\n  namespace: e2e\n", name)
+	if annotated {
+		b.WriteString("  annotations:\n    ovs-srcip.io/preserve-source-ip: \"true\"\n")
+	}
+	fmt.Fprintf(&b, "spec:\n  type: %s\n  externalTrafficPolicy: Cluster\n", typ)
+	if len(extIPs) > 0 {
+		fmt.Fprintf(&b, "  externalIPs: [%s]\n", strings.Join(extIPs, ", "))
+	}
+	b.WriteString("  ports:\n")
+	for _, p := range ports {
+		fmt.Fprintf(&b, "  - {name: %s, protocol: %s, port: %d, targetPort: 8080", p.name, p.proto, p.port)
+		if p.nodePort != 0 {
+			fmt.Fprintf(&b, ", nodePort: %d", p.nodePort)
+		}
+		b.WriteString("}\n")
+	}
+	if lbIP != "" {
+		fmt.Fprintf(&b, "status:\n  loadBalancer:\n    ingress:\n    - ip: %s\n", lbIP)
+	}
+	fmt.Fprintf(&b, "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: %s-x1\n  namespace: e2e\n", name)
+	fmt.Fprintf(&b, "  labels: {kubernetes.io/service-name: %s}\naddressType: IPv4\nports:\n", name)
+	for _, p := range ports {
+		fmt.Fprintf(&b, "- {name: %s, protocol: %s, port: 8080}\n", p.name, p.proto)
+	}
+	if len(eps) == 0 {
+		b.WriteString("endpoints: []\n")
+	} else {
+		b.WriteString("endpoints:\n")
+	}
+	for _, e := range eps {
+		fmt.Fprintf(&b, "- addresses: [%s]\n  nodeName: %s\n  conditions: {ready: true, serving: true, terminating: false}\n", e.ip, e.node)
+	}
+	b.WriteString("---\n")
+	return b.String()
+}
+
+// removeAndWait removes a manifest file and waits until no node's br-ex holds a flow that contains
+// one of the tokens.
+func removeAndWait(t *testing.T, file string, tokens ...string) {
+	t.Helper()
+	writeManifest(t, file, "")
+	err := lab.WaitFor(func() error {
+		for _, n := range theLab.Nodes {
+			out, err := theLab.DumpFlows(n.Name, "br-ex", "cookie=0x5c00000000000000/0xff00000000000000")
+			if err != nil {
+				return err
+			}
+			for _, tok := range tokens {
+				if strings.Contains(out, tok) {
+					return fmt.Errorf("%s still has %s", n.Name, tok)
+				}
+			}
+		}
+		return nil
+	}, 15*time.Second)
+	if err != nil {
+		t.Errorf("cleanup of %s: %v", file, err)
+	}
+}
+
+// bundlesDuring counts the bundles node's agent applies during d (its log says "Applying bundle").
+func bundlesDuring(t *testing.T, node string, d time.Duration) (int, string) {
+	t.Helper()
+	off := logSize(t, node)
+	time.Sleep(d)
+	s := logSince(t, node, off)
+	return strings.Count(s, "Applying bundle"), s
+}
+
+// ownGroups counts the agent's groups (id 0x5c000000-0x5cffffff) on a bridge.
+func ownGroups(t *testing.T, node, br string) int {
+	t.Helper()
+	out, err := theLab.DumpGroups(node, br)
+	require.NoError(t, err)
+	n := 0
+	for _, m := range regexp.MustCompile(`group_id=(\d+)`).FindAllStringSubmatch(out, -1) {
+		var id uint64
+		fmt.Sscanf(m[1], "%d", &id)
+		if id>>24 == 0x5c {
+			n++
+		}
+	}
+	return n
+}
+
+// ---------------------------------------------------------------------------------------------
+// Findings (fail today)
+
+// A UDP "connection" keeps its ZoneService conntrack entry after its endpoint left the Service:
+// a client that keeps sending from one source port (DNS resolvers, syslog, statsd, QUIC, game
+// clients do) is pinned to the removed endpoint for as long as it keeps sending, because the
+// agent never flushes conntrack (kube-proxy deletes the UDP entries of removed endpoints for
+// exactly this reason). Here echo-a keeps running so the stale path is visible; in a cluster the
+// pod is gone and the client is black-holed.
+func TestAdversarialUDPStaleEndpointBug(t *testing.T) {
+	const file = "adv-stale.yaml"
+	ports := []pspec{{"dns", "UDP", 53, 31300}}
+	writeManifest(t, file, rawService("stale", true, "NodePort", nil, "", ports, []ep{echoA}))
+	defer removeAndWait(t, file, "tp_dst=31300")
+	addr := "192.0.2.11:31300"
+	waitOK(t, "udp", addr)
+	const lport = 41300
+	r, err := theLab.RequestWith("", "udp", addr, lab.RequestOpts{LocalPort: lport})
+	require.NoError(t, err)
+	require.Equal(t, "echo-a", r.Pod)
+
+	// echo-a leaves the Service, echo-b joins.
+	writeManifest(t, file, rawService("stale", true, "NodePort", nil, "", ports, []ep{echoB}))
+	require.NoError(t, lab.WaitFor(func() error {
+		r, err := theLab.Request("", "udp", addr) // fresh source port
+		if err != nil {
+			return err
+		}
+		if r.Pod != "echo-b" {
+			return fmt.Errorf("fresh port still reaches %s", r.Pod)
+		}
+		return nil
+	}, 15*time.Second))
+	// The client that kept its source port (its ZoneService entry still points to echo-a).
+	r, err = theLab.RequestWith("", "udp", addr, lab.RequestOpts{LocalPort: lport})
+	require.NoError(t, err)
+	assert.Equal(t, "echo-b", r.Pod, "UDP flow from a fixed source port still goes to the removed endpoint %s", r.Pod)
+}
+
+// Deleting a Service stops a UDP client that keeps sending from one source port: the entry flow
+// of ExServiceLB is gone, so its packets no longer reach the ZoneService conntrack entry.
+func TestAdversarialUDPDeletedServiceNotServed(t *testing.T) {
+	const file = "adv-deleted.yaml"
+	ports := []pspec{{"dns", "UDP", 53, 31305}}
+	writeManifest(t, file, rawService("deleted", true, "NodePort", nil, "", ports, []ep{echoA}))
+	addr := "192.0.2.11:31305"
+	waitOK(t, "udp", addr)
+	const lport = 41305
+	_, err := theLab.RequestWith("", "udp", addr, lab.RequestOpts{LocalPort: lport})
+	require.NoError(t, err)
+	removeAndWait(t, file, "tp_dst=31305")
+	_, err = theLab.RequestWith("", "udp", addr, lab.RequestOpts{Timeout: "1s"})
+	require.Error(t, err, "a fresh source port must not be answered any more")
+	r, err := theLab.RequestWith("", "udp", addr, lab.RequestOpts{LocalPort: lport, Timeout: "1s"})
+	assert.Error(t, err, "the deleted Service still answered the client's old source port (from %s via %s)", r.Pod, r.From)
+}
+
+// A Node object whose podCIDR overlaps another node's (a stale Node left after a re-install, a
+// hand-made manifest) renders the same "nw_dst=<cidr>" Geneve route as the real owner: the two
+// node flow sets steal the flow from each other at every full sync, and P1 traffic to the real
+// owner's pods is tunnelled to the stale address part of the time.
+func TestAdversarialOverlappingNodeCIDRBug(t *testing.T) {
+	const file = "adv-ghost-node.yaml"
+	writeManifest(t, file, `apiVersion: v1
+kind: Node
+metadata: {name: ghost}
+spec: {podCIDR: 10.244.2.0/24, podCIDRs: [10.244.2.0/24]}
+status: {addresses: [{type: InternalIP, address: 192.0.2.99}]}
+`)
+	defer func() {
+		writeManifest(t, file, "")
+		time.Sleep(3 * time.Second)
+		waitOK(t, "tcp", "192.0.2.11:30100")
+	}()
+	require.NoError(t, lab.WaitFor(func() error {
+		out, err := theLab.DumpFlows("node1", "br-int", "cookie=0x5c03000000000000/0xffff000000000000")
+		if err != nil || !strings.Contains(out, "192.0.2.99") {
+			return fmt.Errorf("ghost not programmed yet (%v)", err)
+		}
+		return nil
+	}, 15*time.Second))
+	time.Sleep(2 * time.Second)
+	n, log := bundlesDuring(t, "node1", 7*time.Second)
+	assert.Zero(t, n, "node1 rewrote flows %d times in steady state:\n%s", n, tail(log, 12))
+	fails := 0
+	for i := 0; i < 8; i++ {
+		if _, err := theLab.RequestWith("", "tcp", "192.0.2.11:30100", lab.RequestOpts{Timeout: "1s"}); err != nil {
+			fails++
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	assert.Zero(t, fails, "requests to a Service on node2 failed while a ghost Node claims node2's pod CIDR")
+}
+
+// heldConn opens a TCP connection from the client to addr and keeps it idle until release is
+// called; release then sends the request line and returns the echo server's answer (or the error).
+func heldConn(t *testing.T, addr string) (release func() (string, error)) {
+	t.Helper()
+	ns, err := theLab.Netns("client")
+	require.NoError(t, err)
+	host, port, _ := strings.Cut(addr, ":")
+	script := `
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3)
+print("connected", flush=True)
+sys.stdin.readline()
+s.settimeout(3)
+try:
+    s.sendall(b"hello\n")
+    print(s.makefile().readline().strip() or "EMPTY", flush=True)
+except Exception as e:
+    print("ERROR", e, flush=True)
+`
+	cmd := exec.Command("ip", "netns", "exec", ns, "python3", "-c", script, host, port)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	var out strings.Builder
+	pr, pw, err := os.Pipe()
+	require.NoError(t, err)
+	cmd.Stdout, cmd.Stderr = pw, pw
+	require.NoError(t, cmd.Start())
+	pw.Close()
+	br := bufio.NewReader(pr)
+	pr.SetReadDeadline(time.Now().Add(5 * time.Second))
+	first, _ := br.ReadString('\n')
+	require.Equal(t, "connected\n", first, "connection to %s not established", addr)
+	done := false
+	t.Cleanup(func() {
+		if !done {
+			stdin.Close()
+			cmd.Wait()
+		}
+	})
+	return func() (string, error) {
+		done = true
+		stdin.Write([]byte("go\n"))
+		stdin.Close()
+		buf := make([]byte, 4096)
+		pr.SetReadDeadline(time.Now().Add(8 * time.Second))
+		for {
+			n, err := br.Read(buf)
+			out.Write(buf[:n])
+			if err != nil {
+				break
+			}
+		}
+		err := cmd.Wait()
+		s := strings.TrimSpace(out.String())
+		if err == nil && strings.HasPrefix(s, "ERROR") {
+			err = fmt.Errorf("%s", s)
+		}
+		return s, err
+	}
+}
+
+// An established TCP connection survives unrelated changes (another Service added and removed,
+// several full syncs).
+func TestAdversarialTCPSurvivesUnrelatedChanges(t *testing.T) {
+	addr := "192.0.2.11:30102"
+	waitOK(t, "tcp", addr)
+	release := heldConn(t, addr)
+	other := svc{name: "unrelated", annotated: true, nodePort: 30380, eps: []ep{echoA, echoB}}
+	writeManifest(t, "adv-unrelated.yaml", other.yaml())
+	waitOK(t, "tcp", "192.0.2.11:30380")
+	removeAndWait(t, "adv-unrelated.yaml", "tp_dst=30380")
+	time.Sleep(4 * time.Second)
+	out, err := release()
+	require.NoError(t, err, out)
+	assert.Contains(t, out, clientIP)
+}
+
+// README (C01): "established connections of a Service whose annotation was removed keep flowing
+// as long as their conntrack entries exist in ZoneService (the generic +est flow still forwards
+// them)". They do not: the generic +est flow is in ExServiceCT, which only the Service's own
+// ExServiceLB entry flows lead to; those are deleted with the annotation, so the connection's
+// next packet goes to the host stack, which answers with a RST.
+func TestAdversarialAnnotationRemovedKeepsEstablishedBug(t *testing.T) {
+	const file = "adv-c01.yaml"
+	s := svc{name: "c01", annotated: true, nodePort: 30390, eps: []ep{echoA}}
+	writeManifest(t, file, s.yaml())
+	defer removeAndWait(t, file, "tp_dst=30390")
+	addr := "192.0.2.11:30390"
+	waitOK(t, "tcp", addr)
+	release := heldConn(t, addr)
+	s.annotated = false
+	writeManifest(t, file, s.yaml())
+	require.NoError(t, lab.WaitFor(func() error {
+		out, err := theLab.DumpFlows("node1", "br-ex")
+		if err != nil || strings.Contains(out, "tp_dst=30390") {
+			return fmt.Errorf("flows still there (%v)", err)
+		}
+		return nil
+	}, 15*time.Second))
+	out, err := release()
+	assert.NoError(t, err, "established connection broken after the annotation was removed: %s", out)
+}
+
+// An externalIP (or LB ingress IP) equal to a node IP, with port = another Service's NodePort,
+// renders a flow with the same match and priority as that NodePort's flow. The claims index does
+// not see the clash (a NodePort is keyed without address), so both Services "own" it: every
+// full sync finds one cookie a flow short, re-adds it and thereby steals the flow from the other
+// one - the flows are rewritten forever and the entry point switches between the two Services'
+// groups.
+func TestAdversarialNodePortVsExternalIPOnNodeIPBug(t *testing.T) {
+	const fa, fb = "adv-npa.yaml", "adv-npb.yaml"
+	writeManifest(t, fa, rawService("npa", true, "NodePort", nil, "", []pspec{{"http", "TCP", 80, 30310}}, []ep{echoA}))
+	writeManifest(t, fb, rawService("npb", true, "ClusterIP", []string{"192.0.2.11"}, "", []pspec{{"http", "TCP", 30310, 0}}, []ep{echoB}))
+	defer removeAndWait(t, fb, "tp_dst=30310")
+	defer writeManifest(t, fa, "")
+	waitOK(t, "tcp", "192.0.2.11:30310")
+	time.Sleep(3 * time.Second)
+	n, log := bundlesDuring(t, "node1", 7*time.Second) // 3 full syncs at --full-sync-period=2s
+	assert.Zero(t, n, "node1 rewrote flows %d times in steady state:\n%s", n, tail(log, 12))
+	pods := map[string]int{}
+	for i := 0; i < 8; i++ {
+		if r, err := theLab.Request("", "tcp", "192.0.2.11:30310"); err == nil {
+			pods[r.Pod]++
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	assert.Len(t, pods, 1, "one entry point served by two Services over time: %v", pods)
+}
+
+// A Service may list a node's own address as externalIP (the API server allows any externalIP,
+// cf. CVE-2020-8554) with UDP port 6081. Without a guard the agent would put the node's own
+// Geneve traffic (UDP 6081 to the node IP, arriving on the uplink) through the Service's DNAT
+// and one Service in any namespace would take down the P1 path to that node for every other
+// Service. node2 refuses the entry point (and a priority-600 flow hands Geneve to the host
+// first); node1, for which 192.0.2.12 is just an address, programs it.
+func TestAdversarialGenevePortHijack(t *testing.T) {
+	const file = "adv-geneve.yaml"
+	// Sanity: the victim works before.
+	checkReply(t, waitOK(t, "tcp", "192.0.2.11:30100"), "192.0.2.11:30100", "echo-a")
+	writeManifest(t, file, rawService("hijack", true, "ClusterIP", []string{"192.0.2.12"}, "", []pspec{{"geneve", "UDP", 6081, 0}}, []ep{echoB}))
+	defer removeAndWait(t, file, "tp_dst=6081")
+	require.NoError(t, lab.WaitFor(func() error {
+		out, err := theLab.DumpFlows("node1", "br-ex", "cookie=0x5c10000000000000/0xffff000000000000")
+		if err != nil || !strings.Contains(out, "nw_dst=192.0.2.12,tp_dst=6081") {
+			return fmt.Errorf("hijack not programmed on node1 yet (%v)", err)
+		}
+		return nil
+	}, 15*time.Second))
+	out, err := theLab.DumpFlows("node2", "br-ex", "cookie=0x5c10000000000000/0xffff000000000000")
+	require.NoError(t, err)
+	assert.NotContains(t, out, "tp_dst=6081", "node2 programmed an entry point on its own Geneve endpoint")
+	time.Sleep(time.Second)
+	// Victim: a different Service whose endpoint is on node2, entered on node1 (Geneve to node2).
+	var errs []error
+	for i := 0; i < 3; i++ {
+		if _, err := theLab.RequestWith("", "tcp", "192.0.2.11:30100", lab.RequestOpts{Timeout: "2s"}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	assert.Empty(t, errs, "another Service's externalIP=node IP, UDP 6081 broke an unrelated Service")
+}
+
+// Two pod ports on one node claiming the same IP (a stale port left by a crashed CNI, or a
+// hostile OVSDB writer) both render "ip,nw_dst=<ip>" in IntL3Forwarding with the same priority:
+// the two pods' flow sets steal that flow from each other at every full sync, and the pod's
+// traffic is delivered to whichever port won last.
+func TestAdversarialDuplicatePodIPBug(t *testing.T) {
+	const port = "advdup0"
+	_, err := theLab.Vsctl("node1", "add-port", "br-int", port, "--", "set", "Interface", port, "type=internal",
+		"external_ids:iface-id=demo_evil", "external_ids:attached-mac=0a:58:0a:f4:01:63", "external_ids:ip_addresses=10.244.1.5/24")
+	require.NoError(t, err)
+	defer func() {
+		_, err := theLab.Vsctl("node1", "--if-exists", "del-port", "br-int", port)
+		assert.NoError(t, err)
+	}()
+	require.NoError(t, lab.WaitFor(func() error {
+		out, err := theLab.DumpFlows("node1", "br-int", "cookie=0x5c04000000000000/0xffff000000000000")
+		if err != nil || !strings.Contains(out, "dl_src=0a:58:0a:f4:01:63") {
+			return fmt.Errorf("evil pod not programmed yet (%v)", err)
+		}
+		return nil
+	}, 15*time.Second))
+	time.Sleep(2 * time.Second)
+	n, log := bundlesDuring(t, "node1", 7*time.Second)
+	assert.Zero(t, n, "node1 rewrote flows %d times in steady state:\n%s", n, tail(log, 12))
+	for i := 0; i < 6; i++ {
+		r, err := theLab.RequestWith("", "tcp", "192.0.2.11:30101", lab.RequestOpts{Timeout: "2s"})
+		if assert.NoError(t, err, "request %d to the Service of echo-c", i) {
+			assert.Equal(t, "echo-c", r.Pod)
+		}
+		time.Sleep(700 * time.Millisecond)
+	}
+}
+
+// A flow of ours modified in place (same cookie; e.g. an operator's mod-flows while debugging, or
+// a buggy tool) is never repaired: the full sync compares only flow counts per cookie.
+func TestAdversarialModifiedFlowRepairedBug(t *testing.T) {
+	addr := "192.0.2.11:30100"
+	checkReply(t, waitOK(t, "tcp", addr), addr, "echo-a")
+	_, err := theLab.Ofctl("node1", "-O", "OpenFlow15", "mod-flows", "br-ex",
+		"table=41,tcp,nw_dst=192.0.2.11,tp_dst=30100,actions=drop")
+	require.NoError(t, err)
+	time.Sleep(5 * time.Second) // two full syncs
+	_, err = theLab.RequestWith("", "tcp", addr, lab.RequestOpts{Timeout: "2s"})
+	if !assert.NoError(t, err, "a modified flow is not repaired by the full sync") {
+		// Repair it for the tests that follow: a restart's full sync rewrites nothing, so drop the
+		// Service's flows so that the count differs.
+		out, _ := theLab.DumpFlows("node1", "br-ex", "table=41,tcp,nw_dst=192.0.2.11,tp_dst=30100")
+		if m := regexp.MustCompile(`cookie=(0x[0-9a-f]+)`).FindStringSubmatch(out); m != nil {
+			theLab.Ofctl("node1", "-O", "OpenFlow15", "del-flows", "br-ex", "cookie="+m[1]+"/-1")
+		}
+		waitOK(t, "tcp", addr)
+	}
+}
+
+// The same client socket (one UDP source port) talking to two entry points of the same Service
+// on the same ingress node (LB IP and NodePort): both DNATs produce the same reply tuple
+// (10.244.2.5:8080 -> client:port) in ZoneService. The second exchange must still be answered from
+// the address it was sent to.
+func TestAdversarialUDPSameSourcePortTwoEntryPoints(t *testing.T) {
+	waitOK(t, "udp", "203.0.113.110:53")
+	const lport = 41310
+	for _, addr := range []string{"203.0.113.110:53", "192.0.2.11:31100"} {
+		r, err := theLab.RequestWith("", "udp", addr, lab.RequestOpts{LocalPort: lport, Timeout: "2s"})
+		if assert.NoError(t, err, "%s from port %d", addr, lport) {
+			checkReply(t, r, addr, "echo-a")
+			t.Logf("%s: backend saw %s, answer from %s", addr, r.Client, r.From)
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------------------------
+// Behaviour that works (cheap checks)
+
+// A Service with no endpoints drops without creating conntrack state, so a UDP client that keeps
+// sending from one port reaches the first endpoint as soon as it appears.
+func TestAdversarialUDPZeroEndpointsThenEndpoints(t *testing.T) {
+	const file = "adv-zero.yaml"
+	ports := []pspec{{"dns", "UDP", 53, 31320}}
+	writeManifest(t, file, rawService("zero", true, "NodePort", nil, "", ports, nil))
+	defer removeAndWait(t, file, "tp_dst=31320")
+	addr := "192.0.2.11:31320"
+	require.NoError(t, lab.WaitFor(func() error {
+		out, err := theLab.DumpFlows("node1", "br-ex")
+		if err != nil || !strings.Contains(out, "tp_dst=31320") {
+			return fmt.Errorf("not programmed (%v)", err)
+		}
+		return nil
+	}, 15*time.Second))
+	const lport = 41320
+	_, err := theLab.RequestWith("", "udp", addr, lab.RequestOpts{LocalPort: lport, Timeout: "1s"})
+	require.Error(t, err, "no endpoint: must not answer")
+	writeManifest(t, file, rawService("zero", true, "NodePort", nil, "", ports, []ep{echoB}))
+	require.NoError(t, lab.WaitFor(func() error {
+		r, err := theLab.RequestWith("", "udp", addr, lab.RequestOpts{LocalPort: lport, Timeout: "1s"})
+		if err == nil {
+			checkReply(t, r, addr, "echo-b")
+		}
+		return err
+	}, 15*time.Second))
+}
+
+// Two Services with the same NodePort: one wins (same winner on every node), the loser takes
+// over when the winner goes away; nothing flaps.
+func TestAdversarialDuplicateNodePort(t *testing.T) {
+	const fa, fb = "adv-dupa.yaml", "adv-dupb.yaml"
+	writeManifest(t, fa, rawService("dupa", true, "NodePort", nil, "", []pspec{{"http", "TCP", 80, 30330}}, []ep{echoA}))
+	writeManifest(t, fb, rawService("dupb", true, "NodePort", nil, "", []pspec{{"http", "TCP", 80, 30330}}, []ep{echoB}))
+	defer removeAndWait(t, fb, "tp_dst=30330")
+	addr := "192.0.2.11:30330"
+	waitOK(t, "tcp", addr)
+	time.Sleep(2500 * time.Millisecond)
+	for i := 0; i < 5; i++ {
+		r, err := theLab.Request("", "tcp", addr)
+		require.NoError(t, err)
+		checkReply(t, r, addr, "echo-a")
+	}
+	n, log := bundlesDuring(t, "node1", 5*time.Second)
+	assert.Zero(t, n, "steady state rewrote flows:\n%s", tail(log, 10))
+	writeManifest(t, fa, "")
+	require.NoError(t, lab.WaitFor(func() error {
+		r, err := theLab.Request("", "tcp", addr)
+		if err == nil && r.Pod != "echo-b" {
+			err = fmt.Errorf("still %s", r.Pod)
+		}
+		return err
+	}, 15*time.Second))
+}
+
+// Flows and a group of ours deleted by hand come back at the next full sync.
+func TestAdversarialHandDeletedFlowsRepaired(t *testing.T) {
+	addr := "192.0.2.11:30100"
+	checkReply(t, waitOK(t, "tcp", addr), addr, "echo-a")
+	out, err := theLab.DumpFlows("node1", "br-ex", "table=40,tcp,nw_dst=192.0.2.11,tp_dst=30100")
+	require.NoError(t, err)
+	m := regexp.MustCompile(`cookie=(0x[0-9a-f]+)`).FindStringSubmatch(out)
+	require.NotNil(t, m)
+	_, err = theLab.Ofctl("node1", "-O", "OpenFlow15", "del-flows", "br-ex", "cookie="+m[1]+"/-1")
+	require.NoError(t, err)
+	// The whole base pipeline of br-int too.
+	_, err = theLab.Ofctl("node1", "-O", "OpenFlow15", "del-flows", "br-int", "cookie=0x5c02000000000000/0xffff000000000000")
+	require.NoError(t, err)
+	checkReply(t, waitOK(t, "tcp", addr), addr, "echo-a")
+	// Every group of ours (flows that point to them go with them).
+	_, err = theLab.Ofctl("node1", "-O", "OpenFlow15", "del-groups", "br-ex")
+	require.NoError(t, err)
+	checkReply(t, waitOK(t, "tcp", addr), addr, "echo-a")
+	checkReply(t, waitOK(t, "tcp", "192.0.2.11:30102"), "192.0.2.11:30102", "echo-a", "echo-b")
+}
+
+// Rapid flapping of the annotation ends in the last written state, without leaked groups.
+func TestAdversarialAnnotationFlap(t *testing.T) {
+	const file = "adv-flap.yaml"
+	s := svc{name: "flap", annotated: true, nodePort: 30340, lbIP: "203.0.113.140", eps: []ep{echoA, echoB}}
+	time.Sleep(2500 * time.Millisecond)
+	baseGroups := ownGroups(t, "node1", "br-ex")
+	for i := 0; i < 40; i++ {
+		s.annotated = i%2 == 0
+		writeManifest(t, file, s.yaml())
+		time.Sleep(time.Duration(10+i%5*20) * time.Millisecond)
+	}
+	s.annotated = true
+	writeManifest(t, file, s.yaml())
+	checkReply(t, waitOK(t, "tcp", "192.0.2.11:30340"), "192.0.2.11:30340", "echo-a", "echo-b")
+	checkReply(t, waitOK(t, "udp", "203.0.113.140:53"), "203.0.113.140:53", "echo-a", "echo-b")
+	assert.Equal(t, baseGroups+2, ownGroups(t, "node1", "br-ex"))
+	for i := 0; i < 21; i++ {
+		s.annotated = i%2 == 1
+		writeManifest(t, file, s.yaml())
+		time.Sleep(15 * time.Millisecond)
+	}
+	require.NoError(t, lab.WaitFor(func() error {
+		out, err := theLab.DumpFlows("node1", "br-ex")
+		if err != nil || strings.Contains(out, "30340") || strings.Contains(out, "203.0.113.140") {
+			return fmt.Errorf("flows left (%v)", err)
+		}
+		return nil
+	}, 15*time.Second))
+	time.Sleep(2500 * time.Millisecond)
+	assert.Equal(t, baseGroups, ownGroups(t, "node1", "br-ex"), "groups leaked")
+	writeManifest(t, file, "")
+}
+
+// Changes made while the agent is down are applied by its first full sync: a new Service works,
+// a deleted one's flows and group are gone.
+func TestAdversarialChangesWhileAgentDown(t *testing.T) {
+	const fa, fb = "adv-down-a.yaml", "adv-down-b.yaml"
+	a := svc{name: "downa", annotated: true, nodePort: 30350, eps: []ep{echoA}}
+	b := svc{name: "downb", annotated: true, nodePort: 30351, eps: []ep{echoB}}
+	writeManifest(t, fa, a.yaml())
+	waitOK(t, "tcp", "192.0.2.11:30350")
+	time.Sleep(2500 * time.Millisecond)
+	baseGroups := ownGroups(t, "node1", "br-ex")
+	require.NoError(t, theLab.StopAgent("node1"))
+	writeManifest(t, fa, "")
+	writeManifest(t, fb, b.yaml())
+	require.NoError(t, theLab.StartAgent("node1"))
+	defer removeAndWait(t, fb, "tp_dst=30351")
+	checkReply(t, waitOK(t, "tcp", "192.0.2.11:30351"), "192.0.2.11:30351", "echo-b")
+	out, err := theLab.DumpFlows("node1", "br-ex")
+	require.NoError(t, err)
+	assert.NotContains(t, out, "tp_dst=30350")
+	assert.Equal(t, baseGroups, ownGroups(t, "node1", "br-ex"), "one group removed, one added")
+}
+
+// Hostile and malformed objects are skipped; the agent stays up and the other Services keep
+// working: bad IPs, IPv6-only slices, out-of-range ports, endpoints outside every pod CIDR,
+// a node IP as endpoint (hostNetwork backends), a file that does not parse, garbage pod ports.
+func TestAdversarialMalformedInputs(t *testing.T) {
+	const file, bad = "adv-malformed.yaml", "adv-unparsable.yaml"
+	y := rawService("m1", true, "LoadBalancer", []string{"not-an-ip", "2001:db8::1", "203.0.113.150"}, "999.1.1.1",
+		[]pspec{{"http", "TCP", 80, 30360}, {"big", "TCP", 70000, 30361}, {"sctp", "SCTP", 9, 30362}}, []ep{{"x", "10.99.0.1", "node2"}, {"y", "192.0.2.12", "node2"}}) +
+		`apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: m1-v6, namespace: e2e, labels: {kubernetes.io/service-name: m1}}
+addressType: IPv6
+ports: [{name: http, protocol: TCP, port: 8080}]
+endpoints: [{addresses: ["fd00::1"], conditions: {ready: true}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: m1-bad, namespace: e2e, labels: {kubernetes.io/service-name: m1}}
+addressType: IPv4
+ports: [{name: http, protocol: TCP, port: 8080}]
+endpoints: [{addresses: ["10.244.2.5/24"]}, {addresses: []}, {addresses: ["10.244.3.5"], conditions: {ready: false, serving: true, terminating: false}}]
+---
+`
+	writeManifest(t, file, y)
+	defer removeAndWait(t, file, "tp_dst=30360", "nw_dst=203.0.113.150")
+	writeManifest(t, bad, "apiVersion: v1\nkind: Service\nmetadata: {name: [oops\n")
+	defer writeManifest(t, bad, "")
+	_, err := theLab.Vsctl("node1", "add-port", "br-int", "advbad0", "--", "set", "Interface", "advbad0", "type=internal",
+		"external_ids:iface-id=nounderscore", "external_ids:attached-mac=zz", "external_ids:ip_addresses=banana")
+	require.NoError(t, err)
+	defer theLab.Vsctl("node1", "--if-exists", "del-port", "br-int", "advbad0")
+	_, err = theLab.Vsctl("node1", "add-port", "br-int", "advbad1", "--", "set", "Interface", "advbad1", "type=internal",
+		"external_ids:iface-id=demo_ghost", "external_ids:attached-mac=0a:58:0a:f4:01:64", "external_ids:ip_addresses=10.244.9.9,fd00::9")
+	require.NoError(t, err)
+	defer theLab.Vsctl("node1", "--if-exists", "del-port", "br-int", "advbad1")
+
+	require.NoError(t, lab.WaitFor(func() error {
+		out, err := theLab.DumpFlows("node1", "br-ex")
+		if err != nil || !strings.Contains(out, "nw_dst=203.0.113.150,tp_dst=80") {
+			return fmt.Errorf("m1 not programmed (%v)", err)
+		}
+		return nil
+	}, 15*time.Second))
+	checkReply(t, waitOK(t, "tcp", "192.0.2.11:30100"), "192.0.2.11:30100", "echo-a")
+	for _, n := range theLab.Nodes {
+		running, exitErr := theLab.AgentRunning(n.Name)
+		assert.True(t, running, "agent on %s exited: %v", n.Name, exitErr)
+	}
+	// Only the usable endpoint (10.244.2.5 is invalid as CIDR, 10.99.0.1 and the node IP are
+	// outside every pod CIDR, 10.244.3.5 not ready): the group is empty, the LB IP drops.
+	_, err = theLab.RequestWith("", "tcp", "203.0.113.150:80", lab.RequestOpts{Timeout: "1s"})
+	assert.Error(t, err)
+	b, _ := os.ReadFile(theLab.AgentLog("node1"))
+	assert.Contains(t, string(b), "outside every node's pod CIDRs")
+}
+
+// A Service with 200 endpoints gets one group with 200 buckets.
+func TestAdversarialTwoHundredEndpoints(t *testing.T) {
+	const file = "adv-200.yaml"
+	var eps []ep
+	eps = append(eps, echoA, echoB, echoC)
+	for i := 0; len(eps) < 200; i++ {
+		n := 1 + i%3
+		eps = append(eps, ep{"x", fmt.Sprintf("10.244.%d.%d", n, 10+i/3), fmt.Sprintf("node%d", n)})
+	}
+	writeManifest(t, file, rawService("big", true, "NodePort", nil, "", []pspec{{"http", "TCP", 80, 30370}}, eps))
+	defer removeAndWait(t, file, "tp_dst=30370")
+	require.NoError(t, lab.WaitFor(func() error {
+		out, err := theLab.DumpFlows("node1", "br-ex", "table=41,tcp,tp_dst=30370")
+		if err != nil {
+			return err
+		}
+		m := regexp.MustCompile(`group:(\d+)`).FindStringSubmatch(out)
+		if m == nil {
+			return fmt.Errorf("no flow")
+		}
+		g, err := theLab.Ofctl("node1", "-O", "OpenFlow15", "dump-groups", "br-ex", m[1])
+		if err != nil {
+			return err
+		}
+		if c := strings.Count(g, "bucket_id:"); c != 200 {
+			return fmt.Errorf("%d buckets", c)
+		}
+		return nil
+	}, 20*time.Second))
+}
+
+// A file with 10,000 opted-in Services (one TCP NodePort each, one endpoint): how long until the
+// last one answers, and the steady state afterwards. Expensive; set SRCIP_ADVERSARIAL_BIG=1.
+func TestAdversarialTenThousandServices(t *testing.T) {
+	if os.Getenv("SRCIP_ADVERSARIAL_BIG") == "" {
+		t.Skip("set SRCIP_ADVERSARIAL_BIG=1")
+	}
+	const file = "adv-10k.yaml"
+	var b strings.Builder
+	for i := 0; i < 10000; i++ {
+		e := []ep{echoA, echoB, echoC}[i%3]
+		b.WriteString(rawService(fmt.Sprintf("k%05d", i), true, "NodePort", nil, "", []pspec{{"http", "TCP", 80, 20000 + i}}, []ep{e}))
+	}
+	start := time.Now()
+	writeManifest(t, file, b.String())
+	defer func() {
+		start := time.Now()
+		writeManifest(t, file, "")
+		err := lab.WaitFor(func() error {
+			_, err := theLab.RequestWith("", "tcp", "192.0.2.11:29999", lab.RequestOpts{Timeout: "1s"})
+			if err == nil {
+				return fmt.Errorf("still answers")
+			}
+			return nil
+		}, 3*time.Minute)
+		t.Logf("removal of 10,000 Services: %s (%v)", time.Since(start).Round(time.Millisecond), err)
+	}()
+	require.NoError(t, lab.WaitFor(func() error {
+		_, err := theLab.RequestWith("", "tcp", "192.0.2.11:29999", lab.RequestOpts{Timeout: "1s"})
+		return err
+	}, 5*time.Minute))
+	t.Logf("10,000 Services programmed (last one answers) after %s", time.Since(start).Round(time.Millisecond))
+	checkReply(t, waitOK(t, "tcp", "192.0.2.11:30100"), "192.0.2.11:30100", "echo-a")
+	checkReply(t, waitOK(t, "tcp", "192.0.2.11:20000"), "192.0.2.11:20000", "echo-a", "echo-b", "echo-c")
+	n, log := bundlesDuring(t, "node1", 6*time.Second)
+	t.Logf("bundles in 6 s of steady state: %d\n%s", n, tail(log, 8))
+	assert.Zero(t, n)
+}
