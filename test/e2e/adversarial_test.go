@@ -67,14 +67,15 @@ func rawService(name string, annotated bool, typ string, extIPs []string, lbIP s
 	return b.String()
 }
 
-// removeAndWait removes a manifest file and waits until no node's br-ex holds a flow that contains
+// removeAndWait removes a manifest file and waits until no node's br-ex holds a Service flow
+// (kind service-port; the base pipeline and drain flow sets are not the Service's) that contains
 // one of the tokens.
 func removeAndWait(t *testing.T, file string, tokens ...string) {
 	t.Helper()
 	writeManifest(t, file, "")
 	err := lab.WaitFor(func() error {
 		for _, n := range theLab.Nodes {
-			out, err := theLab.DumpFlows(n.Name, "br-ex", "cookie=0x5c00000000000000/0xff00000000000000")
+			out, err := theLab.DumpFlows(n.Name, "br-ex", "cookie=0x5c10000000000000/0xffff000000000000")
 			if err != nil {
 				return err
 			}
