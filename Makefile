@@ -1,12 +1,16 @@
 # ovs-srcip. Two commands do everything on a fresh Debian machine (as root):
 #   make demo   builds, brings up a 3-node OVS lab, runs the agents, sends real traffic, shows it
-#   make test   unit, golden, ofproto/trace and end-to-end (real OVS, real packets) tests
+#   make test   unit, golden, ofproto/trace, end-to-end (real OVS, real packets) and live
+#               Kubernetes API server tests (the control plane is built once and cached)
 SHELL := /bin/bash
 GO    ?= go
 BIN   := $(CURDIR)/bin
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: all build deps demo test test-unit test-e2e golden bench vet fmt clean controlplane
+.PHONY: all build deps demo test test-unit test-e2e golden bench bench-api vet fmt clean controlplane
+
+# Extra flags for the demo, e.g. `make demo DEMO_ARGS=--keep` keeps the lab up for poking.
+DEMO_ARGS ?=
 
 all: build
 
@@ -19,7 +23,7 @@ build:
 	$(GO) build -o $(BIN)/echo ./test/echo
 
 demo: deps build
-	$(GO) run ./test/demo --agent $(BIN)/srcip-agent --echo $(BIN)/echo --manifests test/manifests/demo
+	$(GO) run ./test/demo --agent $(BIN)/srcip-agent --echo $(BIN)/echo --manifests test/manifests/demo $(DEMO_ARGS)
 
 vet:
 	$(GO) vet ./...
@@ -34,9 +38,11 @@ test-unit: deps
 controlplane:
 	@hack/controlplane/build.sh
 
-# The lab: real ovsdb-server + ovs-vswitchd per emulated node, real packets from a client netns.
+# The lab (real ovsdb-server + ovs-vswitchd per emulated node, real packets from a client netns),
+# with the agents reading manifests (test/e2e) or watching a live API server (test/kubee2e), and the
+# deploy/ manifests applied to a live API server.
 test-e2e: deps build controlplane
-	SRCIP_AGENT=$(BIN)/srcip-agent SRCIP_ECHO=$(BIN)/echo $(GO) test -count=1 -p 1 -timeout 20m ./test/...
+	SRCIP_AGENT=$(BIN)/srcip-agent SRCIP_ECHO=$(BIN)/echo $(GO) test -count=1 -p 1 -timeout 40m ./test/... ./deploy/...
 
 test: deps vet build test-unit test-e2e
 
@@ -45,6 +51,10 @@ golden:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./flows/... ./ofctl/... ./agent/...
+
+# EndpointSlice write -> bucket in OVS, p50/p99 over 200 changes at 100 and 1,000 Services.
+bench-api: deps build controlplane
+	SRCIP_AGENT=$(BIN)/srcip-agent SRCIP_ECHO=$(BIN)/echo $(GO) test -count=1 -p 1 -timeout 30m -run '^$$' -bench EndpointSliceToFlow -benchtime=1x ./test/kubee2e/
 
 clean:
 	rm -rf $(BIN)
