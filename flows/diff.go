@@ -2,6 +2,7 @@ package flows
 
 import (
 	"fmt"
+	"net/netip"
 	"sort"
 )
 
@@ -16,6 +17,14 @@ type Inventory struct {
 type Applied struct {
 	Cookie Cookie
 	Groups []uint32
+	// EntryPoints and Endpoints are the FlowSet's (service-port and service-drain kinds).
+	EntryPoints []EntryPoint
+	Endpoints   []netip.AddrPort
+}
+
+// AppliedOf returns what applying fs records.
+func AppliedOf(fs *FlowSet) Applied {
+	return Applied{Cookie: fs.Cookie(), Groups: fs.GroupIDs(), EntryPoints: fs.EntryPoints, Endpoints: fs.Endpoints}
 }
 
 // Plan is one atomic bundle for one bridge: add (or overwrite) the given FlowSets, then delete
@@ -25,11 +34,34 @@ type Plan struct {
 	Add           []*FlowSet
 	DeleteCookies []Cookie
 	DeleteGroups  []uint32
+	// Repair are FlowSets believed installed whose flows are re-sent with modify_strict (restores
+	// actions edited in place, keeps counters, adds nothing) and whose groups are re-sent with
+	// add_or_mod. See RepairAll.
+	Repair []*FlowSet
 }
 
 // Empty reports whether the plan writes nothing.
 func (p *Plan) Empty() bool {
-	return len(p.Add) == 0 && len(p.DeleteCookies) == 0 && len(p.DeleteGroups) == 0
+	return len(p.Add) == 0 && len(p.DeleteCookies) == 0 && len(p.DeleteGroups) == 0 && len(p.Repair) == 0
+}
+
+// Changes reports whether the plan adds or deletes anything (a plan with only Repair does not).
+func (p *Plan) Changes() bool {
+	return len(p.Add) > 0 || len(p.DeleteCookies) > 0 || len(p.DeleteGroups) > 0
+}
+
+// RepairAll adds to Repair every FlowSet of desired that the plan does not already Add: the deep
+// repair of a full sync, which rewrites the actions of every flow in place.
+func (p *Plan) RepairAll(desired []*FlowSet) {
+	adding := make(map[*FlowSet]bool, len(p.Add))
+	for _, fs := range p.Add {
+		adding[fs] = true
+	}
+	for _, fs := range desired {
+		if !adding[fs] {
+			p.Repair = append(p.Repair, fs)
+		}
+	}
 }
 
 // Replace plans the move of one Key from what was applied (nil: nothing) to fs (nil: delete).
@@ -96,6 +128,8 @@ func FullDiff(b Bridge, desired []*FlowSet, inv Inventory) Plan {
 // Lines renders the plan as an `ovs-ofctl -O OpenFlow15 bundle BRIDGE -` file (ovs-ofctl(8)
 // "bundle"): groups first (flows may reference them), then flows, then deletes of old cookies
 // (cookie=C/-1 matches exactly one cookie), then deletes of groups nothing references any more.
+// Repair FlowSets add "group add_or_mod" lines after the added groups and "flow modify_strict"
+// lines after the added flows.
 // A flow add with the same match and priority as an installed flow overwrites it, cookie included,
 // so the following delete of the old cookie removes only flows that are gone.
 func (p *Plan) Lines() []string {
@@ -105,9 +139,19 @@ func (p *Plan) Lines() []string {
 			out = append(out, "group add_or_mod "+g)
 		}
 	}
+	for _, fs := range p.Repair {
+		for _, g := range fs.glines {
+			out = append(out, "group add_or_mod "+g)
+		}
+	}
 	for _, fs := range p.Add {
 		for _, l := range fs.lines {
 			out = append(out, "flow add "+l)
+		}
+	}
+	for _, fs := range p.Repair {
+		for _, l := range fs.lines {
+			out = append(out, "flow modify_strict "+l)
 		}
 	}
 	for _, c := range p.DeleteCookies {

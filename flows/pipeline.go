@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
+	"strings"
 
 	"github.com/digitalocean/go-openvswitch/ovs"
 )
@@ -259,6 +261,7 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 			fs.Warnings = append(fs.Warnings, fmt.Sprintf("entry point %s:%d/UDP is this node's Geneve tunnel endpoint: not served", e.addr, e.port))
 			continue
 		}
+		fs.EntryPoints = append(fs.EntryPoints, EntryPoint{Protocol: sp.Protocol, Addr: netip.AddrPortFrom(e.addr, e.port)})
 		match := []ovs.Match{ovs.NetworkDestination(e.addr.String()), ovs.TransportDestinationPort(e.port)}
 		fs.Flows = append(fs.Flows,
 			flow(ExServiceLB, prioEntry, proto, 0, match, CT{Zone: ZoneService, NAT: &NAT{}, Table: tableRef(ExServiceCT)}),
@@ -274,6 +277,9 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 			fs.Warnings = append(fs.Warnings, fmt.Sprintf("endpoint %s is outside every node's pod CIDRs: skipped", ep.IP))
 			continue
 		}
+		if sp.Protocol == UDP {
+			fs.Endpoints = append(fs.Endpoints, netip.AddrPortFrom(ep.IP, ep.Port))
+		}
 		g.Buckets = append(g.Buckets, Bucket{ID: uint32(len(g.Buckets)), Weight: 100, Actions: []ovs.Action{
 			CT{Commit: true, Zone: ZoneService, Table: tableRef(ExServiceOut),
 				NAT:  &NAT{Dst: netip.AddrPortFrom(ep.IP, ep.Port)},
@@ -281,6 +287,43 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 		}})
 	}
 	fs.Groups = []OFGroup{g}
+	sortEntryPoints(fs.EntryPoints)
+	slices.SortFunc(fs.Endpoints, func(a, b netip.AddrPort) int { return a.Compare(b) })
+	fs.Endpoints = slices.Compact(fs.Endpoints)
+	return fs, fs.Finish()
+}
+
+func sortEntryPoints(es []EntryPoint) {
+	slices.SortFunc(es, func(a, b EntryPoint) int {
+		if c := strings.Compare(string(a.Protocol), string(b.Protocol)); c != 0 {
+			return c
+		}
+		return a.Addr.Compare(b.Addr)
+	})
+}
+
+// BuildServiceDrain returns the drain flow set (KindServiceDrain) of one entry point of a Service
+// port that went away: one ExServiceLB flow, below the live entry priority, that sends the entry
+// point through ct(zone=ZoneService,nat) to ExServiceCT. There the generic +est/+rel/+new+dnat
+// flows keep the established connections flowing to br-int; a new connection matches no entry
+// flow of ExServiceCT and goes to the host (LOCAL). A live Service port on the same entry point
+// wins by priority.
+func BuildServiceDrain(e EntryPoint) (*FlowSet, error) {
+	fs := &FlowSet{Key: DrainKey(e), Bridge: BrEx, EntryPoints: []EntryPoint{e}}
+	var proto ovs.Protocol
+	switch e.Protocol {
+	case TCP:
+		proto = ovs.ProtocolTCPv4
+	case UDP:
+		proto = ovs.ProtocolUDPv4
+	default:
+		return nil, fmt.Errorf("drain %s: protocol %q not supported", e, e.Protocol)
+	}
+	if !e.Addr.Addr().Is4() || e.Addr.Port() == 0 {
+		return nil, fmt.Errorf("drain %s: not an IPv4 entry point", e)
+	}
+	match := []ovs.Match{ovs.NetworkDestination(e.Addr.Addr().String()), ovs.TransportDestinationPort(e.Addr.Port())}
+	fs.Flows = []ovs.Flow{flow(ExServiceLB, prioDrain, proto, 0, match, CT{Zone: ZoneService, NAT: &NAT{}, Table: tableRef(ExServiceCT)})}
 	return fs, fs.Finish()
 }
 

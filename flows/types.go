@@ -3,6 +3,7 @@ package flows
 import (
 	"fmt"
 	"hash/fnv"
+	"net/netip"
 	"sort"
 	"strings"
 
@@ -46,6 +47,11 @@ const (
 	KindPod Kind = 0x04
 	// KindServicePort is one opted-in Service port: entry points, select group.
 	KindServicePort Kind = 0x10
+	// KindServiceDrain is one entry point (VIP:port/protocol) of a Service port that went away
+	// (annotation removed, Service or port deleted, ETP changed) while ZoneService still held
+	// connections to it: its ExServiceLB flow, below the live entry priority, keeps sending them
+	// through ct(nat) so that established connections keep flowing; new ones go to the host.
+	KindServiceDrain Kind = 0x11
 )
 
 // String returns the kind's name as shown by srcipctl and in logs.
@@ -61,6 +67,8 @@ func (k Kind) String() string {
 		return "pod"
 	case KindServicePort:
 		return "service-port"
+	case KindServiceDrain:
+		return "service-drain"
 	}
 	return fmt.Sprintf("kind(0x%02x)", uint8(k))
 }
@@ -85,10 +93,40 @@ func (k Key) String() string {
 	if k.Name != "" {
 		b.WriteString("/" + k.Name)
 	}
-	if k.Kind == KindServicePort {
+	switch k.Kind {
+	case KindServicePort:
 		b.WriteString(":" + k.Port + "/" + string(k.Protocol))
+	case KindServiceDrain:
+		b.WriteString("/" + string(k.Protocol))
 	}
 	return b.String()
+}
+
+// EntryPoint is one address external traffic of a Service port arrives at: a node address with
+// the NodePort, or a LoadBalancer ingress IP or externalIP with the Service port.
+type EntryPoint struct {
+	Protocol Protocol
+	Addr     netip.AddrPort
+}
+
+// String renders ip:port/PROTO.
+func (e EntryPoint) String() string { return e.Addr.String() + "/" + string(e.Protocol) }
+
+// DrainKey is the Key of the drain flow set (KindServiceDrain) of one entry point.
+func DrainKey(e EntryPoint) Key {
+	return Key{Kind: KindServiceDrain, Name: e.Addr.String(), Protocol: e.Protocol}
+}
+
+// DrainEntryPoint returns the entry point of a KindServiceDrain key.
+func (k Key) DrainEntryPoint() (EntryPoint, bool) {
+	if k.Kind != KindServiceDrain {
+		return EntryPoint{}, false
+	}
+	ap, err := netip.ParseAddrPort(k.Name)
+	if err != nil {
+		return EntryPoint{}, false
+	}
+	return EntryPoint{Protocol: k.Protocol, Addr: ap}, true
 }
 
 // Owner is byte 7 (the top byte) of every cookie the agent writes. Flows with another top byte
@@ -153,6 +191,12 @@ type FlowSet struct {
 	// Warnings are problems found while building it (skipped endpoints, entry-point
 	// conflicts); the agent logs them and turns them into Kubernetes Events.
 	Warnings []string
+	// EntryPoints are the entry points whose ExServiceLB flow the set programs (service-port and
+	// service-drain kinds), sorted.
+	EntryPoints []EntryPoint
+	// Endpoints are the endpoints of a UDP service port's select group, sorted: when one goes away
+	// the agent flushes the ZoneService conntrack entries pinned to it.
+	Endpoints []netip.AddrPort
 
 	cookie Cookie
 	lines  []string // rendered flows (with cookie), sorted
@@ -230,6 +274,63 @@ func (fs *FlowSet) Finish() error {
 		fs.lines = append(fs.lines, string(b))
 	}
 	return nil
+}
+
+// MatchKeys returns, for each line of FlowLines (same order), the flow's identity in its bridge:
+// bridge, table, priority and match, without cookie and actions. Two flows with the same match
+// key are one flow in OVS: the later add overwrites the earlier one.
+func (fs *FlowSet) MatchKeys() []string {
+	out := make([]string, len(fs.lines))
+	for i, l := range fs.lines {
+		out[i] = matchKey(fs.Bridge, l)
+	}
+	return out
+}
+
+func matchKey(b Bridge, line string) string {
+	m, _, _ := strings.Cut(line, ",actions=")
+	var sb strings.Builder
+	sb.WriteString(b.String())
+	for _, tok := range strings.Split(m, ",") {
+		if strings.HasPrefix(tok, "cookie=") {
+			continue
+		}
+		sb.WriteByte('|')
+		sb.WriteString(tok)
+	}
+	return sb.String()
+}
+
+// Without returns a copy of fs without the flows whose match key (see MatchKeys) is in drop,
+// finished (it has its own cookie), with warnings added. Its entry points are those whose
+// ExServiceLB flow remains. Groups and endpoints are kept.
+func (fs *FlowSet) Without(drop map[string]bool, warnings ...string) (*FlowSet, error) {
+	out := &FlowSet{Key: fs.Key, Bridge: fs.Bridge, Groups: fs.Groups,
+		Warnings:  append(append([]string{}, fs.Warnings...), warnings...),
+		Endpoints: fs.Endpoints}
+	keys := fs.MatchKeys()
+	var kept []string
+	for i := range fs.Flows {
+		if drop[keys[i]] {
+			continue
+		}
+		f := fs.Flows[i]
+		f.Cookie = 0
+		out.Flows = append(out.Flows, f)
+		if Table(f.Table) == ExServiceLB {
+			kept = append(kept, keys[i])
+		}
+	}
+	for _, e := range fs.EntryPoints {
+		dst, port := "|nw_dst="+e.Addr.Addr().String()+"|", fmt.Sprintf("|tp_dst=%d|", e.Addr.Port())
+		for _, k := range kept {
+			if strings.Contains(k+"|", dst) && strings.Contains(k+"|", port) {
+				out.EntryPoints = append(out.EntryPoints, e)
+				break
+			}
+		}
+	}
+	return out, out.Finish()
 }
 
 // MarshalText renders the group in ovs-ofctl(8) group syntax (OpenFlow 1.5).

@@ -1,0 +1,113 @@
+package flows
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestMatchKeysAndWithout(t *testing.T) {
+	st := testState(webTCP())
+	fs, err := BuildServicePort(st, &st.Services[0])
+	require.NoError(t, err)
+	keys := fs.MatchKeys()
+	require.Len(t, keys, len(fs.FlowLines()))
+	assert.Equal(t, "br-ex|priority=100|tcp|nw_dst=192.0.2.11|tp_dst=30080|table=40|idle_timeout=0", keys[0])
+	for _, k := range keys {
+		assert.NotContains(t, k, "cookie=")
+		assert.NotContains(t, k, "actions=")
+	}
+	assert.Len(t, fs.EntryPoints, 3)
+
+	// Drop the NodePort's two flows.
+	drop := map[string]bool{}
+	for _, k := range keys {
+		if strings.Contains(k, "tp_dst=30080") {
+			drop[k] = true
+		}
+	}
+	require.Len(t, drop, 2)
+	w, err := fs.Without(drop, "lost the NodePort")
+	require.NoError(t, err)
+	assert.Len(t, w.FlowLines(), len(fs.FlowLines())-2)
+	assert.NotEqual(t, fs.Cookie(), w.Cookie())
+	assert.Equal(t, fs.Groups, w.Groups)
+	assert.Equal(t, []string{"lost the NodePort"}, w.Warnings)
+	assert.Equal(t, []EntryPoint{
+		{Protocol: TCP, Addr: netip.MustParseAddrPort("203.0.113.100:80")},
+		{Protocol: TCP, Addr: netip.MustParseAddrPort("203.0.113.101:80")},
+	}, w.EntryPoints)
+	again, err := fs.Without(drop, "lost the NodePort")
+	require.NoError(t, err)
+	assert.Equal(t, w.Cookie(), again.Cookie(), "deterministic")
+}
+
+func TestServicePortUDPEndpoints(t *testing.T) {
+	sp := webTCP()
+	sp.Protocol = UDP
+	st := testState(sp)
+	fs, err := BuildServicePort(st, &st.Services[0])
+	require.NoError(t, err)
+	assert.Equal(t, []netip.AddrPort{netip.MustParseAddrPort("10.244.1.5:8080"),
+		netip.MustParseAddrPort("10.244.2.5:8080"), netip.MustParseAddrPort("10.244.3.5:8080")}, fs.Endpoints)
+	a := AppliedOf(fs)
+	assert.Equal(t, fs.Endpoints, a.Endpoints)
+	assert.Equal(t, fs.EntryPoints, a.EntryPoints)
+	tcp := testState(webTCP())
+	fs, err = BuildServicePort(tcp, &tcp.Services[0])
+	require.NoError(t, err)
+	assert.Empty(t, fs.Endpoints, "TCP endpoints are never flushed")
+}
+
+func TestBuildServiceDrain(t *testing.T) {
+	e := EntryPoint{Protocol: TCP, Addr: netip.MustParseAddrPort("203.0.113.100:80")}
+	fs, err := BuildServiceDrain(e)
+	require.NoError(t, err)
+	assert.Equal(t, KindServiceDrain, fs.Cookie().Kind())
+	assert.Equal(t, []string{"priority=90,tcp,nw_dst=203.0.113.100,tp_dst=80,table=40,idle_timeout=0,cookie=" +
+		fs.Cookie().String() + ",actions=ct(table=41,zone=64256,nat)"}, fs.FlowLines())
+	assert.Equal(t, "service-drain/203.0.113.100:80/TCP", fs.Key.String())
+	back, ok := fs.Key.DrainEntryPoint()
+	require.True(t, ok)
+	assert.Equal(t, e, back)
+	again, err := BuildServiceDrain(e)
+	require.NoError(t, err)
+	assert.Equal(t, fs.Cookie(), again.Cookie(), "a drain's cookie depends only on its entry point")
+	_, err = BuildServiceDrain(EntryPoint{Protocol: "SCTP", Addr: e.Addr})
+	assert.Error(t, err)
+}
+
+func TestPlanRepairLines(t *testing.T) {
+	st := testState(webTCP())
+	d, err := Build(st)
+	require.NoError(t, err)
+	var ex []*FlowSet
+	for _, fs := range d {
+		if fs.Bridge == BrEx {
+			ex = append(ex, fs)
+		}
+	}
+	p := Plan{Bridge: BrEx, Add: ex[:1]}
+	p.RepairAll(ex)
+	assert.Len(t, p.Repair, len(ex)-1)
+	assert.True(t, p.Changes())
+	lines := p.Lines()
+	n := 0
+	for _, l := range lines {
+		if strings.HasPrefix(l, "flow modify_strict ") {
+			n++
+		}
+	}
+	want := 0
+	for _, fs := range ex[1:] {
+		want += len(fs.FlowLines())
+	}
+	assert.Equal(t, want, n)
+	only := Plan{Bridge: BrEx}
+	only.RepairAll(ex)
+	assert.False(t, only.Changes())
+	assert.False(t, only.Empty())
+}
