@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,7 +17,7 @@ import (
 // ErrInjected is the cause of a Fake bundle failure requested with FailNext.
 var ErrInjected = errors.New("injected failure")
 
-// Fake is an in-memory FlowBridge for reconciler tests. It understands only the line shapes of
+// Fake is an in-memory FlowBridge (and Conntrack) for reconciler tests. It understands only the line shapes of
 // flows.Plan.Lines and applies a bundle atomically: a bad line or an injected failure applies
 // nothing and returns an *Error. Like OVS it keys flows by table, priority and match (a flow add
 // with an installed key overwrites that flow, cookie included), deletes by exact cookie, and
@@ -28,6 +29,81 @@ type Fake struct {
 	failNext int
 	bundles  int
 	lines    int
+	conns    []FakeConn
+	flushes  []FakeFlush
+}
+
+// FakeConn is one conntrack entry of a Fake (AddConn): its zone, protocol number, original
+// destination and reply source; Closed entries (TCP TIME_WAIT) are not counted as live.
+type FakeConn struct {
+	Zone     uint16
+	Proto    uint8
+	OrigDst  netip.AddrPort
+	ReplySrc netip.AddrPort
+	Closed   bool
+}
+
+// FakeFlush records one FlushConntrack call.
+type FakeFlush struct {
+	Zone    uint16
+	Proto   uint8
+	Reply   netip.AddrPort
+	OrigDst netip.AddrPort
+}
+
+// AddConn adds a conntrack entry.
+func (f *Fake) AddConn(c FakeConn) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.conns = append(f.conns, c)
+}
+
+// Conns returns the conntrack entries.
+func (f *Fake) Conns() []FakeConn {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.conns)
+}
+
+// Flushes returns the FlushConntrack calls so far.
+func (f *Fake) Flushes() []FakeFlush {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.flushes)
+}
+
+// FlushConntrack deletes the matching entries like OpenFlow.FlushConntrack.
+func (f *Fake) FlushConntrack(_ context.Context, zone uint16, reply netip.AddrPort, proto uint8, origDst netip.AddrPort) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.flushes = append(f.flushes, FakeFlush{Zone: zone, Proto: proto, Reply: reply, OrigDst: origDst})
+	f.conns = slices.DeleteFunc(f.conns, func(c FakeConn) bool {
+		return c.Zone == zone && c.Proto == proto && c.ReplySrc == reply && (!origDst.IsValid() || c.OrigDst == origDst)
+	})
+	return nil
+}
+
+// ConntrackDestinations counts the live entries of zone like OpenFlow.ConntrackDestinations.
+func (f *Fake) ConntrackDestinations(_ context.Context, zone uint16) (map[flows.EntryPoint]int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[flows.EntryPoint]int{}
+	for _, c := range f.conns {
+		if c.Zone != zone || c.Closed {
+			continue
+		}
+		var p flows.Protocol
+		switch c.Proto {
+		case ProtoTCP:
+			p = flows.TCP
+		case ProtoUDP:
+			p = flows.UDP
+		default:
+			continue
+		}
+		out[flows.EntryPoint{Protocol: p, Addr: c.OrigDst}]++
+	}
+	return out, nil
 }
 
 type fakeFlow struct {
@@ -139,6 +215,17 @@ func applyLine(fl map[string]fakeFlow, gr map[uint32]string, l string) error {
 			}
 		}
 		fl[key] = fakeFlow{cookie: cookie, text: text}
+	case strings.HasPrefix(l, "flow modify_strict "):
+		// OpenFlow 1.1+ modify: changes an installed flow with exactly this match and priority,
+		// adds nothing.
+		text := strings.TrimPrefix(l, "flow modify_strict ")
+		key, cookie, err := flowKey(text)
+		if err != nil {
+			return err
+		}
+		if _, ok := fl[key]; ok {
+			fl[key] = fakeFlow{cookie: cookie, text: text}
+		}
 	case strings.HasPrefix(l, "flow delete cookie="):
 		spec := strings.TrimPrefix(l, "flow delete cookie=")
 		c, ok := strings.CutSuffix(spec, "/-1")

@@ -137,7 +137,7 @@ func run(ctx context.Context, argv []string, stdin io.Reader, out func(io.Reader
 // Bundle applies lines with `ovs-ofctl -O OpenFlow15 --no-names bundle TARGET -` (ovs-ofctl(8)
 // "bundle"): one atomic, ordered OpenFlow 1.5 bundle; the switch rejects all of it if any
 // line fails. Lines have the shapes of flows.Plan.Lines: "group add_or_mod ...",
-// "flow add ...", "flow delete cookie=0x.../-1", "group delete group_id=N". No lines: no
+// "flow add ...", "flow modify_strict ...", "flow delete cookie=0x.../-1", "group delete group_id=N". No lines: no
 // process. Errors are *Error with ovs-ofctl's stderr. The bundle text is logged at V(9).
 func (o *OpenFlow) Bundle(ctx context.Context, lines []string) error {
 	if len(lines) == 0 {
@@ -295,11 +295,7 @@ func (o *OpenFlow) Trace(ctx context.Context, flow string, ctNext []string) (str
 	if err != nil {
 		return "", err
 	}
-	bin := o.AppctlPath
-	if bin == "" {
-		bin = "ovs-appctl"
-	}
-	argv := []string{bin, "-t", ctl, "ofproto/trace", o.Bridge, flow}
+	argv := []string{o.appctl(), "-t", ctl, "ofproto/trace", o.Bridge, flow}
 	for _, ct := range ctNext {
 		argv = append(argv, "--ct-next", ct)
 	}

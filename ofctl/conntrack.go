@@ -1,0 +1,165 @@
+package ofctl
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"strconv"
+
+	"k8s.io/klog/v2"
+
+	"github.com/ovs-srcip/ovs-srcip/flows"
+)
+
+// IP protocol numbers for FlushConntrack.
+const (
+	ProtoTCP uint8 = 6
+	ProtoUDP uint8 = 17
+)
+
+// ProtoNumber returns the IP protocol number of a Service protocol (0 when unknown).
+func ProtoNumber(p flows.Protocol) uint8 {
+	switch p {
+	case flows.TCP:
+		return ProtoTCP
+	case flows.UDP:
+		return ProtoUDP
+	}
+	return 0
+}
+
+// Conntrack is the datapath's connection tracker as the agent uses it. OpenFlow (through
+// ovs-vswitchd's dpctl/ commands) and Fake implement it.
+type Conntrack interface {
+	FlushConntrack(ctx context.Context, zone uint16, reply netip.AddrPort, proto uint8, origDst netip.AddrPort) error
+	ConntrackDestinations(ctx context.Context, zone uint16) (map[flows.EntryPoint]int, error)
+}
+
+var (
+	_ Conntrack = (*OpenFlow)(nil)
+	_ Conntrack = (*Fake)(nil)
+)
+
+// FlushConntrack deletes the entries of conntrack zone whose protocol is proto and whose reply
+// tuple has source reply (the endpoint a DNAT sent the connection to), restricted to entries whose
+// original destination is origDst when origDst is valid (the entry point):
+//
+//	ovs-appctl -t CTL dpctl/flush-conntrack zone=Z 'ct_nw_dst=D,ct_nw_proto=P,ct_tp_dst=DP' \
+//	    'ct_nw_src=IP,ct_nw_proto=P,ct_tp_src=PORT'
+//
+// (partial original and reply tuples, ovs-vswitchd(8) "dpctl/flush-conntrack"; an empty original
+// tuple matches any). No matching entry is not an error. Checked against OVS 3.1's userspace
+// datapath (see conntrack_test.go).
+func (o *OpenFlow) FlushConntrack(ctx context.Context, zone uint16, reply netip.AddrPort, proto uint8, origDst netip.AddrPort) error {
+	ctl, err := o.appctlTarget()
+	if err != nil {
+		return err
+	}
+	if !reply.Addr().Is4() || (origDst.IsValid() && !origDst.Addr().Is4()) {
+		return fmt.Errorf("flush conntrack: only IPv4 tuples are supported (reply %s, original destination %s)", reply, origDst)
+	}
+	orig := ""
+	if origDst.IsValid() {
+		orig = fmt.Sprintf("ct_nw_dst=%s,ct_nw_proto=%d,ct_tp_dst=%d", origDst.Addr(), proto, origDst.Port())
+	}
+	rpl := fmt.Sprintf("ct_nw_src=%s,ct_nw_proto=%d,ct_tp_src=%d", reply.Addr(), proto, reply.Port())
+	argv := []string{o.appctl(), "-t", ctl, "dpctl/flush-conntrack", fmt.Sprintf("zone=%d", zone), orig, rpl}
+	if err := run(ctx, argv, nil, nil); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).V(2).Info("Flushed conntrack entries", "zone", zone, "proto", proto, "replySource", reply, "origDestination", origDst)
+	return nil
+}
+
+// ConntrackDestinations counts the live connections of conntrack zone by original destination and
+// protocol (TCP and UDP; `ovs-appctl dpctl/dump-conntrack zone=Z`). TCP entries in TIME_WAIT or
+// CLOSED are not live and not counted.
+func (o *OpenFlow) ConntrackDestinations(ctx context.Context, zone uint16) (map[flows.EntryPoint]int, error) {
+	ctl, err := o.appctlTarget()
+	if err != nil {
+		return nil, err
+	}
+	out := map[flows.EntryPoint]int{}
+	argv := []string{o.appctl(), "-t", ctl, "dpctl/dump-conntrack", fmt.Sprintf("zone=%d", zone)}
+	err = run(ctx, argv, nil, func(r io.Reader) error { return scanConntrack(r, out) })
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (o *OpenFlow) appctl() string {
+	if o.AppctlPath != "" {
+		return o.AppctlPath
+	}
+	return "ovs-appctl"
+}
+
+// scanConntrack parses dump-conntrack lines such as
+//
+//	tcp,orig=(src=198.51.100.10,dst=192.0.2.11,sport=40000,dport=30100),reply=(...),zone=64256,protoinfo=(state=ESTABLISHED)
+//
+// and counts the live ones by original destination.
+func scanConntrack(r io.Reader, counts map[flows.EntryPoint]int) error {
+	s := newScanner(r)
+	for s.Scan() {
+		line := s.Bytes()
+		var proto flows.Protocol
+		switch {
+		case bytes.HasPrefix(line, []byte("tcp,")):
+			proto = flows.TCP
+		case bytes.HasPrefix(line, []byte("udp,")):
+			proto = flows.UDP
+		default:
+			continue
+		}
+		if bytes.Contains(line, []byte("state=TIME_WAIT")) || bytes.Contains(line, []byte("state=CLOSED)")) {
+			continue
+		}
+		orig, ok := tupleField(line, "orig=(")
+		if !ok {
+			return fmt.Errorf("bad dump-conntrack line %q", line)
+		}
+		dst, ok1 := tupleValue(orig, "dst=")
+		dport, ok2 := tupleValue(orig, "dport=")
+		if !ok1 || !ok2 {
+			return fmt.Errorf("bad dump-conntrack line %q", line)
+		}
+		a, err := netip.ParseAddr(string(dst))
+		if err != nil {
+			return fmt.Errorf("bad dump-conntrack line %q: %w", line, err)
+		}
+		p, err := strconv.ParseUint(string(dport), 10, 16)
+		if err != nil {
+			return fmt.Errorf("bad dump-conntrack line %q: %w", line, err)
+		}
+		counts[flows.EntryPoint{Protocol: proto, Addr: netip.AddrPortFrom(a, uint16(p))}]++
+	}
+	return s.Err()
+}
+
+// tupleField returns the text between prefix (ending in "(") and the next ")".
+func tupleField(line []byte, prefix string) ([]byte, bool) {
+	i := bytes.Index(line, []byte(prefix))
+	if i < 0 {
+		return nil, false
+	}
+	rest := line[i+len(prefix):]
+	j := bytes.IndexByte(rest, ')')
+	if j < 0 {
+		return nil, false
+	}
+	return rest[:j], true
+}
+
+// tupleValue returns the value of key ("dst=") in a comma-separated tuple.
+func tupleValue(tuple []byte, key string) ([]byte, bool) {
+	for _, f := range bytes.Split(tuple, []byte(",")) {
+		if v, ok := bytes.CutPrefix(f, []byte(key)); ok {
+			return v, true
+		}
+	}
+	return nil, false
+}

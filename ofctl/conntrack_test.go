@@ -1,0 +1,92 @@
+package ofctl_test
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ovs-srcip/ovs-srcip/flows"
+	"github.com/ovs-srcip/ovs-srcip/ofctl"
+	"github.com/ovs-srcip/ovs-srcip/ofctl/ovstest"
+)
+
+// receive injects one packet from the client (198.51.100.10:sport) to 192.0.2.11:dport into
+// port eth0 of the dummy datapath.
+func receive(t *testing.T, sb *ovstest.Sandbox, l4 string, sport, dport int) {
+	t.Helper()
+	proto := map[string]int{"tcp": 6, "udp": 17}[l4]
+	pkt := fmt.Sprintf("in_port(1),eth(src=50:54:00:00:00:01,dst=50:54:00:00:00:02),eth_type(0x0800),"+
+		"ipv4(src=198.51.100.10,dst=192.0.2.11,proto=%d,tos=0,ttl=64,frag=no),%s(src=%d,dst=%d)", proto, l4, sport, dport)
+	if l4 == "tcp" {
+		pkt += ",tcp_flags(syn)"
+	}
+	sb.Run(t, "ovs-appctl", "-t", sb.VswitchdCtl, "netdev-dummy/receive", "eth0", pkt)
+}
+
+// Real conntrack entries of OVS's userspace datapath: ConntrackDestinations counts them by
+// original destination; FlushConntrack removes exactly the UDP entries of one endpoint (and one
+// entry point when given), leaving TCP and other endpoints alone.
+func TestConntrackFlushAndDestinations(t *testing.T) {
+	ctx := testContext(t)
+	sb := ovstest.StartDummy(t)
+	sb.AddBridge(t, "br-ex", "eth0")
+	of := ofctl.NewOpenFlow("br-ex", sb.MgmtTarget("br-ex"))
+	zone := flows.ZoneService
+	require.NoError(t, of.Bundle(ctx, []string{
+		fmt.Sprintf("flow add table=0,priority=10,udp,tp_src=1000,actions=ct(commit,zone=%d,nat(dst=10.0.0.5:8080))", zone),
+		fmt.Sprintf("flow add table=0,priority=10,udp,tp_src=1001,actions=ct(commit,zone=%d,nat(dst=10.0.0.6:8080))", zone),
+		fmt.Sprintf("flow add table=0,priority=10,udp,tp_src=1003,actions=ct(commit,zone=%d,nat(dst=10.0.0.5:8080))", zone),
+		fmt.Sprintf("flow add table=0,priority=10,tcp,actions=ct(commit,zone=%d,nat(dst=10.0.0.5:8080))", zone),
+	}))
+	receive(t, sb, "udp", 1000, 31300)
+	receive(t, sb, "udp", 1001, 31300)
+	receive(t, sb, "udp", 1003, 31399)
+	receive(t, sb, "tcp", 1002, 31300)
+
+	ep := func(p flows.Protocol, s string) flows.EntryPoint {
+		return flows.EntryPoint{Protocol: p, Addr: netip.MustParseAddrPort(s)}
+	}
+	dsts, err := of.ConntrackDestinations(ctx, zone)
+	require.NoError(t, err)
+	assert.Equal(t, map[flows.EntryPoint]int{ep(flows.UDP, "192.0.2.11:31300"): 2, ep(flows.UDP, "192.0.2.11:31399"): 1,
+		ep(flows.TCP, "192.0.2.11:31300"): 1}, dsts)
+
+	// Endpoint 10.0.0.5:8080 behind entry point 31300 only.
+	require.NoError(t, of.FlushConntrack(ctx, zone, netip.MustParseAddrPort("10.0.0.5:8080"), ofctl.ProtoUDP, netip.MustParseAddrPort("192.0.2.11:31300")))
+	dump := sb.Run(t, "ovs-appctl", "-t", sb.VswitchdCtl, "dpctl/dump-conntrack", fmt.Sprintf("zone=%d", zone))
+	assert.NotContains(t, dump, "sport=1000,")
+	assert.Contains(t, dump, "sport=1001,")
+	assert.Contains(t, dump, "sport=1003,")
+	assert.Contains(t, dump, "tcp,")
+	// Any entry point; nothing left to flush is not an error.
+	require.NoError(t, of.FlushConntrack(ctx, zone, netip.MustParseAddrPort("10.0.0.5:8080"), ofctl.ProtoUDP, netip.AddrPort{}))
+	require.NoError(t, of.FlushConntrack(ctx, zone, netip.MustParseAddrPort("10.0.0.5:8080"), ofctl.ProtoUDP, netip.AddrPort{}))
+	dump = sb.Run(t, "ovs-appctl", "-t", sb.VswitchdCtl, "dpctl/dump-conntrack", fmt.Sprintf("zone=%d", zone))
+	assert.Equal(t, 2, strings.Count(strings.TrimSpace(dump), "\n")+1, dump)
+	assert.Contains(t, dump, "sport=1001,")
+	assert.Contains(t, dump, "tcp,")
+}
+
+// A flow edited in place is restored by "flow modify_strict" with the same cookie; a missing flow
+// is not added; the packet counters stay.
+func TestBundleModifyStrictRepairs(t *testing.T) {
+	ctx := testContext(t)
+	sb := ovstest.StartDummy(t)
+	sb.AddBridge(t, "br-ex", "eth0")
+	of := ofctl.NewOpenFlow("br-ex", sb.MgmtTarget("br-ex"))
+	line := fmt.Sprintf("cookie=%#x,table=40,priority=100,tcp,nw_dst=192.0.2.11,tp_dst=30100,actions=output:1", uint64(c1))
+	require.NoError(t, of.Bundle(ctx, []string{"flow add " + line}))
+	sb.Run(t, "ovs-ofctl", "-O", "OpenFlow15", "mod-flows", "br-ex", "table=40,tcp,nw_dst=192.0.2.11,tp_dst=30100,actions=drop")
+	require.NoError(t, of.Bundle(ctx, []string{"flow modify_strict " + line,
+		fmt.Sprintf("flow modify_strict cookie=%#x,table=40,priority=100,tcp,nw_dst=192.0.2.11,tp_dst=30101,actions=output:1", uint64(c1))}))
+	out, err := of.DumpFlows(ctx, "table=40")
+	require.NoError(t, err)
+	assert.Contains(t, out, "actions=output")
+	assert.NotContains(t, out, "drop")
+	assert.NotContains(t, out, "30101")
+	assert.Contains(t, out, fmt.Sprintf("cookie=%#x", uint64(c1)))
+}
