@@ -44,6 +44,13 @@ type Config struct {
 	MinSyncInterval time.Duration
 	// Metrics (nil: unregistered).
 	Metrics *Metrics
+	// Conntrack is the datapath's connection tracker (nil: no UDP conntrack flushes, no drains).
+	Conntrack Conntrack
+	// DrainPeriod bounds how long the entry point of a Service port that went away keeps
+	// forwarding its established connections (0: DefaultDrainPeriod).
+	DrainPeriod time.Duration
+	// RepairPeriod is the period of the deep repair (0: never); see ReconcilerConfig.
+	RepairPeriod time.Duration
 }
 
 func (c *Config) validate() error {
@@ -91,6 +98,9 @@ func New(cfg Config) (*Agent, error) {
 		HasSynced:     cfg.Source.HasSynced,
 		Events:        sourceEvents{cfg.Source},
 		Metrics:       cfg.Metrics,
+		Conntrack:     cfg.Conntrack,
+		DrainPeriod:   cfg.DrainPeriod,
+		RepairPeriod:  cfg.RepairPeriod,
 	})
 	runner := NewRunner(rec.Sync, cfg.MinSyncInterval, DefaultRetryMin, DefaultRetryMax)
 	rec.SetTrigger(runner.Run)

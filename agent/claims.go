@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -50,6 +51,18 @@ type claims struct {
 	bySvc  map[types.NamespacedName][]entryPoint
 	rank   map[types.NamespacedName]claimRank
 	owners map[entryPoint]map[types.NamespacedName]bool
+	// nodeAddrs are the node's NodePort addresses: an LB ingress IP or externalIP equal to one of
+	// them with port P is the same entry point as NodePort P (see canon).
+	nodeAddrs []netip.Addr
+}
+
+// canon returns the claim key of e: a LoadBalancer/external IP:port on one of the node's NodePort
+// addresses competes with the NodePort of that number (both render the same flow on this node).
+func (c *claims) canon(e entryPoint) entryPoint {
+	if e.addr.IsValid() && slices.Contains(c.nodeAddrs, e.addr) {
+		return entryPoint{proto: e.proto, port: e.port}
+	}
+	return e
 }
 
 func newClaims() *claims {
@@ -60,17 +73,22 @@ func newClaims() *claims {
 	}
 }
 
-func entryPoints(sps []flows.ServicePort) []entryPoint {
+func (c *claims) entryPoints(sps []flows.ServicePort) []entryPoint {
 	var out []entryPoint
+	add := func(e entryPoint) {
+		if e = c.canon(e); !slices.Contains(out, e) {
+			out = append(out, e)
+		}
+	}
 	for _, sp := range sps {
 		if sp.NodePort != 0 {
-			out = append(out, entryPoint{proto: sp.Protocol, port: sp.NodePort})
+			add(entryPoint{proto: sp.Protocol, port: sp.NodePort})
 		}
 		for _, a := range sp.LoadBalancerIPs {
-			out = append(out, entryPoint{proto: sp.Protocol, addr: a, port: sp.Port})
+			add(entryPoint{proto: sp.Protocol, addr: a, port: sp.Port})
 		}
 		for _, a := range sp.ExternalIPs {
-			out = append(out, entryPoint{proto: sp.Protocol, addr: a, port: sp.Port})
+			add(entryPoint{proto: sp.Protocol, addr: a, port: sp.Port})
 		}
 	}
 	return out
@@ -91,7 +109,7 @@ func (c *claims) set(name types.NamespacedName, rank claimRank, sps []flows.Serv
 	}
 	delete(c.bySvc, name)
 	delete(c.rank, name)
-	if eps := entryPoints(sps); len(eps) > 0 {
+	if eps := c.entryPoints(sps); len(eps) > 0 {
 		c.bySvc[name] = eps
 		c.rank[name] = rank
 		for _, e := range eps {
@@ -130,10 +148,11 @@ func (c *claims) winner(e entryPoint) types.NamespacedName {
 func (c *claims) resolve(name types.NamespacedName, sps []flows.ServicePort) ([]flows.ServicePort, []string) {
 	var problems []string
 	lost := func(e entryPoint) bool {
-		if len(c.owners[e]) < 2 {
+		key := c.canon(e)
+		if len(c.owners[key]) < 2 {
 			return false
 		}
-		w := c.winner(e)
+		w := c.winner(key)
 		if w == name {
 			return false
 		}

@@ -79,3 +79,13 @@ type Source interface {
 type EventSink interface {
 	Warn(obj runtime.Object, reason, message string)
 }
+
+// Conntrack is the node datapath's connection tracker (implemented by ofctl.OpenFlow through
+// ovs-vswitchd's dpctl/ commands, and by ofctl.Fake).
+type Conntrack interface {
+	// FlushConntrack deletes the entries of zone with IP protocol proto whose reply tuple source
+	// is reply and, when origDst is valid, whose original destination is origDst.
+	FlushConntrack(ctx context.Context, zone uint16, reply netip.AddrPort, proto uint8, origDst netip.AddrPort) error
+	// ConntrackDestinations counts the live entries of zone by protocol and original destination.
+	ConntrackDestinations(ctx context.Context, zone uint16) (map[flows.EntryPoint]int, error)
+}

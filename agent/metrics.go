@@ -14,6 +14,10 @@ type Metrics struct {
 	BundleLines     *prometheus.CounterVec
 	LastSuccess     prometheus.Gauge
 	DesiredFlowSets *prometheus.GaugeVec
+	// ConntrackOps counts conntrack dumps and flushes by op (dump, flush) and result (ok, error).
+	ConntrackOps        *prometheus.CounterVec
+	DrainingEntryPoints prometheus.Gauge
+	FlowConflicts       prometheus.Gauge
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: not registered).
@@ -47,11 +51,24 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		DesiredFlowSets: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: ns, Name: "desired_flow_sets",
-			Help: "Flow sets in the desired state, by kind (ex-base, int-base, node, pod, service-port).",
+			Help: "Flow sets in the desired state, by kind (ex-base, int-base, node, pod, service-port, service-drain).",
 		}, []string{"kind"}),
+		ConntrackOps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "conntrack_operations_total",
+			Help: "Conntrack operations on the service zone, by op (dump: drain check, flush: UDP entries of a removed endpoint) and result (ok, error).",
+		}, []string{"op", "result"}),
+		DrainingEntryPoints: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "draining_entry_points",
+			Help: "Entry points of Service ports that went away whose established connections are still forwarded (drain flow sets).",
+		}),
+		FlowConflicts: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "flow_conflicts",
+			Help: "Flows (bridge, table, priority, match) that more than one flow set renders, at the last full sync; each goes to one winner.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.SyncDuration, m.SyncFailures, m.AppliedFlows, m.AppliedGroups, m.BundleLines, m.LastSuccess, m.DesiredFlowSets)
+		reg.MustRegister(m.SyncDuration, m.SyncFailures, m.AppliedFlows, m.AppliedGroups, m.BundleLines, m.LastSuccess, m.DesiredFlowSets,
+			m.ConntrackOps, m.DrainingEntryPoints, m.FlowConflicts)
 	}
 	return m
 }

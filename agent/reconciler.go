@@ -52,7 +52,21 @@ type ReconcilerConfig struct {
 	Events EventSink
 	// Metrics; nil: a private unregistered set.
 	Metrics *Metrics
+	// Conntrack is the datapath's connection tracker (br-ex's ovs-vswitchd). nil: no conntrack
+	// flushes of removed UDP endpoints and no drain flow sets.
+	Conntrack Conntrack
+	// DrainPeriod is the longest time a drain flow set (flows.KindServiceDrain) is kept for an
+	// entry point that went away while ZoneService still had connections to it; 0:
+	// DefaultDrainPeriod.
+	DrainPeriod time.Duration
+	// RepairPeriod is the period of the deep repair: a full sync at least this long after the
+	// previous deep repair re-sends every desired flow with modify_strict and every group with
+	// add_or_mod. 0: never.
+	RepairPeriod time.Duration
 }
+
+// DefaultDrainPeriod is the default ReconcilerConfig.DrainPeriod.
+const DefaultDrainPeriod = time.Hour
 
 // Reconciler keeps the node's bridges equal to flows.Build of the cluster state. Its Handler
 // methods may be called from any goroutine; Sync must only be called from one goroutine.
@@ -93,6 +107,13 @@ type Reconciler struct {
 	applied     map[flows.Bridge]map[flows.Key]flows.Applied
 	appliedSize map[flows.Bridge]map[flows.Key]int
 	kindCount   map[flows.Kind]int
+	coll        *collisions
+	// liveEPs counts the applied service-port flow sets that program each entry point.
+	liveEPs map[flows.EntryPoint]int
+	// drains holds the draining entry points with the time their drain began.
+	drains          map[flows.EntryPoint]time.Time
+	drainsRecovered bool
+	lastRepair      time.Time
 
 	statusMu sync.Mutex
 	status   Status
@@ -142,6 +163,12 @@ func NewReconciler(cfg ReconcilerConfig) *Reconciler {
 		applied:      map[flows.Bridge]map[flows.Key]flows.Applied{},
 		appliedSize:  map[flows.Bridge]map[flows.Key]int{},
 		kindCount:    map[flows.Kind]int{},
+		coll:         newCollisions(),
+		liveEPs:      map[flows.EntryPoint]int{},
+		drains:       map[flows.EntryPoint]time.Time{},
+	}
+	if r.cfg.DrainPeriod <= 0 {
+		r.cfg.DrainPeriod = DefaultDrainPeriod
 	}
 	for _, b := range applyOrder {
 		r.applied[b] = map[flows.Key]flows.Applied{}
@@ -323,6 +350,7 @@ func (r *Reconciler) sync(ctx context.Context, full bool) error {
 	if !slices.Equal(npAddrs, r.npAddrs) {
 		d.global = true
 		r.npAddrs = npAddrs
+		r.claims.nodeAddrs = npAddrs
 	}
 	if d.global {
 		full = true
@@ -586,23 +614,68 @@ func (r *Reconciler) fullSync(ctx context.Context, st *flows.State) error {
 		// Flow sets that do not render are left out; the rest is still applied.
 		logger.Error(err, "Some flow sets could not be built")
 	}
-	byBridge := map[flows.Bridge][]*flows.FlowSet{}
-	for _, fs := range desired {
-		byBridge[fs.Bridge] = append(byBridge[fs.Bridge], fs)
+	// Conflicting flows: index every flow set as built, then rebuild the losers.
+	r.coll.reset()
+	for k, fs := range desired {
+		r.coll.set(k, fs.MatchKeys())
 	}
+	final := make(map[flows.Key]*flows.FlowSet, len(desired))
+	for k, fs := range desired {
+		f, err := r.resolveConflicts(fs)
+		if err != nil {
+			logger.Error(err, "Flow set could not be rebuilt without its conflicting flows; left out", "key", k.String())
+			continue
+		}
+		final[k] = f
+	}
+	r.metrics.FlowConflicts.Set(float64(r.coll.conflicts()))
+
+	invs := map[flows.Bridge]flows.Inventory{}
 	for _, b := range applyOrder {
-		fb := r.cfg.Bridges[b]
-		inv, err := fb.Inventory(ctx)
+		inv, err := r.cfg.Bridges[b].Inventory(ctx)
 		if err != nil {
 			return fmt.Errorf("read inventory of %s: %w", b, err)
 		}
-		plan := flows.FullDiff(b, byBridge[b], inv)
+		invs[b] = inv
+	}
+	r.maintainDrains(ctx, final, invs[flows.BrEx])
+	flushes := r.udpFlushes(final, nil, true)
+
+	byBridge := map[flows.Bridge][]*flows.FlowSet{}
+	for _, fs := range final {
+		byBridge[fs.Bridge] = append(byBridge[fs.Bridge], fs)
+	}
+	now := time.Now()
+	repair := false
+	if r.cfg.RepairPeriod > 0 {
+		if r.lastRepair.IsZero() {
+			r.lastRepair = now // the first full sync (at start) writes only what differs
+		} else if now.Sub(r.lastRepair) >= r.cfg.RepairPeriod {
+			repair = true
+		}
+	}
+	for _, b := range applyOrder {
+		plan := flows.FullDiff(b, byBridge[b], invs[b])
+		if repair {
+			plan.RepairAll(byBridge[b])
+		}
 		if err := r.apply(ctx, b, &plan); err != nil {
 			return err
 		}
 		next := map[flows.Key]*flows.FlowSet{}
 		for _, fs := range byBridge[b] {
 			next[fs.Key] = fs
+		}
+		added := make(map[*flows.FlowSet]bool, len(plan.Add))
+		for _, fs := range plan.Add {
+			added[fs] = true
+		}
+		for k, fs := range next {
+			// A changed flow set that needed no write (e.g. one left without flows by a conflict)
+			// still reports its warnings.
+			if old, ok := r.applied[b][k]; !added[fs] && (!ok || old.Cookie != fs.Cookie()) {
+				r.reportWarnings(logger.WithValues("bridge", b.String()), fs)
+			}
 		}
 		for k := range r.applied[b] {
 			if next[k] == nil {
@@ -612,6 +685,13 @@ func (r *Reconciler) fullSync(ctx context.Context, st *flows.State) error {
 		for k, fs := range next {
 			r.setApplied(b, k, fs)
 		}
+		if b == flows.BrEx {
+			r.flush(ctx, flushes)
+		}
+	}
+	if repair {
+		r.lastRepair = now
+		logger.V(2).Info("Deep repair done: every flow re-sent with modify_strict, every group with add_or_mod")
 	}
 	for k := range r.groupKeys {
 		if desired[k] == nil && !r.wantsGroup(k) {
@@ -619,7 +699,7 @@ func (r *Reconciler) fullSync(ctx context.Context, st *flows.State) error {
 			delete(r.groupKeys, k)
 		}
 	}
-	logger.V(2).Info("Full sync done", "flowSets", len(desired))
+	logger.V(2).Info("Full sync done", "flowSets", len(final))
 	return nil
 }
 
@@ -629,6 +709,42 @@ func (r *Reconciler) wantsGroup(k flows.Key) bool {
 	return slices.ContainsFunc(r.svcPorts[nn(k.Namespace, k.Name)], func(sp flows.ServicePort) bool { return sp.Key() == k })
 }
 
+// buildKey builds the flow set of k from the caches (nil: k has none any more).
+func (r *Reconciler) buildKey(st *flows.State, k flows.Key) (*flows.FlowSet, error) {
+	switch k.Kind {
+	case flows.KindExBase:
+		return flows.BuildExBase(st)
+	case flows.KindIntBase:
+		return flows.BuildIntBase(st)
+	case flows.KindNode:
+		n, ok := r.nodeModel[k.Name]
+		if !ok || n.Name == r.cfg.NodeName {
+			return nil, nil
+		}
+		return flows.BuildNode(st, n)
+	case flows.KindPod:
+		p, ok := r.podModel[nn(k.Namespace, k.Name)]
+		if !ok {
+			return nil, nil
+		}
+		return flows.BuildPod(st, p)
+	case flows.KindServicePort:
+		sps := r.svcPorts[nn(k.Namespace, k.Name)]
+		i := slices.IndexFunc(sps, func(sp flows.ServicePort) bool { return sp.Key() == k })
+		if i < 0 {
+			return nil, nil
+		}
+		return flows.BuildServicePort(st, &sps[i])
+	case flows.KindServiceDrain:
+		e, ok := k.DrainEntryPoint()
+		if _, draining := r.drains[e]; !ok || !draining {
+			return nil, nil
+		}
+		return flows.BuildServiceDrain(e)
+	}
+	return nil, fmt.Errorf("unknown flow set kind %s", k.Kind)
+}
+
 func (r *Reconciler) partialSync(ctx context.Context, st *flows.State, touched map[flows.Key]bool) error {
 	logger := klog.FromContext(ctx)
 	plans := map[flows.Bridge]*flows.Plan{}
@@ -636,61 +752,71 @@ func (r *Reconciler) partialSync(ctx context.Context, st *flows.State, touched m
 		plans[b] = &flows.Plan{Bridge: b}
 	}
 	built := map[flows.Key]*flows.FlowSet{}
-	var gone []flows.Key
-	buildOne := func(k flows.Key, fs *flows.FlowSet, err error) {
-		if err != nil {
+	gone := map[flows.Key]bool{}
+	buildOne := func(k flows.Key) {
+		fs, err := r.buildKey(st, k)
+		switch {
+		case err != nil:
 			// Keep what is installed; the next full sync retries.
 			logger.Error(err, "Flow set could not be built, keeping the installed one", "key", k.String())
-			return
+		case fs == nil:
+			gone[k] = true
+		default:
+			built[k] = fs
 		}
-		if fs == nil {
-			gone = append(gone, k)
-			for _, b := range applyOrder {
-				if old, ok := r.applied[b][k]; ok {
-					plans[b].Replace(&old, nil)
-				}
-			}
-			return
+	}
+	// The base pipelines are rebuilt every time: they are cheap and may read any part of st.
+	buildOne(flows.Key{Kind: flows.KindExBase})
+	buildOne(flows.Key{Kind: flows.KindIntBase})
+	for k := range touched {
+		buildOne(k)
+	}
+	// Conflicting flows: flow sets whose contested match keys changed are rebuilt too.
+	affected := map[flows.Key]bool{}
+	for k, fs := range built {
+		for o := range r.coll.set(k, fs.MatchKeys()) {
+			affected[o] = true
 		}
-		built[k] = fs
+	}
+	for k := range gone {
+		for o := range r.coll.set(k, nil) {
+			affected[o] = true
+		}
+	}
+	for o := range affected {
+		if built[o] == nil && !gone[o] {
+			buildOne(o)
+		}
+	}
+	final := make(map[flows.Key]*flows.FlowSet, len(built))
+	for k, fs := range built {
+		f, err := r.resolveConflicts(fs)
+		if err != nil {
+			logger.Error(err, "Flow set could not be rebuilt without its conflicting flows, keeping the installed one", "key", k.String())
+			continue
+		}
+		final[k] = f
+	}
+	// Entry points that went away while connections may remain are drained.
+	for _, k := range r.drainChanges(final, gone) {
+		buildOne(k)
+		if fs := built[k]; fs != nil {
+			final[k] = fs
+		}
+	}
+	flushes := r.udpFlushes(final, gone, false)
+	for k, fs := range final {
 		if old, ok := r.applied[fs.Bridge][k]; ok {
 			plans[fs.Bridge].Replace(&old, fs)
 		} else {
 			plans[fs.Bridge].Replace(nil, fs)
 		}
 	}
-	// The base pipelines are rebuilt every time: they are cheap and may read any part of st.
-	fs, err := flows.BuildExBase(st)
-	buildOne(flows.Key{Kind: flows.KindExBase}, fs, err)
-	fs, err = flows.BuildIntBase(st)
-	buildOne(flows.Key{Kind: flows.KindIntBase}, fs, err)
-	for k := range touched {
-		switch k.Kind {
-		case flows.KindNode:
-			n, ok := r.nodeModel[k.Name]
-			if !ok || n.Name == r.cfg.NodeName {
-				buildOne(k, nil, nil)
-				continue
+	for k := range gone {
+		for _, b := range applyOrder {
+			if old, ok := r.applied[b][k]; ok {
+				plans[b].Replace(&old, nil)
 			}
-			fs, err := flows.BuildNode(st, n)
-			buildOne(k, fs, err)
-		case flows.KindPod:
-			p, ok := r.podModel[nn(k.Namespace, k.Name)]
-			if !ok {
-				buildOne(k, nil, nil)
-				continue
-			}
-			fs, err := flows.BuildPod(st, p)
-			buildOne(k, fs, err)
-		case flows.KindServicePort:
-			sps := r.svcPorts[nn(k.Namespace, k.Name)]
-			i := slices.IndexFunc(sps, func(sp flows.ServicePort) bool { return sp.Key() == k })
-			if i < 0 {
-				buildOne(k, nil, nil)
-				continue
-			}
-			fs, err := flows.BuildServicePort(st, &sps[i])
-			buildOne(k, fs, err)
 		}
 	}
 	for _, b := range applyOrder {
@@ -700,13 +826,16 @@ func (r *Reconciler) partialSync(ctx context.Context, st *flows.State, touched m
 		for _, fs := range plans[b].Add {
 			r.setApplied(b, fs.Key, fs)
 		}
-		for _, k := range gone {
+		for k := range gone {
 			if _, ok := r.applied[b][k]; ok {
 				r.setApplied(b, k, nil)
 			}
 		}
+		if b == flows.BrEx {
+			r.flush(ctx, flushes)
+		}
 	}
-	for _, k := range gone {
+	for k := range gone {
 		if r.groupKeys[k] {
 			r.groups.Release(k)
 			delete(r.groupKeys, k)
@@ -726,7 +855,12 @@ func (r *Reconciler) apply(ctx context.Context, b flows.Bridge, plan *flows.Plan
 	}
 	logger := klog.FromContext(ctx).WithValues("bridge", b.String())
 	lines := plan.Lines()
-	logger.V(2).Info("Applying bundle", "add", len(plan.Add), "deleteCookies", len(plan.DeleteCookies), "deleteGroups", len(plan.DeleteGroups), "lines", len(lines))
+	if plan.Changes() {
+		logger.V(2).Info("Applying bundle", "add", len(plan.Add), "deleteCookies", len(plan.DeleteCookies), "deleteGroups", len(plan.DeleteGroups), "repair", len(plan.Repair), "lines", len(lines))
+	} else {
+		// A deep repair that changes nothing the agent knows of (it restores drift in place).
+		logger.V(2).Info("Applying repair bundle", "repair", len(plan.Repair), "lines", len(lines))
+	}
 	if v := logger.V(9); v.Enabled() {
 		v.Info("Bundle", "lines", strings.Join(lines, "\n"))
 	}
@@ -735,13 +869,17 @@ func (r *Reconciler) apply(ctx context.Context, b flows.Bridge, plan *flows.Plan
 	}
 	r.metrics.BundleLines.WithLabelValues(b.String()).Add(float64(len(lines)))
 	for _, fs := range plan.Add {
-		obj := r.objectOf(fs.Key)
-		r.report(obj, "warnings/"+fs.Key.String(), ReasonWarning, fs.Warnings)
-		if len(fs.Warnings) > 0 {
-			logger.Info("Flow set built with warnings", "key", fs.Key.String(), "warnings", fs.Warnings)
-		}
+		r.reportWarnings(logger, fs)
 	}
 	return nil
+}
+
+// reportWarnings reports the warnings of a flow set that was just applied.
+func (r *Reconciler) reportWarnings(logger klog.Logger, fs *flows.FlowSet) {
+	r.report(r.objectOf(fs.Key), "warnings/"+fs.Key.String(), ReasonWarning, fs.Warnings)
+	if len(fs.Warnings) > 0 {
+		logger.Info("Flow set built with warnings", "key", fs.Key.String(), "warnings", fs.Warnings)
+	}
 }
 
 func (r *Reconciler) objectOf(k flows.Key) runtime.Object {
@@ -766,6 +904,13 @@ func (r *Reconciler) objectOf(k flows.Key) runtime.Object {
 func (r *Reconciler) setApplied(b flows.Bridge, k flows.Key, fs *flows.FlowSet) {
 	bl := b.String()
 	if old, ok := r.applied[b][k]; ok {
+		if k.Kind == flows.KindServicePort {
+			for _, e := range old.EntryPoints {
+				if r.liveEPs[e]--; r.liveEPs[e] <= 0 {
+					delete(r.liveEPs, e)
+				}
+			}
+		}
 		r.metrics.AppliedFlows.WithLabelValues(bl).Sub(float64(r.appliedSize[b][k]))
 		r.metrics.AppliedGroups.WithLabelValues(bl).Sub(float64(len(old.Groups)))
 		r.kindCount[k.Kind]--
@@ -773,7 +918,12 @@ func (r *Reconciler) setApplied(b flows.Bridge, k flows.Key, fs *flows.FlowSet) 
 		delete(r.appliedSize[b], k)
 	}
 	if fs != nil {
-		r.applied[b][k] = flows.Applied{Cookie: fs.Cookie(), Groups: fs.GroupIDs()}
+		r.applied[b][k] = flows.AppliedOf(fs)
+		if k.Kind == flows.KindServicePort {
+			for _, e := range fs.EntryPoints {
+				r.liveEPs[e]++
+			}
+		}
 		r.appliedSize[b][k] = len(fs.FlowLines())
 		r.metrics.AppliedFlows.WithLabelValues(bl).Add(float64(len(fs.FlowLines())))
 		r.metrics.AppliedGroups.WithLabelValues(bl).Add(float64(len(fs.Groups)))

@@ -42,6 +42,8 @@ type options struct {
 	genevePort        int
 	nodePortAddresses []string
 	fullSyncPeriod    time.Duration
+	drainPeriod       time.Duration
+	repairPeriod      time.Duration
 	metricsAddr       string
 }
 
@@ -85,6 +87,8 @@ LoadBalancer, or externalIPs). SIGTERM stops the agent and leaves every flow in 
 	f.IntVar(&o.genevePort, "geneve-port", ofctl.DefaultGeneveUDPPort, "UDP port of the agent's flow-based Geneve tunnel port (use another than 6081 when sharing a host with OVN)")
 	f.StringSliceVar(&o.nodePortAddresses, "nodeport-addresses", nil, "comma-separated CIDRs: serve NodePorts only on node addresses inside them (default: every InternalIP and ExternalIP of the node)")
 	f.DurationVar(&o.fullSyncPeriod, "full-sync-period", agent.DefaultFullSyncPeriod, "period of full syncs that compare the bridges with the desired flows and repair drift")
+	f.DurationVar(&o.drainPeriod, "drain-period", agent.DefaultDrainPeriod, "longest time the established TCP connections of a Service entry point that went away (annotation removed, Service or port deleted, externalTrafficPolicy changed) keep being forwarded; the drain ends earlier, at a full sync, once the service conntrack zone holds no live connection to it")
+	f.DurationVar(&o.repairPeriod, "repair-period", 10*time.Minute, "period of the deep repair: a full sync re-sends every flow of the agent with modify_strict (restores flows edited in place, keeps their counters) and every group with add_or_mod, in one bundle per bridge; it costs one bundle as large as the whole pipeline (about 6 flows per Service port, e.g. 60k lines and about a second of ovs-vswitchd time for 10k Service ports). 0 disables it")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:9464", `address of the HTTP server for /metrics, /healthz (process up, OVSDB reachable) and /readyz (first full sync done, syncs not failing); "0" disables it`)
 	gofs := goflag.NewFlagSet("klog", goflag.ContinueOnError)
 	klog.InitFlags(gofs)
@@ -137,17 +141,21 @@ func run(ctx context.Context, o options) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	brEx := ofctl.NewOpenFlow(o.bridgeEx, ofctl.MgmtTarget(o.ovsRunDir, o.bridgeEx))
 	a, err := agent.New(agent.Config{
 		NodeName:  o.nodeName,
 		Source:    src,
 		Dataplane: dp,
 		Bridges: map[flows.Bridge]agent.FlowBridge{
-			flows.BrEx:  ofctl.NewOpenFlow(o.bridgeEx, ofctl.MgmtTarget(o.ovsRunDir, o.bridgeEx)),
+			flows.BrEx:  brEx,
 			flows.BrInt: ofctl.NewOpenFlow(o.bridgeInt, ofctl.MgmtTarget(o.ovsRunDir, o.bridgeInt)),
 		},
 		NodePortCIDRs:  cidrs,
 		FullSyncPeriod: o.fullSyncPeriod,
 		Metrics:        agent.NewMetrics(reg),
+		Conntrack:      brEx,
+		DrainPeriod:    o.drainPeriod,
+		RepairPeriod:   o.repairPeriod,
 	})
 	if err != nil {
 		return err

@@ -1,0 +1,347 @@
+package agent
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/ovs-srcip/ovs-srcip/flows"
+	"github.com/ovs-srcip/ovs-srcip/ofctl"
+)
+
+// newCTReconciler returns a Reconciler whose conntrack is the fake br-ex.
+func (f *fixture) newCTReconciler(mod ...func(*ReconcilerConfig)) *Reconciler {
+	cfg := ReconcilerConfig{
+		NodeName:  thisNode,
+		Bridges:   map[flows.Bridge]FlowBridge{flows.BrEx: f.ex, flows.BrInt: f.in},
+		Dataplane: f.dp,
+		HasSynced: func() bool { return f.synced },
+		Events:    f.events,
+		Conntrack: f.ex,
+	}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	return NewReconciler(cfg)
+}
+
+func udpService(ns, name string, nodePort int32) *corev1.Service {
+	return makeService(ns, name, nodePort, func(s *corev1.Service) {
+		s.Spec.Ports = []corev1.ServicePort{{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53, NodePort: nodePort}}
+	})
+}
+
+func udpSlice(ns, svc, name string, eps ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
+	s := makeSlice(ns, svc, name, eps...)
+	s.Ports = []discoveryv1.EndpointPort{{Name: ptr.To("dns"), Protocol: ptr.To(corev1.ProtocolUDP), Port: ptr.To[int32](8080)}}
+	return s
+}
+
+func ap(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
+
+func (f *fixture) seedNodes(r *Reconciler) {
+	r.OnNode(nil, makeNode("node1", "192.168.0.1", "10.244.1.0/24", ready))
+	r.OnNode(nil, makeNode("node2", "192.168.0.2", "10.244.2.0/24", ready))
+	r.OnPod(nil, &corev1.Pod{ObjectMeta: metaNS("ns1", "web-0"), Spec: corev1.PodSpec{NodeName: thisNode},
+		Status: corev1.PodStatus{PodIPs: []corev1.PodIP{{IP: "10.244.1.5"}}}})
+}
+
+func ready(n *corev1.Node) {
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+}
+
+func (f *fixture) flowText() string { return strings.Join(f.ex.Flows(), "\n") }
+
+// UDP: an endpoint removed from a Service port (in a partial and in a full sync) and a deleted
+// Service port flush the ZoneService entries whose reply source is that endpoint, behind each entry
+// point of the port; TCP endpoints are never flushed.
+func TestUDPRemovedEndpointFlushesConntrack(t *testing.T) {
+	f := newFixture(t)
+	f.r = f.newCTReconciler()
+	f.seedNodes(f.r)
+	f.r.OnService(nil, udpService("ns1", "dns", 31000))
+	s1 := udpSlice("ns1", "dns", "dns-a", ep("10.244.1.5", "node1"), ep("10.244.2.7", "node2"))
+	f.r.OnEndpointSlice(nil, s1)
+	f.r.OnService(nil, makeService("ns1", "web", 30000))
+	w1 := makeSlice("ns1", "web", "web-a", ep("10.244.1.5", "node1"), ep("10.244.2.7", "node2"))
+	f.r.OnEndpointSlice(nil, w1)
+	require.NoError(t, f.sync())
+	assert.Empty(t, f.ex.Flushes())
+
+	// Partial sync: 10.244.2.7 leaves both Services.
+	s2 := udpSlice("ns1", "dns", "dns-a", ep("10.244.1.5", "node1"))
+	f.r.OnEndpointSlice(s1, s2)
+	w2 := makeSlice("ns1", "web", "web-a", ep("10.244.1.5", "node1"))
+	f.r.OnEndpointSlice(w1, w2)
+	require.NoError(t, f.sync())
+	assert.Equal(t, []ofctl.FakeFlush{{Zone: flows.ZoneService, Proto: 17, Reply: ap("10.244.2.7:8080"), OrigDst: ap("192.168.0.1:31000")}}, f.ex.Flushes())
+
+	// Full sync: 10.244.2.8 joins and leaves between two full syncs (the second one sees it go).
+	s3 := udpSlice("ns1", "dns", "dns-a", ep("10.244.1.5", "node1"), ep("10.244.2.8", "node2"))
+	f.r.OnEndpointSlice(s2, s3)
+	require.NoError(t, f.sync())
+	f.r.OnEndpointSlice(s3, s2)
+	f.r.RequestFullSync()
+	require.NoError(t, f.sync())
+	require.Len(t, f.ex.Flushes(), 2)
+	assert.Equal(t, ap("10.244.2.8:8080"), f.ex.Flushes()[1].Reply)
+
+	// The Service goes away: every endpoint is flushed; no drain for UDP.
+	f.r.OnService(udpService("ns1", "dns", 31000), nil)
+	require.NoError(t, f.sync())
+	require.Len(t, f.ex.Flushes(), 3)
+	assert.Equal(t, ap("10.244.1.5:8080"), f.ex.Flushes()[2].Reply)
+	assert.NotContains(t, f.flowText(), "priority=90")
+	n := len(f.ex.Flushes())
+	f.r.RequestFullSync()
+	require.NoError(t, f.sync())
+	assert.Len(t, f.ex.Flushes(), n, "nothing flushed twice")
+}
+
+// A TCP entry point whose Service port went away keeps forwarding (drain flow set, priority below
+// the live entry flows) while ZoneService has live connections to it, also across an agent
+// restart; the drain ends at the first full sync that finds none, or when another Service serves
+// the entry point.
+func TestDrainKeepsEstablishedConnections(t *testing.T) {
+	f := newFixture(t)
+	f.r = f.newCTReconciler()
+	f.seedNodes(f.r)
+	svc := makeService("ns1", "web", 30000)
+	f.r.OnService(nil, svc)
+	f.r.OnEndpointSlice(nil, makeSlice("ns1", "web", "web-a", ep("10.244.2.7", "node2")))
+	require.NoError(t, f.sync())
+	f.ex.AddConn(ofctl.FakeConn{Zone: flows.ZoneService, Proto: 6, OrigDst: ap("192.168.0.1:30000"), ReplySrc: ap("10.244.2.7:8080")})
+
+	noAnnot := makeService("ns1", "web", 30000, func(s *corev1.Service) { delete(s.Annotations, AnnotationPreserveSourceIP) })
+	f.r.OnService(svc, noAnnot)
+	require.NoError(t, f.sync())
+	drain := flows.DrainKey(flows.EntryPoint{Protocol: flows.TCP, Addr: ap("192.168.0.1:30000")})
+	require.Contains(t, f.r.Applied(flows.BrEx), drain)
+	assert.NotContains(t, f.r.Applied(flows.BrEx), svcKey("web"))
+	assert.Contains(t, f.flowText(), "priority=90,tcp,nw_dst=192.168.0.1,tp_dst=30000")
+	assert.Empty(t, f.ex.Flushes(), "TCP entries are not flushed")
+
+	f.r.RequestFullSync()
+	require.NoError(t, f.sync())
+	assert.Contains(t, f.r.Applied(flows.BrEx), drain, "a live connection keeps the drain")
+
+	// A restarted agent keeps the drain and writes nothing.
+	n := f.bundles()
+	f.r = f.newCTReconciler()
+	f.seedNodes(f.r)
+	f.r.OnService(nil, noAnnot)
+	f.r.OnEndpointSlice(nil, makeSlice("ns1", "web", "web-a", ep("10.244.2.7", "node2")))
+	require.NoError(t, f.sync())
+	assert.Equal(t, n, f.bundles(), "the restarted agent rewrote flows")
+	assert.Contains(t, f.r.Applied(flows.BrEx), drain)
+
+	// The connection ends: the next full sync removes the drain.
+	require.NoError(t, f.ex.FlushConntrack(f.ctx, flows.ZoneService, ap("10.244.2.7:8080"), 6, netip.AddrPort{}))
+	f.r.RequestFullSync()
+	require.NoError(t, f.sync())
+	assert.NotContains(t, f.r.Applied(flows.BrEx), drain)
+	assert.NotContains(t, f.flowText(), "priority=90")
+
+	// Served again, then gone again with a connection: drained; a new Service on the same
+	// NodePort ends the drain in the partial sync.
+	f.r.OnService(noAnnot, svc)
+	require.NoError(t, f.sync())
+	f.ex.AddConn(ofctl.FakeConn{Zone: flows.ZoneService, Proto: 6, OrigDst: ap("192.168.0.1:30000"), ReplySrc: ap("10.244.2.7:8080")})
+	f.r.OnService(svc, nil)
+	require.NoError(t, f.sync())
+	require.Contains(t, f.r.Applied(flows.BrEx), drain)
+	f.r.OnService(nil, makeService("ns1", "other", 30000))
+	require.NoError(t, f.sync())
+	assert.NotContains(t, f.r.Applied(flows.BrEx), drain)
+	assert.Contains(t, f.flowText(), "priority=100,tcp,nw_dst=192.168.0.1,tp_dst=30000")
+}
+
+// A drain ends after DrainPeriod even while connections remain; a drain cookie of a previous agent
+// without connections is removed at the first full sync.
+func TestDrainPeriodAndStaleDrainCookie(t *testing.T) {
+	f := newFixture(t)
+	f.r = f.newCTReconciler(func(c *ReconcilerConfig) { c.DrainPeriod = time.Nanosecond })
+	f.seedNodes(f.r)
+	svc := makeService("ns1", "web", 30000)
+	f.r.OnService(nil, svc)
+	require.NoError(t, f.sync())
+	f.ex.AddConn(ofctl.FakeConn{Zone: flows.ZoneService, Proto: 6, OrigDst: ap("192.168.0.1:30000"), ReplySrc: ap("10.244.2.7:8080")})
+	f.r.OnService(svc, nil)
+	require.NoError(t, f.sync())
+	assert.Contains(t, f.flowText(), "priority=90")
+	f.r.RequestFullSync()
+	require.NoError(t, f.sync())
+	assert.NotContains(t, f.flowText(), "priority=90", "maximum drain period")
+
+	fs, err := flows.BuildServiceDrain(flows.EntryPoint{Protocol: flows.TCP, Addr: ap("203.0.113.9:80")})
+	require.NoError(t, err)
+	p := flows.Plan{Bridge: flows.BrEx, Add: []*flows.FlowSet{fs}}
+	require.NoError(t, f.ex.Bundle(f.ctx, p.Lines()))
+	f.r = f.newCTReconciler()
+	f.seedNodes(f.r)
+	require.NoError(t, f.sync())
+	assert.NotContains(t, f.flowText(), "203.0.113.9")
+}
+
+// Two pod ports with one IP: the one whose Pod object lists the IP wins, whatever the arrival
+// order; the loser is not programmed at all, nothing is rewritten in steady state or after a
+// restart, and the loser gets its flows when the winner goes away.
+func TestDuplicatePodIP(t *testing.T) {
+	evil := PodPort{Namespace: "ns1", Name: "evil", Interface: "evil0", OFPort: 11,
+		MAC: []byte{0x0a, 0x58, 10, 244, 1, 99}, IPs: []netip.Addr{addr("10.244.1.5")}}
+	final := map[bool]string{}
+	for _, evilFirst := range []bool{false, true} {
+		f := newFixture(t)
+		real := f.dp.podPorts[0]
+		if evilFirst {
+			f.dp.podPorts = []PodPort{evil}
+		} else {
+			f.dp.podPorts = []PodPort{real}
+		}
+		f.seedNodes(f.r)
+		require.NoError(t, f.sync())
+		f.dp.podPorts = []PodPort{real, evil}
+		f.r.RequestFullSync()
+		require.NoError(t, f.sync())
+		in := strings.Join(f.in.Flows(), "\n")
+		assert.Contains(t, in, "load:0xa->NXM_NX_REG1[]", "the confirmed pod is delivered to")
+		assert.NotContains(t, in, "in_port=11", "the unconfirmed pod is not programmed")
+		assert.NotContains(t, in, "load:0xb->NXM_NX_REG1[]")
+		// evil has no Pod object: no Event, but the conflict is logged (checked by the e2e test).
+		final[evilFirst] = in
+
+		n := f.bundles()
+		f.r.RequestFullSync()
+		require.NoError(t, f.sync())
+		f.r = f.newReconciler()
+		f.seedNodes(f.r)
+		require.NoError(t, f.sync())
+		assert.Equal(t, n, f.bundles(), "steady state or restart rewrote flows")
+
+		f.dp.podPorts = []PodPort{evil}
+		f.r.RequestFullSync()
+		require.NoError(t, f.sync())
+		assert.Contains(t, strings.Join(f.in.Flows(), "\n"), "in_port=11", "the loser gets its flows back")
+	}
+	assert.Equal(t, final[false], final[true], "the winner depends on the arrival order")
+}
+
+// A Node that is not Ready and claims a Ready node's pod CIDR loses the Geneve route, in a partial
+// sync and across full syncs, and gets it when the Ready node goes away.
+func TestOverlappingNodeCIDR(t *testing.T) {
+	f := newFixture(t)
+	f.seedNodes(f.r)
+	require.NoError(t, f.sync())
+	ghost := makeNode("aaa-ghost", "192.168.0.99", "10.244.2.0/24")
+	f.r.OnNode(nil, ghost)
+	require.NoError(t, f.sync())
+	in := strings.Join(f.in.Flows(), "\n")
+	assert.Contains(t, in, "192.168.0.2")
+	assert.NotContains(t, in, "192.168.0.99")
+	n := f.bundles()
+	f.r.RequestFullSync()
+	require.NoError(t, f.sync())
+	assert.Equal(t, n, f.bundles())
+	f.r.OnNode(makeNode("node2", "192.168.0.2", "10.244.2.0/24", ready), nil)
+	require.NoError(t, f.sync())
+	assert.Contains(t, strings.Join(f.in.Flows(), "\n"), "192.168.0.99")
+}
+
+// A NodePort and another Service's externalIP equal to the node's address with the NodePort's
+// number are one entry point: the older Service (then the smaller name) wins it, the other gets
+// an Event, and nothing flaps.
+func TestNodePortVsExternalIPOnNodeAddress(t *testing.T) {
+	for _, order := range [][]string{{"npa", "npb"}, {"npb", "npa"}} {
+		f := newFixture(t)
+		f.seedNodes(f.r)
+		svcs := map[string]*corev1.Service{
+			"npa": makeService("ns1", "npa", 30310),
+			"npb": makeService("ns1", "npb", 0, func(s *corev1.Service) {
+				s.Spec.Type = corev1.ServiceTypeClusterIP
+				s.Spec.ExternalIPs = []string{"192.168.0.1"}
+				s.Spec.Ports[0].Port = 30310
+				s.Spec.Ports[0].NodePort = 0
+			}),
+		}
+		for _, name := range order {
+			f.r.OnService(nil, svcs[name])
+			require.NoError(t, f.sync())
+		}
+		a, b := f.r.Applied(flows.BrEx)[svcKey("npa")], f.r.Applied(flows.BrEx)[svcKey("npb")]
+		assert.Len(t, a.EntryPoints, 1)
+		assert.Empty(t, b.EntryPoints, "order %v", order)
+		assert.Contains(t, strings.Join(f.events.msgs, "\n"), "already used by Service ns1/npa")
+		n := f.bundles()
+		f.r.RequestFullSync()
+		require.NoError(t, f.sync())
+		assert.Equal(t, n, f.bundles())
+	}
+}
+
+// The generic guard: two flow sets rendering the same flow (here two Services given the same
+// entry point behind the claims index's back) keep one winner, chosen by creationTimestamp.
+func TestCollisionGuardPicksOlderService(t *testing.T) {
+	f := newFixture(t)
+	f.seedNodes(f.r)
+	old := makeService("ns1", "zzz-old", 30400)
+	old.CreationTimestamp = metav1.NewTime(time.Unix(1000, 0))
+	young := makeService("ns1", "aaa-young", 30401)
+	young.CreationTimestamp = metav1.NewTime(time.Unix(2000, 0))
+	f.r.OnService(nil, young)
+	f.r.OnService(nil, old)
+	require.NoError(t, f.sync())
+	// Bypass the claims index: give the young Service's port the old one's NodePort directly.
+	name := nn("ns1", "aaa-young")
+	sps := slices.Clone(f.r.svcPorts[name])
+	sps[0].NodePort = 30400
+	f.r.svcPorts[name] = sps
+	f.r.svcListOK = false
+	f.r.RequestFullSync()
+	f.r.needFull.Store(true)
+	st := &flows.State{Node: thisNode, Ports: f.r.ports, Nodes: f.r.nodeList, NodePortAddresses: f.r.npAddrs, Pods: f.r.podList, Services: f.r.serviceList()}
+	require.NoError(t, f.r.fullSync(f.ctx, st))
+	ex := f.r.Applied(flows.BrEx)
+	youngKey := flows.Key{Kind: flows.KindServicePort, Namespace: "ns1", Name: "aaa-young", Port: "http", Protocol: flows.TCP}
+	oldKey := flows.Key{Kind: flows.KindServicePort, Namespace: "ns1", Name: "zzz-old", Port: "http", Protocol: flows.TCP}
+	assert.Len(t, ex[oldKey].EntryPoints, 1)
+	assert.Empty(t, ex[youngKey].EntryPoints)
+	assert.Equal(t, 2, f.r.coll.conflicts(), "table 40 and table 41 flows")
+	n := f.bundles()
+	require.NoError(t, f.r.fullSync(f.ctx, st))
+	assert.Equal(t, n, f.bundles(), "a second full sync rewrites nothing")
+}
+
+// The deep repair restores a flow edited in place (same cookie, same count) at the first full sync
+// after RepairPeriod, and not at the first full sync of the agent.
+func TestDeepRepairRestoresModifiedFlow(t *testing.T) {
+	f := newFixture(t)
+	f.r = f.newCTReconciler(func(c *ReconcilerConfig) { c.RepairPeriod = time.Nanosecond })
+	f.seedNodes(f.r)
+	f.r.OnService(nil, makeService("ns1", "web", 30000))
+	require.NoError(t, f.sync())
+	n := f.bundles()
+	var line string
+	for _, l := range f.ex.Flows() {
+		if strings.Contains(l, "table=41") && strings.Contains(l, "tp_dst=30000") {
+			line = l
+		}
+	}
+	require.NotEmpty(t, line)
+	mod := line[:strings.Index(line, "actions=")] + "actions=drop"
+	require.NoError(t, f.ex.Bundle(f.ctx, []string{"flow modify_strict " + mod}))
+	require.Contains(t, f.ex.Flows(), mod)
+	f.r.RequestFullSync()
+	require.NoError(t, f.sync())
+	assert.Contains(t, f.ex.Flows(), line)
+	assert.NotContains(t, f.ex.Flows(), mod)
+	assert.Equal(t, n+1+2, f.bundles(), "one repair bundle per bridge")
+}
