@@ -37,7 +37,7 @@ func newCommand(out io.Writer) *cobra.Command {
 	return root
 }
 
-var kinds = []flows.Kind{flows.KindExBase, flows.KindIntBase, flows.KindNode, flows.KindPod, flows.KindServicePort}
+var kinds = []flows.Kind{flows.KindExBase, flows.KindIntBase, flows.KindNode, flows.KindPod, flows.KindServicePort, flows.KindServiceDrain}
 
 func parseKind(s string) (flows.Kind, error) {
 	for _, k := range kinds {
@@ -123,7 +123,7 @@ func flowsCommand(out io.Writer) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&runDir, "node-rundir", ofctl.DefaultRunDir, "the node's OVS run directory (holds <bridge>.mgmt)")
 	cmd.Flags().StringVar(&bridge, "bridge", "br-ex", "bridge to dump")
-	cmd.Flags().StringVar(&kind, "kind", "", "only flows of this kind (ex-base, int-base, node, pod, service-port)")
+	cmd.Flags().StringVar(&kind, "kind", "", "only flows of this kind (ex-base, int-base, node, pod, service-port, service-drain)")
 	return cmd
 }
 
