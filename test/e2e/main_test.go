@@ -71,8 +71,9 @@ func run(m *testing.M) int {
 	}
 	theLab, err = lab.New(lab.Config{
 		ManifestsDir: dir, AgentBin: agent, EchoBin: echo,
-		// Frequent full syncs so that "survives every sync" covers several of them.
-		AgentArgs: []string{"--full-sync-period=2s"},
+		// Frequent full syncs so that "survives every sync" covers several of them; a deep repair
+		// every other full sync or so.
+		AgentArgs: []string{"--full-sync-period=2s", "--repair-period=4s"},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lab:", err)
