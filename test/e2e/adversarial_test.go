@@ -540,8 +540,18 @@ func TestAdversarialHandDeletedFlowsRepaired(t *testing.T) {
 func TestAdversarialAnnotationFlap(t *testing.T) {
 	const file = "adv-flap.yaml"
 	s := svc{name: "flap", annotated: true, nodePort: 30340, lbIP: "203.0.113.140", eps: []ep{echoA, echoB}}
-	time.Sleep(2500 * time.Millisecond)
-	baseGroups := ownGroups(t, "node1", "br-ex")
+	// The baseline must not catch the tail of an earlier test's cleanup or repair: take it once
+	// two readings a full-sync period (2 s) apart agree.
+	baseGroups := -1
+	require.NoError(t, lab.WaitFor(func() error {
+		a := ownGroups(t, "node1", "br-ex")
+		time.Sleep(2500 * time.Millisecond)
+		if b := ownGroups(t, "node1", "br-ex"); a != b {
+			return fmt.Errorf("group count still moving: %d -> %d", a, b)
+		}
+		baseGroups = a
+		return nil
+	}, 30*time.Second))
 	for i := 0; i < 40; i++ {
 		s.annotated = i%2 == 0
 		writeManifest(t, file, s.yaml())
@@ -551,7 +561,12 @@ func TestAdversarialAnnotationFlap(t *testing.T) {
 	writeManifest(t, file, s.yaml())
 	checkReply(t, waitOK(t, "tcp", "192.0.2.11:30340"), "192.0.2.11:30340", "echo-a", "echo-b")
 	checkReply(t, waitOK(t, "udp", "203.0.113.140:53"), "203.0.113.140:53", "echo-a", "echo-b")
-	if !assert.Equal(t, baseGroups+2, ownGroups(t, "node1", "br-ex")) {
+	if err := lab.WaitFor(func() error {
+		if n := ownGroups(t, "node1", "br-ex"); n != baseGroups+2 {
+			return fmt.Errorf("%d groups, want %d", n, baseGroups+2)
+		}
+		return nil
+	}, 10*time.Second); !assert.NoError(t, err) {
 		g, _ := theLab.DumpGroups("node1", "br-ex")
 		f, _ := theLab.DumpFlows("node1", "br-ex", "cookie=0x5c00000000000000/0xff00000000000000")
 		b, _ := os.ReadFile(theLab.AgentLog("node1"))
@@ -569,8 +584,12 @@ func TestAdversarialAnnotationFlap(t *testing.T) {
 		}
 		return nil
 	}, 15*time.Second))
-	time.Sleep(2500 * time.Millisecond)
-	assert.Equal(t, baseGroups, ownGroups(t, "node1", "br-ex"), "groups leaked")
+	assert.NoError(t, lab.WaitFor(func() error {
+		if n := ownGroups(t, "node1", "br-ex"); n != baseGroups {
+			return fmt.Errorf("groups leaked: %d, want %d", n, baseGroups)
+		}
+		return nil
+	}, 10*time.Second))
 	writeManifest(t, file, "")
 }
 
