@@ -164,64 +164,12 @@ func TestForeignFlowsSurvive(t *testing.T) {
 	}
 }
 
-// flowSet is the flows and groups of a bridge: lines without statistics, and group lines.
-type flowSet struct{ flows, groups []string }
-
-var statsRE = regexp.MustCompile(`(duration|n_packets|n_bytes|idle_age|hard_age)=[^ ,]+,? ?`)
-
-func snapshot(t *testing.T, node string) map[string]flowSet {
+// snapshot is lab.Snapshot of node, failing the test on error.
+func snapshot(t *testing.T, node string) map[string]lab.BridgeState {
 	t.Helper()
-	out := map[string]flowSet{}
-	for _, br := range []string{"br-ex", "br-int"} {
-		f, err := theLab.Ofctl(node, "-O", "OpenFlow15", "--no-stats", "dump-flows", br)
-		require.NoError(t, err)
-		g, err := theLab.DumpGroups(node, br)
-		require.NoError(t, err)
-		out[br] = flowSet{flows: lines(statsRE.ReplaceAllString(f, "")), groups: lines(g)}
-	}
-	return out
-}
-
-func lines(s string) []string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		l = strings.TrimSpace(l)
-		if l == "" || strings.HasPrefix(l, "OFPST_") {
-			continue
-		}
-		out = append(out, l)
-	}
-	sort.Strings(out)
-	return out
-}
-
-// serviceCookieAndGroups returns the cookies and group ids of the flows that match one of the
-// given match tokens (e.g. "tp_dst=30120", "nw_dst=203.0.113.120").
-func serviceCookieAndGroups(fs flowSet, tokens ...string) (cookies, groups map[string]bool) {
-	cookies, groups = map[string]bool{}, map[string]bool{}
-	cookieRE := regexp.MustCompile(`cookie=(0x[0-9a-f]+)`)
-	groupRE := regexp.MustCompile(`group:(\d+)`)
-	for _, l := range fs.flows {
-		for _, tok := range tokens {
-			if strings.Contains(l, tok+" ") || strings.Contains(l, tok+",") {
-				cookies[cookieRE.FindStringSubmatch(l)[1]] = true
-				if m := groupRE.FindStringSubmatch(l); m != nil {
-					groups[m[1]] = true
-				}
-			}
-		}
-	}
-	return cookies, groups
-}
-
-func without(ls []string, drop func(string) bool) []string {
-	var out []string
-	for _, l := range ls {
-		if !drop(l) {
-			out = append(out, l)
-		}
-	}
-	return out
+	s, err := theLab.Snapshot(node)
+	require.NoError(t, err)
+	return s
 }
 
 // Removing the annotation, and deleting the Service, remove exactly that Service's flows and
@@ -237,11 +185,11 @@ func TestRemovalRemovesExactlyThatService(t *testing.T) {
 			checkReply(t, waitOK(t, "tcp", addr), addr, "echo-a", "echo-b")
 			checkReply(t, waitOK(t, "udp", "203.0.113.120:53"), "203.0.113.120:53", "echo-a", "echo-b")
 			time.Sleep(3 * time.Second) // let every node settle (a full sync runs every 2 s)
-			before := map[string]map[string]flowSet{}
+			before := map[string]map[string]lab.BridgeState{}
 			for _, n := range theLab.Nodes {
 				before[n.Name] = snapshot(t, n.Name)
 			}
-			cookies, groups := serviceCookieAndGroups(before["node1"]["br-ex"], gone...)
+			cookies, groups := before["node1"]["br-ex"].Owners(gone...)
 			require.NotEmpty(t, cookies)
 			require.NotEmpty(t, groups)
 
@@ -266,23 +214,11 @@ func TestRemovalRemovesExactlyThatService(t *testing.T) {
 			time.Sleep(3 * time.Second)
 			for _, n := range theLab.Nodes {
 				after := snapshot(t, n.Name)
-				c, g := serviceCookieAndGroups(before[n.Name]["br-ex"], gone...)
-				isSvc := func(l string) bool {
-					for k := range c {
-						if strings.Contains(l, "cookie="+k) {
-							return true
-						}
-					}
-					for k := range g {
-						if strings.Contains(l, "group_id="+k+",") {
-							return true
-						}
-					}
-					return false
-				}
+				c, g := before[n.Name]["br-ex"].Owners(gone...)
 				for _, br := range []string{"br-ex", "br-int"} {
-					assert.Equal(t, without(before[n.Name][br].flows, isSvc), after[br].flows, "%s %s flows", n.Name, br)
-					assert.Equal(t, without(before[n.Name][br].groups, isSvc), after[br].groups, "%s %s groups", n.Name, br)
+					want := before[n.Name][br].Without(c, g)
+					assert.Equal(t, want.Flows, after[br].Flows, "%s %s flows", n.Name, br)
+					assert.Equal(t, want.Groups, after[br].Groups, "%s %s groups", n.Name, br)
 				}
 			}
 			_, err := theLab.Request("", "tcp", addr)

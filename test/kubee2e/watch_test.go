@@ -53,7 +53,9 @@ func snapshots(t *testing.T) map[string]map[string]lab.BridgeState {
 }
 
 // assertOnlyChanged asserts that between two snapshots nothing changed on any node except the flows
-// and groups matching tokens (the object under test), before or after.
+// and groups matching tokens (the object under test), before or after. Drain flow sets (cookie kind
+// 0x11, see docs/pipeline.md) are left out: they are transient by design and go away at the first
+// full sync that finds no live connection of an entry point an earlier test removed.
 func assertOnlyChanged(t *testing.T, before, after map[string]map[string]lab.BridgeState, tokens ...string) {
 	t.Helper()
 	for node := range before {
@@ -62,6 +64,8 @@ func assertOnlyChanged(t *testing.T, before, after map[string]map[string]lab.Bri
 			c1, g1 := b.Owners(tokens...)
 			c2, g2 := a.Owners(tokens...)
 			cookies, groups := append(c1, c2...), append(g1, g2...)
+			cookies = append(cookies, b.Drains()...)
+			cookies = append(cookies, a.Drains()...)
 			assert.Equal(t, b.Without(cookies, groups), a.Without(cookies, groups), "%s %s: something else changed", node, br)
 		}
 	}
