@@ -23,7 +23,8 @@ build:
 	$(GO) build -o $(BIN)/echo ./test/echo
 
 demo: deps build
-	$(GO) run ./test/demo --agent $(BIN)/srcip-agent --echo $(BIN)/echo --manifests test/manifests/demo $(DEMO_ARGS)
+	$(GO) build -o $(BIN)/demo ./test/demo
+	$(BIN)/demo --agent $(BIN)/srcip-agent --echo $(BIN)/echo --manifests test/manifests/demo $(DEMO_ARGS)
 
 vet:
 	$(GO) vet ./...

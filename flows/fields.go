@@ -1,6 +1,7 @@
 package flows
 
-// Conntrack zones (ovs-actions(7) "ct"), declared once. IPv6 will take the next values.
+// Conntrack zones (ovs-actions(7) "ct"), declared once. IPv6 will take 0xfb10 and 0xfb11
+// (docs/pipeline.md).
 const (
 	// ZoneService holds the DNAT of external Service traffic on the ingress node (br-ex). Only the
 	// select group buckets commit into it, so every entry in it is ours.

@@ -137,6 +137,10 @@ func notify(ch chan struct{}) {
 // Close closes the connection; the DB must not be used afterwards.
 func (d *DB) Close() { d.c.Close() }
 
+// Connected reports whether the OVSDB connection is up right now (libovsdb reconnects in the
+// background after a loss; the agent's /healthz reports false meanwhile).
+func (d *DB) Connected() bool { return d.c.Connected() }
+
 // Changes returns a channel that receives (coalesced: capacity 1, never blocks the sender) after
 // any change of a cached Open_vSwitch, Bridge, Port, Interface or Flow_Table row, including the
 // initial population and the repopulation after a reconnect. A receive means "look again", not

@@ -42,7 +42,13 @@ func mergeChanges(ctx context.Context, db, restarts <-chan struct{}) <-chan stru
 	return out
 }
 
-var _ agent.Dataplane = (*dataplane)(nil)
+var (
+	_ agent.Dataplane         = (*dataplane)(nil)
+	_ agent.ConnectionChecker = (*dataplane)(nil)
+)
+
+// Connected reports whether the OVSDB connection is up (for /healthz).
+func (d *dataplane) Connected() bool { return d.db.Connected() }
 
 // EnsureIntegration creates the integration plumbing and names the pipeline's tables in OVSDB
 // (so that dump-flows --names shows them).

@@ -121,7 +121,11 @@ func flowsCommand(out io.Writer) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&runDir, "node-rundir", ofctl.DefaultRunDir, "the node's OVS run directory (holds <bridge>.mgmt)")
+	defRunDir := ofctl.DefaultRunDir
+	if d := os.Getenv("OVS_RUNDIR"); d != "" {
+		defRunDir = d
+	}
+	cmd.Flags().StringVar(&runDir, "node-rundir", defRunDir, "the node's OVS run directory (holds <bridge>.mgmt); default $OVS_RUNDIR, else "+ofctl.DefaultRunDir)
 	cmd.Flags().StringVar(&bridge, "bridge", "br-ex", "bridge to dump")
 	cmd.Flags().StringVar(&kind, "kind", "", "only flows of this kind (ex-base, int-base, node, pod, service-port, service-drain)")
 	return cmd
