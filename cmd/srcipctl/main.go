@@ -1,5 +1,6 @@
 // Command srcipctl is the ovs-srcip debugging CLI: it decodes cookies, lists the agent's flows
-// with their kinds and renders the desired flows of a manifests directory.
+// with their kinds, renders the desired flows of a manifests directory and traces a new external
+// connection through the pipeline (ofproto/trace).
 package main
 
 import (
@@ -33,7 +34,7 @@ func newCommand(out io.Writer) *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetOut(out)
-	root.AddCommand(cookieCommand(out), flowsCommand(out), desiredCommand(out))
+	root.AddCommand(cookieCommand(out), flowsCommand(out), desiredCommand(out), traceCommand(out))
 	return root
 }
 

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ovs-srcip/ovs-srcip/ofctl"
+)
+
+// traceFlow returns the ofproto/trace flow of the first packet of a new connection from client to
+// entry arriving on the uplink (by port name), and the --ct-next states of its two recirculations:
+// ct(nat) in ExServiceLB (a new connection) and the group bucket's ct(commit,nat) (DNATed).
+func traceFlow(uplink, proto string, client, entry netip.AddrPort) (string, []string, error) {
+	if !client.Addr().Is4() || !entry.Addr().Is4() {
+		return "", nil, fmt.Errorf("IPv4 client and entry point required (got %s, %s)", client, entry)
+	}
+	f := fmt.Sprintf("in_port=%s,%s,nw_src=%s,nw_dst=%s,tp_src=%d,tp_dst=%d,nw_ttl=64",
+		uplink, proto, client.Addr(), entry.Addr(), client.Port(), entry.Port())
+	switch proto {
+	case "tcp":
+		f += ",tcp_flags=syn"
+	case "udp":
+	default:
+		return "", nil, fmt.Errorf("protocol %q: want tcp or udp", proto)
+	}
+	return f, []string{"trk,new", "trk,new,dnat"}, nil
+}
+
+// summarize picks the lines of an ofproto/trace output a reader looks for first: the tables hit
+// with their cookies, the chosen bucket and every "Datapath actions" line.
+func summarize(trace string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(trace, "\n") {
+		t := strings.TrimSpace(l)
+		switch {
+		case strings.HasPrefix(t, "Datapath actions:"), strings.HasPrefix(t, "bridge(\""),
+			strings.HasPrefix(t, "-> using bucket"), strings.Contains(t, ", cookie 0x"):
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}
+
+func traceCommand(out io.Writer) *cobra.Command {
+	var runDir, bridge, uplink, proto, from, to string
+	var full bool
+	cmd := &cobra.Command{
+		Use:   "trace",
+		Short: "ofproto/trace the first packet of a new external connection to an entry point (NodePort, LB IP, externalIP)",
+		Long: "Builds the packet a client would send to an entry point through the uplink of br-ex and runs\n" +
+			"ovs-appctl ofproto/trace with --ct-next for its two conntrack recirculations, then prints the\n" +
+			"tables it hit (with cookies), the select-group bucket chosen and the datapath actions.\n" +
+			"Example: srcipctl trace --from 198.51.100.10:40000 --to 192.0.2.11:30080",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			client, err := netip.ParseAddrPort(from)
+			if err != nil {
+				return fmt.Errorf("--from: %w", err)
+			}
+			entry, err := netip.ParseAddrPort(to)
+			if err != nil {
+				return fmt.Errorf("--to: %w", err)
+			}
+			flow, ctNext, err := traceFlow(uplink, proto, client, entry)
+			if err != nil {
+				return err
+			}
+			of := ofctl.NewOpenFlow(bridge, ofctl.MgmtTarget(runDir, bridge))
+			tr, err := of.Trace(cmd.Context(), flow, ctNext)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "# ofproto/trace %s %s --ct-next %s\n", bridge, flow, strings.Join(ctNext, " --ct-next "))
+			if full {
+				fmt.Fprint(out, tr)
+				return nil
+			}
+			fmt.Fprint(out, summarize(tr))
+			return nil
+		},
+	}
+	defRunDir := ofctl.DefaultRunDir
+	if d := os.Getenv("OVS_RUNDIR"); d != "" {
+		defRunDir = d
+	}
+	cmd.Flags().StringVar(&runDir, "node-rundir", defRunDir, "the node's OVS run directory (holds <bridge>.mgmt and the ovs-vswitchd control socket); default $OVS_RUNDIR, else "+ofctl.DefaultRunDir)
+	cmd.Flags().StringVar(&bridge, "bridge", "br-ex", "the external bridge")
+	cmd.Flags().StringVar(&uplink, "uplink", "eth0", "the uplink port name on the external bridge")
+	cmd.Flags().StringVar(&proto, "proto", "tcp", "tcp or udp")
+	cmd.Flags().StringVar(&from, "from", "198.51.100.10:40000", "the external client, IP:PORT")
+	cmd.Flags().StringVar(&to, "to", "", "the entry point, IP:PORT (node address:NodePort, LB IP:port or externalIP:port)")
+	cmd.Flags().BoolVar(&full, "full", false, "print the whole trace")
+	_ = cmd.MarkFlagRequired("to")
+	return cmd
+}

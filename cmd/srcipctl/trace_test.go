@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ovs-srcip/ovs-srcip/flows"
+	"github.com/ovs-srcip/ovs-srcip/ofctl"
+	"github.com/ovs-srcip/ovs-srcip/ofctl/ovstest"
+)
+
+// TestTrace loads the pipeline of node1 (one Service port, endpoint on node2) into a dummy-datapath
+// OVS and traces a new connection to its NodePort with `srcipctl trace`.
+func TestTrace(t *testing.T) {
+	sb := ovstest.StartDummy(t)
+	sb.Vsctl(t, "add-br", "br-ex", "--", "set", "bridge", "br-ex", "datapath_type=dummy", "fail_mode=secure",
+		"protocols=OpenFlow10,OpenFlow13,OpenFlow15",
+		"--", "add-port", "br-ex", "eth0", "--", "set", "interface", "eth0", "type=dummy", "ofport_request=1",
+		"--", "add-port", "br-ex", "patch-ex-to-int", "--", "set", "interface", "patch-ex-to-int", "type=patch",
+		"options:peer=patch-int-to-ex", "ofport_request=2",
+		"--", "add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=dummy", "fail_mode=secure",
+		"protocols=OpenFlow10,OpenFlow13,OpenFlow15",
+		"--", "add-port", "br-int", "patch-int-to-ex", "--", "set", "interface", "patch-int-to-ex", "type=patch",
+		"options:peer=patch-ex-to-int", "ofport_request=1",
+		"--", "add-port", "br-int", "gnv", "--", "set", "interface", "gnv", "type=geneve",
+		"options:remote_ip=flow", "options:key=flow", "ofport_request=2")
+	mac, _ := net.ParseMAC("02:00:c0:00:02:0b")
+	sp := flows.ServicePort{Namespace: "demo", Name: "web", PortName: "http", Protocol: flows.TCP, Port: 80, NodePort: 30080,
+		Endpoints: []flows.Endpoint{{IP: netip.MustParseAddr("10.244.2.5"), Port: 8080}}}
+	sp.GroupID = flows.NewGroupIDs().ID(sp.Key())
+	st := &flows.State{Node: "node1",
+		Ports: flows.Ports{ExUplink: 1, ExPatch: 2, IntPatch: 1, IntTunnel: 2, ExMAC: mac},
+		Nodes: []flows.Node{
+			{Name: "node1", InternalIP: netip.MustParseAddr("192.0.2.11"), PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}},
+			{Name: "node2", InternalIP: netip.MustParseAddr("192.0.2.12"), PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24")}},
+		},
+		NodePortAddresses: []netip.Addr{netip.MustParseAddr("192.0.2.11")},
+		Services:          []flows.ServicePort{sp},
+	}
+	d, err := flows.Build(st)
+	require.NoError(t, err)
+	for b, name := range map[flows.Bridge]string{flows.BrEx: "br-ex", flows.BrInt: "br-int"} {
+		var sets []*flows.FlowSet
+		for _, fs := range d {
+			if fs.Bridge == b {
+				sets = append(sets, fs)
+			}
+		}
+		p := flows.FullDiff(b, sets, flows.Inventory{})
+		require.NoError(t, ofctl.NewOpenFlow(name, sb.MgmtTarget(name)).Bundle(context.Background(), p.Lines()))
+	}
+
+	out := run(t, "trace", "--node-rundir", sb.RunDir, "--to", "192.0.2.11:30080")
+	assert.Contains(t, out, "tcp_flags=syn")
+	assert.Contains(t, out, "-> using bucket 0")
+	assert.Contains(t, out, "nat(dst=10.244.2.5:8080)")
+	assert.Contains(t, out, "cookie 0x5c10", "the Service port's flows are named by their cookie")
+
+	_, err = newCommandErr(t, "trace", "--node-rundir", sb.RunDir, "--to", "192.0.2.11:30080", "--proto", "sctp")
+	assert.ErrorContains(t, err, "want tcp or udp")
+}
+
+// newCommandErr runs srcipctl and returns its output and error (for failure cases).
+func newCommandErr(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := newCommand(&out)
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	return out.String(), err
+}
