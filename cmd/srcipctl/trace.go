@@ -19,8 +19,9 @@ func traceFlow(uplink, proto string, client, entry netip.AddrPort) (string, []st
 	if !client.Addr().Is4() || !entry.Addr().Is4() {
 		return "", nil, fmt.Errorf("IPv4 client and entry point required (got %s, %s)", client, entry)
 	}
-	f := fmt.Sprintf("in_port=%s,%s,nw_src=%s,nw_dst=%s,tp_src=%d,tp_dst=%d,nw_ttl=64",
-		uplink, proto, client.Addr(), entry.Addr(), client.Port(), entry.Port())
+	// Protocol-specific port fields: ofproto/trace rejects tp_src/tp_dst on a UDP flow.
+	f := fmt.Sprintf("in_port=%s,%s,nw_src=%s,nw_dst=%s,%s_src=%d,%s_dst=%d,nw_ttl=64",
+		uplink, proto, client.Addr(), entry.Addr(), proto, client.Port(), proto, entry.Port())
 	switch proto {
 	case "tcp":
 		f += ",tcp_flags=syn"

@@ -31,9 +31,13 @@ func TestTrace(t *testing.T) {
 		"--", "add-port", "br-int", "gnv", "--", "set", "interface", "gnv", "type=geneve",
 		"options:remote_ip=flow", "options:key=flow", "ofport_request=2")
 	mac, _ := net.ParseMAC("02:00:c0:00:02:0b")
+	gids := flows.NewGroupIDs()
 	sp := flows.ServicePort{Namespace: "demo", Name: "web", PortName: "http", Protocol: flows.TCP, Port: 80, NodePort: 30080,
 		Endpoints: []flows.Endpoint{{IP: netip.MustParseAddr("10.244.2.5"), Port: 8080}}}
-	sp.GroupID = flows.NewGroupIDs().ID(sp.Key())
+	sp.GroupID = gids.ID(sp.Key())
+	dns := flows.ServicePort{Namespace: "demo", Name: "web", PortName: "dns", Protocol: flows.UDP, Port: 53, NodePort: 30053,
+		Endpoints: []flows.Endpoint{{IP: netip.MustParseAddr("10.244.2.5"), Port: 5353}}}
+	dns.GroupID = gids.ID(dns.Key())
 	st := &flows.State{Node: "node1",
 		Ports: flows.Ports{ExUplink: 1, ExPatch: 2, IntPatch: 1, IntTunnel: 2, ExMAC: mac},
 		Nodes: []flows.Node{
@@ -41,7 +45,7 @@ func TestTrace(t *testing.T) {
 			{Name: "node2", InternalIP: netip.MustParseAddr("192.0.2.12"), PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24")}},
 		},
 		NodePortAddresses: []netip.Addr{netip.MustParseAddr("192.0.2.11")},
-		Services:          []flows.ServicePort{sp},
+		Services:          []flows.ServicePort{sp, dns},
 	}
 	d, err := flows.Build(st)
 	require.NoError(t, err)
@@ -61,6 +65,9 @@ func TestTrace(t *testing.T) {
 	assert.Contains(t, out, "-> using bucket 0")
 	assert.Contains(t, out, "nat(dst=10.244.2.5:8080)")
 	assert.Contains(t, out, "cookie 0x5c10", "the Service port's flows are named by their cookie")
+
+	out = run(t, "trace", "--node-rundir", sb.RunDir, "--proto", "udp", "--to", "192.0.2.11:30053")
+	assert.Contains(t, out, "nat(dst=10.244.2.5:5353)")
 
 	_, err = newCommandErr(t, "trace", "--node-rundir", sb.RunDir, "--to", "192.0.2.11:30080", "--proto", "sctp")
 	assert.ErrorContains(t, err, "want tcp or udp")
