@@ -161,7 +161,9 @@ type IntegrationConfig struct {
 	BrEx string
 	// BrInt is the integration bridge; it is created when missing.
 	BrInt string
-	// Uplink is the name of the uplink port on BrEx (e.g. "eth0"); it must exist.
+	// Uplink is the name of the uplink port on BrEx (e.g. "eth0"); it must exist. Empty: the only
+	// port of BrEx that is not internal, patch or tunnel (ErrUplinkAmbiguous if there is not
+	// exactly one).
 	Uplink string
 	// PatchExToInt is the patch port on BrEx whose peer is PatchIntToEx on BrInt.
 	PatchExToInt string
@@ -177,8 +179,8 @@ type IntegrationConfig struct {
 }
 
 func (c *IntegrationConfig) defaults() error {
-	if c.BrEx == "" || c.BrInt == "" || c.Uplink == "" {
-		return errors.New("integration config: BrEx, BrInt and Uplink are required")
+	if c.BrEx == "" || c.BrInt == "" {
+		return errors.New("integration config: BrEx and BrInt are required")
 	}
 	if c.PatchExToInt == "" {
 		c.PatchExToInt = DefaultPatchExToInt
@@ -245,6 +247,14 @@ func (d *DB) EnsureIntegration(ctx context.Context, c IntegrationConfig) (flows.
 			return flows.Ports{}, fmt.Errorf("%s: %w", c.BrEx, ErrBridgeNotFound)
 		}
 		return flows.Ports{}, fmt.Errorf("read bridge %s: %w", c.BrEx, err)
+	}
+	if c.Uplink == "" {
+		up, err := d.findUplink(ctx, ex, c.PatchExToInt)
+		if err != nil {
+			return flows.Ports{}, err
+		}
+		log.Info("Found the uplink of the external bridge", "uplink", up)
+		c.Uplink = up
 	}
 	if br, err := d.portBridge(ctx, c.Uplink); err != nil {
 		return flows.Ports{}, err
@@ -365,6 +375,39 @@ func (d *DB) portBridge(ctx context.Context, name string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%s is on no bridge: %w", name, ErrPortNotFound)
+}
+
+// ErrUplinkAmbiguous is returned by EnsureIntegration when no uplink is configured and br-ex does
+// not have exactly one port that could be it.
+var ErrUplinkAmbiguous = errors.New("cannot tell the uplink: set it explicitly (--uplink)")
+
+// findUplink returns the only port of br that can be the uplink: not br's own internal port, not
+// an internal or patch interface (our patch port among them), not a tunnel.
+func (d *DB) findUplink(ctx context.Context, br *bridgeRow, patch string) (string, error) {
+	var cands []string
+	for _, pu := range br.Ports {
+		p := &portRow{UUID: pu}
+		if err := d.c.Get(ctx, p); err != nil {
+			return "", fmt.Errorf("read port %s: %w", pu, err)
+		}
+		if p.Name == br.Name || p.Name == patch || len(p.Interfaces) != 1 {
+			continue
+		}
+		i := &ifaceRow{UUID: p.Interfaces[0]}
+		if err := d.c.Get(ctx, i); err != nil {
+			return "", fmt.Errorf("read interface of port %s: %w", p.Name, err)
+		}
+		switch i.Type {
+		case "internal", "patch", "geneve", "vxlan", "gre", "stt":
+			continue
+		}
+		cands = append(cands, p.Name)
+	}
+	if len(cands) != 1 {
+		slices.Sort(cands)
+		return "", fmt.Errorf("%s has %d candidate uplink ports %v: %w", br.Name, len(cands), cands, ErrUplinkAmbiguous)
+	}
+	return cands[0], nil
 }
 
 // ensurePort adds port name (one interface of the same name) to br, or corrects the type and

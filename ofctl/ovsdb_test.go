@@ -259,3 +259,25 @@ func TestConnectFails(t *testing.T) {
 	require.Error(t, err)
 	assert.False(t, errors.Is(err, ofctl.ErrBridgeNotFound))
 }
+
+// Without a configured uplink, the only non-internal, non-patch, non-tunnel port of br-ex is used;
+// the patch port the agent adds does not make it ambiguous on the next run; a second candidate
+// does, with an error that names both.
+func TestEnsureIntegrationFindsUplink(t *testing.T) {
+	ctx, sb, db := startNode(t)
+	c := integration
+	c.Uplink = ""
+	ports, err := db.EnsureIntegration(ctx, c)
+	require.NoError(t, err)
+	assert.Equal(t, vsGet(t, sb, "Interface", "eth0", "ofport"), strconv.Itoa(ports.ExUplink))
+	_, err = db.EnsureIntegration(ctx, c) // again, now with the patch port on br-ex
+	require.NoError(t, err)
+
+	sb.Vsctl(t, "add-port", "br-ex", "eth1", "--", "set", "interface", "eth1", "type=dummy")
+	require.Eventually(t, func() bool {
+		_, err = db.EnsureIntegration(ctx, c)
+		return err != nil
+	}, 5*time.Second, 50*time.Millisecond)
+	require.ErrorIs(t, err, ofctl.ErrUplinkAmbiguous)
+	assert.Contains(t, err.Error(), "[eth0 eth1]")
+}
