@@ -19,17 +19,7 @@ import (
 // OVS and traces a new connection to its NodePort with `srcipctl trace`.
 func TestTrace(t *testing.T) {
 	sb := ovstest.StartDummy(t)
-	sb.Vsctl(t, "add-br", "br-ex", "--", "set", "bridge", "br-ex", "datapath_type=dummy", "fail_mode=secure",
-		"protocols=OpenFlow10,OpenFlow13,OpenFlow15",
-		"--", "add-port", "br-ex", "eth0", "--", "set", "interface", "eth0", "type=dummy", "ofport_request=1",
-		"--", "add-port", "br-ex", "patch-ex-to-int", "--", "set", "interface", "patch-ex-to-int", "type=patch",
-		"options:peer=patch-int-to-ex", "ofport_request=2",
-		"--", "add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=dummy", "fail_mode=secure",
-		"protocols=OpenFlow10,OpenFlow13,OpenFlow15",
-		"--", "add-port", "br-int", "patch-int-to-ex", "--", "set", "interface", "patch-int-to-ex", "type=patch",
-		"options:peer=patch-ex-to-int", "ofport_request=1",
-		"--", "add-port", "br-int", "gnv", "--", "set", "interface", "gnv", "type=geneve",
-		"options:remote_ip=flow", "options:key=flow", "ofport_request=2")
+	sb.AddNodeBridges(t)
 	mac, _ := net.ParseMAC("02:00:c0:00:02:0b")
 	gids := flows.NewGroupIDs()
 	sp := flows.ServicePort{Namespace: "demo", Name: "web", PortName: "http", Protocol: flows.TCP, Port: 80, NodePort: 30080,

@@ -214,3 +214,39 @@ func (s *Sandbox) Close() {
 		_ = os.RemoveAll(s.RunDir)
 	})
 }
+
+// Fixed OpenFlow port numbers of AddNodeBridges.
+const (
+	NodeExUplink  = 1 // br-ex: the uplink "eth0" (dummy)
+	NodeExPatch   = 2 // br-ex: patch-ex-to-int
+	NodeIntPatch  = 1 // br-int: patch-int-to-ex
+	NodeIntTunnel = 2 // br-int: the flow-based Geneve port "srcip-geneve0"
+	NodeIntPod    = 3 // br-int: first pod port (dummy), then 4, 5, ... for further pods
+)
+
+// AddNodeBridges lays out one node as the agent leaves it, with fixed port numbers (Node*
+// constants): br-ex with the uplink eth0 and the patch to br-int; br-int with the patch, the
+// flow-based Geneve port and one dummy port per name in pods. Both bridges are dummy-datapath,
+// fail_mode=secure, OpenFlow10/13/15. For pipeline tests that load flows and run ofproto/trace.
+func (s *Sandbox) AddNodeBridges(t testing.TB, pods ...string) {
+	t.Helper()
+	bridge := func(name string) []string {
+		return []string{"--", "add-br", name, "--", "set", "bridge", name, "datapath_type=dummy", "fail_mode=secure",
+			"protocols=OpenFlow10,OpenFlow13,OpenFlow15"}
+	}
+	port := func(br, name string, ofport int, typ string, opts ...string) []string {
+		a := []string{"--", "add-port", br, name, "--", "set", "interface", name, "type=" + typ, fmt.Sprintf("ofport_request=%d", ofport)}
+		return append(a, opts...)
+	}
+	var args []string
+	args = append(args, bridge("br-ex")...)
+	args = append(args, port("br-ex", "eth0", NodeExUplink, "dummy")...)
+	args = append(args, port("br-ex", "patch-ex-to-int", NodeExPatch, "patch", "options:peer=patch-int-to-ex")...)
+	args = append(args, bridge("br-int")...)
+	args = append(args, port("br-int", "patch-int-to-ex", NodeIntPatch, "patch", "options:peer=patch-ex-to-int")...)
+	args = append(args, port("br-int", "srcip-geneve0", NodeIntTunnel, "geneve", "options:remote_ip=flow", "options:key=flow")...)
+	for i, p := range pods {
+		args = append(args, port("br-int", p, NodeIntPod+i, "dummy")...)
+	}
+	s.Vsctl(t, args[1:]...)
+}

@@ -17,11 +17,11 @@ import (
 	"github.com/ovs-srcip/ovs-srcip/ofctl/ovstest"
 )
 
-// Port numbers requested in the sandbox: br-ex eth0=1, patch=2; br-int patch=1, Geneve=2, pod=3.
+// Port numbers of the sandbox (ovstest.AddNodeBridges).
 const (
-	exUplink, exPatch     = 1, 2
-	intPatch, intTunnel   = 1, 2
-	podPort               = 3
+	exUplink, exPatch     = ovstest.NodeExUplink, ovstest.NodeExPatch
+	intPatch, intTunnel   = ovstest.NodeIntPatch, ovstest.NodeIntTunnel
+	podPort               = ovstest.NodeIntPod
 	clientMAC             = "02:00:00:00:00:01"
 	brExMAC               = "02:00:c0:00:02:0b"
 	clientMACLabel        = "0x20000000001"
@@ -42,18 +42,7 @@ func mac(s string) net.HardwareAddr { m, _ := net.ParseMAC(s); return m }
 
 func newNode(t *testing.T, node string, podIP string, svcs ...flows.ServicePort) *world {
 	sb := ovstest.StartDummy(t)
-	sb.Vsctl(t, "add-br", "br-ex", "--", "set", "bridge", "br-ex", "datapath_type=dummy", "fail_mode=secure",
-		"protocols=OpenFlow10,OpenFlow13,OpenFlow15",
-		"--", "add-port", "br-ex", "eth0", "--", "set", "interface", "eth0", "type=dummy", "ofport_request=1",
-		"--", "add-port", "br-ex", "patch-ex-to-int", "--", "set", "interface", "patch-ex-to-int", "type=patch",
-		"options:peer=patch-int-to-ex", "ofport_request=2",
-		"--", "add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=dummy", "fail_mode=secure",
-		"protocols=OpenFlow10,OpenFlow13,OpenFlow15",
-		"--", "add-port", "br-int", "patch-int-to-ex", "--", "set", "interface", "patch-int-to-ex", "type=patch",
-		"options:peer=patch-ex-to-int", "ofport_request=1",
-		"--", "add-port", "br-int", "srcip-geneve0", "--", "set", "interface", "srcip-geneve0", "type=geneve",
-		"options:remote_ip=flow", "options:key=flow", "ofport_request=2",
-		"--", "add-port", "br-int", "pod", "--", "set", "interface", "pod", "type=dummy", "ofport_request=3")
+	sb.AddNodeBridges(t, "pod")
 	nodes := []flows.Node{
 		{Name: "node1", InternalIP: netip.MustParseAddr("192.0.2.11"), PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}},
 		{Name: "node2", InternalIP: netip.MustParseAddr("192.0.2.12"), PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24")}},
