@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"net"
 	"net/netip"
 	"testing"
@@ -11,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ovs-srcip/ovs-srcip/flows"
-	"github.com/ovs-srcip/ovs-srcip/ofctl"
 	"github.com/ovs-srcip/ovs-srcip/ofctl/ovstest"
 )
 
@@ -39,16 +37,7 @@ func TestTrace(t *testing.T) {
 	}
 	d, err := flows.Build(st)
 	require.NoError(t, err)
-	for b, name := range map[flows.Bridge]string{flows.BrEx: "br-ex", flows.BrInt: "br-int"} {
-		var sets []*flows.FlowSet
-		for _, fs := range d {
-			if fs.Bridge == b {
-				sets = append(sets, fs)
-			}
-		}
-		p := flows.FullDiff(b, sets, flows.Inventory{})
-		require.NoError(t, ofctl.NewOpenFlow(name, sb.MgmtTarget(name)).Bundle(context.Background(), p.Lines()))
-	}
+	sb.LoadDesired(t, d)
 
 	out := run(t, "trace", "--node-rundir", sb.RunDir, "--to", "192.0.2.11:30080")
 	assert.Contains(t, out, "tcp_flags=syn")

@@ -66,20 +66,7 @@ func newNode(t *testing.T, node string, podIP string, svcs ...flows.ServicePort)
 	w := &world{sb: sb, st: st, ctx: context.Background(),
 		ex: ofctl.NewOpenFlow("br-ex", sb.MgmtTarget("br-ex")),
 		in: ofctl.NewOpenFlow("br-int", sb.MgmtTarget("br-int"))}
-	for _, b := range []flows.Bridge{flows.BrEx, flows.BrInt} {
-		var sets []*flows.FlowSet
-		for _, fs := range d {
-			if fs.Bridge == b {
-				sets = append(sets, fs)
-			}
-		}
-		p := flows.FullDiff(b, sets, flows.Inventory{})
-		of := w.ex
-		if b == flows.BrInt {
-			of = w.in
-		}
-		require.NoError(t, of.Bundle(w.ctx, p.Lines()))
-	}
+	sb.LoadDesired(t, d)
 	return w
 }
 
