@@ -122,14 +122,20 @@ func flowsCommand(out io.Writer) *cobra.Command {
 			return nil
 		},
 	}
-	defRunDir := ofctl.DefaultRunDir
-	if d := os.Getenv("OVS_RUNDIR"); d != "" {
-		defRunDir = d
-	}
-	cmd.Flags().StringVar(&runDir, "node-rundir", defRunDir, "the node's OVS run directory (holds <bridge>.mgmt); default $OVS_RUNDIR, else "+ofctl.DefaultRunDir)
+	runDirFlag(cmd, &runDir, "holds <bridge>.mgmt")
 	cmd.Flags().StringVar(&bridge, "bridge", "br-ex", "bridge to dump")
 	cmd.Flags().StringVar(&kind, "kind", "", "only flows of this kind (ex-base, int-base, node, pod, service-port, service-drain)")
 	return cmd
+}
+
+// runDirFlag adds --node-rundir: the node's OVS run directory, by default $OVS_RUNDIR (as the
+// ovs-* tools use it), else ofctl.DefaultRunDir.
+func runDirFlag(cmd *cobra.Command, runDir *string, holds string) {
+	def := ofctl.DefaultRunDir
+	if d := os.Getenv("OVS_RUNDIR"); d != "" {
+		def = d
+	}
+	cmd.Flags().StringVar(runDir, "node-rundir", def, "the node's OVS run directory ("+holds+"); default $OVS_RUNDIR, else "+ofctl.DefaultRunDir)
 }
 
 func desiredCommand(out io.Writer) *cobra.Command {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -85,11 +84,7 @@ func traceCommand(out io.Writer) *cobra.Command {
 			return nil
 		},
 	}
-	defRunDir := ofctl.DefaultRunDir
-	if d := os.Getenv("OVS_RUNDIR"); d != "" {
-		defRunDir = d
-	}
-	cmd.Flags().StringVar(&runDir, "node-rundir", defRunDir, "the node's OVS run directory (holds <bridge>.mgmt and the ovs-vswitchd control socket); default $OVS_RUNDIR, else "+ofctl.DefaultRunDir)
+	runDirFlag(cmd, &runDir, "holds <bridge>.mgmt and the ovs-vswitchd control socket")
 	cmd.Flags().StringVar(&bridge, "bridge", "br-ex", "the external bridge")
 	cmd.Flags().StringVar(&uplink, "uplink", "eth0", "the uplink port name on the external bridge")
 	cmd.Flags().StringVar(&proto, "proto", "tcp", "tcp or udp")

@@ -271,11 +271,7 @@ func (l *Lab) plan() error {
 	used := map[string]bool{"router": true}
 	for i := range l.Manifests.Nodes {
 		kn := &l.Manifests.Nodes[i]
-		ip, err := nodeInternalIP(kn)
-		if err != nil {
-			return err
-		}
-		cidr, err := nodePodCIDR(kn)
+		ip, cidr, err := nodeFacts(kn)
 		if err != nil {
 			return err
 		}

@@ -70,11 +70,9 @@ func TestLoadDemoManifests(t *testing.T) {
 	} {
 		n := &m.Nodes[i]
 		assert.Equal(t, want.name, n.Name)
-		ip, err := nodeInternalIP(n)
+		ip, c, err := nodeFacts(n)
 		require.NoError(t, err)
 		assert.Equal(t, want.ip, ip.String())
-		c, err := nodePodCIDR(n)
-		require.NoError(t, err)
 		assert.Equal(t, want.cidr, c.String())
 	}
 	for _, p := range m.Pods {

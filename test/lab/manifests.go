@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"github.com/ovs-srcip/ovs-srcip/agent"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -190,41 +191,15 @@ func (m *Manifests) Service(namespace, name string) *corev1.Service {
 	return nil
 }
 
-// nodeInternalIP returns the first InternalIP (IPv4 preferred) of a Node.
-func nodeInternalIP(n *corev1.Node) (netip.Addr, error) {
-	var found []netip.Addr
-	for _, a := range n.Status.Addresses {
-		if a.Type != corev1.NodeInternalIP {
-			continue
-		}
-		ip, err := netip.ParseAddr(a.Address)
-		if err != nil {
-			return netip.Addr{}, fmt.Errorf("node %s: bad InternalIP %q: %w", n.Name, a.Address, err)
-		}
-		found = append(found, ip)
+// nodeFacts returns a Node's IPv4 InternalIP and first IPv4 pod CIDR, read exactly as the agent
+// reads them (agent.ConvertNode), so the lab and the agent agree on the topology.
+func nodeFacts(n *corev1.Node) (netip.Addr, netip.Prefix, error) {
+	fn, err := agent.ConvertNode(n)
+	if err != nil {
+		return netip.Addr{}, netip.Prefix{}, err
 	}
-	for _, ip := range found {
-		if ip.Is4() {
-			return ip, nil
-		}
+	if len(fn.PodCIDRs) == 0 {
+		return netip.Addr{}, netip.Prefix{}, fmt.Errorf("node %s: no IPv4 spec.podCIDRs", n.Name)
 	}
-	return netip.Addr{}, fmt.Errorf("node %s: no IPv4 InternalIP in status.addresses", n.Name)
-}
-
-// nodePodCIDR returns the first IPv4 pod CIDR of a Node.
-func nodePodCIDR(n *corev1.Node) (netip.Prefix, error) {
-	cidrs := n.Spec.PodCIDRs
-	if len(cidrs) == 0 && n.Spec.PodCIDR != "" {
-		cidrs = []string{n.Spec.PodCIDR}
-	}
-	for _, c := range cidrs {
-		p, err := netip.ParsePrefix(c)
-		if err != nil {
-			return netip.Prefix{}, fmt.Errorf("node %s: bad podCIDR %q: %w", n.Name, c, err)
-		}
-		if p.Addr().Is4() {
-			return p.Masked(), nil
-		}
-	}
-	return netip.Prefix{}, fmt.Errorf("node %s: no IPv4 spec.podCIDRs", n.Name)
+	return fn.InternalIP, fn.PodCIDRs[0], nil
 }
