@@ -11,22 +11,6 @@ import (
 	"github.com/ovs-srcip/ovs-srcip/flows"
 )
 
-// entryPoint is one place external traffic for a Service port arrives: a NodePort (addr zero:
-// on every NodePort address of the node), or a LoadBalancer ingress IP or externalIP with the
-// Service port.
-type entryPoint struct {
-	proto flows.Protocol
-	addr  netip.Addr
-	port  uint16
-}
-
-func (e entryPoint) String() string {
-	if !e.addr.IsValid() {
-		return fmt.Sprintf("nodePort %d/%s", e.port, e.proto)
-	}
-	return fmt.Sprintf("%s/%s", netip.AddrPortFrom(e.addr, e.port), e.proto)
-}
-
 // claimRank orders Services competing for an entry point: the oldest Service wins, then the
 // smallest namespace/name, so that every node and every restart picks the same winner.
 type claimRank struct {
@@ -48,47 +32,40 @@ func (a claimRank) less(b claimRank) bool {
 // collides with another's loses just that entry point (and gets an Event) instead of breaking the
 // other Service's flows. It is owned by the Reconciler's goroutine.
 type claims struct {
-	bySvc  map[types.NamespacedName][]entryPoint
+	bySvc  map[types.NamespacedName][]flows.EntryPoint
 	rank   map[types.NamespacedName]claimRank
-	owners map[entryPoint]map[types.NamespacedName]bool
+	owners map[flows.EntryPoint]map[types.NamespacedName]bool
 	// nodeAddrs are the node's NodePort addresses: an LB ingress IP or externalIP equal to one of
 	// them with port P is the same entry point as NodePort P (see canon).
 	nodeAddrs []netip.Addr
 }
 
-// canon returns the claim key of e: a LoadBalancer/external IP:port on one of the node's NodePort
-// addresses competes with the NodePort of that number (both render the same flow on this node).
-func (c *claims) canon(e entryPoint) entryPoint {
-	if e.addr.IsValid() && slices.Contains(c.nodeAddrs, e.addr) {
-		return entryPoint{proto: e.proto, port: e.port}
+// canon returns the claim key of e (one of flows.ServicePort.Claims): a LoadBalancer/external
+// IP:port on one of the node's NodePort addresses competes with the NodePort of that number (both
+// render the same flow on this node).
+func (c *claims) canon(e flows.EntryPoint) flows.EntryPoint {
+	if !e.IsNodePort() && slices.Contains(c.nodeAddrs, e.Addr.Addr()) {
+		return flows.NodePortEntry(e.Protocol, e.Addr.Port())
 	}
 	return e
 }
 
 func newClaims() *claims {
 	return &claims{
-		bySvc:  map[types.NamespacedName][]entryPoint{},
+		bySvc:  map[types.NamespacedName][]flows.EntryPoint{},
 		rank:   map[types.NamespacedName]claimRank{},
-		owners: map[entryPoint]map[types.NamespacedName]bool{},
+		owners: map[flows.EntryPoint]map[types.NamespacedName]bool{},
 	}
 }
 
-func (c *claims) entryPoints(sps []flows.ServicePort) []entryPoint {
-	var out []entryPoint
-	add := func(e entryPoint) {
-		if e = c.canon(e); !slices.Contains(out, e) {
-			out = append(out, e)
-		}
-	}
-	for _, sp := range sps {
-		if sp.NodePort != 0 {
-			add(entryPoint{proto: sp.Protocol, port: sp.NodePort})
-		}
-		for _, a := range sp.LoadBalancerIPs {
-			add(entryPoint{proto: sp.Protocol, addr: a, port: sp.Port})
-		}
-		for _, a := range sp.ExternalIPs {
-			add(entryPoint{proto: sp.Protocol, addr: a, port: sp.Port})
+// entryPoints returns the claim keys of a Service's ports.
+func (c *claims) entryPoints(sps []flows.ServicePort) []flows.EntryPoint {
+	var out []flows.EntryPoint
+	for i := range sps {
+		for _, e := range sps[i].Claims() {
+			if e = c.canon(e); !slices.Contains(out, e) {
+				out = append(out, e)
+			}
 		}
 	}
 	return out
@@ -131,7 +108,7 @@ func (c *claims) set(name types.NamespacedName, rank claimRank, sps []flows.Serv
 }
 
 // winner returns the Service that owns e.
-func (c *claims) winner(e entryPoint) types.NamespacedName {
+func (c *claims) winner(e flows.EntryPoint) types.NamespacedName {
 	var best types.NamespacedName
 	var br claimRank
 	first := true
@@ -147,7 +124,7 @@ func (c *claims) winner(e entryPoint) types.NamespacedName {
 // owns and describes each removal.
 func (c *claims) resolve(name types.NamespacedName, sps []flows.ServicePort) ([]flows.ServicePort, []string) {
 	var problems []string
-	lost := func(e entryPoint) bool {
+	lost := func(e flows.EntryPoint) bool {
 		key := c.canon(e)
 		if len(c.owners[key]) < 2 {
 			return false
@@ -161,13 +138,21 @@ func (c *claims) resolve(name types.NamespacedName, sps []flows.ServicePort) ([]
 	}
 	out := make([]flows.ServicePort, 0, len(sps))
 	for _, sp := range sps {
-		if sp.NodePort != 0 && lost(entryPoint{proto: sp.Protocol, port: sp.NodePort}) {
-			sp.NodePort = 0
+		var lostIPs []netip.Addr
+		for _, e := range sp.Claims() {
+			if !lost(e) {
+				continue
+			}
+			if e.IsNodePort() {
+				sp.NodePort = 0
+			} else {
+				lostIPs = append(lostIPs, e.Addr.Addr())
+			}
 		}
 		keep := func(as []netip.Addr) []netip.Addr {
 			var k []netip.Addr
 			for _, a := range as {
-				if !lost(entryPoint{proto: sp.Protocol, addr: a, port: sp.Port}) {
+				if !slices.Contains(lostIPs, a) {
 					k = append(k, a)
 				}
 			}

@@ -91,6 +91,7 @@ func ServicePorts(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]flow
 			Namespace: svc.Namespace, Name: svc.Name, PortName: p.Name,
 			Protocol: proto, Port: uint16(p.Port), NodePort: uint16(p.NodePort),
 			LoadBalancerIPs: slices.Clone(lbIPs), ExternalIPs: slices.Clone(extIPs),
+			Rank: flows.Rank{Created: svc.CreationTimestamp.Time},
 		}
 		var msgs []string
 		sp.Endpoints, msgs = endpointsFor(p.Name, proto, eps)
@@ -185,9 +186,16 @@ func dedupeEndpoints(eps []flows.Endpoint) []flows.Endpoint {
 }
 
 // ConvertNode converts a Node: its first IPv4 InternalIP and its IPv4 spec.podCIDRs (spec.podCIDR
-// when podCIDRs is empty).
+// when podCIDRs is empty). Its collision rank (flows.Rank) is its creationTimestamp, and one tier
+// lower when it is not Ready (a stale Node object left after a re-install whose pod CIDR was
+// given to another node loses to a Ready one).
 func ConvertNode(n *corev1.Node) (flows.Node, error) {
-	out := flows.Node{Name: n.Name}
+	out := flows.Node{Name: n.Name, Rank: flows.Rank{Tier: 1, Created: n.CreationTimestamp.Time}}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+			out.Rank.Tier = 0
+		}
+	}
 	for _, a := range n.Status.Addresses {
 		if a.Type != corev1.NodeInternalIP {
 			continue
@@ -242,8 +250,21 @@ func NodePortAddresses(n *corev1.Node, allowed []netip.Prefix) []netip.Addr {
 
 // LocalPod joins an OVSDB pod port with its Pod object (nil when unknown). The port's own IPs win;
 // otherwise the Pod's IPv4 status.podIPs are used. ok is false when the pod has no usable IP yet.
+// Its collision rank (flows.Rank): tier 0 when the Pod's status lists every IP of the port, 1 when
+// the Pod exists but does not confirm them, 2 without a Pod object (a stale port of a crashed CNI,
+// a hostile OVSDB writer); Created is the Pod's creationTimestamp.
 func LocalPod(pp PodPort, pod *corev1.Pod) (p flows.Pod, ok bool, problems []string) {
 	p = flows.Pod{Namespace: pp.Namespace, Name: pp.Name, MAC: pp.MAC, OFPort: pp.OFPort}
+	defer func() {
+		switch {
+		case pod == nil:
+			p.Rank = flows.Rank{Tier: 2}
+		case podConfirms(pod, p):
+			p.Rank = flows.Rank{Tier: 0, Created: pod.CreationTimestamp.Time}
+		default:
+			p.Rank = flows.Rank{Tier: 1, Created: pod.CreationTimestamp.Time}
+		}
+	}()
 	for _, a := range pp.IPs {
 		if a = a.Unmap(); a.Is4() {
 			p.IPs = append(p.IPs, a)
@@ -267,6 +288,20 @@ func LocalPod(pp PodPort, pod *corev1.Pod) (p flows.Pod, ok bool, problems []str
 	}
 	p.IPs = sortedUnique(p.IPs)
 	return p, len(p.IPs) > 0 && p.OFPort > 0, problems
+}
+
+// podConfirms reports whether the Pod's status lists every IP of the pod port.
+func podConfirms(pod *corev1.Pod, p flows.Pod) bool {
+	ips := pod.Status.PodIPs
+	if len(ips) == 0 && pod.Status.PodIP != "" {
+		ips = []corev1.PodIP{{IP: pod.Status.PodIP}}
+	}
+	for _, a := range p.IPs {
+		if !slices.ContainsFunc(ips, func(x corev1.PodIP) bool { return x.IP == a.String() }) {
+			return false
+		}
+	}
+	return len(p.IPs) > 0
 }
 
 func parseIPv4(s string) (netip.Addr, error) {

@@ -197,7 +197,13 @@ func TestConvertNode(t *testing.T) {
 	n, err := ConvertNode(makeNode("node2", "192.168.0.2", "10.244.2.0/24"))
 	require.NoError(t, err)
 	assert.Equal(t, flows.Node{Name: "node2", InternalIP: addr("192.168.0.2"),
-		PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24")}}, n)
+		PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24")},
+		Rank:     flows.Rank{Tier: 1}}, n, "a Node that is not Ready ranks one tier lower")
+	ready, err := ConvertNode(makeNode("node2", "192.168.0.2", "10.244.2.0/24", func(n *corev1.Node) {
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	}))
+	require.NoError(t, err)
+	assert.Equal(t, 0, ready.Rank.Tier)
 
 	_, err = ConvertNode(makeNode("node3", "fd00::3", "10.244.3.0/24"))
 	assert.Error(t, err, "no IPv4 InternalIP")

@@ -14,10 +14,10 @@ import (
 // protoUDP is the IP protocol number of UDP (conntrack flushes).
 const protoUDP uint8 = 17
 
-// Drains. When an entry point stops being served by any Service port (annotation removed, Service
+// Drains (the drain step of syncer.run). When an entry point stops being served by any Service port (annotation removed, Service
 // or port deleted, externalTrafficPolicy changed, IP removed), its established TCP connections
 // would lose the ExServiceLB flow that leads them to ct(nat) and be answered by the host with a
-// reset. The Reconciler keeps a drain flow set (flows.BuildServiceDrain) for each such TCP entry
+// reset. The syncer keeps a drain flow set (flows.BuildServiceDrain) for each such TCP entry
 // point until ZoneService holds no live connection to it any more (checked once per full sync
 // with one conntrack dump) or Config.DrainPeriod has passed. UDP entry points are not drained:
 // the conntrack entries of a removed UDP Service port are flushed (see udpFlushes), as kube-proxy
@@ -26,17 +26,17 @@ const protoUDP uint8 = 17
 // cookie depends only on its entry point).
 
 // drainable reports whether an entry point that went away gets a drain flow set.
-func (r *Reconciler) drainable(e flows.EntryPoint) bool {
-	return r.cfg.Conntrack != nil && e.Protocol == flows.TCP
+func (s *syncer) drainable(e flows.EntryPoint) bool {
+	return s.cfg.Conntrack != nil && e.Protocol == flows.TCP
 }
 
 // drainChanges updates the drains after a partial sync computed the new service-port flow sets
 // (final) and the flow sets that are gone, and returns the drain keys to rebuild.
-func (r *Reconciler) drainChanges(final map[flows.Key]*flows.FlowSet, gone map[flows.Key]bool) []flows.Key {
+func (s *syncer) drainChanges(final map[flows.Key]*flows.FlowSet, gone map[flows.Key]bool) []flows.Key {
 	delta := map[flows.EntryPoint]int{}
 	var removed []flows.EntryPoint
 	change := func(k flows.Key, nw []flows.EntryPoint) {
-		old := r.applied[flows.BrEx][k]
+		old := s.applied[flows.BrEx][k]
 		for _, e := range old.EntryPoints {
 			delta[e]--
 			if !slices.Contains(nw, e) {
@@ -60,18 +60,18 @@ func (r *Reconciler) drainChanges(final map[flows.Key]*flows.FlowSet, gone map[f
 	var out []flows.Key
 	now := time.Now()
 	for _, e := range removed {
-		if _, ok := r.drains[e]; !ok && r.drainable(e) && r.liveEPs[e]+delta[e] <= 0 {
-			r.drains[e] = now
+		if _, ok := s.drains[e]; !ok && s.drainable(e) && s.liveEPs[e]+delta[e] <= 0 {
+			s.drains[e] = now
 			out = append(out, flows.DrainKey(e))
 		}
 	}
 	for e, d := range delta {
-		if _, ok := r.drains[e]; ok && d > 0 && r.liveEPs[e]+d > 0 {
-			delete(r.drains, e) // served again
+		if _, ok := s.drains[e]; ok && d > 0 && s.liveEPs[e]+d > 0 {
+			delete(s.drains, e) // served again
 			out = append(out, flows.DrainKey(e))
 		}
 	}
-	r.metrics.DrainingEntryPoints.Set(float64(len(r.drains)))
+	s.metrics.DrainingEntryPoints.Set(float64(len(s.drains)))
 	return out
 }
 
@@ -79,9 +79,9 @@ func (r *Reconciler) drainChanges(final map[flows.Key]*flows.FlowSet, gone map[f
 // entry points that the applied service-port flow sets served and final does not, recovers the
 // drains of a previous agent at the first full sync, ends the drains whose entry point has no
 // live ZoneService connection any more (one conntrack dump), that are served again or older than
-// DrainPeriod, and adds the drain flow sets to final.
-func (r *Reconciler) maintainDrains(ctx context.Context, final map[flows.Key]*flows.FlowSet, invEx flows.Inventory) {
-	if r.cfg.Conntrack == nil {
+// DrainPeriod. The drain step of the sync then builds the drain flow sets into final.
+func (s *syncer) maintainDrains(ctx context.Context, final map[flows.Key]*flows.FlowSet, invEx flows.Inventory) {
+	if s.cfg.Conntrack == nil {
 		return
 	}
 	logger := klog.FromContext(ctx)
@@ -94,13 +94,13 @@ func (r *Reconciler) maintainDrains(ctx context.Context, final map[flows.Key]*fl
 			}
 		}
 	}
-	for k, a := range r.applied[flows.BrEx] {
+	for k, a := range s.applied[flows.BrEx] {
 		if k.Kind != flows.KindServicePort {
 			continue
 		}
 		for _, e := range a.EntryPoints {
-			if _, ok := r.drains[e]; !ok && !live[e] && r.drainable(e) {
-				r.drains[e] = now
+			if _, ok := s.drains[e]; !ok && !live[e] && s.drainable(e) {
+				s.drains[e] = now
 			}
 		}
 	}
@@ -112,17 +112,17 @@ func (r *Reconciler) maintainDrains(ctx context.Context, final map[flows.Key]*fl
 		}
 		dumped = true
 		var err error
-		dsts, err = r.cfg.Conntrack.ConntrackDestinations(ctx, flows.ZoneService)
+		dsts, err = s.cfg.Conntrack.ConntrackDestinations(ctx, flows.ZoneService)
 		if err != nil {
-			r.metrics.ConntrackOps.WithLabelValues("dump", "error").Inc()
+			s.metrics.ConntrackOps.WithLabelValues("dump", "error").Inc()
 			logger.Error(err, "Could not read the service conntrack zone; drains are kept until their maximum period")
 			dsts = nil
 			return
 		}
-		r.metrics.ConntrackOps.WithLabelValues("dump", "ok").Inc()
+		s.metrics.ConntrackOps.WithLabelValues("dump", "ok").Inc()
 	}
-	if !r.drainsRecovered {
-		r.drainsRecovered = true
+	if !s.drainsRecovered {
+		s.drainsRecovered = true
 		has := false
 		for c := range invEx.Flows {
 			if c.Kind() == flows.KindServiceDrain {
@@ -133,40 +133,32 @@ func (r *Reconciler) maintainDrains(ctx context.Context, final map[flows.Key]*fl
 		if has {
 			dump()
 			for e, n := range dsts {
-				if n == 0 || live[e] || !r.drainable(e) {
+				if n == 0 || live[e] || !s.drainable(e) {
 					continue
 				}
 				if fs, err := flows.BuildServiceDrain(e); err == nil && invEx.Flows[fs.Cookie()] > 0 {
-					r.drains[e] = now
+					s.drains[e] = now
 				}
 			}
-			logger.V(2).Info("Recovered drains of the previous agent", "drains", len(r.drains))
+			logger.V(2).Info("Recovered drains of the previous agent", "drains", len(s.drains))
 		}
 	}
-	if len(r.drains) > 0 {
+	if len(s.drains) > 0 {
 		dump()
 	}
-	for e, since := range r.drains {
+	for e, since := range s.drains {
 		switch {
 		case live[e]:
-		case now.Sub(since) > r.cfg.DrainPeriod:
+		case now.Sub(since) > s.cfg.DrainPeriod:
 			logger.Info("Drain ended: maximum drain period reached", "entryPoint", e.String(), "connections", dsts[e])
 		case dsts != nil && dsts[e] == 0:
 			logger.V(2).Info("Drain ended: no connection left", "entryPoint", e.String())
 		default:
 			continue
 		}
-		delete(r.drains, e)
+		delete(s.drains, e)
 	}
-	for e := range r.drains {
-		fs, err := flows.BuildServiceDrain(e)
-		if err != nil {
-			logger.Error(err, "Drain flow set could not be built", "entryPoint", e.String())
-			continue
-		}
-		final[fs.Key] = fs
-	}
-	r.metrics.DrainingEntryPoints.Set(float64(len(r.drains)))
+	s.metrics.DrainingEntryPoints.Set(float64(len(s.drains)))
 }
 
 // flushReq is one conntrack flush: the UDP entries from entry point origDst DNATed to endpoint.
@@ -177,12 +169,12 @@ type flushReq struct {
 // udpFlushes returns the conntrack flushes that applying final (and removing gone) calls for: for
 // every UDP service-port flow set, every endpoint it had applied and no longer programs, behind
 // every entry point it had applied. A full sync (full) compares every applied service port.
-func (r *Reconciler) udpFlushes(final map[flows.Key]*flows.FlowSet, gone map[flows.Key]bool, full bool) []flushReq {
-	if r.cfg.Conntrack == nil {
+func (s *syncer) udpFlushes(final map[flows.Key]*flows.FlowSet, gone map[flows.Key]bool, full bool) []flushReq {
+	if s.cfg.Conntrack == nil {
 		return nil
 	}
 	var out []flushReq
-	for k, old := range r.applied[flows.BrEx] {
+	for k, old := range s.applied[flows.BrEx] {
 		if k.Kind != flows.KindServicePort || len(old.Endpoints) == 0 {
 			continue
 		}
@@ -207,15 +199,15 @@ func (r *Reconciler) udpFlushes(final map[flows.Key]*flows.FlowSet, gone map[flo
 }
 
 // flush runs the flushes; failures are logged and counted, never fatal.
-func (r *Reconciler) flush(ctx context.Context, reqs []flushReq) {
+func (s *syncer) flush(ctx context.Context, reqs []flushReq) {
 	logger := klog.FromContext(ctx)
 	for _, q := range reqs {
-		if err := r.cfg.Conntrack.FlushConntrack(ctx, flows.ZoneService, q.endpoint, protoUDP, q.origDst); err != nil {
-			r.metrics.ConntrackOps.WithLabelValues("flush", "error").Inc()
+		if err := s.cfg.Conntrack.FlushConntrack(ctx, flows.ZoneService, q.endpoint, protoUDP, q.origDst); err != nil {
+			s.metrics.ConntrackOps.WithLabelValues("flush", "error").Inc()
 			logger.Error(err, "Could not flush the UDP conntrack entries of a removed endpoint", "endpoint", q.endpoint, "entryPoint", q.origDst)
 			continue
 		}
-		r.metrics.ConntrackOps.WithLabelValues("flush", "ok").Inc()
+		s.metrics.ConntrackOps.WithLabelValues("flush", "ok").Inc()
 	}
 	if len(reqs) > 0 {
 		logger.V(2).Info("Flushed UDP conntrack entries of removed endpoints", "flushes", len(reqs))

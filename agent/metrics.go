@@ -1,6 +1,9 @@
 package agent
 
 import (
+	"strings"
+
+	"github.com/ovs-srcip/ovs-srcip/flows"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -51,7 +54,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		DesiredFlowSets: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: ns, Name: "desired_flow_sets",
-			Help: "Flow sets in the desired state, by kind (ex-base, int-base, node, pod, service-port, service-drain).",
+			Help: "Flow sets in the desired state, by kind (" + kindNames() + ").",
 		}, []string{"kind"}),
 		ConntrackOps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "conntrack_operations_total",
@@ -63,7 +66,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		FlowConflicts: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Name: "flow_conflicts",
-			Help: "Flows (bridge, table, priority, match) that more than one flow set renders, at the last full sync; each goes to one winner.",
+			Help: "Flows (bridge, table, priority, match) that more than one flow set renders, at the last sync; each goes to one winner.",
 		}),
 	}
 	if reg != nil {
@@ -71,4 +74,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.ConntrackOps, m.DrainingEntryPoints, m.FlowConflicts)
 	}
 	return m
+}
+
+// kindNames lists the flow-set kinds' names (flows.Kinds), the values of the label "kind".
+func kindNames() string {
+	var names []string
+	for _, k := range flows.Kinds() {
+		names = append(names, k.Name)
+	}
+	return strings.Join(names, ", ")
 }

@@ -1,48 +1,364 @@
 package agent
 
 import (
+	"cmp"
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/ovs-srcip/ovs-srcip/flows"
 )
 
-// The equality functions below decide which updates are no-ops for the agent: they compare only
-// the fields conversion reads, so status heartbeats and metadata churn never cause a sync.
+// model is the agent's view of the cluster for one node. It owns:
+//   - the change trackers the Source's handlers write into (safe for concurrent use);
+//   - the API object caches (Nodes, Services, EndpointSlices by Service, Pods) and the pod ports
+//     read from OVSDB;
+//   - their conversion into the pure input of package flows: st, a flows.State whose maps are
+//     updated in place, object by object;
+//   - the entry-point claims between Services, the Service ports' group ids, and the problems
+//     last reported per object (so that periodic syncs do not repeat Events);
+//   - which flow-set keys each change makes dirty (update's result).
+//
+// Everything but the trackers is owned by the goroutine calling Reconciler.Sync.
+type model struct {
+	node    string
+	npCIDRs []netip.Prefix
+	events  EventSink
 
-func nodeEqual(a, b *corev1.Node) bool {
-	return equality.Semantic.DeepEqual(a.Status.Addresses, b.Status.Addresses) &&
-		equality.Semantic.DeepEqual(a.Spec.PodCIDRs, b.Spec.PodCIDRs) &&
-		a.Spec.PodCIDR == b.Spec.PodCIDR
+	nodeChanges  *ChangeTracker[string, corev1.Node]
+	svcChanges   *ChangeTracker[types.NamespacedName, corev1.Service]
+	sliceChanges *ChangeTracker[types.NamespacedName, discoveryv1.EndpointSlice]
+	podChanges   *ChangeTracker[types.NamespacedName, corev1.Pod]
+
+	nodes    map[string]*corev1.Node
+	services map[types.NamespacedName]*corev1.Service
+	epSlices map[types.NamespacedName]*discoveryv1.EndpointSlice
+	slicesOf map[types.NamespacedName]map[types.NamespacedName]bool
+	pods     map[types.NamespacedName]*corev1.Pod
+	podPorts map[types.NamespacedName]PodPort
+
+	st       *flows.State
+	svcRaw   map[types.NamespacedName][]flows.ServicePort // converted, before claims
+	svcKeys  map[types.NamespacedName][]flows.Key         // the Service's ports in st.Services
+	claims   *claims
+	groups   *flows.GroupIDs
+	problems map[string]string // object key -> last reported problems
 }
 
-func serviceEqual(a, b *corev1.Service) bool {
-	return a.Annotations[AnnotationPreserveSourceIP] == b.Annotations[AnnotationPreserveSourceIP] &&
-		a.CreationTimestamp.Equal(&b.CreationTimestamp) &&
-		equality.Semantic.DeepEqual(a.Spec, b.Spec) &&
-		equality.Semantic.DeepEqual(a.Status.LoadBalancer, b.Status.LoadBalancer)
-}
-
-func sliceEqual(a, b *discoveryv1.EndpointSlice) bool {
-	return sliceService(a) == sliceService(b) && a.AddressType == b.AddressType &&
-		equality.Semantic.DeepEqual(a.Endpoints, b.Endpoints) &&
-		equality.Semantic.DeepEqual(a.Ports, b.Ports)
-}
-
-func podEqual(a, b *corev1.Pod) bool {
-	return a.Spec.NodeName == b.Spec.NodeName && a.Status.PodIP == b.Status.PodIP &&
-		equality.Semantic.DeepEqual(a.Status.PodIPs, b.Status.PodIPs)
-}
-
-// sliceService returns the Service an EndpointSlice belongs to (label kubernetes.io/service-name),
-// with an empty Name when it has none.
-func sliceService(s *discoveryv1.EndpointSlice) types.NamespacedName {
-	if s == nil || s.Labels[discoveryv1.LabelServiceName] == "" {
-		return types.NamespacedName{}
+func newModel(node string, npCIDRs []netip.Prefix, events EventSink) *model {
+	return &model{
+		node: node, npCIDRs: npCIDRs, events: events,
+		nodeChanges:  NewChangeTracker[string](nodeEqual),
+		svcChanges:   NewChangeTracker[types.NamespacedName](serviceEqual),
+		sliceChanges: NewChangeTracker[types.NamespacedName](sliceEqual),
+		podChanges:   NewChangeTracker[types.NamespacedName](podEqual),
+		nodes:        map[string]*corev1.Node{},
+		services:     map[types.NamespacedName]*corev1.Service{},
+		epSlices:     map[types.NamespacedName]*discoveryv1.EndpointSlice{},
+		slicesOf:     map[types.NamespacedName]map[types.NamespacedName]bool{},
+		pods:         map[types.NamespacedName]*corev1.Pod{},
+		podPorts:     map[types.NamespacedName]PodPort{},
+		st:           flows.NewState(node, flows.Ports{}, nil, nil, nil, nil),
+		svcRaw:       map[types.NamespacedName][]flows.ServicePort{},
+		svcKeys:      map[types.NamespacedName][]flows.Key{},
+		claims:       newClaims(),
+		groups:       flows.NewGroupIDs(),
+		problems:     map[string]string{},
 	}
-	return types.NamespacedName{Namespace: s.Namespace, Name: s.Labels[discoveryv1.LabelServiceName]}
 }
 
-func nn(namespace, name string) types.NamespacedName {
-	return types.NamespacedName{Namespace: namespace, Name: name}
+// changes is what one model update found: the flow-set keys whose own object changed (trigger
+// flows.OwnObject, gone objects included) and the facts that dirty whole kinds.
+type changes struct {
+	keys map[flows.Key]bool
+	// full: this node, its NodePort addresses or the OVSDB ports changed, or a full sync was
+	// asked for: every flow set is rebuilt.
+	full bool
+	// podCIDRs: some node's pod CIDRs changed (trigger flows.PodCIDRs).
+	podCIDRs bool
+}
+
+// dirtyObjects collects the objects an update reconverts.
+type dirtyObjects struct {
+	nodes    map[string]bool
+	services map[types.NamespacedName]bool
+	pods     map[types.NamespacedName]bool
+}
+
+// update checks the trackers out into the caches, re-reads OVSDB (dp) when a full sync is due,
+// and reconverts the changed objects into st. full asks for a full sync; the result says whether
+// one is needed.
+func (m *model) update(ctx context.Context, dp Dataplane, full bool) (changes, error) {
+	logger := klog.FromContext(ctx)
+	d, nodeSelf := m.checkout()
+	ch := changes{keys: map[flows.Key]bool{}, full: full || nodeSelf}
+	npAddrs := NodePortAddresses(m.nodes[m.node], m.npCIDRs)
+	if !slices.Equal(npAddrs, m.st.NodePortAddresses) {
+		ch.full = true
+		m.st.NodePortAddresses = npAddrs
+		m.claims.nodeAddrs = npAddrs
+	}
+	if ch.full {
+		if err := m.refreshDataplane(ctx, dp); err != nil {
+			return ch, err
+		}
+		for name := range m.nodes {
+			d.nodes[name] = true
+		}
+		for name := range m.st.Nodes {
+			d.nodes[name] = true
+		}
+		for name := range m.services {
+			d.services[name] = true
+		}
+		for name := range m.svcKeys {
+			d.services[name] = true
+		}
+		for name := range m.pods {
+			d.pods[name] = true
+		}
+		for name := range m.podPorts {
+			d.pods[name] = true
+		}
+		for k := range m.st.Pods {
+			d.pods[nn(k.Namespace, k.Name)] = true
+		}
+	}
+	ch.podCIDRs = m.updateNodes(logger, d.nodes, ch.keys)
+	m.updatePods(logger, d.pods, ch.keys)
+	m.updateServices(logger, d.services, ch.keys)
+	return ch, nil
+}
+
+// checkout moves the trackers' changes into the caches and returns the changed objects, and
+// whether this node's own Node object changed.
+func (m *model) checkout() (d dirtyObjects, nodeSelf bool) {
+	d = dirtyObjects{nodes: map[string]bool{}, services: map[types.NamespacedName]bool{}, pods: map[types.NamespacedName]bool{}}
+	for name, c := range m.nodeChanges.Checkout() {
+		setOrDelete(m.nodes, name, c.Current)
+		nodeSelf = nodeSelf || name == m.node
+		d.nodes[name] = true
+	}
+	for name, c := range m.svcChanges.Checkout() {
+		setOrDelete(m.services, name, c.Current)
+		d.services[name] = true
+	}
+	for name, c := range m.sliceChanges.Checkout() {
+		if old := m.epSlices[name]; old != nil {
+			if s := sliceService(old); s.Name != "" {
+				delete(m.slicesOf[s], name)
+				if len(m.slicesOf[s]) == 0 {
+					delete(m.slicesOf, s)
+				}
+				d.services[s] = true
+			}
+		}
+		setOrDelete(m.epSlices, name, c.Current)
+		if s := sliceService(c.Current); s.Name != "" {
+			if m.slicesOf[s] == nil {
+				m.slicesOf[s] = map[types.NamespacedName]bool{}
+			}
+			m.slicesOf[s][name] = true
+			d.services[s] = true
+		}
+	}
+	for name, c := range m.podChanges.Checkout() {
+		setOrDelete(m.pods, name, c.Current)
+		d.pods[name] = true
+	}
+	return d, nodeSelf
+}
+
+func setOrDelete[K comparable, V any](m map[K]*V, k K, v *V) {
+	if v == nil {
+		delete(m, k)
+	} else {
+		m[k] = v
+	}
+}
+
+// refreshDataplane reads the ofports and the pod ports from OVSDB.
+func (m *model) refreshDataplane(ctx context.Context, dp Dataplane) error {
+	ports, err := dp.EnsureIntegration(ctx)
+	if err != nil {
+		return fmt.Errorf("ensure integration bridge: %w", err)
+	}
+	pps, err := dp.PodPorts(ctx)
+	if err != nil {
+		return fmt.Errorf("list pod ports: %w", err)
+	}
+	m.st.Ports = ports
+	m.podPorts = make(map[types.NamespacedName]PodPort, len(pps))
+	for _, pp := range pps {
+		m.podPorts[nn(pp.Namespace, pp.Name)] = pp
+	}
+	return nil
+}
+
+// updateNodes reconverts the named nodes, marks their keys and reports whether the set of pod
+// CIDRs changed.
+func (m *model) updateNodes(logger klog.Logger, names map[string]bool, touched map[flows.Key]bool) bool {
+	cidrsChanged := false
+	for name := range names {
+		old, had := m.st.Nodes[name]
+		delete(m.st.Nodes, name)
+		if n := m.nodes[name]; n == nil {
+			m.report(nil, "node/"+name, "", nil)
+		} else if fn, err := ConvertNode(n); err != nil {
+			m.report(n, "node/"+name, ReasonInvalid, []string{err.Error()})
+			logger.V(2).Info("Node skipped", "node", klog.KObj(n), "reason", err.Error())
+		} else {
+			m.report(n, "node/"+name, ReasonInvalid, nil)
+			m.st.Nodes[name] = fn
+		}
+		nw, has := m.st.Nodes[name]
+		if had != has || !slices.Equal(old.PodCIDRs, nw.PodCIDRs) {
+			cidrsChanged = true
+		}
+		if name != m.node {
+			touched[flows.Key{Kind: flows.KindNode, Name: name}] = true
+		}
+	}
+	return cidrsChanged
+}
+
+// updatePods reconverts the named pods (pod port joined with its Pod object) and marks their keys.
+func (m *model) updatePods(logger klog.Logger, names map[types.NamespacedName]bool, touched map[flows.Key]bool) {
+	for name := range names {
+		k := flows.Key{Kind: flows.KindPod, Namespace: name.Namespace, Name: name.Name}
+		delete(m.st.Pods, k)
+		touched[k] = true
+		pp, ok := m.podPorts[name]
+		if !ok {
+			continue
+		}
+		pod := m.pods[name]
+		p, ok, problems := LocalPod(pp, pod)
+		if pod != nil {
+			m.report(pod, "pod/"+name.String(), ReasonInvalid, problems)
+		}
+		if !ok {
+			logger.V(2).Info("Pod port without usable IPv4 address or ofport, skipped", "pod", klog.KRef(name.Namespace, name.Name), "interface", pp.Interface)
+			continue
+		}
+		m.st.Pods[k] = p
+	}
+}
+
+// updateServices reconverts the named Services, re-resolves the entry-point claims of every
+// Service they compete with, assigns group ids and marks the keys of every port that changed.
+func (m *model) updateServices(logger klog.Logger, names map[types.NamespacedName]bool, touched map[flows.Key]bool) {
+	convProblems := map[types.NamespacedName][]string{}
+	resolveSet := map[types.NamespacedName]bool{}
+	for name := range names {
+		svc := m.services[name]
+		var sps []flows.ServicePort
+		var rank claimRank
+		if svc != nil {
+			var eps []*discoveryv1.EndpointSlice
+			for s := range m.slicesOf[name] {
+				eps = append(eps, m.epSlices[s])
+			}
+			slices.SortFunc(eps, func(a, b *discoveryv1.EndpointSlice) int { return cmp.Compare(a.Name, b.Name) })
+			sps, convProblems[name] = ServicePorts(svc, eps)
+			rank = claimRank{created: svc.CreationTimestamp.Time, name: name}
+		}
+		if len(sps) == 0 {
+			delete(m.svcRaw, name)
+		} else {
+			m.svcRaw[name] = sps
+		}
+		resolveSet[name] = true
+		for _, o := range m.claims.set(name, rank, sps) {
+			resolveSet[o] = true
+		}
+	}
+	for name := range resolveSet {
+		for _, k := range m.svcKeys[name] {
+			touched[k] = true
+			delete(m.st.Services, k)
+		}
+		delete(m.svcKeys, name)
+		final, conflicts := m.claims.resolve(name, m.svcRaw[name])
+		for i := range final {
+			k := final[i].Key()
+			final[i].GroupID = m.groups.ID(k)
+			touched[k] = true
+			m.st.Services[k] = final[i]
+			m.svcKeys[name] = append(m.svcKeys[name], k)
+		}
+		svc := m.services[name]
+		if svc == nil {
+			m.report(nil, "service/"+name.String(), "", nil)
+			continue
+		}
+		if names[name] {
+			m.report(svc, "service/"+name.String(), ReasonInvalid, convProblems[name])
+		}
+		m.report(svc, "conflict/"+name.String(), ReasonConflict, conflicts)
+		if len(convProblems[name])+len(conflicts) > 0 {
+			logger.V(2).Info("Service has problems", "service", klog.KObj(svc), "problems", append(convProblems[name], conflicts...))
+		}
+	}
+}
+
+// releaseGroups frees the group ids of the given Service-port keys that st no longer holds; it
+// runs after the bundle that deleted their groups.
+func (m *model) releaseGroups(keys []flows.Key) {
+	for _, k := range keys {
+		if k.Kind != flows.KindServicePort {
+			continue
+		}
+		if _, ok := m.st.Services[k]; !ok {
+			m.groups.Release(k)
+		}
+	}
+}
+
+// report sends problems of one object to the EventSink, only when they differ from the last
+// report under the same key (so periodic full syncs do not repeat Events).
+func (m *model) report(obj runtime.Object, key, reason string, problems []string) {
+	msg := strings.Join(problems, "; ")
+	if m.problems[key] == msg {
+		return
+	}
+	if msg == "" {
+		delete(m.problems, key)
+		return
+	}
+	m.problems[key] = msg
+	if m.events != nil && obj != nil {
+		for _, p := range problems {
+			m.events.Warn(obj, reason, p)
+		}
+	}
+}
+
+// objectOf returns the API object a flow set serves (KindSpec.Object; nil: none).
+func (m *model) objectOf(k flows.Key) runtime.Object {
+	spec, _ := flows.Spec(k.Kind)
+	var obj runtime.Object
+	switch spec.Object {
+	case "Service":
+		if s := m.services[nn(k.Namespace, k.Name)]; s != nil {
+			obj = s
+		}
+	case "Pod":
+		if p := m.pods[nn(k.Namespace, k.Name)]; p != nil {
+			obj = p
+		}
+	case "Node":
+		if n := m.nodes[k.Name]; n != nil {
+			obj = n
+		}
+	}
+	return obj
 }

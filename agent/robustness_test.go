@@ -2,7 +2,6 @@ package agent
 
 import (
 	"net/netip"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -299,24 +298,25 @@ func TestCollisionGuardPicksOlderService(t *testing.T) {
 	f.r.OnService(nil, young)
 	f.r.OnService(nil, old)
 	require.NoError(t, f.sync())
-	// Bypass the claims index: give the young Service's port the old one's NodePort directly.
-	name := nn("ns1", "aaa-young")
-	sps := slices.Clone(f.r.svcPorts[name])
-	sps[0].NodePort = 30400
-	f.r.svcPorts[name] = sps
-	f.r.svcListOK = false
-	f.r.RequestFullSync()
-	f.r.needFull.Store(true)
-	st := &flows.State{Node: thisNode, Ports: f.r.ports, Nodes: f.r.nodeList, NodePortAddresses: f.r.npAddrs, Pods: f.r.podList, Services: f.r.serviceList()}
-	require.NoError(t, f.r.fullSync(f.ctx, st))
-	ex := f.r.Applied(flows.BrEx)
+	// Bypass the claims index: give the young Service's port the old one's NodePort directly in
+	// the model's state, then run the syncer's full pipeline on it.
 	youngKey := flows.Key{Kind: flows.KindServicePort, Namespace: "ns1", Name: "aaa-young", Port: "http", Protocol: flows.TCP}
 	oldKey := flows.Key{Kind: flows.KindServicePort, Namespace: "ns1", Name: "zzz-old", Port: "http", Protocol: flows.TCP}
+	st := f.r.model.st
+	sp := st.Services[youngKey]
+	sp.NodePort = 30400
+	st.Services[youngKey] = sp
+	fullSync := func() {
+		_, err := f.r.syncer.run(f.ctx, st, changes{full: true})
+		require.NoError(t, err)
+	}
+	fullSync()
+	ex := f.r.Applied(flows.BrEx)
 	assert.Len(t, ex[oldKey].EntryPoints, 1)
 	assert.Empty(t, ex[youngKey].EntryPoints)
-	assert.Equal(t, 2, f.r.coll.conflicts(), "table 40 and table 41 flows")
+	assert.Equal(t, 2, f.r.syncer.conflicts.Count(), "table 40 and table 41 flows")
 	n := f.bundles()
-	require.NoError(t, f.r.fullSync(f.ctx, st))
+	fullSync()
 	assert.Equal(t, n, f.bundles(), "a second full sync rewrites nothing")
 }
 

@@ -143,14 +143,11 @@ func (s *ManifestSource) HasSynced() bool { return s.synced.Load() }
 // Events implements Source: problems are logged.
 func (s *ManifestSource) Events() EventSink { return logEvents{} }
 
-// Reads returns how many times the directory has been read (for tests).
-func (s *ManifestSource) Reads() int64 { return s.reads.Load() }
-
 // reload re-reads the directory and delivers the differences to h.
 func (s *ManifestSource) reload(logger klog.Logger, h Handler) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.reads.Add(1)
+	logger.V(4).Info("Reading the manifests directory", "dir", s.Dir, "read", s.reads.Add(1))
 	if s.files == nil {
 		s.files = map[string]*manifestFile{}
 		s.cur = map[objectID]runtime.Object{}

@@ -48,13 +48,6 @@ func (t *ChangeTracker[K, V]) same(a, b *V) bool {
 	return t.equal(a, b)
 }
 
-// Pending returns the number of keys with pending changes.
-func (t *ChangeTracker[K, V]) Pending() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.pending)
-}
-
 // Checkout returns the pending changes and clears them.
 func (t *ChangeTracker[K, V]) Checkout() map[K]Change[V] {
 	t.mu.Lock()

@@ -110,14 +110,3 @@ var (
 	outputLocal  ovs.Action = rawAction("LOCAL")
 	outputInPort ovs.Action = rawAction("IN_PORT")
 )
-
-// loadReg loads v into a register field such as RegSource.
-func loadReg(v uint32, field string) ovs.Action { return ovs.Load(fmt.Sprintf("%#x", v), field) }
-
-// matchRegSource matches RegSource == v.
-func matchRegSource(v uint32) ovs.Match {
-	return ovs.FieldMatch("reg0", fmt.Sprintf("%#x/0xf", v))
-}
-
-// matchCTMark matches ct_mark bits under CTMarkOriginMask.
-func matchCTMark(v uint32) ovs.Match { return ovs.ConnectionTrackingMark(v, CTMarkOriginMask) }

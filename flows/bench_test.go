@@ -20,6 +20,15 @@ func benchState(n int) *State {
 	return testState(svcs...)
 }
 
+// servicePorts lists st's Service ports (benchmarks pick one per iteration).
+func servicePorts(st *State) []ServicePort {
+	out := make([]ServicePort, 0, len(st.Services))
+	for _, sp := range st.Services {
+		out = append(out, sp)
+	}
+	return out
+}
+
 // BenchmarkBuild is the pure cost of a full build (every flow set rendered and fingerprinted).
 func BenchmarkBuild(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
@@ -39,10 +48,11 @@ func BenchmarkBuild(b *testing.B) {
 func BenchmarkBuildServicePort(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		st := benchState(n)
+		sps := servicePorts(st)
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
-				if _, err := BuildServicePort(st, &st.Services[i%n]); err != nil {
+				if _, err := BuildServicePort(st, &sps[i%n]); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -1,38 +1,30 @@
 package flows
 
 import (
+	"errors"
 	"fmt"
 	"hash/fnv"
 )
 
-// Build computes the complete desired content of both bridges of st.Node. FlowSets that fail to
-// render are reported in the error and left out; the others are returned.
+// Build computes the complete desired content of both bridges of st.Node: every key of every
+// registered kind (KindSpec.Keys), built with its KindSpec.Build. FlowSets that fail to render
+// are reported in the error (errors.Join) and left out; the others are returned.
 func Build(st *State) (Desired, error) {
 	d := Desired{}
 	var errs []error
-	add := func(fs *FlowSet, err error) {
-		if err != nil {
-			errs = append(errs, err)
-			return
+	for _, spec := range registry {
+		for _, k := range spec.Keys(st) {
+			fs, err := spec.Build(st, k)
+			switch {
+			case err != nil:
+				errs = append(errs, err)
+			case fs != nil:
+				d[k] = fs
+			}
 		}
-		d[fs.Key] = fs
-	}
-	add(BuildExBase(st))
-	add(BuildIntBase(st))
-	for _, n := range st.Nodes {
-		if n.Name == st.Node {
-			continue
-		}
-		add(BuildNode(st, n))
-	}
-	for _, p := range st.Pods {
-		add(BuildPod(st, p))
-	}
-	for i := range st.Services {
-		add(BuildServicePort(st, &st.Services[i]))
 	}
 	if len(errs) > 0 {
-		return d, fmt.Errorf("build %d flow sets: %v", len(errs), errs)
+		return d, fmt.Errorf("build %d flow sets: %w", len(errs), errors.Join(errs...))
 	}
 	return d, nil
 }
@@ -75,4 +67,13 @@ func (g *GroupIDs) Release(k Key) {
 		delete(g.used, id)
 		delete(g.byKey, k)
 	}
+}
+
+// Held returns the keys that hold a group id.
+func (g *GroupIDs) Held() []Key {
+	out := make([]Key, 0, len(g.byKey))
+	for k := range g.byKey {
+		out = append(out, k)
+	}
+	return out
 }

@@ -11,21 +11,17 @@ import (
 
 func TestMatchKeysAndWithout(t *testing.T) {
 	st := testState(webTCP())
-	fs, err := BuildServicePort(st, &st.Services[0])
+	fs, err := BuildServicePort(st, servicePort(t, st))
 	require.NoError(t, err)
 	keys := fs.MatchKeys()
 	require.Len(t, keys, len(fs.FlowLines()))
-	assert.Equal(t, "br-ex|priority=100|tcp|nw_dst=192.0.2.11|tp_dst=30080|table=40|idle_timeout=0", keys[0])
-	for _, k := range keys {
-		assert.NotContains(t, k, "cookie=")
-		assert.NotContains(t, k, "actions=")
-	}
+	assert.Equal(t, MatchKey{Bridge: BrEx, Table: ExServiceLB, Priority: 100, Match: "tcp,nw_dst=192.0.2.11,tp_dst=30080"}, keys[0])
 	assert.Len(t, fs.EntryPoints, 3)
 
 	// Drop the NodePort's two flows.
-	drop := map[string]bool{}
+	drop := map[MatchKey]bool{}
 	for _, k := range keys {
-		if strings.Contains(k, "tp_dst=30080") {
+		if strings.Contains(k.Match, "tp_dst=30080") {
 			drop[k] = true
 		}
 	}
@@ -49,7 +45,7 @@ func TestServicePortUDPEndpoints(t *testing.T) {
 	sp := webTCP()
 	sp.Protocol = UDP
 	st := testState(sp)
-	fs, err := BuildServicePort(st, &st.Services[0])
+	fs, err := BuildServicePort(st, servicePort(t, st))
 	require.NoError(t, err)
 	assert.Equal(t, []netip.AddrPort{netip.MustParseAddrPort("10.244.1.5:8080"),
 		netip.MustParseAddrPort("10.244.2.5:8080"), netip.MustParseAddrPort("10.244.3.5:8080")}, fs.Endpoints)
@@ -57,7 +53,7 @@ func TestServicePortUDPEndpoints(t *testing.T) {
 	assert.Equal(t, fs.Endpoints, a.Endpoints)
 	assert.Equal(t, fs.EntryPoints, a.EntryPoints)
 	tcp := testState(webTCP())
-	fs, err = BuildServicePort(tcp, &tcp.Services[0])
+	fs, err = BuildServicePort(tcp, servicePort(t, tcp))
 	require.NoError(t, err)
 	assert.Empty(t, fs.Endpoints, "TCP endpoints are never flushed")
 }

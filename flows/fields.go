@@ -1,54 +1,240 @@
 package flows
 
-// Conntrack zones (ovs-actions(7) "ct"), declared once. IPv6 will take 0xfb10 and 0xfb11
-// (docs/pipeline.md).
+import (
+	"fmt"
+
+	"github.com/digitalocean/go-openvswitch/ovs"
+)
+
+// Pipeline fields, declared once: conntrack zones, register fields and their values (marks),
+// ct_mark and ct_label bit ranges, Geneve VNIs and priorities. Loads and matches are derived from
+// the declarations (RegMark.Load, RegMark.Match, CTMark.Load, CTMark.Match), so a value can only
+// be loaded into, or matched on, the field it was declared for: a ct_mark value cannot be loaded
+// into a register. docs/pipeline.md's field reference is generated from Fields() (see
+// TestPipelineDoc; regenerate with `go test ./flows -update`).
+//
+// Sources: ovs-fields(7) ("reg0".."reg15", "ct_mark", "ct_label", "tun_id"), ovs-actions(7)
+// ("load", "move", "ct"), RFC 8926 (Geneve).
+
+// Conntrack zones (ovs-actions(7) "ct"). IPv6 will take 0xfb10 and 0xfb11 (docs/pipeline.md).
 const (
 	// ZoneService holds the DNAT of external Service traffic on the ingress node (br-ex). Only the
 	// select group buckets commit into it, so every entry in it is ours.
 	ZoneService uint16 = 0xfb00
 	// ZonePod tracks traffic to and from local pods on br-int. Connections that enter a pod from
-	// br-ex or from the service tunnel are committed here with their origin (CTMarkOrigin*).
+	// br-ex or from the service tunnel are committed here with their origin (CTMark values).
 	ZonePod uint16 = 0xfb01
 )
 
-// ct_mark bits (ovs-fields(7) "ct_mark"), in ZonePod.
+// RegField is a bit range [Start..End] of one 32-bit NXM register (ovs-fields(7) "reg0".."reg15").
+// Declare it once with NewRegField; values are declared as RegMarks of the field.
+type RegField struct {
+	name       string
+	reg        int
+	start, end uint8
+}
+
+// NewRegField declares bits start..end (inclusive, 0..31) of register reg (0..15).
+func NewRegField(name string, reg int, start, end uint8) *RegField {
+	if reg < 0 || reg > 15 || start > end || end > 31 {
+		panic(fmt.Sprintf("flows: bad register field %s reg%d[%d..%d]", name, reg, start, end))
+	}
+	return &RegField{name: name, reg: reg, start: start, end: end}
+}
+
+// Name is the field's Go name (as in docs/pipeline.md).
+func (f *RegField) Name() string { return f.name }
+
+// whole reports whether the field is the whole register.
+func (f *RegField) whole() bool { return f.start == 0 && f.end == 31 }
+
+// NXM renders the field for load and move actions: NXM_NX_REG0[0..3], or NXM_NX_REG1[] for a
+// whole register (ovs-actions(7) "The load action").
+func (f *RegField) NXM() string {
+	if f.whole() {
+		return fmt.Sprintf("NXM_NX_REG%d[]", f.reg)
+	}
+	return fmt.Sprintf("NXM_NX_REG%d[%d..%d]", f.reg, f.start, f.end)
+}
+
+// Ref renders the field as ovs-fields(7) writes it: reg0[0..3], or reg1 for a whole register.
+func (f *RegField) Ref() string {
+	if f.whole() {
+		return fmt.Sprintf("reg%d", f.reg)
+	}
+	return fmt.Sprintf("reg%d[%d..%d]", f.reg, f.start, f.end)
+}
+
+func (f *RegField) mask() uint32 {
+	return uint32((uint64(1)<<(f.end-f.start+1) - 1) << f.start)
+}
+
+// Load loads a runtime value (an ofport, for instance) into the field. Named values are RegMarks.
+func (f *RegField) Load(v uint32) ovs.Action { return ovs.Load(fmt.Sprintf("%#x", v), f.NXM()) }
+
+// Output outputs to the port number held in the field (ovs-actions(7) "output:field").
+func (f *RegField) Output() ovs.Action { return ovs.OutputField(f.NXM()) }
+
+// RegMark is a named value of a RegField.
+type RegMark struct {
+	field *RegField
+	value uint32
+	doc   string
+}
+
+// NewRegMark declares value v of f; doc says what it means (docs/pipeline.md).
+func NewRegMark(f *RegField, v uint32, doc string) *RegMark {
+	if v<<f.start&^f.mask() != 0 || v<<f.start>>f.start != v {
+		panic(fmt.Sprintf("flows: value %#x does not fit %s", v, f.Ref()))
+	}
+	return &RegMark{field: f, value: v, doc: doc}
+}
+
+// Field returns the field the mark is a value of.
+func (m *RegMark) Field() *RegField { return m.field }
+
+// Value returns the mark's value (unshifted).
+func (m *RegMark) Value() uint32 { return m.value }
+
+// Load sets the field to the mark.
+func (m *RegMark) Load() ovs.Action { return m.field.Load(m.value) }
+
+// Match matches packets whose field holds the mark: reg0=0x1/0xf.
+func (m *RegMark) Match() ovs.Match {
+	return ovs.FieldMatch(fmt.Sprintf("reg%d", m.field.reg), fmt.Sprintf("%#x/%#x", m.value<<m.field.start, m.field.mask()))
+}
+
+// CTMarkField is a bit range of ct_mark (ovs-fields(7) "ct_mark"), the 32-bit per-connection mark.
+type CTMarkField struct {
+	name       string
+	start, end uint8
+}
+
+// NewCTMarkField declares bits start..end (inclusive) of ct_mark.
+func NewCTMarkField(name string, start, end uint8) *CTMarkField {
+	if start > end || end > 31 {
+		panic(fmt.Sprintf("flows: bad ct_mark field %s [%d..%d]", name, start, end))
+	}
+	return &CTMarkField{name: name, start: start, end: end}
+}
+
+// Name is the field's Go name.
+func (f *CTMarkField) Name() string { return f.name }
+
+// NXM renders the field for load actions: NXM_NX_CT_MARK[0..3].
+func (f *CTMarkField) NXM() string { return fmt.Sprintf("NXM_NX_CT_MARK[%d..%d]", f.start, f.end) }
+
+// Ref renders the field as in docs: ct_mark[0..3].
+func (f *CTMarkField) Ref() string { return fmt.Sprintf("ct_mark[%d..%d]", f.start, f.end) }
+
+func (f *CTMarkField) mask() uint32 {
+	return uint32((uint64(1)<<(f.end-f.start+1) - 1) << f.start)
+}
+
+// CTMark is a named value of a CTMarkField.
+type CTMark struct {
+	field *CTMarkField
+	value uint32
+	doc   string
+}
+
+// NewCTMark declares value v of f; doc says what it means.
+func NewCTMark(f *CTMarkField, v uint32, doc string) *CTMark {
+	if v<<f.start&^f.mask() != 0 || v<<f.start>>f.start != v {
+		panic(fmt.Sprintf("flows: value %#x does not fit %s", v, f.Ref()))
+	}
+	return &CTMark{field: f, value: v, doc: doc}
+}
+
+// Load sets the mark on the connection; valid only in the exec of a committing CT action.
+func (m *CTMark) Load() ovs.Action {
+	return ovs.Load(fmt.Sprintf("%#x", m.value), m.field.NXM())
+}
+
+// Match matches packets of connections carrying the mark: ct_mark=0x2/0xf.
+func (m *CTMark) Match() ovs.Match {
+	return ovs.ConnectionTrackingMark(m.value<<m.field.start, m.field.mask())
+}
+
+// CTLabelField is a bit range of the 128-bit ct_label (ovs-fields(7) "ct_label"), written with
+// move actions in the exec of a committing CT action and read back with move.
+type CTLabelField struct {
+	name       string
+	start, end uint8
+	zone       uint16
+	doc        string
+}
+
+// NewCTLabelField declares bits start..end of ct_label, used in conntrack zone zone.
+func NewCTLabelField(name string, start, end uint8, zone uint16, doc string) *CTLabelField {
+	if start > end || end > 127 {
+		panic(fmt.Sprintf("flows: bad ct_label field %s [%d..%d]", name, start, end))
+	}
+	return &CTLabelField{name: name, start: start, end: end, zone: zone, doc: doc}
+}
+
+// NXM renders the field for move actions: NXM_NX_CT_LABEL[0..47].
+func (f *CTLabelField) NXM() string { return fmt.Sprintf("NXM_NX_CT_LABEL[%d..%d]", f.start, f.end) }
+
+// Ref renders the field as in docs: ct_label[0..47].
+func (f *CTLabelField) Ref() string { return fmt.Sprintf("ct_label[%d..%d]", f.start, f.end) }
+
+// Header fields that moves read or write (ovs-fields(7) NXM names).
 const (
-	// CTMarkOriginMask covers bits 0..3 of ct_mark: where a pod connection came from.
-	CTMarkOriginMask uint32 = 0xf
-	// CTMarkOriginBrEx: the connection entered the pod from br-ex (local endpoint, path P2); its
-	// replies go back to br-ex.
-	CTMarkOriginBrEx uint32 = 0x1
-	// CTMarkOriginTunnel: the connection entered the pod over Geneve from an ingress node (path P1);
-	// its replies go back over Geneve to the address in ct_label[0..31].
-	CTMarkOriginTunnel uint32 = 0x2
+	nxmEthSrc    = "NXM_OF_ETH_SRC[]"
+	nxmEthDst    = "NXM_OF_ETH_DST[]"
+	nxmTunIPv4   = "NXM_NX_TUN_IPV4_DST[]"
+	nxmTunSrc    = "NXM_NX_TUN_IPV4_SRC[]"
+	nxmARPOp     = "NXM_OF_ARP_OP[]"
+	nxmARPSHA    = "NXM_NX_ARP_SHA[]"
+	nxmARPTHA    = "NXM_NX_ARP_THA[]"
+	nxmARPSPA    = "NXM_OF_ARP_SPA[]"
+	nxmARPTPA    = "NXM_OF_ARP_TPA[]"
+	arpOpRequest = 1
+	arpOpReply   = 2
 )
 
-// ct_label bits (ovs-fields(7) "ct_label").
-const (
-	// CTLabelClientMAC (ZoneService, ingress node): ct_label[0..47] is the Ethernet source of the
-	// connection's first packet - the client's (or its router's) MAC, where replies are sent.
-	CTLabelClientMAC = "NXM_NX_CT_LABEL[0..47]"
-	// CTLabelIngressNode (ZonePod, backend node): ct_label[0..31] is the Geneve outer source
-	// (tun_src) of the connection's first packet - the ingress node's InternalIP.
-	CTLabelIngressNode = "NXM_NX_CT_LABEL[0..31]"
-)
-
-// Registers (ovs-fields(7) "reg0".."reg15"), per packet, on br-int.
-const (
-	// RegSource is reg0[0..3]: where the packet entered br-int (RegSource* values).
-	RegSource = "NXM_NX_REG0[0..3]"
-	// RegOutPort is reg1: the ofport IntPodIngress outputs to.
-	RegOutPort = "NXM_NX_REG1[]"
-	// RegScratch is reg2: scratch space of the ARP responder.
-	RegScratch = "NXM_NX_REG2[]"
+// Registers (per packet, on br-int).
+var (
+	// RegSource is reg0[0..3]: where the packet entered br-int (the Source* marks).
+	RegSource = NewRegField("RegSource", 0, 0, 3)
+	// RegOutPort is reg1: the ofport IntPodIngress outputs to, chosen by IntL3Forwarding.
+	RegOutPort = NewRegField("RegOutPort", 1, 0, 31)
+	// RegScratch is reg2: scratch space of the ARP responder (address swap).
+	RegScratch = NewRegField("RegScratch", 2, 0, 31)
 )
 
 // RegSource values.
-const (
-	SourcePod       uint32 = 1 // from a local pod port
-	SourceBrEx      uint32 = 2 // from the patch port (DNATed external traffic)
-	SourceTunnelPod uint32 = 3 // from Geneve, VNI VNIPod (pod to pod)
-	SourceTunnelSvc uint32 = 4 // from Geneve, VNI VNIService (external traffic from an ingress node)
+var (
+	SourcePod       = NewRegMark(RegSource, 1, "from a local pod port")
+	SourceBrEx      = NewRegMark(RegSource, 2, "from the patch port (DNATed external traffic)")
+	SourceTunnelPod = NewRegMark(RegSource, 3, "from Geneve, VNI VNIPod (pod to pod)")
+	SourceTunnelSvc = NewRegMark(RegSource, 4, "from Geneve, VNI VNIService (external traffic from an ingress node)")
+)
+
+// ct_mark fields and values (ZonePod).
+var (
+	// CTMarkOrigin is ct_mark[0..3] in ZonePod: where a pod connection came from; it decides
+	// where replies go.
+	CTMarkOrigin = NewCTMarkField("CTMarkOrigin", 0, 3)
+	// OriginBrEx: the connection entered the pod from br-ex (local endpoint, path P2); its replies
+	// go back to br-ex.
+	OriginBrEx = NewCTMark(CTMarkOrigin, 1, "came from br-ex (local endpoint, P2): replies go to br-ex")
+	// OriginTunnel: the connection entered the pod over Geneve from an ingress node (path P1); its
+	// replies go back over Geneve to the address in CTLabelIngressNode.
+	OriginTunnel = NewCTMark(CTMarkOrigin, 2, "came by tunnel (P1): replies go back over Geneve to CTLabelIngressNode")
+)
+
+// ct_label fields.
+var (
+	// CTLabelClientMAC (ZoneService, ingress node): ct_label[0..47] is the Ethernet source of the
+	// connection's first packet - the client's (or its router's) MAC, where replies are sent.
+	CTLabelClientMAC = NewCTLabelField("CTLabelClientMAC", 0, 47, ZoneService,
+		"Ethernet source of the connection's first packet (client or its router): replies go there")
+	// CTLabelIngressNode (ZonePod, backend node): ct_label[0..31] is the Geneve outer source
+	// (tun_src) of the connection's first packet - the ingress node's InternalIP.
+	CTLabelIngressNode = NewCTLabelField("CTLabelIngressNode", 0, 31, ZonePod,
+		"Geneve tun_src of the first packet: the ingress node, where replies are tunnelled")
 )
 
 // Geneve VNIs (RFC 8926 "Virtual Network Identifier", tun_id in OVS). The VNI tells the
@@ -73,3 +259,52 @@ const (
 	prioLow     = 10
 	prioDefault = 0
 )
+
+// FieldDoc is one row of the pipeline's field reference (docs/pipeline.md).
+type FieldDoc struct {
+	What, Value, Meaning string
+}
+
+// Fields returns the field reference, in the order docs/pipeline.md lists it: zones, ct_mark,
+// ct_label, registers, VNIs.
+func Fields() []FieldDoc {
+	marks := func(ms ...*RegMark) string {
+		var s string
+		for i, m := range ms {
+			if i > 0 {
+				s += ", "
+			}
+			s += fmt.Sprintf("%d %s", m.value, m.doc)
+		}
+		return s
+	}
+	return []FieldDoc{
+		{"conntrack zone `ZoneService`", fmt.Sprintf("%d (%#x)", ZoneService, ZoneService), "br-ex, ingress node: the DNAT of external Service traffic. Only group buckets commit into it."},
+		{"conntrack zone `ZonePod`", fmt.Sprintf("%d (%#x)", ZonePod, ZonePod), "br-int: connections to and from local pods."},
+		{fmt.Sprintf("`%s` `%s` (ZonePod)", CTMarkOrigin.name, CTMarkOrigin.Ref()),
+			fmt.Sprintf("%d `OriginBrEx`, %d `OriginTunnel`", OriginBrEx.value, OriginTunnel.value),
+			"where a connection entered the pod: " + OriginBrEx.doc + "; " + OriginTunnel.doc},
+		{fmt.Sprintf("`%s` `%s` (ZoneService)", CTLabelClientMAC.name, CTLabelClientMAC.Ref()), "MAC", CTLabelClientMAC.doc},
+		{fmt.Sprintf("`%s` `%s` (ZonePod)", CTLabelIngressNode.name, CTLabelIngressNode.Ref()), "IPv4", CTLabelIngressNode.doc},
+		{fmt.Sprintf("`%s` `%s` (br-int)", RegSource.name, RegSource.Ref()),
+			marks(SourcePod, SourceBrEx, SourceTunnelPod, SourceTunnelSvc), "where the packet entered br-int"},
+		{fmt.Sprintf("`%s` `%s` (br-int)", RegOutPort.name, RegOutPort.Ref()), "ofport", "output port chosen by IntL3Forwarding"},
+		{fmt.Sprintf("`%s` `%s` (br-int)", RegScratch.name, RegScratch.Ref()), "scratch", "ARP responder address swap"},
+		{"Geneve VNI `VNIPod`", fmt.Sprint(VNIPod), "pod to pod (P3)"},
+		{"Geneve VNI `VNIService`", fmt.Sprint(VNIService), "DNATed external traffic, ingress node -> backend node (P1)"},
+		{"Geneve VNI `VNIServiceReply`", fmt.Sprint(VNIServiceReply), "backend node -> ingress node (P1)"},
+	}
+}
+
+// MoveFrom copies header field src (an NXM name, e.g. NXM_OF_ETH_SRC[]) into the label field;
+// valid only in the exec of a committing CT action.
+func (f *CTLabelField) MoveFrom(src string) ovs.Action { return ovs.Move(src, f.NXM()) }
+
+// MoveTo copies the label field into header field dst.
+func (f *CTLabelField) MoveTo(dst string) ovs.Action { return ovs.Move(f.NXM(), dst) }
+
+// MoveFrom copies header field src into the register field.
+func (f *RegField) MoveFrom(src string) ovs.Action { return ovs.Move(src, f.NXM()) }
+
+// MoveTo copies the register field into header field dst.
+func (f *RegField) MoveTo(dst string) ovs.Action { return ovs.Move(f.NXM(), dst) }

@@ -15,7 +15,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
 
-// Test IP conventions (CASES.md topology T3): nodes 192.0.2.11-13 with pod CIDRs
+// Test IP conventions (the lab's topology, test/README.md): nodes 192.0.2.11-13 with pod CIDRs
 // 10.244.{1,2,3}.0/24, external client 198.51.100.10, LB IPs / externalIPs 203.0.113.100/101.
 
 func mustMAC(s string) net.HardwareAddr {
@@ -35,19 +35,16 @@ func testState(svcs ...ServicePort) *State {
 	for i := range svcs {
 		svcs[i].GroupID = gids.ID(svcs[i].Key())
 	}
-	return &State{
-		Node:  "node1",
-		Ports: Ports{ExUplink: 1, ExPatch: 2, IntPatch: 1, IntTunnel: 2, ExMAC: mustMAC("02:00:c0:00:02:0b")},
-		Nodes: []Node{
+	return NewState("node1", Ports{ExUplink: 1, ExPatch: 2, IntPatch: 1, IntTunnel: 2, ExMAC: mustMAC("02:00:c0:00:02:0b")},
+		[]netip.Addr{ip("192.0.2.11")},
+		[]Node{
 			{Name: "node1", InternalIP: ip("192.0.2.11"), PodCIDRs: []netip.Prefix{pfx("10.244.1.0/24")}},
 			{Name: "node2", InternalIP: ip("192.0.2.12"), PodCIDRs: []netip.Prefix{pfx("10.244.2.0/24")}},
 			{Name: "node3", InternalIP: ip("192.0.2.13"), PodCIDRs: []netip.Prefix{pfx("10.244.3.0/24")}},
 		},
-		NodePortAddresses: []netip.Addr{ip("192.0.2.11")},
-		Pods: []Pod{{Namespace: "demo", Name: "echo-c", IPs: []netip.Addr{ip("10.244.1.5")},
+		[]Pod{{Namespace: "demo", Name: "echo-c", IPs: []netip.Addr{ip("10.244.1.5")},
 			MAC: mustMAC("0a:58:0a:f4:01:05"), OFPort: 3}},
-		Services: svcs,
-	}
+		svcs)
 }
 
 func webTCP() ServicePort {
@@ -119,4 +116,14 @@ func TestGolden(t *testing.T) {
 			checkGolden(t, name+".br-int", r[BrInt])
 		})
 	}
+}
+
+// servicePort returns st's only Service port (tests with one).
+func servicePort(t testing.TB, st *State) *ServicePort {
+	t.Helper()
+	require.Len(t, st.Services, 1)
+	for _, sp := range st.Services {
+		return &sp
+	}
+	return nil
 }

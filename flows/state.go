@@ -3,6 +3,7 @@ package flows
 import (
 	"net"
 	"net/netip"
+	"time"
 )
 
 // Protocol is the L4 protocol of a Service port, as in core/v1 ServicePort.protocol.
@@ -15,24 +16,47 @@ const (
 )
 
 // State is everything the pipeline of ONE node depends on. It is built by the agent from its
-// state source (Kubernetes or a manifests directory) and from OVSDB; the builder reads it only.
-// All addresses are netip values; a zero value means "absent".
+// state source (Kubernetes or a manifests directory) and from OVSDB; the builders read it only.
+// The object maps are the agent's model itself, updated in place between syncs (no copy per
+// sync); NewState builds one from lists. All addresses are netip values; a zero value means
+// "absent".
 type State struct {
 	// Node is the name of the node this state is for (the agent's own node).
 	Node string
 	// Ports holds the OpenFlow port numbers and MAC addresses discovered through OVSDB.
 	Ports Ports
-	// Nodes lists every node of the cluster, this one included, sorted by name.
-	Nodes []Node
 	// NodePortAddresses are the addresses of this node on which NodePorts are served
 	// (default: the Node's InternalIP and ExternalIP addresses; see the agent's
 	// --nodeport-addresses flag).
 	NodePortAddresses []netip.Addr
-	// Pods lists the pods attached to this node's br-int, sorted by namespace/name.
-	Pods []Pod
-	// Services lists the opted-in Service ports (annotation ovs-srcip.io/preserve-source-ip
-	// "true" and externalTrafficPolicy Cluster). Services that did not opt in never appear here.
-	Services []ServicePort
+	// Nodes holds every node of the cluster, this one included, by name.
+	Nodes map[string]Node
+	// Pods holds the pods attached to this node's br-int, by Pod.Key.
+	Pods map[Key]Pod
+	// Services holds the opted-in Service ports (annotation ovs-srcip.io/preserve-source-ip
+	// "true" and externalTrafficPolicy Cluster) by ServicePort.Key, with the entry points other
+	// Services own already removed. Services that did not opt in never appear here.
+	Services map[Key]ServicePort
+	// Drains are the entry points of Service ports that went away while ZoneService still holds
+	// connections to them (decided by the agent; see KindServiceDrain).
+	Drains map[EntryPoint]bool
+}
+
+// NewState returns the State of node with the given objects (for tests and tools; the agent fills
+// the maps incrementally).
+func NewState(node string, ports Ports, nodePortAddrs []netip.Addr, nodes []Node, pods []Pod, svcs []ServicePort) *State {
+	st := &State{Node: node, Ports: ports, NodePortAddresses: nodePortAddrs,
+		Nodes: map[string]Node{}, Pods: map[Key]Pod{}, Services: map[Key]ServicePort{}, Drains: map[EntryPoint]bool{}}
+	for _, n := range nodes {
+		st.Nodes[n.Name] = n
+	}
+	for _, p := range pods {
+		st.Pods[p.Key()] = p
+	}
+	for _, sp := range svcs {
+		st.Services[sp.Key()] = sp
+	}
+	return st
 }
 
 // Ports are the OpenFlow port numbers (ofport, see ovs-vswitchd.conf.db(5) Interface.ofport)
@@ -74,6 +98,9 @@ type Node struct {
 	InternalIP netip.Addr
 	// PodCIDRs is spec.podCIDRs: the pod subnets routed to that node.
 	PodCIDRs []netip.Prefix
+	// Rank orders this node's flow set against others that render the same flow (a Node that is
+	// not Ready, e.g. a stale object whose pod CIDR was given to another node, loses).
+	Rank Rank
 }
 
 // Pod is a pod attached to this node's br-int, found through OVSDB Interface.external_ids.
@@ -85,7 +112,14 @@ type Pod struct {
 	MAC net.HardwareAddr
 	// OFPort is the pod interface's ofport on br-int.
 	OFPort int
+	// Rank orders this pod's flow set against others that render the same flow: a pod port whose
+	// IPs its Pod object confirms wins over one the API does not vouch for (a stale port of a
+	// crashed CNI, a hostile OVSDB writer).
+	Rank Rank
 }
+
+// Key identifies the pod's flow set.
+func (p *Pod) Key() Key { return Key{Kind: KindPod, Namespace: p.Namespace, Name: p.Name} }
 
 // ServicePort is one port of an opted-in Service (core/v1 Service spec.ports[i]) together with
 // the entry points it is reachable on and its usable endpoints.
@@ -109,6 +143,9 @@ type ServicePort struct {
 	// GroupID is the OpenFlow select group of this Service port on br-ex, from a GroupIDs
 	// allocator; it must be in the range that GroupIDs hands out.
 	GroupID uint32
+	// Rank orders this port's flow set against others that render the same flow (the older
+	// Service wins).
+	Rank Rank
 }
 
 // Key identifies the Service port (namespace/name:portName/protocol).
@@ -124,4 +161,17 @@ type Endpoint struct {
 	Port uint16
 	// NodeName is the endpoint's nodeName (informational; routing uses the pod CIDRs).
 	NodeName string
+}
+
+// Rank orders flow sets that render the same flow (bridge, table, priority and match): the lower
+// Tier wins, then the older Created (zero: unknown, last), then kind and key. It depends only on
+// the cluster state, so every sync, node and restart picks the same winner. A kind's base rank
+// comes from the registry (KindSpec.Tier); objects add what the API says of them.
+type Rank struct {
+	// Tier is added to the kind's tier: 0 for an object the API vouches for (a Ready Node, a Pod
+	// whose status lists the port's IPs), 1 for one it knows but does not vouch for, 2 for one it
+	// does not know.
+	Tier int
+	// Created is the object's metadata.creationTimestamp.
+	Created time.Time
 }

@@ -51,35 +51,24 @@ const (
 	IntPodIngress Table = 65
 )
 
-// Name returns the table's name as used in docs, goldens and srcipctl.
+// tableNames lists every table of each bridge with its name, in pipeline order: the one place
+// names are declared (docs, goldens, OVSDB Flow_Table names, srcipctl).
+var tableNames = map[Bridge][]struct {
+	id   Table
+	name string
+}{
+	BrEx: {{ExClassifier, "ExClassifier"}, {ExServiceLB, "ExServiceLB"}, {ExServiceCT, "ExServiceCT"},
+		{ExServiceOut, "ExServiceOut"}, {ExFromInt, "ExFromInt"}, {ExServiceReply, "ExServiceReply"}},
+	BrInt: {{IntClassifier, "IntClassifier"}, {IntPodEgressCT, "IntPodEgressCT"}, {IntARPResponder, "IntARPResponder"},
+		{IntL3Forwarding, "IntL3Forwarding"}, {IntPodIngress, "IntPodIngress"}},
+}
+
+// Name returns the table's name as used in docs, goldens and srcipctl ("table<N>" when b has no
+// such table).
 func (t Table) Name(b Bridge) string {
-	if b == BrEx {
-		switch t {
-		case ExClassifier:
-			return "ExClassifier"
-		case ExServiceLB:
-			return "ExServiceLB"
-		case ExServiceCT:
-			return "ExServiceCT"
-		case ExServiceOut:
-			return "ExServiceOut"
-		case ExFromInt:
-			return "ExFromInt"
-		case ExServiceReply:
-			return "ExServiceReply"
-		}
-	} else {
-		switch t {
-		case IntClassifier:
-			return "IntClassifier"
-		case IntPodEgressCT:
-			return "IntPodEgressCT"
-		case IntARPResponder:
-			return "IntARPResponder"
-		case IntL3Forwarding:
-			return "IntL3Forwarding"
-		case IntPodIngress:
-			return "IntPodIngress"
+	for _, e := range tableNames[b] {
+		if e.id == t {
+			return e.name
 		}
 	}
 	return fmt.Sprintf("table%d", int(t))
@@ -90,15 +79,9 @@ func (t Table) String() string { return fmt.Sprintf("%d", int(t)) }
 
 // TableNames lists every table of a bridge with its name (for OVSDB Flow_Table names and docs).
 func TableNames(b Bridge) map[Table]string {
-	var ts []Table
-	if b == BrEx {
-		ts = []Table{ExClassifier, ExServiceLB, ExServiceCT, ExServiceOut, ExFromInt, ExServiceReply}
-	} else {
-		ts = []Table{IntClassifier, IntPodEgressCT, IntARPResponder, IntL3Forwarding, IntPodIngress}
-	}
-	m := make(map[Table]string, len(ts))
-	for _, t := range ts {
-		m[t] = t.Name(b)
+	m := make(map[Table]string, len(tableNames[b]))
+	for _, e := range tableNames[b] {
+		m[e.id] = e.name
 	}
 	return m
 }

@@ -32,47 +32,6 @@ func (b Bridge) String() string {
 	return fmt.Sprintf("bridge(%d)", uint8(b))
 }
 
-// Kind says what kind of object a FlowSet serves; it is byte 6 of every cookie.
-type Kind uint8
-
-// Kinds. Values are part of the cookie layout and never change meaning.
-const (
-	// KindExBase is the static br-ex pipeline: uplink<->host plumbing and the classifier hooks.
-	KindExBase Kind = 0x01
-	// KindIntBase is the static br-int pipeline: classifier, ARP responder, pod ingress commit.
-	KindIntBase Kind = 0x02
-	// KindNode is the route to one other node's pod CIDRs over Geneve.
-	KindNode Kind = 0x03
-	// KindPod is one local pod: spoof guard, L3 delivery.
-	KindPod Kind = 0x04
-	// KindServicePort is one opted-in Service port: entry points, select group.
-	KindServicePort Kind = 0x10
-	// KindServiceDrain is one entry point (VIP:port/protocol) of a Service port that went away
-	// (annotation removed, Service or port deleted, ETP changed) while ZoneService still held
-	// connections to it: its ExServiceLB flow, below the live entry priority, keeps sending them
-	// through ct(nat) so that established connections keep flowing; new ones go to the host.
-	KindServiceDrain Kind = 0x11
-)
-
-// String returns the kind's name as shown by srcipctl and in logs.
-func (k Kind) String() string {
-	switch k {
-	case KindExBase:
-		return "ex-base"
-	case KindIntBase:
-		return "int-base"
-	case KindNode:
-		return "node"
-	case KindPod:
-		return "pod"
-	case KindServicePort:
-		return "service-port"
-	case KindServiceDrain:
-		return "service-drain"
-	}
-	return fmt.Sprintf("kind(0x%02x)", uint8(k))
-}
-
 // Key identifies the object a FlowSet serves. It is the unit of replace and delete.
 type Key struct {
 	Kind Kind
@@ -109,8 +68,22 @@ type EntryPoint struct {
 	Addr     netip.AddrPort
 }
 
-// String renders ip:port/PROTO.
-func (e EntryPoint) String() string { return e.Addr.String() + "/" + string(e.Protocol) }
+// NodePortEntry is the entry point "NodePort port on every NodePort address of the node" (its
+// address is the zero netip.Addr), as Services claim it (ServicePort.Claims).
+func NodePortEntry(proto Protocol, port uint16) EntryPoint {
+	return EntryPoint{Protocol: proto, Addr: netip.AddrPortFrom(netip.Addr{}, port)}
+}
+
+// IsNodePort reports whether e is a NodePortEntry.
+func (e EntryPoint) IsNodePort() bool { return !e.Addr.Addr().IsValid() && e.Addr.Port() != 0 }
+
+// String renders ip:port/PROTO, or "nodePort N/PROTO" for a NodePortEntry.
+func (e EntryPoint) String() string {
+	if e.IsNodePort() {
+		return fmt.Sprintf("nodePort %d/%s", e.Addr.Port(), e.Protocol)
+	}
+	return e.Addr.String() + "/" + string(e.Protocol)
+}
 
 // DrainKey is the Key of the drain flow set (KindServiceDrain) of one entry point.
 func DrainKey(e EntryPoint) Key {
@@ -198,9 +171,11 @@ type FlowSet struct {
 	// the agent flushes the ZoneService conntrack entries pinned to it.
 	Endpoints []netip.AddrPort
 
-	cookie Cookie
-	lines  []string // rendered flows (with cookie), sorted
-	glines []string // rendered groups, sorted by id
+	cookie    Cookie
+	lines     []string   // rendered flows (with cookie), sorted
+	keys      []MatchKey // MatchKey of each line
+	glines    []string   // rendered groups, sorted by id
+	entryKeys map[EntryPoint]MatchKey
 }
 
 // Cookie returns the FlowSet's cookie (valid after Finish).
@@ -208,9 +183,6 @@ func (fs *FlowSet) Cookie() Cookie { return fs.cookie }
 
 // FlowLines returns the rendered "flow add" bodies (ovs-ofctl(8) flow syntax), cookie included.
 func (fs *FlowSet) FlowLines() []string { return fs.lines }
-
-// GroupLines returns the rendered group bodies (ovs-ofctl(8) group syntax).
-func (fs *FlowSet) GroupLines() []string { return fs.glines }
 
 // GroupIDs returns the ids of the FlowSet's groups.
 func (fs *FlowSet) GroupIDs() []uint32 {
@@ -265,72 +237,93 @@ func (fs *FlowSet) Finish() error {
 		return a.Priority > b.Priority
 	})
 	fs.lines = fs.lines[:0]
+	fs.keys = fs.keys[:0]
 	for i := range fs.Flows {
 		fs.Flows[i].Cookie = uint64(fs.cookie)
 		b, err := fs.Flows[i].MarshalText()
 		if err != nil {
 			return err
 		}
+		k, err := matchKeyOf(fs.Bridge, &fs.Flows[i])
+		if err != nil {
+			return err
+		}
 		fs.lines = append(fs.lines, string(b))
+		fs.keys = append(fs.keys, k)
 	}
 	return nil
 }
 
-// MatchKeys returns, for each line of FlowLines (same order), the flow's identity in its bridge:
-// bridge, table, priority and match, without cookie and actions. Two flows with the same match
-// key are one flow in OVS: the later add overwrites the earlier one.
-func (fs *FlowSet) MatchKeys() []string {
-	out := make([]string, len(fs.lines))
-	for i, l := range fs.lines {
-		out[i] = matchKey(fs.Bridge, l)
-	}
-	return out
+// MatchKey is a flow's identity in its bridge: two flows with the same MatchKey are one flow in
+// OVS (the later add overwrites the earlier one, cookie and actions included). It is computed from
+// the flow's fields, never parsed back from text.
+type MatchKey struct {
+	Bridge   Bridge
+	Table    Table
+	Priority int
+	// Match is the flow's match rendered in ovs-ofctl(8) syntax (protocol, in_port, fields in
+	// the builder's order).
+	Match string
 }
 
-func matchKey(b Bridge, line string) string {
-	m, _, _ := strings.Cut(line, ",actions=")
-	var sb strings.Builder
-	sb.WriteString(b.String())
-	for _, tok := range strings.Split(m, ",") {
-		if strings.HasPrefix(tok, "cookie=") {
-			continue
+// String renders the key for logs and Events: br-ex/40/100/tcp,nw_dst=...,tp_dst=....
+func (m MatchKey) String() string {
+	return fmt.Sprintf("%s/%d/%d/%s", m.Bridge, int(m.Table), m.Priority, m.Match)
+}
+
+// matchKeyOf computes the MatchKey of f on b.
+func matchKeyOf(b Bridge, f *ovs.Flow) (MatchKey, error) {
+	parts := make([]string, 0, len(f.Matches)+2)
+	if f.Protocol != "" {
+		parts = append(parts, string(f.Protocol))
+	}
+	if f.InPort != 0 {
+		parts = append(parts, fmt.Sprintf("in_port=%d", f.InPort))
+	}
+	for _, m := range f.Matches {
+		t, err := m.MarshalText()
+		if err != nil {
+			return MatchKey{}, err
 		}
-		sb.WriteByte('|')
-		sb.WriteString(tok)
+		parts = append(parts, string(t))
 	}
-	return sb.String()
+	return MatchKey{Bridge: b, Table: Table(f.Table), Priority: f.Priority, Match: strings.Join(parts, ",")}, nil
 }
 
-// Without returns a copy of fs without the flows whose match key (see MatchKeys) is in drop,
-// finished (it has its own cookie), with warnings added. Its entry points are those whose
-// ExServiceLB flow remains. Groups and endpoints are kept.
-func (fs *FlowSet) Without(drop map[string]bool, warnings ...string) (*FlowSet, error) {
+// MatchKeys returns, for each flow of Flows (same order as FlowLines), its MatchKey.
+func (fs *FlowSet) MatchKeys() []MatchKey { return fs.keys }
+
+// Without returns a copy of fs without the flows whose MatchKey is in drop, finished (it has its
+// own cookie), with warnings added. Its entry points are those whose ExServiceLB flow remains.
+// Groups and endpoints are kept.
+func (fs *FlowSet) Without(drop map[MatchKey]bool, warnings ...string) (*FlowSet, error) {
 	out := &FlowSet{Key: fs.Key, Bridge: fs.Bridge, Groups: fs.Groups,
 		Warnings:  append(append([]string{}, fs.Warnings...), warnings...),
 		Endpoints: fs.Endpoints}
-	keys := fs.MatchKeys()
-	var kept []string
 	for i := range fs.Flows {
-		if drop[keys[i]] {
+		if drop[fs.keys[i]] {
 			continue
 		}
 		f := fs.Flows[i]
 		f.Cookie = 0
 		out.Flows = append(out.Flows, f)
-		if Table(f.Table) == ExServiceLB {
-			kept = append(kept, keys[i])
-		}
 	}
 	for _, e := range fs.EntryPoints {
-		dst, port := "|nw_dst="+e.Addr.Addr().String()+"|", fmt.Sprintf("|tp_dst=%d|", e.Addr.Port())
-		for _, k := range kept {
-			if strings.Contains(k+"|", dst) && strings.Contains(k+"|", port) {
-				out.EntryPoints = append(out.EntryPoints, e)
-				break
-			}
+		if k, ok := fs.entryKeys[e]; ok && !drop[k] {
+			out.EntryPoints = append(out.EntryPoints, e)
+			out.entryFlow(e, k)
 		}
 	}
 	return out, out.Finish()
+}
+
+// entryFlow records that the ExServiceLB flow with MatchKey k serves entry point e (Without keeps
+// e while that flow remains).
+func (fs *FlowSet) entryFlow(e EntryPoint, k MatchKey) {
+	if fs.entryKeys == nil {
+		fs.entryKeys = map[EntryPoint]MatchKey{}
+	}
+	fs.entryKeys[e] = k
 }
 
 // MarshalText renders the group in ovs-ofctl(8) group syntax (OpenFlow 1.5).

@@ -38,19 +38,20 @@ func newCommand(out io.Writer) *cobra.Command {
 	return root
 }
 
-var kinds = []flows.Kind{flows.KindExBase, flows.KindIntBase, flows.KindNode, flows.KindPod, flows.KindServicePort, flows.KindServiceDrain}
+// kindNames lists the kinds' names (flows.Kinds), for help texts and errors.
+func kindNames() string {
+	var names []string
+	for _, k := range flows.Kinds() {
+		names = append(names, k.Name)
+	}
+	return strings.Join(names, ", ")
+}
 
 func parseKind(s string) (flows.Kind, error) {
-	for _, k := range kinds {
-		if k.String() == s {
-			return k, nil
-		}
+	if k, ok := flows.KindByName(s); ok {
+		return k, nil
 	}
-	var names []string
-	for _, k := range kinds {
-		names = append(names, k.String())
-	}
-	return 0, fmt.Errorf("unknown kind %q (one of %s)", s, strings.Join(names, ", "))
+	return 0, fmt.Errorf("unknown kind %q (one of %s)", s, kindNames())
 }
 
 // describeCookie renders owner, kind and fingerprint of c.
@@ -124,7 +125,7 @@ func flowsCommand(out io.Writer) *cobra.Command {
 	}
 	runDirFlag(cmd, &runDir, "holds <bridge>.mgmt")
 	cmd.Flags().StringVar(&bridge, "bridge", "br-ex", "bridge to dump")
-	cmd.Flags().StringVar(&kind, "kind", "", "only flows of this kind (ex-base, int-base, node, pod, service-port, service-drain)")
+	cmd.Flags().StringVar(&kind, "kind", "", "only flows of this kind ("+kindNames()+")")
 	return cmd
 }
 

@@ -26,15 +26,13 @@ func TestTrace(t *testing.T) {
 	dns := flows.ServicePort{Namespace: "demo", Name: "web", PortName: "dns", Protocol: flows.UDP, Port: 53, NodePort: 30053,
 		Endpoints: []flows.Endpoint{{IP: netip.MustParseAddr("10.244.2.5"), Port: 5353}}}
 	dns.GroupID = gids.ID(dns.Key())
-	st := &flows.State{Node: "node1",
-		Ports: flows.Ports{ExUplink: 1, ExPatch: 2, IntPatch: 1, IntTunnel: 2, ExMAC: mac},
-		Nodes: []flows.Node{
+	st := flows.NewState("node1", flows.Ports{ExUplink: 1, ExPatch: 2, IntPatch: 1, IntTunnel: 2, ExMAC: mac},
+		[]netip.Addr{netip.MustParseAddr("192.0.2.11")},
+		[]flows.Node{
 			{Name: "node1", InternalIP: netip.MustParseAddr("192.0.2.11"), PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}},
 			{Name: "node2", InternalIP: netip.MustParseAddr("192.0.2.12"), PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24")}},
 		},
-		NodePortAddresses: []netip.Addr{netip.MustParseAddr("192.0.2.11")},
-		Services:          []flows.ServicePort{sp, dns},
-	}
+		nil, []flows.ServicePort{sp, dns})
 	d, err := flows.Build(st)
 	require.NoError(t, err)
 	sb.LoadDesired(t, d)

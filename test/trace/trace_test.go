@@ -52,15 +52,12 @@ func newNode(t *testing.T, node string, podIP string, svcs ...flows.ServicePort)
 	for i := range svcs {
 		svcs[i].GroupID = gids.ID(svcs[i].Key())
 	}
-	st := &flows.State{
-		Node:              node,
-		Ports:             flows.Ports{ExUplink: exUplink, ExPatch: exPatch, IntPatch: intPatch, IntTunnel: intTunnel, ExMAC: mac(brExMAC)},
-		Nodes:             nodes,
-		NodePortAddresses: []netip.Addr{netip.MustParseAddr(self)},
-		Pods: []flows.Pod{{Namespace: "demo", Name: "echo", IPs: []netip.Addr{netip.MustParseAddr(podIP)},
+	st := flows.NewState(node,
+		flows.Ports{ExUplink: exUplink, ExPatch: exPatch, IntPatch: intPatch, IntTunnel: intTunnel, ExMAC: mac(brExMAC)},
+		[]netip.Addr{netip.MustParseAddr(self)}, nodes,
+		[]flows.Pod{{Namespace: "demo", Name: "echo", IPs: []netip.Addr{netip.MustParseAddr(podIP)},
 			MAC: flows.GatewayMAC(netip.MustParseAddr(podIP)), OFPort: podPort}},
-		Services: svcs,
-	}
+		svcs)
 	d, err := flows.Build(st)
 	require.NoError(t, err)
 	w := &world{sb: sb, st: st, ctx: context.Background(),

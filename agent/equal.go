@@ -1,0 +1,48 @@
+package agent
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// The equality functions below decide which updates are no-ops for the agent: they compare only
+// the fields conversion reads, so status heartbeats and metadata churn never cause a sync.
+
+func nodeEqual(a, b *corev1.Node) bool {
+	return equality.Semantic.DeepEqual(a.Status.Addresses, b.Status.Addresses) &&
+		equality.Semantic.DeepEqual(a.Spec.PodCIDRs, b.Spec.PodCIDRs) &&
+		a.Spec.PodCIDR == b.Spec.PodCIDR
+}
+
+func serviceEqual(a, b *corev1.Service) bool {
+	return a.Annotations[AnnotationPreserveSourceIP] == b.Annotations[AnnotationPreserveSourceIP] &&
+		a.CreationTimestamp.Equal(&b.CreationTimestamp) &&
+		equality.Semantic.DeepEqual(a.Spec, b.Spec) &&
+		equality.Semantic.DeepEqual(a.Status.LoadBalancer, b.Status.LoadBalancer)
+}
+
+func sliceEqual(a, b *discoveryv1.EndpointSlice) bool {
+	return sliceService(a) == sliceService(b) && a.AddressType == b.AddressType &&
+		equality.Semantic.DeepEqual(a.Endpoints, b.Endpoints) &&
+		equality.Semantic.DeepEqual(a.Ports, b.Ports)
+}
+
+func podEqual(a, b *corev1.Pod) bool {
+	return a.Spec.NodeName == b.Spec.NodeName && a.Status.PodIP == b.Status.PodIP &&
+		equality.Semantic.DeepEqual(a.Status.PodIPs, b.Status.PodIPs)
+}
+
+// sliceService returns the Service an EndpointSlice belongs to (label kubernetes.io/service-name),
+// with an empty Name when it has none.
+func sliceService(s *discoveryv1.EndpointSlice) types.NamespacedName {
+	if s == nil || s.Labels[discoveryv1.LabelServiceName] == "" {
+		return types.NamespacedName{}
+	}
+	return types.NamespacedName{Namespace: s.Namespace, Name: s.Labels[discoveryv1.LabelServiceName]}
+}
+
+func nn(namespace, name string) types.NamespacedName {
+	return types.NamespacedName{Namespace: namespace, Name: name}
+}

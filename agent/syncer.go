@@ -1,0 +1,399 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/ovs-srcip/ovs-srcip/flows"
+)
+
+// applyOrder is the order bridges are written in within one sync: br-int first, so that the
+// backend side of a Service exists before br-ex steers traffic into it.
+var applyOrder = []flows.Bridge{flows.BrInt, flows.BrEx}
+
+// syncer moves the bridges to the flow sets built from the model's flows.State, in one pipeline
+// of steps shared by partial and full syncs (see pass and syncer.run). It owns what it last wrote
+// per bridge and key (and the metrics that count it), the conflict index, the drains and the
+// deep-repair clock. It is owned by the goroutine calling Reconciler.Sync.
+type syncer struct {
+	cfg       ReconcilerConfig
+	metrics   *Metrics
+	conflicts *flows.Conflicts
+
+	applied     map[flows.Bridge]map[flows.Key]flows.Applied
+	appliedSize map[flows.Bridge]map[flows.Key]int
+	kindCount   map[flows.Kind]int
+	// liveEPs counts the applied service-port flow sets that program each entry point.
+	liveEPs map[flows.EntryPoint]int
+	// drains holds the draining entry points with the time their drain began.
+	drains          map[flows.EntryPoint]time.Time
+	drainsRecovered bool
+	lastRepair      time.Time
+	// warn reports the warnings of an applied flow set as Events (set by the Reconciler).
+	warn func(*flows.FlowSet)
+}
+
+func newSyncer(cfg ReconcilerConfig, m *Metrics) *syncer {
+	s := &syncer{cfg: cfg, metrics: m, conflicts: flows.NewConflicts(),
+		applied:     map[flows.Bridge]map[flows.Key]flows.Applied{},
+		appliedSize: map[flows.Bridge]map[flows.Key]int{},
+		kindCount:   map[flows.Kind]int{},
+		liveEPs:     map[flows.EntryPoint]int{},
+		drains:      map[flows.EntryPoint]time.Time{},
+	}
+	for _, b := range applyOrder {
+		s.applied[b] = map[flows.Key]flows.Applied{}
+		s.appliedSize[b] = map[flows.Key]int{}
+	}
+	return s
+}
+
+// pass is the working set of one sync, filled step by step.
+type pass struct {
+	logger klog.Logger
+	full   bool
+	ch     changes
+	st     *flows.State
+	// built are the flow sets as built; gone the keys that have none any more (partial syncs).
+	built map[flows.Key]*flows.FlowSet
+	gone  map[flows.Key]bool
+	// final are the flow sets to apply, after conflicts and drains.
+	final   map[flows.Key]*flows.FlowSet
+	invs    map[flows.Bridge]flows.Inventory // full syncs: what the bridges hold
+	flushes []flushReq
+	plans   map[flows.Bridge]*flows.Plan
+	repair  bool
+	now     time.Time
+}
+
+// run is one sync: build -> resolve conflicts -> (full: read inventories) -> drains -> plan ->
+// apply and record. A partial sync builds the keys that ch makes dirty and plans against what it
+// applied; a full sync builds every key and plans against the bridges' inventories. It returns
+// the keys that have no flow set any more (partial syncs), whose group ids may now be released.
+func (s *syncer) run(ctx context.Context, st *flows.State, ch changes) ([]flows.Key, error) {
+	p := &pass{logger: klog.FromContext(ctx), full: ch.full, ch: ch, st: st,
+		built: map[flows.Key]*flows.FlowSet{}, gone: map[flows.Key]bool{},
+		final: map[flows.Key]*flows.FlowSet{}, now: time.Now()}
+	for _, step := range []func(context.Context, *pass) error{
+		s.build, s.resolve, s.inventory, s.drain, s.plan, s.apply,
+	} {
+		if err := step(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	released := make([]flows.Key, 0, len(p.gone))
+	for k := range p.gone {
+		released = append(released, k)
+	}
+	return released, nil
+}
+
+// dirtyKeys returns the keys a sync rebuilds: every key of every kind (a full sync, drains aside:
+// the drain step builds them), or the keys whose own object changed plus every key of the kinds
+// whose triggers fired (flows.KindSpec.Triggers).
+func dirtyKeys(p *pass) map[flows.Key]bool {
+	keys := map[flows.Key]bool{}
+	for _, spec := range flows.Kinds() {
+		all := spec.Triggers&flows.EverySync != 0 || (p.ch.podCIDRs && spec.Triggers&flows.PodCIDRs != 0)
+		if p.full {
+			all = spec.Kind != flows.KindServiceDrain
+		}
+		if !all {
+			continue
+		}
+		for _, k := range spec.Keys(p.st) {
+			keys[k] = true
+		}
+	}
+	if !p.full {
+		for k := range p.ch.keys {
+			keys[k] = true
+		}
+	}
+	return keys
+}
+
+// buildKey builds k into p.built, or marks it gone. A flow set that fails to build is logged and
+// left out: a partial sync keeps the installed one, a full sync deletes it (FullDiff).
+func (s *syncer) buildKey(p *pass, k flows.Key) {
+	fs, err := flows.BuildKey(p.st, k)
+	switch {
+	case err != nil:
+		p.logger.Error(err, "Flow set could not be built; left out (a partial sync keeps the installed one)", "key", k.String())
+	case fs == nil:
+		p.gone[k] = true
+	default:
+		p.built[k] = fs
+	}
+}
+
+func (s *syncer) build(_ context.Context, p *pass) error {
+	for k := range dirtyKeys(p) {
+		s.buildKey(p, k)
+	}
+	return nil
+}
+
+// resolve indexes the built flow sets' match keys (a full sync re-indexes everything), rebuilds
+// the flow sets whose contested keys changed, and puts every flow set, without the flows another
+// one wins, into p.final.
+func (s *syncer) resolve(_ context.Context, p *pass) error {
+	if p.full {
+		s.conflicts.Reset()
+	}
+	affected := map[flows.Key]bool{}
+	for k, fs := range p.built {
+		for o := range s.conflicts.Set(k, fs.MatchKeys()) {
+			affected[o] = true
+		}
+	}
+	for k := range p.gone {
+		for o := range s.conflicts.Set(k, nil) {
+			affected[o] = true
+		}
+	}
+	if !p.full {
+		for o := range affected {
+			if p.built[o] == nil && !p.gone[o] {
+				s.buildKey(p, o)
+			}
+		}
+	}
+	for k, fs := range p.built {
+		f, err := s.conflicts.Resolve(p.st, fs)
+		if err != nil {
+			p.logger.Error(err, "Flow set could not be rebuilt without its conflicting flows; left out", "key", k.String())
+			continue
+		}
+		p.final[k] = f
+	}
+	s.metrics.FlowConflicts.Set(float64(s.conflicts.Count()))
+	return nil
+}
+
+// inventory reads what the bridges hold (full syncs).
+func (s *syncer) inventory(ctx context.Context, p *pass) error {
+	if !p.full {
+		return nil
+	}
+	p.invs = map[flows.Bridge]flows.Inventory{}
+	for _, b := range applyOrder {
+		inv, err := s.cfg.Bridges[b].Inventory(ctx)
+		if err != nil {
+			return fmt.Errorf("read inventory of %s: %w", b, err)
+		}
+		p.invs[b] = inv
+	}
+	return nil
+}
+
+// drain updates the drains (drain.go), builds their flow sets into p.final and computes the UDP
+// conntrack flushes the sync calls for.
+func (s *syncer) drain(ctx context.Context, p *pass) error {
+	var keys []flows.Key
+	if p.full {
+		s.maintainDrains(ctx, p.final, p.invs[flows.BrEx])
+		for e := range s.drains {
+			keys = append(keys, flows.DrainKey(e))
+		}
+	} else {
+		keys = s.drainChanges(p.final, p.gone)
+	}
+	clear(p.st.Drains)
+	for e := range s.drains {
+		p.st.Drains[e] = true
+	}
+	for _, k := range keys {
+		s.buildKey(p, k)
+		if fs := p.built[k]; fs != nil {
+			p.final[k] = fs
+		}
+	}
+	p.flushes = s.udpFlushes(p.final, p.gone, p.full)
+	return nil
+}
+
+// plan makes one bundle plan per bridge: against the inventories (full; plus the deep repair
+// when it is due) or against what was applied (partial).
+func (s *syncer) plan(_ context.Context, p *pass) error {
+	p.plans = map[flows.Bridge]*flows.Plan{}
+	if p.full {
+		byBridge := map[flows.Bridge][]*flows.FlowSet{}
+		for _, fs := range p.final {
+			byBridge[fs.Bridge] = append(byBridge[fs.Bridge], fs)
+		}
+		if s.cfg.RepairPeriod > 0 {
+			if s.lastRepair.IsZero() {
+				s.lastRepair = p.now // the first full sync (at start) writes only what differs
+			} else if p.now.Sub(s.lastRepair) >= s.cfg.RepairPeriod {
+				p.repair = true
+			}
+		}
+		for _, b := range applyOrder {
+			plan := flows.FullDiff(b, byBridge[b], p.invs[b])
+			if p.repair {
+				plan.RepairAll(byBridge[b])
+			}
+			p.plans[b] = &plan
+		}
+		return nil
+	}
+	for _, b := range applyOrder {
+		p.plans[b] = &flows.Plan{Bridge: b}
+	}
+	for k, fs := range p.final {
+		if old, ok := s.applied[fs.Bridge][k]; ok {
+			p.plans[fs.Bridge].Replace(&old, fs)
+		} else {
+			p.plans[fs.Bridge].Replace(nil, fs)
+		}
+	}
+	for k := range p.gone {
+		for _, b := range applyOrder {
+			if old, ok := s.applied[b][k]; ok {
+				p.plans[b].Replace(&old, nil)
+			}
+		}
+	}
+	return nil
+}
+
+// apply writes each bridge's plan as one bundle, records what is now applied, and runs the
+// conntrack flushes once br-ex no longer sends to the removed endpoints.
+func (s *syncer) apply(ctx context.Context, p *pass) error {
+	for _, b := range applyOrder {
+		plan := p.plans[b]
+		if err := s.write(ctx, b, plan); err != nil {
+			return err
+		}
+		if p.full {
+			s.recordFull(p, b, plan)
+		} else {
+			for _, fs := range plan.Add {
+				s.setApplied(b, fs.Key, fs)
+			}
+			for k := range p.gone {
+				if _, ok := s.applied[b][k]; ok {
+					s.setApplied(b, k, nil)
+				}
+			}
+		}
+		if b == flows.BrEx {
+			s.flush(ctx, p.flushes)
+		}
+	}
+	if p.repair {
+		s.lastRepair = p.now
+		p.logger.V(2).Info("Deep repair done: every flow re-sent with modify_strict, every group with add_or_mod")
+	}
+	if p.full {
+		p.logger.V(2).Info("Full sync done", "flowSets", len(p.final))
+	} else if n := len(p.plans[flows.BrEx].Add) + len(p.plans[flows.BrInt].Add) + len(p.gone); n > 0 {
+		p.logger.V(2).Info("Partial sync done", "rebuilt", len(p.built), "changed", n)
+	}
+	return nil
+}
+
+// recordFull records the outcome of a full sync's bundle on b: every final flow set of b is
+// applied, every other key is not.
+func (s *syncer) recordFull(p *pass, b flows.Bridge, plan *flows.Plan) {
+	next := map[flows.Key]*flows.FlowSet{}
+	for k, fs := range p.final {
+		if fs.Bridge == b {
+			next[k] = fs
+		}
+	}
+	added := make(map[*flows.FlowSet]bool, len(plan.Add))
+	for _, fs := range plan.Add {
+		added[fs] = true
+	}
+	for k, fs := range next {
+		// A changed flow set that needed no write (e.g. one left without flows by a conflict)
+		// still reports its warnings.
+		if old, ok := s.applied[b][k]; !added[fs] && (!ok || old.Cookie != fs.Cookie()) {
+			s.reportWarnings(p.logger.WithValues("bridge", b.String()), fs)
+		}
+	}
+	for k := range s.applied[b] {
+		if next[k] == nil {
+			s.setApplied(b, k, nil)
+		}
+	}
+	for k, fs := range next {
+		s.setApplied(b, k, fs)
+	}
+}
+
+// write applies one plan as one bundle (nothing when it is empty) and reports the warnings of
+// the flow sets it adds.
+func (s *syncer) write(ctx context.Context, b flows.Bridge, plan *flows.Plan) error {
+	if plan.Empty() {
+		return nil
+	}
+	logger := klog.FromContext(ctx).WithValues("bridge", b.String())
+	lines := plan.Lines()
+	if plan.Changes() {
+		logger.V(2).Info("Applying bundle", "add", len(plan.Add), "deleteCookies", len(plan.DeleteCookies), "deleteGroups", len(plan.DeleteGroups), "repair", len(plan.Repair), "lines", len(lines))
+	} else {
+		// A deep repair that changes nothing the agent knows of (it restores drift in place).
+		logger.V(2).Info("Applying repair bundle", "repair", len(plan.Repair), "lines", len(lines))
+	}
+	if v := logger.V(9); v.Enabled() {
+		v.Info("Bundle", "lines", strings.Join(lines, "\n"))
+	}
+	if err := s.cfg.Bridges[b].Bundle(ctx, lines); err != nil {
+		return fmt.Errorf("apply bundle of %d lines to %s: %w", len(lines), b, err)
+	}
+	s.metrics.BundleLines.WithLabelValues(b.String()).Add(float64(len(lines)))
+	for _, fs := range plan.Add {
+		s.reportWarnings(logger, fs)
+	}
+	return nil
+}
+
+// reportWarnings reports the warnings of a flow set that was just applied (set by the
+// Reconciler: Events go to the object the model knows for the key).
+func (s *syncer) reportWarnings(logger klog.Logger, fs *flows.FlowSet) {
+	if s.warn != nil {
+		s.warn(fs)
+	}
+	if len(fs.Warnings) > 0 {
+		logger.Info("Flow set built with warnings", "key", fs.Key.String(), "warnings", fs.Warnings)
+	}
+}
+
+// setApplied records fs (nil: nothing) as applied for k on b and keeps the metrics current.
+func (s *syncer) setApplied(b flows.Bridge, k flows.Key, fs *flows.FlowSet) {
+	bl := b.String()
+	if old, ok := s.applied[b][k]; ok {
+		if k.Kind == flows.KindServicePort {
+			for _, e := range old.EntryPoints {
+				if s.liveEPs[e]--; s.liveEPs[e] <= 0 {
+					delete(s.liveEPs, e)
+				}
+			}
+		}
+		s.metrics.AppliedFlows.WithLabelValues(bl).Sub(float64(s.appliedSize[b][k]))
+		s.metrics.AppliedGroups.WithLabelValues(bl).Sub(float64(len(old.Groups)))
+		s.kindCount[k.Kind]--
+		delete(s.applied[b], k)
+		delete(s.appliedSize[b], k)
+	}
+	if fs != nil {
+		s.applied[b][k] = flows.AppliedOf(fs)
+		if k.Kind == flows.KindServicePort {
+			for _, e := range fs.EntryPoints {
+				s.liveEPs[e]++
+			}
+		}
+		s.appliedSize[b][k] = len(fs.FlowLines())
+		s.metrics.AppliedFlows.WithLabelValues(bl).Add(float64(len(fs.FlowLines())))
+		s.metrics.AppliedGroups.WithLabelValues(bl).Add(float64(len(fs.Groups)))
+		s.kindCount[k.Kind]++
+	}
+	s.metrics.DesiredFlowSets.WithLabelValues(k.Kind.String()).Set(float64(s.kindCount[k.Kind]))
+}

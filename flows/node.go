@@ -1,0 +1,54 @@
+package flows
+
+import (
+	"fmt"
+
+	"github.com/digitalocean/go-openvswitch/ovs"
+)
+
+// KindNode: the Geneve route to one other node's pod CIDRs.
+
+// BuildNode returns the Geneve route to another node's pod CIDRs (KindNode) on br-int: pod
+// traffic goes with VNIPod, DNATed external traffic from br-ex with VNIService; tun_dst is that
+// node's InternalIP.
+func BuildNode(st *State, n Node) (*FlowSet, error) {
+	fs := &FlowSet{Key: Key{Kind: KindNode, Name: n.Name}, Bridge: BrInt}
+	if !n.InternalIP.Is4() {
+		fs.Warnings = append(fs.Warnings, fmt.Sprintf("node %s has no IPv4 InternalIP: no route to its pods", n.Name))
+		return fs, fs.Finish()
+	}
+	for _, c := range n.PodCIDRs {
+		if !c.Addr().Is4() {
+			continue
+		}
+		dst := ovs.NetworkDestination(c.Masked().String())
+		tunDst := ovs.SetField(n.InternalIP.String(), "tun_dst")
+		fs.Flows = append(fs.Flows,
+			flow(IntL3Forwarding, prioEntry, ovs.ProtocolIPv4, 0, []ovs.Match{SourcePod.Match(), dst},
+				tunDst, ovs.SetTunnel(VNIPod), output(st.Ports.IntTunnel)),
+			flow(IntL3Forwarding, prioEntry, ovs.ProtocolIPv4, 0, []ovs.Match{SourceBrEx.Match(), dst},
+				tunDst, ovs.SetTunnel(VNIService), output(st.Ports.IntTunnel)),
+		)
+	}
+	return fs, fs.Finish()
+}
+
+func nodeKeys(st *State) []Key {
+	out := make([]Key, 0, len(st.Nodes))
+	for name := range st.Nodes {
+		if name != st.Node {
+			out = append(out, Key{Kind: KindNode, Name: name})
+		}
+	}
+	return out
+}
+
+func buildNodeKey(st *State, k Key) (*FlowSet, error) {
+	n, ok := st.Nodes[k.Name]
+	if !ok || n.Name == st.Node {
+		return nil, nil
+	}
+	return BuildNode(st, n)
+}
+
+func nodeRank(st *State, k Key) Rank { return st.Nodes[k.Name].Rank }
