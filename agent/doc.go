@@ -1,7 +1,10 @@
 // Package agent is the Kubernetes (or manifests-directory) glue of srcip-agent: it watches
 // Nodes, Services, EndpointSlices and Pods through a Source, converts them into the pure input
-// model of package flows (convert.go), and keeps the node's bridges equal to flows.Build's
-// output with one writer goroutine (Reconciler, driven by a bounded-frequency Runner).
+// model of package flows (convert.go, model.go), and keeps the node's bridges equal to the flow
+// sets built from it with one writer goroutine (Reconciler, driven by a bounded-frequency Runner).
+// The Reconciler has two halves: the model (caches, conversion, claims, which objects dirty which
+// keys) and the syncer (build -> resolve conflicts -> drains -> plan -> apply, one pipeline for
+// partial and full syncs). docs/architecture.md walks one Service through every step.
 //
 // The control loop follows kube-proxy: Source handlers only record {previous, current} pairs in
 // ChangeTrackers and request a sync; the Reconciler checks the trackers out, rebuilds only the

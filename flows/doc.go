@@ -4,8 +4,10 @@
 // from what it holds to what is desired (Plan, FullDiff). It does no I/O: package ofctl applies the
 // rendered lines, package agent decides when.
 //
-// Tables, registers, conntrack zones, ct_mark/ct_label bits and Geneve VNIs are declared once, in
-// tables.go and fields.go, and documented with a diagram of the pipeline in docs/pipeline.md:
+// Every kind of flow set has one entry in the registry (registry.go: name, bridge, collision tier,
+// triggers, how to build it from State) and its builder in <kind>.go. Tables, registers, conntrack
+// zones, ct_mark/ct_label bits and Geneve VNIs are declared once, in tables.go and fields.go, and
+// documented with a diagram of the pipeline in docs/pipeline.md:
 //
 //	br-ex:  0 ExClassifier -> 40 ExServiceLB -> ct -> 41 ExServiceCT -> group -> ct commit/DNAT
 //	        -> 42 ExServiceOut -> patch;  patch -> 45 ExFromInt -> ct un-DNAT -> 46 ExServiceReply -> uplink

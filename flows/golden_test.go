@@ -127,3 +127,4 @@ func servicePort(t testing.TB, st *State) *ServicePort {
 	}
 	return nil
 }
+func mustAddrPort(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
