@@ -54,7 +54,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		DesiredFlowSets: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: ns, Name: "desired_flow_sets",
-			Help: "Flow sets in the desired state, by kind (" + kindNames() + ").",
+			Help: "Flow sets in the desired state, by kind (" + strings.Join(flows.KindNames(), ", ") + ").",
 		}, []string{"kind"}),
 		ConntrackOps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "conntrack_operations_total",
@@ -74,13 +74,4 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.ConntrackOps, m.DrainingEntryPoints, m.FlowConflicts)
 	}
 	return m
-}
-
-// kindNames lists the flow-set kinds' names (flows.Kinds), the values of the label "kind".
-func kindNames() string {
-	var names []string
-	for _, k := range flows.Kinds() {
-		names = append(names, k.Name)
-	}
-	return strings.Join(names, ", ")
 }

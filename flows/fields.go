@@ -29,17 +29,26 @@ const (
 // RegField is a bit range [Start..End] of one 32-bit NXM register (ovs-fields(7) "reg0".."reg15").
 // Declare it once with NewRegField; values are declared as RegMarks of the field.
 type RegField struct {
-	name       string
-	reg        int
-	start, end uint8
+	bitRange
+	name string
+	reg  int
 }
+
+// bitRange is bits start..end (inclusive) of a field.
+type bitRange struct{ start, end uint8 }
+
+// mask is the range's bits in place.
+func (r bitRange) mask() uint32 { return uint32((uint64(1)<<(r.end-r.start+1) - 1) << r.start) }
+
+// fits reports whether value v (unshifted) fits the range.
+func (r bitRange) fits(v uint32) bool { return uint64(v)<<r.start&^uint64(r.mask()) == 0 }
 
 // NewRegField declares bits start..end (inclusive, 0..31) of register reg (0..15).
 func NewRegField(name string, reg int, start, end uint8) *RegField {
 	if reg < 0 || reg > 15 || start > end || end > 31 {
 		panic(fmt.Sprintf("flows: bad register field %s reg%d[%d..%d]", name, reg, start, end))
 	}
-	return &RegField{name: name, reg: reg, start: start, end: end}
+	return &RegField{bitRange: bitRange{start, end}, name: name, reg: reg}
 }
 
 // Name is the field's Go name (as in docs/pipeline.md).
@@ -65,10 +74,6 @@ func (f *RegField) Ref() string {
 	return fmt.Sprintf("reg%d[%d..%d]", f.reg, f.start, f.end)
 }
 
-func (f *RegField) mask() uint32 {
-	return uint32((uint64(1)<<(f.end-f.start+1) - 1) << f.start)
-}
-
 // Load loads a runtime value (an ofport, for instance) into the field. Named values are RegMarks.
 func (f *RegField) Load(v uint32) ovs.Action { return ovs.Load(fmt.Sprintf("%#x", v), f.NXM()) }
 
@@ -84,7 +89,7 @@ type RegMark struct {
 
 // NewRegMark declares value v of f; doc says what it means (docs/pipeline.md).
 func NewRegMark(f *RegField, v uint32, doc string) *RegMark {
-	if v<<f.start&^f.mask() != 0 || v<<f.start>>f.start != v {
+	if !f.fits(v) {
 		panic(fmt.Sprintf("flows: value %#x does not fit %s", v, f.Ref()))
 	}
 	return &RegMark{field: f, value: v, doc: doc}
@@ -106,8 +111,8 @@ func (m *RegMark) Match() ovs.Match {
 
 // CTMarkField is a bit range of ct_mark (ovs-fields(7) "ct_mark"), the 32-bit per-connection mark.
 type CTMarkField struct {
-	name       string
-	start, end uint8
+	bitRange
+	name string
 }
 
 // NewCTMarkField declares bits start..end (inclusive) of ct_mark.
@@ -115,7 +120,7 @@ func NewCTMarkField(name string, start, end uint8) *CTMarkField {
 	if start > end || end > 31 {
 		panic(fmt.Sprintf("flows: bad ct_mark field %s [%d..%d]", name, start, end))
 	}
-	return &CTMarkField{name: name, start: start, end: end}
+	return &CTMarkField{bitRange: bitRange{start, end}, name: name}
 }
 
 // Name is the field's Go name.
@@ -127,10 +132,6 @@ func (f *CTMarkField) NXM() string { return fmt.Sprintf("NXM_NX_CT_MARK[%d..%d]"
 // Ref renders the field as in docs: ct_mark[0..3].
 func (f *CTMarkField) Ref() string { return fmt.Sprintf("ct_mark[%d..%d]", f.start, f.end) }
 
-func (f *CTMarkField) mask() uint32 {
-	return uint32((uint64(1)<<(f.end-f.start+1) - 1) << f.start)
-}
-
 // CTMark is a named value of a CTMarkField.
 type CTMark struct {
 	field *CTMarkField
@@ -140,7 +141,7 @@ type CTMark struct {
 
 // NewCTMark declares value v of f; doc says what it means.
 func NewCTMark(f *CTMarkField, v uint32, doc string) *CTMark {
-	if v<<f.start&^f.mask() != 0 || v<<f.start>>f.start != v {
+	if !f.fits(v) {
 		panic(fmt.Sprintf("flows: value %#x does not fit %s", v, f.Ref()))
 	}
 	return &CTMark{field: f, value: v, doc: doc}

@@ -2,6 +2,8 @@ package flows
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/digitalocean/go-openvswitch/ovs"
 )
@@ -43,13 +45,7 @@ func BuildPod(st *State, p Pod) (*FlowSet, error) {
 	return fs, fs.Finish()
 }
 
-func podKeys(st *State) []Key {
-	out := make([]Key, 0, len(st.Pods))
-	for k := range st.Pods {
-		out = append(out, k)
-	}
-	return out
-}
+func podKeys(st *State) []Key { return slices.Collect(maps.Keys(st.Pods)) }
 
 func buildPodKey(st *State, k Key) (*FlowSet, error) {
 	p, ok := st.Pods[k]

@@ -92,6 +92,15 @@ var registry = []KindSpec{
 // Kinds returns the registry: one KindSpec per kind, in cookie-byte order.
 func Kinds() []KindSpec { return registry }
 
+// KindNames returns the kinds' names, in registry order.
+func KindNames() []string {
+	out := make([]string, len(registry))
+	for i, s := range registry {
+		out[i] = s.Name
+	}
+	return out
+}
+
 // Spec returns the registry entry of k.
 func Spec(k Kind) (KindSpec, bool) {
 	i := slices.IndexFunc(registry, func(s KindSpec) bool { return s.Kind == k })

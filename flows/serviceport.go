@@ -2,6 +2,7 @@ package flows
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -82,13 +83,7 @@ func sortEntryPoints(es []EntryPoint) {
 	})
 }
 
-func servicePortKeys(st *State) []Key {
-	out := make([]Key, 0, len(st.Services))
-	for k := range st.Services {
-		out = append(out, k)
-	}
-	return out
-}
+func servicePortKeys(st *State) []Key { return slices.Collect(maps.Keys(st.Services)) }
 
 func buildServicePortKey(st *State, k Key) (*FlowSet, error) {
 	sp, ok := st.Services[k]

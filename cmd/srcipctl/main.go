@@ -38,20 +38,11 @@ func newCommand(out io.Writer) *cobra.Command {
 	return root
 }
 
-// kindNames lists the kinds' names (flows.Kinds), for help texts and errors.
-func kindNames() string {
-	var names []string
-	for _, k := range flows.Kinds() {
-		names = append(names, k.Name)
-	}
-	return strings.Join(names, ", ")
-}
-
 func parseKind(s string) (flows.Kind, error) {
 	if k, ok := flows.KindByName(s); ok {
 		return k, nil
 	}
-	return 0, fmt.Errorf("unknown kind %q (one of %s)", s, kindNames())
+	return 0, fmt.Errorf("unknown kind %q (one of %s)", s, strings.Join(flows.KindNames(), ", "))
 }
 
 // describeCookie renders owner, kind and fingerprint of c.
@@ -125,7 +116,7 @@ func flowsCommand(out io.Writer) *cobra.Command {
 	}
 	runDirFlag(cmd, &runDir, "holds <bridge>.mgmt")
 	cmd.Flags().StringVar(&bridge, "bridge", "br-ex", "bridge to dump")
-	cmd.Flags().StringVar(&kind, "kind", "", "only flows of this kind ("+kindNames()+")")
+	cmd.Flags().StringVar(&kind, "kind", "", "only flows of this kind ("+strings.Join(flows.KindNames(), ", ")+")")
 	return cmd
 }
 
