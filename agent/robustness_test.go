@@ -15,7 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ovs-srcip/ovs-srcip/flows"
-	"github.com/ovs-srcip/ovs-srcip/ofctl"
+	"github.com/ovs-srcip/ovs-srcip/ofctl/ofctltest"
 )
 
 // newCTReconciler returns a Reconciler whose conntrack is the fake br-ex.
@@ -83,7 +83,7 @@ func TestUDPRemovedEndpointFlushesConntrack(t *testing.T) {
 	w2 := makeSlice("ns1", "web", "web-a", ep("10.244.1.5", "node1"))
 	f.r.OnEndpointSlice(w1, w2)
 	require.NoError(t, f.sync())
-	assert.Equal(t, []ofctl.FakeFlush{{Zone: flows.ZoneService, Proto: 17, Reply: ap("10.244.2.7:8080"), OrigDst: ap("192.168.0.1:31000")}}, f.ex.Flushes())
+	assert.Equal(t, []ofctltest.FakeFlush{{Zone: flows.ZoneService, Proto: 17, Reply: ap("10.244.2.7:8080"), OrigDst: ap("192.168.0.1:31000")}}, f.ex.Flushes())
 
 	// Full sync: 10.244.2.8 joins and leaves between two full syncs (the second one sees it go).
 	s3 := udpSlice("ns1", "dns", "dns-a", ep("10.244.1.5", "node1"), ep("10.244.2.8", "node2"))
@@ -119,7 +119,7 @@ func TestDrainKeepsEstablishedConnections(t *testing.T) {
 	f.r.OnService(nil, svc)
 	f.r.OnEndpointSlice(nil, makeSlice("ns1", "web", "web-a", ep("10.244.2.7", "node2")))
 	require.NoError(t, f.sync())
-	f.ex.AddConn(ofctl.FakeConn{Zone: flows.ZoneService, Proto: 6, OrigDst: ap("192.168.0.1:30000"), ReplySrc: ap("10.244.2.7:8080")})
+	f.ex.AddConn(ofctltest.FakeConn{Zone: flows.ZoneService, Proto: 6, OrigDst: ap("192.168.0.1:30000"), ReplySrc: ap("10.244.2.7:8080")})
 
 	noAnnot := makeService("ns1", "web", 30000, func(s *corev1.Service) { delete(s.Annotations, AnnotationPreserveSourceIP) })
 	f.r.OnService(svc, noAnnot)
@@ -155,7 +155,7 @@ func TestDrainKeepsEstablishedConnections(t *testing.T) {
 	// NodePort ends the drain in the partial sync.
 	f.r.OnService(noAnnot, svc)
 	require.NoError(t, f.sync())
-	f.ex.AddConn(ofctl.FakeConn{Zone: flows.ZoneService, Proto: 6, OrigDst: ap("192.168.0.1:30000"), ReplySrc: ap("10.244.2.7:8080")})
+	f.ex.AddConn(ofctltest.FakeConn{Zone: flows.ZoneService, Proto: 6, OrigDst: ap("192.168.0.1:30000"), ReplySrc: ap("10.244.2.7:8080")})
 	f.r.OnService(svc, nil)
 	require.NoError(t, f.sync())
 	require.Contains(t, f.r.Applied(flows.BrEx), drain)
@@ -174,7 +174,7 @@ func TestDrainPeriodAndStaleDrainCookie(t *testing.T) {
 	svc := makeService("ns1", "web", 30000)
 	f.r.OnService(nil, svc)
 	require.NoError(t, f.sync())
-	f.ex.AddConn(ofctl.FakeConn{Zone: flows.ZoneService, Proto: 6, OrigDst: ap("192.168.0.1:30000"), ReplySrc: ap("10.244.2.7:8080")})
+	f.ex.AddConn(ofctltest.FakeConn{Zone: flows.ZoneService, Proto: 6, OrigDst: ap("192.168.0.1:30000"), ReplySrc: ap("10.244.2.7:8080")})
 	f.r.OnService(svc, nil)
 	require.NoError(t, f.sync())
 	assert.Contains(t, f.flowText(), "priority=90")

@@ -30,18 +30,6 @@ func ProtoNumber(p flows.Protocol) uint8 {
 	return 0
 }
 
-// Conntrack is the datapath's connection tracker as the agent uses it. OpenFlow (through
-// ovs-vswitchd's dpctl/ commands) and Fake implement it.
-type Conntrack interface {
-	FlushConntrack(ctx context.Context, zone uint16, reply netip.AddrPort, proto uint8, origDst netip.AddrPort) error
-	ConntrackDestinations(ctx context.Context, zone uint16) (map[flows.EntryPoint]int, error)
-}
-
-var (
-	_ Conntrack = (*OpenFlow)(nil)
-	_ Conntrack = (*Fake)(nil)
-)
-
 // FlushConntrack deletes the entries of conntrack zone whose protocol is proto and whose reply
 // tuple has source reply (the endpoint a DNAT sent the connection to), restricted to entries whose
 // original destination is origDst when origDst is valid (the entry point):

@@ -21,20 +21,6 @@ import (
 // DefaultRunDir is the usual OVS run directory (OVS_RUNDIR) of a host's Open vSwitch.
 const DefaultRunDir = "/var/run/openvswitch"
 
-// FlowBridge is what the reconciler needs of one OpenFlow bridge. OpenFlow (the real switch) and
-// Fake (in memory) implement it.
-type FlowBridge interface {
-	// Bundle applies lines (the shapes of flows.Plan.Lines) atomically: all or nothing.
-	Bundle(ctx context.Context, lines []string) error
-	// Inventory reads the agent's flows (count per owned cookie) and owned groups.
-	Inventory(ctx context.Context) (flows.Inventory, error)
-}
-
-var (
-	_ FlowBridge = (*OpenFlow)(nil)
-	_ FlowBridge = (*Fake)(nil)
-)
-
 // Error is a failed ovs-ofctl or ovs-appctl run: the command line, its standard error (for
 // ovs-ofctl bundles, the OpenFlow error of the first rejected message) and the underlying error
 // (*exec.ExitError, a start failure or the context's error). Use errors.As to get it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os/exec"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/ovs-srcip/ovs-srcip/flows"
 	"github.com/ovs-srcip/ovs-srcip/ofctl"
+	"github.com/ovs-srcip/ovs-srcip/ofctl/ofctltest"
 	"github.com/ovs-srcip/ovs-srcip/ofctl/ovstest"
 )
 
@@ -133,6 +135,16 @@ func TestTrace(t *testing.T) {
 	require.Error(t, err)
 }
 
+// stand is the method set ofctltest.Fake stands in for: what the agent uses of an OpenFlow.
+type stand interface {
+	Bundle(ctx context.Context, lines []string) error
+	Inventory(ctx context.Context) (flows.Inventory, error)
+	FlushConntrack(ctx context.Context, zone uint16, reply netip.AddrPort, proto uint8, origDst netip.AddrPort) error
+	ConntrackDestinations(ctx context.Context, zone uint16) (map[flows.EntryPoint]int, error)
+}
+
+var _, _ stand = (*ofctl.OpenFlow)(nil), (*ofctltest.Fake)(nil)
+
 // TestFakeMatchesOVS runs the same bundles on a real bridge and on a Fake and compares the
 // error outcome and the Inventory after each one.
 func TestFakeMatchesOVS(t *testing.T) {
@@ -176,7 +188,7 @@ func TestFakeMatchesOVS(t *testing.T) {
 			br := fmt.Sprintf("br-c%d", i)
 			sb.AddBridge(t, br, "p"+fmt.Sprint(i))
 			real := ofctl.NewOpenFlow(br, sb.MgmtTarget(br))
-			fake := ofctl.NewFake()
+			fake := ofctltest.NewFake()
 			for j, b := range tc.bundles {
 				rerr := real.Bundle(ctx, b)
 				ferr := fake.Bundle(ctx, b)
@@ -197,13 +209,13 @@ func TestFakeMatchesOVS(t *testing.T) {
 
 func TestFake(t *testing.T) {
 	ctx := context.Background()
-	f := ofctl.NewFake()
+	f := ofctltest.NewFake()
 	require.NoError(t, f.Bundle(ctx, nil))
 	require.NoError(t, f.Bundle(ctx, []string{flowAdd(c1, "table=0,priority=10,ip,actions=drop")}))
 	f.FailNext(2)
 	for range 2 {
 		err := f.Bundle(ctx, []string{flowAdd(c2, "table=0,priority=11,ip,actions=drop")})
-		require.ErrorIs(t, err, ofctl.ErrInjected)
+		require.ErrorIs(t, err, ofctltest.ErrInjected)
 		var oe *ofctl.Error
 		require.ErrorAs(t, err, &oe)
 	}

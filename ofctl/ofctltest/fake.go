@@ -1,4 +1,7 @@
-package ofctl
+// Package ofctltest provides an in-memory stand-in for ofctl's OpenFlow client, for tests of the
+// code that drives bridges and conntrack (like net/http/httptest for net/http). It starts no
+// process and needs no Open vSwitch; package ofctl/ovstest starts real OVS daemons instead.
+package ofctltest
 
 import (
 	"context"
@@ -12,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/ovs-srcip/ovs-srcip/flows"
+	"github.com/ovs-srcip/ovs-srcip/ofctl"
 )
 
 // ErrInjected is the cause of a Fake bundle failure requested with FailNext.
@@ -19,7 +23,7 @@ var ErrInjected = errors.New("injected failure")
 
 // Fake is an in-memory FlowBridge (and Conntrack) for reconciler tests. It understands only the line shapes of
 // flows.Plan.Lines and applies a bundle atomically: a bad line or an injected failure applies
-// nothing and returns an *Error. Like OVS it keys flows by table, priority and match (a flow add
+// nothing and returns an *ofctl.Error. Like OVS it keys flows by table, priority and match (a flow add
 // with an installed key overwrites that flow, cookie included), deletes by exact cookie, and
 // deleting a group also deletes the flows whose actions output to it. Safe for concurrent use.
 type Fake struct {
@@ -72,7 +76,7 @@ func (f *Fake) Flushes() []FakeFlush {
 	return slices.Clone(f.flushes)
 }
 
-// FlushConntrack deletes the matching entries like OpenFlow.FlushConntrack.
+// FlushConntrack deletes the matching entries like ofctl.OpenFlow.FlushConntrack.
 func (f *Fake) FlushConntrack(_ context.Context, zone uint16, reply netip.AddrPort, proto uint8, origDst netip.AddrPort) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -83,7 +87,7 @@ func (f *Fake) FlushConntrack(_ context.Context, zone uint16, reply netip.AddrPo
 	return nil
 }
 
-// ConntrackDestinations counts the live entries of zone like OpenFlow.ConntrackDestinations.
+// ConntrackDestinations counts the live entries of zone like ofctl.OpenFlow.ConntrackDestinations.
 func (f *Fake) ConntrackDestinations(_ context.Context, zone uint16) (map[flows.EntryPoint]int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -94,9 +98,9 @@ func (f *Fake) ConntrackDestinations(_ context.Context, zone uint16) (map[flows.
 		}
 		var p flows.Protocol
 		switch c.Proto {
-		case ProtoTCP:
+		case ofctl.ProtoTCP:
 			p = flows.TCP
-		case ProtoUDP:
+		case ofctl.ProtoUDP:
 			p = flows.UDP
 		default:
 			continue
@@ -157,7 +161,7 @@ func (f *Fake) Bundle(_ context.Context, lines []string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fail := func(i int, err error) error {
-		return &Error{Cmd: []string{"fake", "bundle"}, Stderr: fmt.Sprintf("-:%d: %v", i+1, err), Err: err}
+		return &ofctl.Error{Cmd: []string{"fake", "bundle"}, Stderr: fmt.Sprintf("-:%d: %v", i+1, err), Err: err}
 	}
 	if f.failNext > 0 {
 		f.failNext--
@@ -294,7 +298,7 @@ func flowKey(text string) (string, flows.Cookie, error) {
 }
 
 // Inventory counts the installed flows per owned cookie and lists the owned groups, like
-// OpenFlow.Inventory.
+// ofctl.OpenFlow.Inventory.
 func (f *Fake) Inventory(context.Context) (flows.Inventory, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
