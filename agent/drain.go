@@ -11,9 +11,6 @@ import (
 	"github.com/ovs-srcip/ovs-srcip/flows"
 )
 
-// protoUDP is the IP protocol number of UDP (conntrack flushes).
-const protoUDP uint8 = 17
-
 // Drains. When an entry point stops being served by any Service port (annotation removed, Service
 // or port deleted, externalTrafficPolicy changed, IP removed), its established TCP connections
 // would lose the ExServiceLB flow that leads them to ct(nat) and be answered by the host with a
@@ -210,7 +207,7 @@ func (r *Reconciler) udpFlushes(final map[flows.Key]*flows.FlowSet, gone map[flo
 func (r *Reconciler) flush(ctx context.Context, reqs []flushReq) {
 	logger := klog.FromContext(ctx)
 	for _, q := range reqs {
-		if err := r.cfg.Conntrack.FlushConntrack(ctx, flows.ZoneService, q.endpoint, protoUDP, q.origDst); err != nil {
+		if err := r.cfg.Conntrack.FlushConntrack(ctx, flows.ConntrackFilter{Zone: flows.ZoneService, Protocol: flows.UDP, ReplySrc: q.endpoint, OrigDst: q.origDst}); err != nil {
 			r.metrics.ConntrackOps.WithLabelValues("flush", "error").Inc()
 			logger.Error(err, "Could not flush the UDP conntrack entries of a removed endpoint", "endpoint", q.endpoint, "entryPoint", q.origDst)
 			continue

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"os/exec"
 	"strings"
 	"testing"
@@ -139,7 +138,7 @@ func TestTrace(t *testing.T) {
 type stand interface {
 	Bundle(ctx context.Context, lines []string) error
 	Inventory(ctx context.Context) (flows.Inventory, error)
-	FlushConntrack(ctx context.Context, zone uint16, reply netip.AddrPort, proto uint8, origDst netip.AddrPort) error
+	FlushConntrack(ctx context.Context, f flows.ConntrackFilter) error
 	ConntrackDestinations(ctx context.Context, zone uint16) (map[flows.EntryPoint]int, error)
 }
 

@@ -33,56 +33,49 @@ type Fake struct {
 	failNext int
 	bundles  int
 	lines    int
-	conns    []FakeConn
-	flushes  []FakeFlush
+	conns    []Conn
+	flushes  []flows.ConntrackFilter
 }
 
-// FakeConn is one conntrack entry of a Fake (AddConn): its zone, protocol number, original
-// destination and reply source; Closed entries (TCP TIME_WAIT) are not counted as live.
-type FakeConn struct {
+// Conn is one conntrack entry of a Fake (AddConn): its zone, protocol, original destination and
+// reply source; Closed entries (TCP TIME_WAIT) are not counted as live.
+type Conn struct {
 	Zone     uint16
-	Proto    uint8
+	Protocol flows.Protocol
 	OrigDst  netip.AddrPort
 	ReplySrc netip.AddrPort
 	Closed   bool
 }
 
-// FakeFlush records one FlushConntrack call.
-type FakeFlush struct {
-	Zone    uint16
-	Proto   uint8
-	Reply   netip.AddrPort
-	OrigDst netip.AddrPort
-}
-
 // AddConn adds a conntrack entry.
-func (f *Fake) AddConn(c FakeConn) {
+func (f *Fake) AddConn(c Conn) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.conns = append(f.conns, c)
 }
 
 // Conns returns the conntrack entries.
-func (f *Fake) Conns() []FakeConn {
+func (f *Fake) Conns() []Conn {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.conns)
 }
 
-// Flushes returns the FlushConntrack calls so far.
-func (f *Fake) Flushes() []FakeFlush {
+// Flushes returns the filters of the FlushConntrack calls so far.
+func (f *Fake) Flushes() []flows.ConntrackFilter {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.flushes)
 }
 
 // FlushConntrack deletes the matching entries like ofctl.OpenFlow.FlushConntrack.
-func (f *Fake) FlushConntrack(_ context.Context, zone uint16, reply netip.AddrPort, proto uint8, origDst netip.AddrPort) error {
+func (f *Fake) FlushConntrack(_ context.Context, fl flows.ConntrackFilter) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.flushes = append(f.flushes, FakeFlush{Zone: zone, Proto: proto, Reply: reply, OrigDst: origDst})
-	f.conns = slices.DeleteFunc(f.conns, func(c FakeConn) bool {
-		return c.Zone == zone && c.Proto == proto && c.ReplySrc == reply && (!origDst.IsValid() || c.OrigDst == origDst)
+	f.flushes = append(f.flushes, fl)
+	f.conns = slices.DeleteFunc(f.conns, func(c Conn) bool {
+		return c.Zone == fl.Zone && c.Protocol == fl.Protocol && c.ReplySrc == fl.ReplySrc &&
+			(!fl.OrigDst.IsValid() || c.OrigDst == fl.OrigDst)
 	})
 	return nil
 }
@@ -93,19 +86,10 @@ func (f *Fake) ConntrackDestinations(_ context.Context, zone uint16) (map[flows.
 	defer f.mu.Unlock()
 	out := map[flows.EntryPoint]int{}
 	for _, c := range f.conns {
-		if c.Zone != zone || c.Closed {
+		if c.Zone != zone || c.Closed || (c.Protocol != flows.TCP && c.Protocol != flows.UDP) {
 			continue
 		}
-		var p flows.Protocol
-		switch c.Proto {
-		case ofctl.ProtoTCP:
-			p = flows.TCP
-		case ofctl.ProtoUDP:
-			p = flows.UDP
-		default:
-			continue
-		}
-		out[flows.EntryPoint{Protocol: p, Addr: c.OrigDst}]++
+		out[flows.EntryPoint{Protocol: c.Protocol, Addr: c.OrigDst}]++
 	}
 	return out, nil
 }
