@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -106,10 +107,8 @@ func run(ctx context.Context, argv []string, stdin io.Reader, out func(io.Reader
 		if perr != nil {
 			_, _ = io.Copy(io.Discard, pipe)
 		}
-		outErr = cmd.Wait()
-		if outErr == nil && perr != nil {
-			outErr = perr
-		}
+		// Both when the command failed and its output could not be parsed.
+		outErr = errors.Join(cmd.Wait(), perr)
 	}
 	if outErr != nil {
 		if ctx.Err() != nil {

@@ -287,8 +287,11 @@ func (d *DB) EnsureIntegration(ctx context.Context, c IntegrationConfig) (flows.
 			return flows.Ports{}, fmt.Errorf("create bridge %s: %w", c.BrInt, err)
 		}
 		var roots []ovsRow
-		if err := d.c.List(ctx, &roots); err != nil || len(roots) != 1 {
-			return flows.Ports{}, fmt.Errorf("read Open_vSwitch root row (%d rows): %w", len(roots), err)
+		if err := d.c.List(ctx, &roots); err != nil {
+			return flows.Ports{}, fmt.Errorf("read Open_vSwitch root row: %w", err)
+		}
+		if len(roots) != 1 {
+			return flows.Ports{}, fmt.Errorf("read Open_vSwitch root row: %d rows, want 1", len(roots))
 		}
 		root := &roots[0]
 		if err := t.add(d.c.Where(root).Mutate(root, model.Mutation{
@@ -476,9 +479,15 @@ func (d *DB) waitPorts(ctx context.Context, c IntegrationConfig) (flows.Ports, e
 	for {
 		var p flows.Ports
 		var pending []string
+		// causes keeps the errors of this round other than "not there yet", for the timeout error.
+		var causes []error
 		ofport := func(name string) int {
 			i := &ifaceRow{Name: name}
-			if err := d.c.Get(ctx, i); err != nil || i.OFPort == nil || *i.OFPort <= 0 {
+			err := d.c.Get(ctx, i)
+			if err != nil && !errors.Is(err, client.ErrNotFound) {
+				causes = append(causes, fmt.Errorf("read interface %s: %w", name, err))
+			}
+			if err != nil || i.OFPort == nil || *i.OFPort <= 0 {
 				msg := name
 				if err == nil && i.Error != nil {
 					msg += " (" + *i.Error + ")"
@@ -494,10 +503,14 @@ func (d *DB) waitPorts(ctx context.Context, c IntegrationConfig) (flows.Ports, e
 		p.IntTunnel = ofport(c.GenevePort)
 		p.TunnelUDPPort = c.GeneveUDPPort
 		exIf := &ifaceRow{Name: c.BrEx}
-		if err := d.c.Get(ctx, exIf); err == nil && exIf.MACInUse != nil {
-			if mac, err := net.ParseMAC(*exIf.MACInUse); err == nil {
-				p.ExMAC = mac
+		if err := d.c.Get(ctx, exIf); err != nil && !errors.Is(err, client.ErrNotFound) {
+			causes = append(causes, fmt.Errorf("read interface %s: %w", c.BrEx, err))
+		} else if err == nil && exIf.MACInUse != nil {
+			mac, err := net.ParseMAC(*exIf.MACInUse)
+			if err != nil {
+				causes = append(causes, fmt.Errorf("mac_in_use of %s: %w", c.BrEx, err))
 			}
+			p.ExMAC = mac
 		}
 		if p.ExMAC == nil {
 			pending = append(pending, c.BrEx+" mac_in_use")
@@ -508,7 +521,7 @@ func (d *DB) waitPorts(ctx context.Context, c IntegrationConfig) (flows.Ports, e
 		select {
 		case <-ctx.Done():
 			return flows.Ports{}, fmt.Errorf("wait for ofports: still missing %s: %w",
-				strings.Join(pending, ", "), ctx.Err())
+				strings.Join(pending, ", "), errors.Join(append([]error{ctx.Err()}, causes...)...))
 		case <-tick.C:
 		}
 	}
@@ -537,7 +550,11 @@ func (d *DB) NameTables(ctx context.Context, bridge string, names map[int]string
 		}
 		if u, ok := br.FlowTables[id]; ok {
 			ft := &flowTableRow{UUID: u}
-			if err := d.c.Get(ctx, ft); err == nil {
+			err := d.c.Get(ctx, ft)
+			if err != nil && !errors.Is(err, client.ErrNotFound) {
+				return fmt.Errorf("read Flow_Table %s of %s: %w", u, bridge, err)
+			}
+			if err == nil {
 				if ft.Name != nil && *ft.Name == name {
 					continue
 				}
@@ -598,13 +615,17 @@ func (d *DB) PodPorts(ctx context.Context, brInt string) ([]PodPort, error) {
 	var out []PodPort
 	for _, pu := range br.Ports {
 		p := &portRow{UUID: pu}
-		if err := d.c.Get(ctx, p); err != nil {
+		if err := d.c.Get(ctx, p); errors.Is(err, client.ErrNotFound) {
 			continue // deleted meanwhile
+		} else if err != nil {
+			return nil, fmt.Errorf("read port %s of %s: %w", pu, brInt, err)
 		}
 		for _, iu := range p.Interfaces {
 			i := &ifaceRow{UUID: iu}
-			if err := d.c.Get(ctx, i); err != nil {
+			if err := d.c.Get(ctx, i); errors.Is(err, client.ErrNotFound) {
 				continue
+			} else if err != nil {
+				return nil, fmt.Errorf("read interface %s of port %s: %w", iu, p.Name, err)
 			}
 			if pp, ok := podPort(i); ok {
 				out = append(out, pp)

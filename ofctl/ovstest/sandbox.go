@@ -6,6 +6,7 @@ package ovstest
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -188,9 +189,9 @@ func (s *Sandbox) stop(ctl, pidfile string) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	_ = syscall.Kill(pid, syscall.SIGKILL)
-	_ = os.Remove(pidPath)
-	return fmt.Errorf("%s (pid %d) did not exit, killed it (exit: %v)", pidfile, pid, exitErr)
+	killErr := syscall.Kill(pid, syscall.SIGKILL)
+	_ = os.Remove(pidPath) // best effort: the daemon is gone or cannot be stopped anyway
+	return errors.Join(fmt.Errorf("%s (pid %d) did not exit, killed it", pidfile, pid), exitErr, killErr)
 }
 
 // Close stops ovs-vswitchd and ovsdb-server and removes RunDir; it is idempotent and registered
