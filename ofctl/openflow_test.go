@@ -93,7 +93,7 @@ func TestBundleInventory(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, inv, inv2)
 
-	// Deleting a group deletes the flows that output to it (pitfall 8 of LAB-FACTS.md).
+	// Deleting a group deletes the flows that output to it (docs/lab-facts.md#pitfall-8).
 	require.NoError(t, of.Bundle(ctx, []string{fmt.Sprintf("group delete group_id=%d", g1)}))
 	inv, err = of.Inventory(ctx)
 	require.NoError(t, err)
