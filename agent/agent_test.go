@@ -12,7 +12,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/ovs-srcip/ovs-srcip/flows"
-	"github.com/ovs-srcip/ovs-srcip/ofctl"
+	"github.com/ovs-srcip/ovs-srcip/ofctl/ofctltest"
 )
 
 const agentManifest = `apiVersion: v1
@@ -36,7 +36,7 @@ spec:
 func TestAgentRun(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "cluster.yaml"), agentManifest)
-	ex, in := ofctl.NewFake(), ofctl.NewFake()
+	ex, in := ofctltest.NewFake(), ofctltest.NewFake()
 	a, err := New(Config{
 		NodeName:        thisNode,
 		Source:          &ManifestSource{Dir: dir, NodeName: thisNode, Debounce: 10 * time.Millisecond},

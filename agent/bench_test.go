@@ -11,7 +11,7 @@ import (
 )
 
 // nullBridge accepts every bundle in O(1): it isolates the Reconciler's own cost from
-// ofctl.Fake's, whose atomic Bundle copies the whole bridge (O(flows)).
+// ofctltest.Fake's, whose atomic Bundle copies the whole bridge (O(flows)).
 type nullBridge struct{ lines int }
 
 func (n *nullBridge) Bundle(_ context.Context, lines []string) error {
@@ -24,7 +24,7 @@ func (n *nullBridge) Inventory(context.Context) (flows.Inventory, error) {
 }
 
 // BenchmarkPartialSync measures one sync after one Service's endpoints changed, among n opted-in
-// Services. With bridge=null the cost must not grow with n; bridge=fake adds ofctl.Fake's
+// Services. With bridge=null the cost must not grow with n; bridge=fake adds ofctltest.Fake's
 // whole-bridge copy per bundle.
 func BenchmarkPartialSync(b *testing.B) {
 	for _, bridge := range []string{"fake", "null"} {

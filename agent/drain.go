@@ -11,12 +11,9 @@ import (
 	"github.com/ovs-srcip/ovs-srcip/flows"
 )
 
-// protoUDP is the IP protocol number of UDP (conntrack flushes).
-const protoUDP uint8 = 17
-
-// Drains (the drain step of syncer.run). When an entry point stops being served by any Service port (annotation removed, Service
-// or port deleted, externalTrafficPolicy changed, IP removed), its established TCP connections
-// would lose the ExServiceLB flow that leads them to ct(nat) and be answered by the host with a
+// Drains (the drain step of syncer.run). When an entry point stops being served by any Service
+// port (annotation removed, Service or port deleted, externalTrafficPolicy changed, IP removed),
+// its established TCP connections would lose the ExServiceLB flow that leads them to ct(nat) and be answered by the host with a
 // reset. The syncer keeps a drain flow set (flows.BuildServiceDrain) for each such TCP entry
 // point until ZoneService holds no live connection to it any more (checked once per full sync
 // with one conntrack dump) or Config.DrainPeriod has passed. UDP entry points are not drained:
@@ -202,7 +199,7 @@ func (s *syncer) udpFlushes(final map[flows.Key]*flows.FlowSet, gone map[flows.K
 func (s *syncer) flush(ctx context.Context, reqs []flushReq) {
 	logger := klog.FromContext(ctx)
 	for _, q := range reqs {
-		if err := s.cfg.Conntrack.FlushConntrack(ctx, flows.ZoneService, q.endpoint, protoUDP, q.origDst); err != nil {
+		if err := s.cfg.Conntrack.FlushConntrack(ctx, flows.ConntrackFilter{Zone: flows.ZoneService, Protocol: flows.UDP, ReplySrc: q.endpoint, OrigDst: q.origDst}); err != nil {
 			s.metrics.ConntrackOps.WithLabelValues("flush", "error").Inc()
 			logger.Error(err, "Could not flush the UDP conntrack entries of a removed endpoint", "endpoint", q.endpoint, "entryPoint", q.origDst)
 			continue

@@ -13,7 +13,7 @@ import (
 )
 
 // FlowBridge is one OpenFlow bridge as the Reconciler writes it (implemented by ofctl's
-// OpenFlow client and by ofctl.Fake).
+// OpenFlow client and, in tests, by ofctltest.Fake).
 type FlowBridge interface {
 	// Bundle applies lines (flows.Plan.Lines) as ONE atomic ovs-ofctl bundle: all or nothing.
 	Bundle(ctx context.Context, lines []string) error
@@ -81,11 +81,12 @@ type EventSink interface {
 }
 
 // Conntrack is the node datapath's connection tracker (implemented by ofctl.OpenFlow through
-// ovs-vswitchd's dpctl/ commands, and by ofctl.Fake).
+// ovs-vswitchd's dpctl/ commands and, in tests, by ofctltest.Fake).
 type Conntrack interface {
-	// FlushConntrack deletes the entries of zone with IP protocol proto whose reply tuple source
-	// is reply and, when origDst is valid, whose original destination is origDst.
-	FlushConntrack(ctx context.Context, zone uint16, reply netip.AddrPort, proto uint8, origDst netip.AddrPort) error
+	// FlushConntrack deletes the entries that f selects: those of f.Zone with protocol
+	// f.Protocol whose reply tuple source is f.ReplySrc and, when f.OrigDst is valid, whose
+	// original destination is f.OrigDst.
+	FlushConntrack(ctx context.Context, f flows.ConntrackFilter) error
 	// ConntrackDestinations counts the live entries of zone by protocol and original destination.
 	ConntrackDestinations(ctx context.Context, zone uint16) (map[flows.EntryPoint]int, error)
 }

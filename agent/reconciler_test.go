@@ -12,14 +12,14 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/ovs-srcip/ovs-srcip/flows"
-	"github.com/ovs-srcip/ovs-srcip/ofctl"
+	"github.com/ovs-srcip/ovs-srcip/ofctl/ofctltest"
 )
 
 type fixture struct {
 	t      testing.TB
 	ctx    context.Context
 	dp     *fakeDataplane
-	ex, in *ofctl.Fake
+	ex, in *ofctltest.Fake
 	synced bool
 	events *recordingEvents
 	r      *Reconciler
@@ -27,7 +27,7 @@ type fixture struct {
 
 func newFixture(t testing.TB) *fixture {
 	_, ctx := ktesting.NewTestContext(t)
-	f := &fixture{t: t, ctx: ctx, dp: newFakeDataplane(), ex: ofctl.NewFake(), in: ofctl.NewFake(), synced: true, events: &recordingEvents{}}
+	f := &fixture{t: t, ctx: ctx, dp: newFakeDataplane(), ex: ofctltest.NewFake(), in: ofctltest.NewFake(), synced: true, events: &recordingEvents{}}
 	f.dp.podPorts = []PodPort{{Namespace: "ns1", Name: "web-0", Interface: "veth1", OFPort: 10,
 		MAC: []byte{0x0a, 0x58, 10, 244, 1, 5}}}
 	f.r = f.newReconciler()
@@ -146,7 +146,7 @@ func TestFailedApplyFallsBackToFullSync(t *testing.T) {
 	f.r.OnEndpointSlice(nil, makeSlice("ns1", "svc1", "svc1-b", ep("10.244.2.99", "node2")))
 	f.ex.FailNext(1)
 	err := f.sync()
-	require.ErrorIs(t, err, ofctl.ErrInjected)
+	require.ErrorIs(t, err, ofctltest.ErrInjected)
 	assert.False(t, f.r.Status().FailingSince.IsZero())
 
 	// Drift meanwhile: someone deletes svc0's flows by hand.

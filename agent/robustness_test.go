@@ -14,7 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ovs-srcip/ovs-srcip/flows"
-	"github.com/ovs-srcip/ovs-srcip/ofctl"
+	"github.com/ovs-srcip/ovs-srcip/ofctl/ofctltest"
 )
 
 // newCTReconciler returns a Reconciler whose conntrack is the fake br-ex.
@@ -82,7 +82,7 @@ func TestUDPRemovedEndpointFlushesConntrack(t *testing.T) {
 	w2 := makeSlice("ns1", "web", "web-a", ep("10.244.1.5", "node1"))
 	f.r.OnEndpointSlice(w1, w2)
 	require.NoError(t, f.sync())
-	assert.Equal(t, []ofctl.FakeFlush{{Zone: flows.ZoneService, Proto: 17, Reply: ap("10.244.2.7:8080"), OrigDst: ap("192.168.0.1:31000")}}, f.ex.Flushes())
+	assert.Equal(t, []flows.ConntrackFilter{{Zone: flows.ZoneService, Protocol: flows.UDP, ReplySrc: ap("10.244.2.7:8080"), OrigDst: ap("192.168.0.1:31000")}}, f.ex.Flushes())
 
 	// Full sync: 10.244.2.8 joins and leaves between two full syncs (the second one sees it go).
 	s3 := udpSlice("ns1", "dns", "dns-a", ep("10.244.1.5", "node1"), ep("10.244.2.8", "node2"))
@@ -92,13 +92,13 @@ func TestUDPRemovedEndpointFlushesConntrack(t *testing.T) {
 	f.r.RequestFullSync()
 	require.NoError(t, f.sync())
 	require.Len(t, f.ex.Flushes(), 2)
-	assert.Equal(t, ap("10.244.2.8:8080"), f.ex.Flushes()[1].Reply)
+	assert.Equal(t, ap("10.244.2.8:8080"), f.ex.Flushes()[1].ReplySrc)
 
 	// The Service goes away: every endpoint is flushed; no drain for UDP.
 	f.r.OnService(udpService("ns1", "dns", 31000), nil)
 	require.NoError(t, f.sync())
 	require.Len(t, f.ex.Flushes(), 3)
-	assert.Equal(t, ap("10.244.1.5:8080"), f.ex.Flushes()[2].Reply)
+	assert.Equal(t, ap("10.244.1.5:8080"), f.ex.Flushes()[2].ReplySrc)
 	assert.NotContains(t, f.flowText(), "priority=90")
 	n := len(f.ex.Flushes())
 	f.r.RequestFullSync()
@@ -118,7 +118,7 @@ func TestDrainKeepsEstablishedConnections(t *testing.T) {
 	f.r.OnService(nil, svc)
 	f.r.OnEndpointSlice(nil, makeSlice("ns1", "web", "web-a", ep("10.244.2.7", "node2")))
 	require.NoError(t, f.sync())
-	f.ex.AddConn(ofctl.FakeConn{Zone: flows.ZoneService, Proto: 6, OrigDst: ap("192.168.0.1:30000"), ReplySrc: ap("10.244.2.7:8080")})
+	f.ex.AddConn(ofctltest.Conn{Zone: flows.ZoneService, Protocol: flows.TCP, OrigDst: ap("192.168.0.1:30000"), ReplySrc: ap("10.244.2.7:8080")})
 
 	noAnnot := makeService("ns1", "web", 30000, func(s *corev1.Service) { delete(s.Annotations, AnnotationPreserveSourceIP) })
 	f.r.OnService(svc, noAnnot)
@@ -144,7 +144,7 @@ func TestDrainKeepsEstablishedConnections(t *testing.T) {
 	assert.Contains(t, f.r.Applied(flows.BrEx), drain)
 
 	// The connection ends: the next full sync removes the drain.
-	require.NoError(t, f.ex.FlushConntrack(f.ctx, flows.ZoneService, ap("10.244.2.7:8080"), 6, netip.AddrPort{}))
+	require.NoError(t, f.ex.FlushConntrack(f.ctx, flows.ConntrackFilter{Zone: flows.ZoneService, Protocol: flows.TCP, ReplySrc: ap("10.244.2.7:8080")}))
 	f.r.RequestFullSync()
 	require.NoError(t, f.sync())
 	assert.NotContains(t, f.r.Applied(flows.BrEx), drain)
@@ -154,7 +154,7 @@ func TestDrainKeepsEstablishedConnections(t *testing.T) {
 	// NodePort ends the drain in the partial sync.
 	f.r.OnService(noAnnot, svc)
 	require.NoError(t, f.sync())
-	f.ex.AddConn(ofctl.FakeConn{Zone: flows.ZoneService, Proto: 6, OrigDst: ap("192.168.0.1:30000"), ReplySrc: ap("10.244.2.7:8080")})
+	f.ex.AddConn(ofctltest.Conn{Zone: flows.ZoneService, Protocol: flows.TCP, OrigDst: ap("192.168.0.1:30000"), ReplySrc: ap("10.244.2.7:8080")})
 	f.r.OnService(svc, nil)
 	require.NoError(t, f.sync())
 	require.Contains(t, f.r.Applied(flows.BrEx), drain)
@@ -173,7 +173,7 @@ func TestDrainPeriodAndStaleDrainCookie(t *testing.T) {
 	svc := makeService("ns1", "web", 30000)
 	f.r.OnService(nil, svc)
 	require.NoError(t, f.sync())
-	f.ex.AddConn(ofctl.FakeConn{Zone: flows.ZoneService, Proto: 6, OrigDst: ap("192.168.0.1:30000"), ReplySrc: ap("10.244.2.7:8080")})
+	f.ex.AddConn(ofctltest.Conn{Zone: flows.ZoneService, Protocol: flows.TCP, OrigDst: ap("192.168.0.1:30000"), ReplySrc: ap("10.244.2.7:8080")})
 	f.r.OnService(svc, nil)
 	require.NoError(t, f.sync())
 	assert.Contains(t, f.flowText(), "priority=90")

@@ -22,7 +22,7 @@ func BuildExBase(st *State) (*FlowSet, error) {
 	est := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateEstablished))
 	rel := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateRelated))
 	// A retransmitted SYN of a committed, unanswered connection comes back from ct(nat) as
-	// +new+dnat, already translated (LAB-FACTS pitfall 4).
+	// +new+dnat, already translated (docs/lab-facts.md#pitfall-4).
 	newDNAT := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateNew), "+dnat")
 	rpl := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateEstablished), ovs.SetState(ovs.CTStateReply))
 	fs.Flows = []ovs.Flow{

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// benchState is node1 of T3 with n opted-in Service ports of 3 endpoints each.
+// benchState is node1 of T3 (docs/field-cases.md#t3) with n opted-in Service ports of 3 endpoints each.
 func benchState(n int) *State {
 	svcs := make([]ServicePort, n)
 	for i := range svcs {

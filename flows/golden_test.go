@@ -15,7 +15,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
 
-// Test IP conventions (the lab's topology, test/README.md): nodes 192.0.2.11-13 with pod CIDRs
+// Test IP conventions (topology T3, docs/field-cases.md#t3): nodes 192.0.2.11-13 with pod CIDRs
 // 10.244.{1,2,3}.0/24, external client 198.51.100.10, LB IPs / externalIPs 203.0.113.100/101.
 
 func mustMAC(s string) net.HardwareAddr {

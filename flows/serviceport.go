@@ -34,7 +34,7 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 	newConn := []ovs.Match{ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateNew))}
 	if sp.Protocol == TCP {
 		// Only a SYN starts a connection: mid-stream packets of the host's own connections that
-		// use a NodePort as local port are left to the host (CASES C16).
+		// use a NodePort as local port are left to the host (docs/field-cases.md#c16).
 		newConn = append(newConn, ovs.TCPFlags("+syn", "-ack"))
 	}
 	for _, e := range sp.EntryPoints(st.NodePortAddresses) {

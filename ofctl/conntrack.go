@@ -13,63 +13,49 @@ import (
 	"github.com/ovs-srcip/ovs-srcip/flows"
 )
 
-// IP protocol numbers for FlushConntrack.
-const (
-	ProtoTCP uint8 = 6
-	ProtoUDP uint8 = 17
-)
-
-// ProtoNumber returns the IP protocol number of a Service protocol (0 when unknown).
-func ProtoNumber(p flows.Protocol) uint8 {
+// ipProto returns the IP protocol number of a Service protocol (TCP 6, UDP 17).
+func ipProto(p flows.Protocol) (uint8, error) {
 	switch p {
 	case flows.TCP:
-		return ProtoTCP
+		return 6, nil
 	case flows.UDP:
-		return ProtoUDP
+		return 17, nil
 	}
-	return 0
+	return 0, fmt.Errorf("protocol %q: want %s or %s", p, flows.TCP, flows.UDP)
 }
 
-// Conntrack is the datapath's connection tracker as the agent uses it. OpenFlow (through
-// ovs-vswitchd's dpctl/ commands) and Fake implement it.
-type Conntrack interface {
-	FlushConntrack(ctx context.Context, zone uint16, reply netip.AddrPort, proto uint8, origDst netip.AddrPort) error
-	ConntrackDestinations(ctx context.Context, zone uint16) (map[flows.EntryPoint]int, error)
-}
-
-var (
-	_ Conntrack = (*OpenFlow)(nil)
-	_ Conntrack = (*Fake)(nil)
-)
-
-// FlushConntrack deletes the entries of conntrack zone whose protocol is proto and whose reply
-// tuple has source reply (the endpoint a DNAT sent the connection to), restricted to entries whose
-// original destination is origDst when origDst is valid (the entry point):
+// FlushConntrack deletes the conntrack entries that f selects (see flows.ConntrackFilter): those
+// of zone f.Zone with protocol f.Protocol whose reply tuple has source f.ReplySrc, restricted to
+// entries whose original destination is f.OrigDst when that is valid:
 //
 //	ovs-appctl -t CTL dpctl/flush-conntrack zone=Z 'ct_nw_dst=D,ct_nw_proto=P,ct_tp_dst=DP' \
 //	    'ct_nw_src=IP,ct_nw_proto=P,ct_tp_src=PORT'
 //
-// (partial original and reply tuples, ovs-vswitchd(8) "dpctl/flush-conntrack"; an empty original
-// tuple matches any). No matching entry is not an error. Checked against OVS 3.1's userspace
-// datapath (see conntrack_test.go).
-func (o *OpenFlow) FlushConntrack(ctx context.Context, zone uint16, reply netip.AddrPort, proto uint8, origDst netip.AddrPort) error {
+// with P the IP protocol number of f.Protocol (partial original and reply tuples,
+// ovs-vswitchd(8) "dpctl/flush-conntrack"; an empty original tuple matches any). No matching
+// entry is not an error. Checked against OVS 3.1's userspace datapath (see conntrack_test.go).
+func (o *OpenFlow) FlushConntrack(ctx context.Context, f flows.ConntrackFilter) error {
+	proto, err := ipProto(f.Protocol)
+	if err != nil {
+		return fmt.Errorf("flush conntrack: %w", err)
+	}
+	if !f.ReplySrc.Addr().Is4() || (f.OrigDst.IsValid() && !f.OrigDst.Addr().Is4()) {
+		return fmt.Errorf("flush conntrack: only IPv4 tuples are supported (reply source %s, original destination %s)", f.ReplySrc, f.OrigDst)
+	}
 	ctl, err := o.appctlTarget()
 	if err != nil {
 		return err
 	}
-	if !reply.Addr().Is4() || (origDst.IsValid() && !origDst.Addr().Is4()) {
-		return fmt.Errorf("flush conntrack: only IPv4 tuples are supported (reply %s, original destination %s)", reply, origDst)
-	}
 	orig := ""
-	if origDst.IsValid() {
-		orig = fmt.Sprintf("ct_nw_dst=%s,ct_nw_proto=%d,ct_tp_dst=%d", origDst.Addr(), proto, origDst.Port())
+	if f.OrigDst.IsValid() {
+		orig = fmt.Sprintf("ct_nw_dst=%s,ct_nw_proto=%d,ct_tp_dst=%d", f.OrigDst.Addr(), proto, f.OrigDst.Port())
 	}
-	rpl := fmt.Sprintf("ct_nw_src=%s,ct_nw_proto=%d,ct_tp_src=%d", reply.Addr(), proto, reply.Port())
-	argv := []string{o.appctl(), "-t", ctl, "dpctl/flush-conntrack", fmt.Sprintf("zone=%d", zone), orig, rpl}
+	rpl := fmt.Sprintf("ct_nw_src=%s,ct_nw_proto=%d,ct_tp_src=%d", f.ReplySrc.Addr(), proto, f.ReplySrc.Port())
+	argv := []string{o.appctl(), "-t", ctl, "dpctl/flush-conntrack", fmt.Sprintf("zone=%d", f.Zone), orig, rpl}
 	if err := run(ctx, argv, nil, nil); err != nil {
 		return err
 	}
-	klog.FromContext(ctx).V(2).Info("Flushed conntrack entries", "zone", zone, "proto", proto, "replySource", reply, "origDestination", origDst)
+	klog.FromContext(ctx).V(2).Info("Flushed conntrack entries", "zone", f.Zone, "protocol", f.Protocol, "replySource", f.ReplySrc, "origDestination", f.OrigDst)
 	return nil
 }
 

@@ -56,19 +56,27 @@ func TestConntrackFlushAndDestinations(t *testing.T) {
 		ep(flows.TCP, "192.0.2.11:31300"): 1}, dsts)
 
 	// Endpoint 10.0.0.5:8080 behind entry point 31300 only.
-	require.NoError(t, of.FlushConntrack(ctx, zone, netip.MustParseAddrPort("10.0.0.5:8080"), ofctl.ProtoUDP, netip.MustParseAddrPort("192.0.2.11:31300")))
+	require.NoError(t, of.FlushConntrack(ctx, flows.ConntrackFilter{Zone: zone, Protocol: flows.UDP, ReplySrc: netip.MustParseAddrPort("10.0.0.5:8080"), OrigDst: netip.MustParseAddrPort("192.0.2.11:31300")}))
 	dump := sb.Run(t, "ovs-appctl", "-t", sb.VswitchdCtl, "dpctl/dump-conntrack", fmt.Sprintf("zone=%d", zone))
 	assert.NotContains(t, dump, "sport=1000,")
 	assert.Contains(t, dump, "sport=1001,")
 	assert.Contains(t, dump, "sport=1003,")
 	assert.Contains(t, dump, "tcp,")
 	// Any entry point; nothing left to flush is not an error.
-	require.NoError(t, of.FlushConntrack(ctx, zone, netip.MustParseAddrPort("10.0.0.5:8080"), ofctl.ProtoUDP, netip.AddrPort{}))
-	require.NoError(t, of.FlushConntrack(ctx, zone, netip.MustParseAddrPort("10.0.0.5:8080"), ofctl.ProtoUDP, netip.AddrPort{}))
+	require.NoError(t, of.FlushConntrack(ctx, flows.ConntrackFilter{Zone: zone, Protocol: flows.UDP, ReplySrc: netip.MustParseAddrPort("10.0.0.5:8080")}))
+	require.NoError(t, of.FlushConntrack(ctx, flows.ConntrackFilter{Zone: zone, Protocol: flows.UDP, ReplySrc: netip.MustParseAddrPort("10.0.0.5:8080")}))
 	dump = sb.Run(t, "ovs-appctl", "-t", sb.VswitchdCtl, "dpctl/dump-conntrack", fmt.Sprintf("zone=%d", zone))
 	assert.Equal(t, 2, strings.Count(strings.TrimSpace(dump), "\n")+1, dump)
 	assert.Contains(t, dump, "sport=1001,")
 	assert.Contains(t, dump, "tcp,")
+	// TCP is IP protocol 6: the TCP entry of the endpoint goes, the other endpoint's UDP entry stays.
+	require.NoError(t, of.FlushConntrack(ctx, flows.ConntrackFilter{Zone: zone, Protocol: flows.TCP, ReplySrc: netip.MustParseAddrPort("10.0.0.5:8080")}))
+	dump = sb.Run(t, "ovs-appctl", "-t", sb.VswitchdCtl, "dpctl/dump-conntrack", fmt.Sprintf("zone=%d", zone))
+	assert.NotContains(t, dump, "tcp,")
+	assert.Contains(t, dump, "sport=1001,")
+	// A protocol without an IP protocol number, or an IPv6 tuple, is refused before running anything.
+	require.Error(t, of.FlushConntrack(ctx, flows.ConntrackFilter{Zone: zone, Protocol: "SCTP", ReplySrc: netip.MustParseAddrPort("10.0.0.5:8080")}))
+	require.Error(t, of.FlushConntrack(ctx, flows.ConntrackFilter{Zone: zone, Protocol: flows.UDP, ReplySrc: netip.MustParseAddrPort("[2001:db8::5]:8080")}))
 }
 
 // A flow edited in place is restored by "flow modify_strict" with the same cookie; a missing flow

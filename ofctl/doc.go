@@ -8,6 +8,7 @@
 //   - OpenFlow talks to one bridge of ovs-vswitchd by running ovs-ofctl(8) and ovs-appctl(8):
 //     atomic bundles, a cookie/group inventory that never parses flows, dumps and traces.
 //
-// FlowBridge is what the reconciler needs of a bridge; OpenFlow and the in-memory Fake both
-// implement it. Package ofctl/ovstest starts private OVS daemons for tests.
+// The agent declares what it needs of a bridge and of conntrack as its own interfaces
+// (agent.FlowBridge, agent.Conntrack); OpenFlow implements them, and so does the in-memory Fake
+// of package ofctl/ofctltest. Package ofctl/ovstest starts private OVS daemons for tests.
 package ofctl

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -20,20 +21,6 @@ import (
 
 // DefaultRunDir is the usual OVS run directory (OVS_RUNDIR) of a host's Open vSwitch.
 const DefaultRunDir = "/var/run/openvswitch"
-
-// FlowBridge is what the reconciler needs of one OpenFlow bridge. OpenFlow (the real switch) and
-// Fake (in memory) implement it.
-type FlowBridge interface {
-	// Bundle applies lines (the shapes of flows.Plan.Lines) atomically: all or nothing.
-	Bundle(ctx context.Context, lines []string) error
-	// Inventory reads the agent's flows (count per owned cookie) and owned groups.
-	Inventory(ctx context.Context) (flows.Inventory, error)
-}
-
-var (
-	_ FlowBridge = (*OpenFlow)(nil)
-	_ FlowBridge = (*Fake)(nil)
-)
 
 // Error is a failed ovs-ofctl or ovs-appctl run: the command line, its standard error (for
 // ovs-ofctl bundles, the OpenFlow error of the first rejected message) and the underlying error
@@ -120,10 +107,8 @@ func run(ctx context.Context, argv []string, stdin io.Reader, out func(io.Reader
 		if perr != nil {
 			_, _ = io.Copy(io.Discard, pipe)
 		}
-		outErr = cmd.Wait()
-		if outErr == nil && perr != nil {
-			outErr = perr
-		}
+		// Both when the command failed and its output could not be parsed.
+		outErr = errors.Join(cmd.Wait(), perr)
 	}
 	if outErr != nil {
 		if ctx.Err() != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ovs-srcip/ovs-srcip/flows"
 	"github.com/ovs-srcip/ovs-srcip/ofctl"
+	"github.com/ovs-srcip/ovs-srcip/ofctl/ofctltest"
 	"github.com/ovs-srcip/ovs-srcip/ofctl/ovstest"
 )
 
@@ -92,7 +93,7 @@ func TestBundleInventory(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, inv, inv2)
 
-	// Deleting a group deletes the flows that output to it (pitfall 8 of LAB-FACTS.md).
+	// Deleting a group deletes the flows that output to it (docs/lab-facts.md#pitfall-8).
 	require.NoError(t, of.Bundle(ctx, []string{fmt.Sprintf("group delete group_id=%d", g1)}))
 	inv, err = of.Inventory(ctx)
 	require.NoError(t, err)
@@ -132,6 +133,16 @@ func TestTrace(t *testing.T) {
 	_, err = of.Trace(ctx, "in_port=1", nil)
 	require.Error(t, err)
 }
+
+// stand is the method set ofctltest.Fake stands in for: what the agent uses of an OpenFlow.
+type stand interface {
+	Bundle(ctx context.Context, lines []string) error
+	Inventory(ctx context.Context) (flows.Inventory, error)
+	FlushConntrack(ctx context.Context, f flows.ConntrackFilter) error
+	ConntrackDestinations(ctx context.Context, zone uint16) (map[flows.EntryPoint]int, error)
+}
+
+var _, _ stand = (*ofctl.OpenFlow)(nil), (*ofctltest.Fake)(nil)
 
 // TestFakeMatchesOVS runs the same bundles on a real bridge and on a Fake and compares the
 // error outcome and the Inventory after each one.
@@ -176,7 +187,7 @@ func TestFakeMatchesOVS(t *testing.T) {
 			br := fmt.Sprintf("br-c%d", i)
 			sb.AddBridge(t, br, "p"+fmt.Sprint(i))
 			real := ofctl.NewOpenFlow(br, sb.MgmtTarget(br))
-			fake := ofctl.NewFake()
+			fake := ofctltest.NewFake()
 			for j, b := range tc.bundles {
 				rerr := real.Bundle(ctx, b)
 				ferr := fake.Bundle(ctx, b)
@@ -197,13 +208,13 @@ func TestFakeMatchesOVS(t *testing.T) {
 
 func TestFake(t *testing.T) {
 	ctx := context.Background()
-	f := ofctl.NewFake()
+	f := ofctltest.NewFake()
 	require.NoError(t, f.Bundle(ctx, nil))
 	require.NoError(t, f.Bundle(ctx, []string{flowAdd(c1, "table=0,priority=10,ip,actions=drop")}))
 	f.FailNext(2)
 	for range 2 {
 		err := f.Bundle(ctx, []string{flowAdd(c2, "table=0,priority=11,ip,actions=drop")})
-		require.ErrorIs(t, err, ofctl.ErrInjected)
+		require.ErrorIs(t, err, ofctltest.ErrInjected)
 		var oe *ofctl.Error
 		require.ErrorAs(t, err, &oe)
 	}

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -31,9 +30,6 @@ var ErrBridgeNotFound = errors.New("bridge not found")
 // create, the uplink, is missing from its bridge.
 var ErrPortNotFound = errors.New("port not found")
 
-// DefaultEndpoint is the usual ovsdb-server socket of a host's Open vSwitch.
-const DefaultEndpoint = "unix:/var/run/openvswitch/db.sock"
-
 // Defaults of IntegrationConfig.
 const (
 	// DefaultPatchExToInt is the patch port on br-ex that leads to br-int.
@@ -44,9 +40,10 @@ const (
 	DefaultGenevePort = "srcip-geneve0"
 	// DefaultGeneveUDPPort is the IANA Geneve port (RFC 8926), also used by OVN.
 	DefaultGeneveUDPPort = 6081
-	// DefaultPortWait bounds how long EnsureIntegration waits for ovs-vswitchd to assign ofports.
-	DefaultPortWait = 30 * time.Second
 )
+
+// defaultPortWait bounds how long EnsureIntegration waits for ovs-vswitchd to assign ofports.
+const defaultPortWait = 30 * time.Second
 
 // DB is a connection to the Open_vSwitch database of ovsdb-server (ovs-vswitchd.conf.db(5)),
 // with a client-side cache of the Open_vSwitch, Bridge, Port, Interface and Flow_Table tables
@@ -55,16 +52,12 @@ const (
 type DB struct {
 	c       client.Client
 	changes chan struct{}
-	reconns chan struct{}
-	// roots counts additions of the Open_vSwitch root row to the cache: 1 after the initial
-	// monitor, one more after each reconnect that repopulated the cache.
-	roots atomic.Int64
 }
 
 // Connect connects to ovsdb-server at endpoint ("unix:/path/db.sock", "tcp:IP:PORT"), starts
 // monitoring the tables the agent reads and returns when the cache holds the current contents.
 // The client reconnects forever (exponential backoff up to 5 s) after a lost connection and
-// then repopulates the cache; see Changes and Reconnected. Call Close when done.
+// then repopulates the cache; see Changes. Call Close when done.
 func Connect(ctx context.Context, endpoint string) (*DB, error) {
 	dbModel, err := model.NewClientDBModel("Open_vSwitch", map[string]model.Model{
 		tableOpenVSwitch: &ovsRow{},
@@ -93,14 +86,9 @@ func Connect(ctx context.Context, endpoint string) (*DB, error) {
 	if err := c.Connect(ctx); err != nil {
 		return nil, fmt.Errorf("connect to ovsdb %s: %w", endpoint, err)
 	}
-	d := &DB{c: c, changes: make(chan struct{}, 1), reconns: make(chan struct{}, 1)}
+	d := &DB{c: c, changes: make(chan struct{}, 1)}
 	c.Cache().AddEventHandler(&cache.EventHandlerFuncs{
-		AddFunc: func(table string, _ model.Model) {
-			if table == tableOpenVSwitch && d.roots.Add(1) > 1 {
-				notify(d.reconns)
-			}
-			notify(d.changes)
-		},
+		AddFunc:    func(string, model.Model) { notify(d.changes) },
 		UpdateFunc: func(string, model.Model, model.Model) { notify(d.changes) },
 		DeleteFunc: func(string, model.Model) { notify(d.changes) },
 	})
@@ -144,15 +132,9 @@ func (d *DB) Connected() bool { return d.c.Connected() }
 // Changes returns a channel that receives (coalesced: capacity 1, never blocks the sender) after
 // any change of a cached Open_vSwitch, Bridge, Port, Interface or Flow_Table row, including the
 // initial population and the repopulation after a reconnect. A receive means "look again", not
-// what changed.
+// what changed. A restart of ovs-vswitchd alone (which loses every OpenFlow flow) is not visible
+// in OVSDB: see WatchVswitchd.
 func (d *DB) Changes() <-chan struct{} { return d.changes }
-
-// Reconnected returns a channel that receives (coalesced like Changes) after the client lost its
-// connection to ovsdb-server and repopulated its cache from a new one, e.g. after an
-// ovsdb-server restart. The agent should then run a full sync. Note that a restart of
-// ovs-vswitchd alone (which loses every OpenFlow flow) is not visible in OVSDB: detect it
-// through OpenFlow (the Inventory of a periodic full sync).
-func (d *DB) Reconnected() <-chan struct{} { return d.reconns }
 
 // IntegrationConfig names the objects EnsureIntegration creates or checks. Zero values take the
 // Default* constants.
@@ -174,7 +156,7 @@ type IntegrationConfig struct {
 	// GeneveUDPPort is the Geneve UDP destination port (options:dst_port); use another port than
 	// 6081 when the host also runs OVN.
 	GeneveUDPPort int
-	// PortWait bounds the wait for ovs-vswitchd to assign ofports (0: DefaultPortWait).
+	// PortWait bounds the wait for ovs-vswitchd to assign ofports (0: 30 s).
 	PortWait time.Duration
 }
 
@@ -198,7 +180,7 @@ func (c *IntegrationConfig) defaults() error {
 		return fmt.Errorf("integration config: geneve UDP port %d out of range", c.GeneveUDPPort)
 	}
 	if c.PortWait == 0 {
-		c.PortWait = DefaultPortWait
+		c.PortWait = defaultPortWait
 	}
 	return nil
 }
@@ -305,8 +287,11 @@ func (d *DB) EnsureIntegration(ctx context.Context, c IntegrationConfig) (flows.
 			return flows.Ports{}, fmt.Errorf("create bridge %s: %w", c.BrInt, err)
 		}
 		var roots []ovsRow
-		if err := d.c.List(ctx, &roots); err != nil || len(roots) != 1 {
-			return flows.Ports{}, fmt.Errorf("read Open_vSwitch root row (%d rows): %w", len(roots), err)
+		if err := d.c.List(ctx, &roots); err != nil {
+			return flows.Ports{}, fmt.Errorf("read Open_vSwitch root row: %w", err)
+		}
+		if len(roots) != 1 {
+			return flows.Ports{}, fmt.Errorf("read Open_vSwitch root row: %d rows, want 1", len(roots))
 		}
 		root := &roots[0]
 		if err := t.add(d.c.Where(root).Mutate(root, model.Mutation{
@@ -494,9 +479,15 @@ func (d *DB) waitPorts(ctx context.Context, c IntegrationConfig) (flows.Ports, e
 	for {
 		var p flows.Ports
 		var pending []string
+		// causes keeps the errors of this round other than "not there yet", for the timeout error.
+		var causes []error
 		ofport := func(name string) int {
 			i := &ifaceRow{Name: name}
-			if err := d.c.Get(ctx, i); err != nil || i.OFPort == nil || *i.OFPort <= 0 {
+			err := d.c.Get(ctx, i)
+			if err != nil && !errors.Is(err, client.ErrNotFound) {
+				causes = append(causes, fmt.Errorf("read interface %s: %w", name, err))
+			}
+			if err != nil || i.OFPort == nil || *i.OFPort <= 0 {
 				msg := name
 				if err == nil && i.Error != nil {
 					msg += " (" + *i.Error + ")"
@@ -512,10 +503,14 @@ func (d *DB) waitPorts(ctx context.Context, c IntegrationConfig) (flows.Ports, e
 		p.IntTunnel = ofport(c.GenevePort)
 		p.TunnelUDPPort = c.GeneveUDPPort
 		exIf := &ifaceRow{Name: c.BrEx}
-		if err := d.c.Get(ctx, exIf); err == nil && exIf.MACInUse != nil {
-			if mac, err := net.ParseMAC(*exIf.MACInUse); err == nil {
-				p.ExMAC = mac
+		if err := d.c.Get(ctx, exIf); err != nil && !errors.Is(err, client.ErrNotFound) {
+			causes = append(causes, fmt.Errorf("read interface %s: %w", c.BrEx, err))
+		} else if err == nil && exIf.MACInUse != nil {
+			mac, err := net.ParseMAC(*exIf.MACInUse)
+			if err != nil {
+				causes = append(causes, fmt.Errorf("mac_in_use of %s: %w", c.BrEx, err))
 			}
+			p.ExMAC = mac
 		}
 		if p.ExMAC == nil {
 			pending = append(pending, c.BrEx+" mac_in_use")
@@ -526,7 +521,7 @@ func (d *DB) waitPorts(ctx context.Context, c IntegrationConfig) (flows.Ports, e
 		select {
 		case <-ctx.Done():
 			return flows.Ports{}, fmt.Errorf("wait for ofports: still missing %s: %w",
-				strings.Join(pending, ", "), ctx.Err())
+				strings.Join(pending, ", "), errors.Join(append([]error{ctx.Err()}, causes...)...))
 		case <-tick.C:
 		}
 	}
@@ -555,7 +550,11 @@ func (d *DB) NameTables(ctx context.Context, bridge string, names map[int]string
 		}
 		if u, ok := br.FlowTables[id]; ok {
 			ft := &flowTableRow{UUID: u}
-			if err := d.c.Get(ctx, ft); err == nil {
+			err := d.c.Get(ctx, ft)
+			if err != nil && !errors.Is(err, client.ErrNotFound) {
+				return fmt.Errorf("read Flow_Table %s of %s: %w", u, bridge, err)
+			}
+			if err == nil {
 				if ft.Name != nil && *ft.Name == name {
 					continue
 				}
@@ -616,13 +615,17 @@ func (d *DB) PodPorts(ctx context.Context, brInt string) ([]PodPort, error) {
 	var out []PodPort
 	for _, pu := range br.Ports {
 		p := &portRow{UUID: pu}
-		if err := d.c.Get(ctx, p); err != nil {
+		if err := d.c.Get(ctx, p); errors.Is(err, client.ErrNotFound) {
 			continue // deleted meanwhile
+		} else if err != nil {
+			return nil, fmt.Errorf("read port %s of %s: %w", pu, brInt, err)
 		}
 		for _, iu := range p.Interfaces {
 			i := &ifaceRow{UUID: iu}
-			if err := d.c.Get(ctx, i); err != nil {
+			if err := d.c.Get(ctx, i); errors.Is(err, client.ErrNotFound) {
 				continue
+			} else if err != nil {
+				return nil, fmt.Errorf("read interface %s of port %s: %w", iu, p.Name, err)
 			}
 			if pp, ok := podPort(i); ok {
 				out = append(out, pp)

@@ -14,7 +14,7 @@ import (
 // every interval and sends on the returned channel (capacity 1, coalescing) whenever the pid it
 // holds changes. A restarted ovs-vswitchd comes back with empty flow tables and no groups while
 // OVSDB shows no change at all, so this is how the agent learns that it must replay everything
-// (field case C19). The channel is closed when ctx ends. A missing or unreadable pidfile counts
+// (docs/field-cases.md#c19). The channel is closed when ctx ends. A missing or unreadable pidfile counts
 // as "no pid"; the first pid seen after one is a restart too.
 func WatchVswitchd(ctx context.Context, runDir string, interval time.Duration) <-chan struct{} {
 	out := make(chan struct{}, 1)

@@ -168,7 +168,9 @@ func run(ctx context.Context, o options) error {
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
-			_ = srv.Shutdown(sctx)
+			if err := srv.Shutdown(sctx); err != nil {
+				logger.Error(err, "Metrics server did not shut down cleanly")
+			}
 		}()
 	}
 	logger.Info("Starting", "ovsdb", o.ovsdb, "bridgeEx", o.bridgeEx, "bridgeInt", o.bridgeInt, "manifests", o.manifests)

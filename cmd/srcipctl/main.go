@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -138,7 +139,7 @@ func desiredCommand(out io.Writer) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" || node == "" {
-				return fmt.Errorf("--manifests and --node are required")
+				return errors.New("--manifests and --node are required")
 			}
 			objs, err := agent.ReadManifestDir(dir)
 			if err != nil {

@@ -6,6 +6,7 @@ package ovstest
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ovs-srcip/ovs-srcip/ofctl"
 )
 
 // SchemaPath is the Open_vSwitch database schema of Debian's openvswitch-common.
@@ -186,9 +189,9 @@ func (s *Sandbox) stop(ctl, pidfile string) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	_ = syscall.Kill(pid, syscall.SIGKILL)
-	_ = os.Remove(pidPath)
-	return fmt.Errorf("%s (pid %d) did not exit, killed it (exit: %v)", pidfile, pid, exitErr)
+	killErr := syscall.Kill(pid, syscall.SIGKILL)
+	_ = os.Remove(pidPath) // best effort: the daemon is gone or cannot be stopped anyway
+	return errors.Join(fmt.Errorf("%s (pid %d) did not exit, killed it", pidfile, pid), exitErr, killErr)
 }
 
 // Close stops ovs-vswitchd and ovsdb-server and removes RunDir; it is idempotent and registered
@@ -226,8 +229,9 @@ const (
 
 // AddNodeBridges lays out one node as the agent leaves it, with fixed port numbers (Node*
 // constants): br-ex with the uplink eth0 and the patch to br-int; br-int with the patch, the
-// flow-based Geneve port and one dummy port per name in pods. Both bridges are dummy-datapath,
-// fail_mode=secure, OpenFlow10/13/15. For pipeline tests that load flows and run ofproto/trace.
+// flow-based Geneve port and one dummy port per name in pods; the patch and Geneve ports have the
+// agent's default names (ofctl.Default*). Both bridges are dummy-datapath, fail_mode=secure,
+// OpenFlow10/13/15. For pipeline tests that load flows and run ofproto/trace.
 func (s *Sandbox) AddNodeBridges(t testing.TB, pods ...string) {
 	t.Helper()
 	bridge := func(name string) []string {
@@ -241,10 +245,10 @@ func (s *Sandbox) AddNodeBridges(t testing.TB, pods ...string) {
 	var args []string
 	args = append(args, bridge("br-ex")...)
 	args = append(args, port("br-ex", "eth0", NodeExUplink, "dummy")...)
-	args = append(args, port("br-ex", "patch-ex-to-int", NodeExPatch, "patch", "options:peer=patch-int-to-ex")...)
+	args = append(args, port("br-ex", ofctl.DefaultPatchExToInt, NodeExPatch, "patch", "options:peer="+ofctl.DefaultPatchIntToEx)...)
 	args = append(args, bridge("br-int")...)
-	args = append(args, port("br-int", "patch-int-to-ex", NodeIntPatch, "patch", "options:peer=patch-ex-to-int")...)
-	args = append(args, port("br-int", "srcip-geneve0", NodeIntTunnel, "geneve", "options:remote_ip=flow", "options:key=flow")...)
+	args = append(args, port("br-int", ofctl.DefaultPatchIntToEx, NodeIntPatch, "patch", "options:peer="+ofctl.DefaultPatchExToInt)...)
+	args = append(args, port("br-int", ofctl.DefaultGenevePort, NodeIntTunnel, "geneve", "options:remote_ip=flow", "options:key=flow")...)
 	for i, p := range pods {
 		args = append(args, port("br-int", p, NodeIntPod+i, "dummy")...)
 	}

@@ -295,8 +295,8 @@ func TestAdversarialTCPSurvivesUnrelatedChanges(t *testing.T) {
 	assert.Contains(t, out, clientIP)
 }
 
-// README (C01): established connections of a Service whose annotation was removed keep flowing.
-// The generic +est flow is in ExServiceCT, which only ExServiceLB entry flows lead to; those of the
+// Field case C01 (docs/field-cases.md#c01; README, drains): established connections of a
+// Service whose annotation was removed keep flowing. The generic +est flow is in ExServiceCT, which only ExServiceLB entry flows lead to; those of the
 // Service are deleted with the annotation, so a drain flow set (lower priority, same ct(nat)) keeps
 // leading the entry point there while ZoneService has connections to it. Without it the
 // connection's next packet would go to the host stack, which answers with a RST.

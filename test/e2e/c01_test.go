@@ -44,9 +44,9 @@ func capture(t *testing.T, node, iface, filter string) (stop func() []string) {
 	}
 }
 
-// Field case C01, checks 2 and 3: the request crosses node1 -> node2 inside Geneve (outer
-// 192.0.2.11 -> 192.0.2.12, inner source the client), and node2 never sends a packet of the
-// connection out of its uplink other than inside the tunnel back to node1.
+// Field case C01 (docs/field-cases.md#c01) on the wire: the request crosses node1 -> node2
+// inside Geneve (outer 192.0.2.11 -> 192.0.2.12, inner source the client), and node2 never sends
+// a packet of the connection out of its uplink other than inside the tunnel back to node1.
 func TestC01OnlyTunnelOnBackendUplink(t *testing.T) {
 	addr := "192.0.2.11:30100"
 	checkReply(t, waitOK(t, "tcp", addr), addr, "echo-a")

@@ -14,8 +14,8 @@ import (
 	"github.com/ovs-srcip/ovs-srcip/test/lab"
 )
 
-// Field case C16: the host of the ingress node opens its own TCP connection from local port 30100,
-// which is also an opted-in Service's NodePort. The SYN-ACK and the rest of that connection must
+// Field case C16 (docs/field-cases.md#c16): the host of the ingress node opens its own TCP
+// connection from local port 30100, which is also an opted-in Service's NodePort. The SYN-ACK and the rest of that connection must
 // reach the host stack and never be DNATed to the Service's pod; the Service keeps working.
 func TestHostConnectionFromNodePortSourcePort(t *testing.T) {
 	addr := "192.0.2.11:30100"

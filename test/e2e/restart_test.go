@@ -51,7 +51,7 @@ func minDuration(t *testing.T, node, br string) float64 {
 	return min
 }
 
-// An agent restart does not disturb the dataplane (DESIGN.md section 4, field case C18): while it
+// An agent restart does not disturb the dataplane (field case C18, docs/field-cases.md#c18): while it
 // is down the Services keep working; after it is back its first full sync writes nothing (the
 // cookies are derived from content, so nothing differs), no flow is re-added and conntrack is not
 // flushed.

@@ -1,8 +1,8 @@
 // Package lab builds an emulated multi-node Open vSwitch cluster on one machine
 // (network namespaces, one ovsdb-server + ovs-vswitchd per node, userspace
 // datapath) from the same Kubernetes manifests srcip-agent reads in
-// --manifests mode. See LAB-FACTS.md in the design notes for the pitfalls each
-// step avoids.
+// --manifests mode. See docs/lab-facts.md for the pitfalls each step avoids
+// ("pitfall N" below is docs/lab-facts.md#pitfall-N).
 package lab
 
 import (

@@ -16,7 +16,7 @@ const vswitchSchema = "/usr/share/openvswitch/vswitch.ovsschema"
 
 // sysctls applied to every lab netns before any interface is created in it.
 var baseSysctls = []string{
-	"net.ipv6.conf.all.disable_ipv6=1", // pitfall 7: no IPv6 noise
+	"net.ipv6.conf.all.disable_ipv6=1", // docs/lab-facts.md#pitfall-7: no IPv6 noise
 	"net.ipv6.conf.default.disable_ipv6=1",
 	"net.ipv4.conf.all.rp_filter=0",
 	"net.ipv4.conf.default.rp_filter=0",
@@ -45,7 +45,7 @@ func (l *Lab) nsExec(netns string, argv ...string) (string, error) {
 	return l.run(runOpts{}, append([]string{"ip", "netns", "exec", netns}, argv...)...)
 }
 
-// txOff disables checksum offload on veth ends (pitfall 1).
+// txOff disables checksum offload on veth ends (docs/lab-facts.md#pitfall-1).
 func (l *Lab) txOff(netns string, ifaces ...string) error {
 	var sh []string
 	for _, i := range ifaces {
@@ -131,7 +131,7 @@ func (l *Lab) setup() error {
 		}
 	}
 
-	// 6. Tunnel neighbours (pitfall 5).
+	// 6. Tunnel neighbours (docs/lab-facts.md#pitfall-5).
 	if err := parallel(l.Nodes, func(n *Node) error { return l.SeedTunnelNeighbours(n.Name) }); err != nil {
 		return err
 	}
@@ -173,7 +173,7 @@ func (l *Lab) setupNode(n *Node) error {
 	if err := l.txOff(l.RouterNetns, n.RouterPort); err != nil {
 		return wrap(err)
 	}
-	// eth0 belongs to OVS: no ARP from the node kernel on it (pitfall 2).
+	// eth0 belongs to OVS: no ARP from the node kernel on it (docs/lab-facts.md#pitfall-2).
 	if err := l.ipBatch(n.Netns, "link set eth0 arp off", "link set eth0 up"); err != nil {
 		return wrap(err)
 	}
@@ -248,7 +248,7 @@ func readPidfile(path string) (int, error) {
 }
 
 // SeedTunnelNeighbours pre-seeds node's OVS tunnel neighbour table with every
-// other node's br-ex MAC (pitfall 5), so the first tunnelled packet to each
+// other node's br-ex MAC (docs/lab-facts.md#pitfall-5), so the first tunnelled packet to each
 // peer is not lost.
 func (l *Lab) SeedTunnelNeighbours(node string) error {
 	n := l.Node(node)
@@ -275,7 +275,7 @@ func (l *Lab) setupPod(p *Pod) error {
 	}
 	gw := n.Gateway.String()
 	if err := l.ipBatch(p.Netns,
-		"link set eth0 address "+p.MAC+" mtu 1400", // pitfall 3: Geneve overhead
+		"link set eth0 address "+p.MAC+" mtu 1400", // docs/lab-facts.md#pitfall-3: Geneve overhead
 		"addr add "+p.Prefix.String()+" dev eth0",
 		"link set eth0 up",
 		"route add default via "+gw+" dev eth0",

@@ -29,7 +29,7 @@ const (
 	ingressNodeOnNode2Lbl = "0xc000020b"
 )
 
-// world is node1 and node2 of CASES.md T3, each with its own sandbox bridges.
+// world is node1 and node2 of topology T3 (docs/field-cases.md#t3), each with its own sandbox bridges.
 type world struct {
 	sb  *ovstest.Sandbox
 	ex  *ofctl.OpenFlow
@@ -176,8 +176,8 @@ func TestP2LocalEndpoint(t *testing.T) {
 	require.Contains(t, acts[2], "set(eth(src="+brExMAC, out)
 }
 
-// C16 / P5: the SYN-ACK of the host's own connection from local port 30080 is not a new Service
-// connection: it goes to the host (LOCAL), never to the group.
+// C16 (docs/field-cases.md#c16) / P5: the SYN-ACK of the host's own connection from local port
+// 30080 is not a new Service connection: it goes to the host (LOCAL), never to the group.
 func TestHostConnectionOnNodePortGoesToHost(t *testing.T) {
 	w := newNode(t, "node1", "10.244.1.5", web("10.244.2.5"))
 	flow := strings.Replace(synToNodePort, "tcp_flags=syn", "tcp_flags=syn|ack", 1)

@@ -1,7 +1,7 @@
 #!/bin/sh
 # fake-agent.sh: a stand-in for srcip-agent used to test the lab harness and
 # the demo before the real agent exists. It accepts the agent's flag contract
-# and, on node1 only, hand-writes path P2 of DESIGN.md for the demo Service
+# and, on node1 only, hand-writes path P2 of docs/pipeline.md for the demo Service
 # demo/web (NodePort 192.0.2.11:30080/30053, LB 203.0.113.100:80/53,
 # externalIP 203.0.113.101:80/53) to the LOCAL endpoint echo-c 10.244.1.5:8080,
 # keeping the client IP and answering from the VIP. Other nodes: idle.
@@ -46,7 +46,7 @@ echo "fake-agent: ofports patch-ex=$PATCHEX patch-int=$PATCHINT uplink=$UPLINK p
   done
   echo "cookie=$C,table=0,priority=200,in_port=$PATCHEX,ip,actions=ct(zone=7,nat,table=2)"
   echo "cookie=$C,table=0,priority=0,actions=NORMAL"
-  # Already translated (established, or a retransmitted SYN: LAB-FACTS pitfall 4).
+  # Already translated (established, or a retransmitted SYN: docs/lab-facts.md#pitfall-4).
   echo "cookie=$C,table=1,priority=110,ct_state=+trk+dnat,ip,actions=mod_dl_src:$GWMAC,mod_dl_dst:$PODMAC,output:$PATCHEX"
   for p in tcp udp; do
     echo "cookie=$C,table=1,priority=100,ct_state=+new+trk,$p,actions=ct(commit,zone=7,nat(dst=$POD:8080),exec(move:NXM_OF_ETH_SRC[]->NXM_NX_CT_LABEL[0..47]),table=3)"

@@ -1,4 +1,7 @@
-package ofctl
+// Package ofctltest provides an in-memory stand-in for ofctl's OpenFlow client, for tests of the
+// code that drives bridges and conntrack (like net/http/httptest for net/http). It starts no
+// process and needs no Open vSwitch; package ofctl/ovstest starts real OVS daemons instead.
+package ofctltest
 
 import (
 	"context"
@@ -12,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/ovs-srcip/ovs-srcip/flows"
+	"github.com/ovs-srcip/ovs-srcip/ofctl"
 )
 
 // ErrInjected is the cause of a Fake bundle failure requested with FailNext.
@@ -19,7 +23,7 @@ var ErrInjected = errors.New("injected failure")
 
 // Fake is an in-memory FlowBridge (and Conntrack) for reconciler tests. It understands only the line shapes of
 // flows.Plan.Lines and applies a bundle atomically: a bad line or an injected failure applies
-// nothing and returns an *Error. Like OVS it keys flows by table, priority and match (a flow add
+// nothing and returns an *ofctl.Error. Like OVS it keys flows by table, priority and match (a flow add
 // with an installed key overwrites that flow, cookie included), deletes by exact cookie, and
 // deleting a group also deletes the flows whose actions output to it. Safe for concurrent use.
 type Fake struct {
@@ -29,79 +33,63 @@ type Fake struct {
 	failNext int
 	bundles  int
 	lines    int
-	conns    []FakeConn
-	flushes  []FakeFlush
+	conns    []Conn
+	flushes  []flows.ConntrackFilter
 }
 
-// FakeConn is one conntrack entry of a Fake (AddConn): its zone, protocol number, original
-// destination and reply source; Closed entries (TCP TIME_WAIT) are not counted as live.
-type FakeConn struct {
+// Conn is one conntrack entry of a Fake (AddConn): its zone, protocol, original destination and
+// reply source; Closed entries (TCP TIME_WAIT) are not counted as live.
+type Conn struct {
 	Zone     uint16
-	Proto    uint8
+	Protocol flows.Protocol
 	OrigDst  netip.AddrPort
 	ReplySrc netip.AddrPort
 	Closed   bool
 }
 
-// FakeFlush records one FlushConntrack call.
-type FakeFlush struct {
-	Zone    uint16
-	Proto   uint8
-	Reply   netip.AddrPort
-	OrigDst netip.AddrPort
-}
-
 // AddConn adds a conntrack entry.
-func (f *Fake) AddConn(c FakeConn) {
+func (f *Fake) AddConn(c Conn) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.conns = append(f.conns, c)
 }
 
 // Conns returns the conntrack entries.
-func (f *Fake) Conns() []FakeConn {
+func (f *Fake) Conns() []Conn {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.conns)
 }
 
-// Flushes returns the FlushConntrack calls so far.
-func (f *Fake) Flushes() []FakeFlush {
+// Flushes returns the filters of the FlushConntrack calls so far.
+func (f *Fake) Flushes() []flows.ConntrackFilter {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.flushes)
 }
 
-// FlushConntrack deletes the matching entries like OpenFlow.FlushConntrack.
-func (f *Fake) FlushConntrack(_ context.Context, zone uint16, reply netip.AddrPort, proto uint8, origDst netip.AddrPort) error {
+// FlushConntrack deletes the matching entries like ofctl.OpenFlow.FlushConntrack.
+func (f *Fake) FlushConntrack(_ context.Context, fl flows.ConntrackFilter) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.flushes = append(f.flushes, FakeFlush{Zone: zone, Proto: proto, Reply: reply, OrigDst: origDst})
-	f.conns = slices.DeleteFunc(f.conns, func(c FakeConn) bool {
-		return c.Zone == zone && c.Proto == proto && c.ReplySrc == reply && (!origDst.IsValid() || c.OrigDst == origDst)
+	f.flushes = append(f.flushes, fl)
+	f.conns = slices.DeleteFunc(f.conns, func(c Conn) bool {
+		return c.Zone == fl.Zone && c.Protocol == fl.Protocol && c.ReplySrc == fl.ReplySrc &&
+			(!fl.OrigDst.IsValid() || c.OrigDst == fl.OrigDst)
 	})
 	return nil
 }
 
-// ConntrackDestinations counts the live entries of zone like OpenFlow.ConntrackDestinations.
+// ConntrackDestinations counts the live entries of zone like ofctl.OpenFlow.ConntrackDestinations.
 func (f *Fake) ConntrackDestinations(_ context.Context, zone uint16) (map[flows.EntryPoint]int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := map[flows.EntryPoint]int{}
 	for _, c := range f.conns {
-		if c.Zone != zone || c.Closed {
+		if c.Zone != zone || c.Closed || (c.Protocol != flows.TCP && c.Protocol != flows.UDP) {
 			continue
 		}
-		var p flows.Protocol
-		switch c.Proto {
-		case ProtoTCP:
-			p = flows.TCP
-		case ProtoUDP:
-			p = flows.UDP
-		default:
-			continue
-		}
-		out[flows.EntryPoint{Protocol: p, Addr: c.OrigDst}]++
+		out[flows.EntryPoint{Protocol: c.Protocol, Addr: c.OrigDst}]++
 	}
 	return out, nil
 }
@@ -157,7 +145,7 @@ func (f *Fake) Bundle(_ context.Context, lines []string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fail := func(i int, err error) error {
-		return &Error{Cmd: []string{"fake", "bundle"}, Stderr: fmt.Sprintf("-:%d: %v", i+1, err), Err: err}
+		return &ofctl.Error{Cmd: []string{"fake", "bundle"}, Stderr: fmt.Sprintf("-:%d: %v", i+1, err), Err: err}
 	}
 	if f.failNext > 0 {
 		f.failNext--
@@ -294,7 +282,7 @@ func flowKey(text string) (string, flows.Cookie, error) {
 }
 
 // Inventory counts the installed flows per owned cookie and lists the owned groups, like
-// OpenFlow.Inventory.
+// ofctl.OpenFlow.Inventory.
 func (f *Fake) Inventory(context.Context) (flows.Inventory, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
