@@ -224,7 +224,7 @@ func (m *model) updateNodes(logger klog.Logger, names map[string]bool, touched m
 			cidrsChanged = true
 		}
 		if name != m.node {
-			touched[flows.Key{Kind: flows.KindNode, Name: name}] = true
+			markObject(touched, "Node", "", name)
 		}
 	}
 	return cidrsChanged
@@ -235,7 +235,7 @@ func (m *model) updatePods(logger klog.Logger, names map[types.NamespacedName]bo
 	for name := range names {
 		k := flows.Key{Kind: flows.KindPod, Namespace: name.Namespace, Name: name.Name}
 		delete(m.st.Pods, k)
-		touched[k] = true
+		markObject(touched, "Pod", name.Namespace, name.Name)
 		pp, ok := m.podPorts[name]
 		if !ok {
 			continue
@@ -306,6 +306,17 @@ func (m *model) updateServices(logger klog.Logger, names map[types.NamespacedNam
 		m.report(svc, "conflict/"+name.String(), ReasonConflict, conflicts)
 		if len(convProblems[name])+len(conflicts) > 0 {
 			logger.V(2).Info("Service has problems", "service", klog.KObj(svc), "problems", append(convProblems[name], conflicts...))
+		}
+	}
+}
+
+// markObject marks dirty the key of every kind whose flow sets serve the object (KindSpec.Object)
+// and are rebuilt when it changes (flows.OwnObject): the keys named by the object's namespace and
+// name. (Service ports are keyed by port as well; updateServices marks them.)
+func markObject(touched map[flows.Key]bool, object, namespace, name string) {
+	for _, spec := range flows.Kinds() {
+		if spec.Object == object && spec.Triggers&flows.OwnObject != 0 {
+			touched[flows.Key{Kind: spec.Kind, Namespace: namespace, Name: name}] = true
 		}
 	}
 }

@@ -27,8 +27,10 @@ func BuildExBase(st *State) (*FlowSet, error) {
 	rpl := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateEstablished), ovs.SetState(ovs.CTStateReply))
 	fs.Flows = []ovs.Flow{
 		// ExClassifier: Geneve to this node first (no Service entry point may capture the
-		// tunnels), then the hooks into our tables, then the installer's plumbing.
-		flow(ExClassifier, prioTunnel, ovs.ProtocolUDPv4, p.ExUplink, st.tunnelMatch(), outputLocal),
+		// tunnels): from a node the cluster knows it is let in above this flow
+		// (BuildTunnelPeer), from anywhere else it is dropped here and counted by this flow's
+		// n_packets. Then the hooks into our tables, then the installer's plumbing.
+		flow(ExClassifier, prioTunnel, ovs.ProtocolUDPv4, p.ExUplink, st.tunnelMatch(), ovs.Drop()),
 		flow(ExClassifier, prioHook, ovs.ProtocolIPv4, p.ExUplink, nil, Goto(ExServiceLB)),
 		flow(ExClassifier, prioHook, "", p.ExPatch, nil, Goto(ExFromInt)),
 		flow(ExClassifier, prioLow, "", p.ExUplink, nil, outputLocal),
@@ -64,11 +66,14 @@ func BuildIntBase(st *State) (*FlowSet, error) {
 	}
 	fs := &FlowSet{Key: Key{Kind: KindIntBase}, Bridge: BrInt}
 	rplTunnel := []ovs.Match{ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateEstablished), ovs.SetState(ovs.CTStateReply)), OriginTunnel.Match()}
+	trackedNew := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateNew))
+	trackedEst := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateEstablished))
+	trackedRel := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateRelated))
 	rplBrEx := []ovs.Match{ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateEstablished), ovs.SetState(ovs.CTStateReply)), OriginBrEx.Match()}
 	fs.Flows = []ovs.Flow{
-		flow(IntClassifier, prioHook, "", p.IntTunnel, []ovs.Match{ovs.TunnelID(VNIPod)}, SourceTunnelPod.Load(), Goto(IntL3Forwarding)),
-		flow(IntClassifier, prioHook, "", p.IntTunnel, []ovs.Match{ovs.TunnelID(VNIService)}, SourceTunnelSvc.Load(), Goto(IntL3Forwarding)),
-		flow(IntClassifier, prioHook, "", p.IntTunnel, []ovs.Match{ovs.TunnelID(VNIServiceReply)}, output(p.IntPatch)),
+		// Geneve is accepted per VNI from known nodes only (BuildNode); anything else from the
+		// tunnel port is dropped here, and counted by this flow's n_packets.
+		flow(IntClassifier, prioLow, "", p.IntTunnel, nil, ovs.Drop()),
 		flow(IntClassifier, prioHook, ovs.ProtocolIPv4, p.IntPatch, nil, SourceBrEx.Load(), Goto(IntL3Forwarding)),
 		flow(IntClassifier, prioDefault, "", 0, nil, ovs.Drop()),
 
@@ -82,15 +87,29 @@ func BuildIntBase(st *State) (*FlowSet, error) {
 		flow(IntARPResponder, prioDefault, "", 0, nil, ovs.Drop()),
 		flow(IntL3Forwarding, prioDefault, "", 0, nil, ovs.Drop()),
 
+		// IntPodIngress -> IntPodIngressCT: connections entering a pod from the service tunnel
+		// or from br-ex are tracked in ZonePod; a new one is committed with its origin (and, from
+		// the tunnel, the ingress node in ct_label); packets of an existing connection pass
+		// without a commit, so no later packet can change what was recorded; a packet whose
+		// connection has the other origin, or that conntrack finds invalid, is dropped.
 		flow(IntPodIngress, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{SourceTunnelSvc.Match()},
+			CT{Zone: ZonePod, Table: tableRef(IntPodIngressCT)}),
+		flow(IntPodIngress, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{SourceBrEx.Match()},
+			CT{Zone: ZonePod, Table: tableRef(IntPodIngressCT)}),
+		flow(IntPodIngressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{SourceTunnelSvc.Match(), trackedNew},
 			CT{Commit: true, Zone: ZonePod, Exec: []ovs.Action{
 				OriginTunnel.Load(),
 				CTLabelIngressNode.MoveFrom(nxmTunSrc),
 			}},
 			RegOutPort.Output()),
-		flow(IntPodIngress, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{SourceBrEx.Match()},
+		flow(IntPodIngressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{SourceBrEx.Match(), trackedNew},
 			CT{Commit: true, Zone: ZonePod, Exec: []ovs.Action{OriginBrEx.Load()}},
 			RegOutPort.Output()),
+		flow(IntPodIngressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{SourceTunnelSvc.Match(), trackedEst, OriginTunnel.Match()}, RegOutPort.Output()),
+		flow(IntPodIngressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{SourceTunnelSvc.Match(), trackedRel, OriginTunnel.Match()}, RegOutPort.Output()),
+		flow(IntPodIngressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{SourceBrEx.Match(), trackedEst, OriginBrEx.Match()}, RegOutPort.Output()),
+		flow(IntPodIngressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{SourceBrEx.Match(), trackedRel, OriginBrEx.Match()}, RegOutPort.Output()),
+		flow(IntPodIngressCT, prioDefault, "", 0, nil, ovs.Drop()),
 		flow(IntPodIngress, prioDefault, "", 0, nil, RegOutPort.Output()),
 	}
 	{

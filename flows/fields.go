@@ -251,14 +251,15 @@ const (
 
 // Priorities used across tables.
 const (
-	prioTunnel  = 600
-	prioHook    = 500
-	prioHigh    = 300
-	prioMid     = 200
-	prioEntry   = 100
-	prioDrain   = 90 // below prioEntry: a live entry point wins over a draining one
-	prioLow     = 10
-	prioDefault = 0
+	prioTunnelPeer = 610 // above prioTunnel: Geneve from a known node
+	prioTunnel     = 600
+	prioHook       = 500
+	prioHigh       = 300
+	prioMid        = 200
+	prioEntry      = 100
+	prioDrain      = 90 // below prioEntry: a live entry point wins over a draining one
+	prioLow        = 10
+	prioDefault    = 0
 )
 
 // FieldDoc is one row of the pipeline's field reference (docs/pipeline.md).

@@ -8,15 +8,24 @@ import (
 
 // KindNode: the Geneve route to one other node's pod CIDRs.
 
-// BuildNode returns the Geneve route to another node's pod CIDRs (KindNode) on br-int: pod
-// traffic goes with VNIPod, DNATed external traffic from br-ex with VNIService; tun_dst is that
-// node's InternalIP.
+// BuildNode returns the flows of another node on br-int (KindNode): what arrives by Geneve from
+// that node's InternalIP (tun_src) is classified by VNI - VNIPod and VNIService go to
+// IntL3Forwarding with their RegSource mark, VNIServiceReply to br-ex; Geneve from any other
+// source matches none of these and is dropped in IntClassifier (BuildIntBase). And the route to
+// its pod CIDRs: pod traffic goes with VNIPod, DNATed external traffic from br-ex with VNIService;
+// tun_dst is that node's InternalIP.
 func BuildNode(st *State, n Node) (*FlowSet, error) {
 	fs := &FlowSet{Key: Key{Kind: KindNode, Name: n.Name}, Bridge: BrInt}
 	if !n.InternalIP.Is4() {
 		fs.Warnings = append(fs.Warnings, fmt.Sprintf("node %s has no IPv4 InternalIP: no route to its pods", n.Name))
 		return fs, fs.Finish()
 	}
+	tunSrc := ovs.FieldMatch("tun_src", n.InternalIP.String())
+	fs.Flows = append(fs.Flows,
+		flow(IntClassifier, prioHook, "", st.Ports.IntTunnel, []ovs.Match{tunSrc, ovs.TunnelID(VNIPod)}, SourceTunnelPod.Load(), Goto(IntL3Forwarding)),
+		flow(IntClassifier, prioHook, "", st.Ports.IntTunnel, []ovs.Match{tunSrc, ovs.TunnelID(VNIService)}, SourceTunnelSvc.Load(), Goto(IntL3Forwarding)),
+		flow(IntClassifier, prioHook, "", st.Ports.IntTunnel, []ovs.Match{tunSrc, ovs.TunnelID(VNIServiceReply)}, output(st.Ports.IntPatch)),
+	)
 	for _, c := range n.PodCIDRs {
 		if !c.Addr().Is4() {
 			continue

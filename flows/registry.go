@@ -19,6 +19,8 @@ const (
 	KindNode Kind = 0x03
 	// KindPod is one local pod: spoof guard, L3 delivery.
 	KindPod Kind = 0x04
+	// KindTunnelPeer lets Geneve from one other node's InternalIP into this node (br-ex).
+	KindTunnelPeer Kind = 0x05
 	// KindServicePort is one opted-in Service port: entry points, select group.
 	KindServicePort Kind = 0x10
 	// KindServiceDrain is one entry point (VIP:port/protocol) of a Service port that went away
@@ -83,6 +85,8 @@ var registry = []KindSpec{
 		Tier: 1, Triggers: OwnObject, Keys: nodeKeys, Build: buildNodeKey, Rank: nodeRank, Object: "Node"},
 	{Kind: KindPod, Name: "pod", Doc: "one local pod: spoof guard and delivery", Bridge: BrInt,
 		Tier: 1, Triggers: OwnObject, Keys: podKeys, Build: buildPodKey, Rank: podRank, Object: "Pod", AllOrNothing: true},
+	{Kind: KindTunnelPeer, Name: "tunnel-peer", Doc: "Geneve from one other node's InternalIP, let into this node (all other Geneve is dropped)", Bridge: BrEx,
+		Tier: 1, Triggers: OwnObject, Keys: tunnelPeerKeys, Build: buildTunnelPeerKey, Rank: nodeRank, Object: "Node"},
 	{Kind: KindServicePort, Name: "service-port", Doc: "one opted-in Service port: entry points and its select group", Bridge: BrEx,
 		Tier: 1, Triggers: OwnObject | PodCIDRs, Keys: servicePortKeys, Build: buildServicePortKey, Rank: servicePortRank, Object: "Service"},
 	{Kind: KindServiceDrain, Name: "service-drain", Doc: "one TCP entry point of a Service port that went away, while connections to it remain (key: `ip:port/TCP`; its cookie depends only on the entry point)", Bridge: BrEx,

@@ -46,9 +46,15 @@ const (
 	// IntL3Forwarding routes by destination IP: local pods (rewrite MACs, RegOutPort) ->
 	// IntPodIngress; other nodes' pod CIDRs -> Geneve (VNI by source). Misses are dropped.
 	IntL3Forwarding Table = 60
-	// IntPodIngress commits connections entering a local pod from br-ex or from the service
-	// tunnel in ZonePod with their origin (ct_mark, ct_label), then outputs to RegOutPort.
+	// IntPodIngress sends connections entering a local pod from br-ex or from the service tunnel
+	// through ct(zone=ZonePod) to IntPodIngressCT; other packets (pod to pod) are output to
+	// RegOutPort.
 	IntPodIngress Table = 65
+	// IntPodIngressCT commits a new connection from br-ex or the service tunnel in ZonePod with
+	// its origin (ct_mark, and the ingress node in ct_label) and outputs it to RegOutPort; packets
+	// of an existing connection of the same origin are output without a commit (nothing a later
+	// packet carries can change the recorded origin); anything else is dropped.
+	IntPodIngressCT Table = 66
 )
 
 // tableNames lists every table of each bridge with its name, in pipeline order: the one place
@@ -60,7 +66,8 @@ var tableNames = map[Bridge][]struct {
 	BrEx: {{ExClassifier, "ExClassifier"}, {ExServiceLB, "ExServiceLB"}, {ExServiceCT, "ExServiceCT"},
 		{ExServiceOut, "ExServiceOut"}, {ExFromInt, "ExFromInt"}, {ExServiceReply, "ExServiceReply"}},
 	BrInt: {{IntClassifier, "IntClassifier"}, {IntPodEgressCT, "IntPodEgressCT"}, {IntARPResponder, "IntARPResponder"},
-		{IntL3Forwarding, "IntL3Forwarding"}, {IntPodIngress, "IntPodIngress"}},
+		{IntL3Forwarding, "IntL3Forwarding"}, {IntPodIngress, "IntPodIngress"},
+		{IntPodIngressCT, "IntPodIngressCT"}},
 }
 
 // Name returns the table's name as used in docs, goldens and srcipctl ("table<N>" when b has no

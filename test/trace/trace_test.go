@@ -128,10 +128,11 @@ func TestP1IngressNodeLoadBalancerIP(t *testing.T) {
 func TestP1BackendNode(t *testing.T) {
 	w := newNode(t, "node2", "10.244.2.5")
 	in := "in_port=2,tun_id=2,tun_src=192.0.2.11,tun_dst=192.0.2.12,tcp,nw_src=198.51.100.10,nw_dst=10.244.2.5,tp_src=40000,tp_dst=8080,tcp_flags=syn"
-	acts := datapathActions(w.trace(t, w.in, in))
-	require.Len(t, acts, 1)
-	require.Contains(t, acts[0], "ct(commit,zone=64257,mark=0x2/0xf,label="+ingressNodeLabel+"/0xffffffff)")
+	acts := datapathActions(w.trace(t, w.in, in, "trk,new"))
+	require.Len(t, acts, 2)
 	require.Contains(t, acts[0], "set(eth(src=0a:58:0a:f4:02:01,dst=0a:58:0a:f4:02:05))")
+	require.Contains(t, acts[0], "ct(zone=64257),recirc(")
+	require.Contains(t, acts[1], "ct(commit,zone=64257,mark=0x2/0xf,label="+ingressNodeLabel+"/0xffffffff)")
 
 	reply := "in_port=3,dl_src=" + flows.GatewayMAC(netip.MustParseAddr("10.244.2.5")).String() +
 		",tcp,nw_src=10.244.2.5,nw_dst=198.51.100.10,tp_src=8080,tp_dst=40000,tcp_flags=syn|ack,ct_mark=0x2,ct_label=" + ingressNodeOnNode2Lbl
@@ -160,11 +161,12 @@ func TestP1IngressNodeReply(t *testing.T) {
 // its reply goes back to br-ex.
 func TestP2LocalEndpoint(t *testing.T) {
 	w := newNode(t, "node1", "10.244.1.5", web("10.244.1.5"))
-	out := w.trace(t, w.ex, synToNodePort, "trk,new", "trk,new,dnat")
+	out := w.trace(t, w.ex, synToNodePort, "trk,new", "trk,new,dnat", "trk,new")
 	acts := datapathActions(out)
-	require.Len(t, acts, 3, out)
+	require.Len(t, acts, 4, out)
 	require.Contains(t, acts[1], "nat(dst=10.244.1.5:8080)")
-	require.Contains(t, acts[2], "ct(commit,zone=64257,mark=0x1/0xf)", out)
+	require.Contains(t, acts[2], "ct(zone=64257),recirc(", out)
+	require.Contains(t, acts[3], "ct(commit,zone=64257,mark=0x1/0xf)", out)
 
 	reply := "in_port=3,dl_src=" + flows.GatewayMAC(netip.MustParseAddr("10.244.1.5")).String() +
 		",tcp,nw_src=10.244.1.5,nw_dst=198.51.100.10,tp_src=8080,tp_dst=40000,tcp_flags=syn|ack,ct_mark=0x1,ct_label=" + clientMACLabel
@@ -208,4 +210,65 @@ func TestNoEndpointsDrops(t *testing.T) {
 	acts := datapathActions(out)
 	require.Len(t, acts, 2, out)
 	require.Equal(t, "drop", acts[1], out)
+}
+
+// Only nodes may tunnel (br-int): Geneve from a source that is not a known node's InternalIP is
+// dropped for every VNI; from a known node each VNI goes where it belongs.
+func TestTunnelOnlyFromNodes(t *testing.T) {
+	w := newNode(t, "node2", "10.244.2.5")
+	for _, vni := range []string{"1", "2", "3", "7"} {
+		in := "in_port=2,tun_id=" + vni + ",tun_src=198.51.100.66,tun_dst=192.0.2.12,tcp,nw_src=198.51.100.66,nw_dst=10.244.2.5,tp_src=40000,tp_dst=8080,tcp_flags=syn"
+		out := w.trace(t, w.in, in)
+		acts := datapathActions(out)
+		require.Equal(t, []string{"drop"}, acts, "VNI %s from an outside host: %s", vni, out)
+		require.Contains(t, out, "0. in_port=2, priority 10", "the counted tunnel drop flow")
+	}
+	// From node1: VNI 1 (pod to pod) is delivered to the pod without a ZonePod commit, VNI 2
+	// (service) through IntPodIngressCT, VNI 3 (service reply) to br-ex, an unknown VNI dropped.
+	base := "in_port=2,tun_src=192.0.2.11,tun_dst=192.0.2.12,tcp,nw_src=10.244.1.7,nw_dst=10.244.2.5,tp_src=40000,tp_dst=8080,tcp_flags=syn,tun_id="
+	acts := datapathActions(w.trace(t, w.in, base+"1"))
+	require.Len(t, acts, 1)
+	require.NotContains(t, acts[0], "ct(")
+	require.NotEqual(t, "drop", acts[0])
+	acts = datapathActions(w.trace(t, w.in, base+"2", "trk,new"))
+	require.Len(t, acts, 2)
+	require.Contains(t, acts[1], "ct(commit,zone=64257,mark=0x2/0xf")
+	out := w.trace(t, w.in, base+"3")
+	require.Contains(t, out, "output:1", out)
+	require.Equal(t, []string{"drop"}, datapathActions(w.trace(t, w.in, base+"9")))
+}
+
+// A tunnel packet never changes the state of an existing connection: an established one of the
+// same origin is delivered without a commit (ct_label keeps the ingress node recorded by the
+// first packet), one whose connection came from br-ex, or that conntrack finds invalid, is dropped.
+func TestTunnelPacketDoesNotRewriteConnection(t *testing.T) {
+	w := newNode(t, "node2", "10.244.2.5")
+	// A packet of an existing connection arrives by the tunnel.
+	in := "in_port=2,tun_id=2,tun_src=192.0.2.11,tun_dst=192.0.2.12,tcp,nw_src=198.51.100.10,nw_dst=10.244.2.5,tp_src=40000,tp_dst=8080,tcp_flags=ack"
+	out := w.trace(t, w.in, in, "trk,est")
+	acts := datapathActions(out)
+	require.Len(t, acts, 2, out)
+	require.NotContains(t, out, "ct(commit", "an established connection is not committed again")
+	require.Equal(t, "drop", acts[1], "ct_mark 0 (not a tunnel connection): dropped: %s", out)
+	out = w.trace(t, w.in, in+",ct_mark=0x2", "trk,est")
+	acts = datapathActions(out)
+	require.Len(t, acts, 2, out)
+	require.NotContains(t, out, "ct(commit", out)
+	require.NotEqual(t, "drop", acts[1], out)
+	require.Contains(t, out, "output:NXM_NX_REG1[]", out)
+	out = w.trace(t, w.in, in, "trk,inv")
+	require.Equal(t, "drop", datapathActions(out)[1], out)
+}
+
+// Only nodes may tunnel (br-ex): Geneve to this node from a known node goes to the host (where the
+// datapath decapsulates it), from anywhere else it is dropped before the host sees it.
+func TestTunnelUnderlayOnlyFromNodes(t *testing.T) {
+	w := newNode(t, "node1", "10.244.1.5")
+	geneve := "in_port=1,udp,dl_src=" + clientMAC + ",dl_dst=" + brExMAC + ",nw_dst=192.0.2.11,udp_src=50000,udp_dst=6081,nw_ttl=64,nw_src="
+	out := w.trace(t, w.ex, geneve+"198.51.100.66")
+	require.Equal(t, []string{"drop"}, datapathActions(out), out)
+	require.Contains(t, out, "priority 600", out)
+	out = w.trace(t, w.ex, geneve+"192.0.2.12")
+	require.Contains(t, out, "priority 610", out)
+	require.Contains(t, out, "LOCAL", out)
 }

@@ -1,0 +1,43 @@
+package flows
+
+import (
+	"fmt"
+
+	"github.com/digitalocean/go-openvswitch/ovs"
+)
+
+// KindTunnelPeer: Geneve from one other node's underlay address is let into this node.
+
+// BuildTunnelPeer returns the br-ex flow that hands Geneve packets (UDP to the tunnel port of this
+// node's InternalIP, RFC 8926) from node n's InternalIP to the host, where the datapath
+// decapsulates them into br-int (KindTunnelPeer). Geneve from any other source is dropped by
+// BuildExBase's tunnel flow below it (and counted by that flow's n_packets): only the cluster's
+// nodes may tunnel. br-int checks the tunnel source again, per VNI (BuildNode).
+func BuildTunnelPeer(st *State, n Node) (*FlowSet, error) {
+	fs := &FlowSet{Key: Key{Kind: KindTunnelPeer, Name: n.Name}, Bridge: BrEx}
+	if !n.InternalIP.Is4() {
+		fs.Warnings = append(fs.Warnings, fmt.Sprintf("node %s has no IPv4 InternalIP: its Geneve packets are not accepted", n.Name))
+		return fs, fs.Finish()
+	}
+	m := append([]ovs.Match{ovs.NetworkSource(n.InternalIP.String())}, st.tunnelMatch()...)
+	fs.Flows = []ovs.Flow{flow(ExClassifier, prioTunnelPeer, ovs.ProtocolUDPv4, st.Ports.ExUplink, m, outputLocal)}
+	return fs, fs.Finish()
+}
+
+func tunnelPeerKeys(st *State) []Key {
+	out := make([]Key, 0, len(st.Nodes))
+	for name := range st.Nodes {
+		if name != st.Node {
+			out = append(out, Key{Kind: KindTunnelPeer, Name: name})
+		}
+	}
+	return out
+}
+
+func buildTunnelPeerKey(st *State, k Key) (*FlowSet, error) {
+	n, ok := st.Nodes[k.Name]
+	if !ok || n.Name == st.Node {
+		return nil, nil
+	}
+	return BuildTunnelPeer(st, n)
+}

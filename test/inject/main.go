@@ -1,0 +1,177 @@
+// Command inject sends hand-made Geneve packets (RFC 8926) for the lab's attack tests: an IPv4/UDP
+// outer header from any source address (a raw socket with IP_HDRINCL, so the source may be
+// spoofed), a Geneve header with the given VNI, and an inner Ethernet/IPv4 TCP or UDP packet.
+//
+//	inject --dst 192.0.2.11 --vni 2 --inner-src 198.51.100.10:40000 --inner-dst 10.244.1.5:8080 [--src 192.0.2.13] [--proto tcp|udp] [--flags syn|ack] [--count N]
+//
+// It runs inside a lab network namespace (ip netns exec) and needs CAP_NET_RAW.
+package main
+
+import (
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"syscall"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "inject:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	src := flag.String("src", "", "outer IPv4 source (default: the address the route to --dst uses)")
+	dst := flag.String("dst", "", "outer IPv4 destination (a node)")
+	dport := flag.Int("dport", 6081, "outer UDP destination port (Geneve)")
+	vni := flag.Uint("vni", 1, "Geneve VNI")
+	proto := flag.String("proto", "tcp", "inner protocol: tcp or udp")
+	flags := flag.String("flags", "syn", "inner TCP flags: syn or ack")
+	innerSrc := flag.String("inner-src", "", "inner source ip:port")
+	innerDst := flag.String("inner-dst", "", "inner destination ip:port")
+	count := flag.Int("count", 1, "packets to send")
+	flag.Parse()
+
+	d, err := netip.ParseAddr(*dst)
+	if err != nil || !d.Is4() {
+		return fmt.Errorf("--dst %q: not an IPv4 address", *dst)
+	}
+	var s netip.Addr
+	if *src == "" {
+		c, err := net.Dial("udp4", netip.AddrPortFrom(d, uint16(*dport)).String())
+		if err != nil {
+			return fmt.Errorf("route to %s: %w", d, err)
+		}
+		s = c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap()
+		c.Close()
+	} else if s, err = netip.ParseAddr(*src); err != nil || !s.Is4() {
+		return fmt.Errorf("--src %q: not an IPv4 address", *src)
+	}
+	is, err := netip.ParseAddrPort(*innerSrc)
+	if err != nil {
+		return fmt.Errorf("--inner-src: %w", err)
+	}
+	id, err := netip.ParseAddrPort(*innerDst)
+	if err != nil {
+		return fmt.Errorf("--inner-dst: %w", err)
+	}
+	var inner []byte
+	switch *proto {
+	case "tcp":
+		f := byte(0x02) // SYN
+		if *flags == "ack" {
+			f = 0x10
+		}
+		inner = ipv4(is.Addr(), id.Addr(), syscall.IPPROTO_TCP, tcp(is, id, f))
+	case "udp":
+		inner = ipv4(is.Addr(), id.Addr(), syscall.IPPROTO_UDP, udp(is, id, []byte("inject\n"), true))
+	default:
+		return fmt.Errorf("--proto %q: tcp or udp", *proto)
+	}
+	// Inner Ethernet: br-int routes by IP and rewrites both MACs.
+	eth := append([]byte{0x0a, 0x58, 0, 0, 0, 1, 0x02, 0xba, 0xd0, 0, 0, 1, 0x08, 0x00}, inner...)
+	// Geneve header (RFC 8926 section 3.4): version 0, no options, protocol type 0x6558
+	// (Transparent Ethernet Bridging), 24-bit VNI.
+	gnv := make([]byte, 8)
+	binary.BigEndian.PutUint16(gnv[2:], 0x6558)
+	binary.BigEndian.PutUint32(gnv[4:], uint32(*vni)<<8)
+	payload := append(gnv, eth...)
+	outer := ipv4(s, d, syscall.IPPROTO_UDP,
+		udp(netip.AddrPortFrom(s, 50000), netip.AddrPortFrom(d, uint16(*dport)), payload, false))
+
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_RAW, syscall.IPPROTO_RAW)
+	if err != nil {
+		return fmt.Errorf("raw socket: %w", err)
+	}
+	defer syscall.Close(fd)
+	to := &syscall.SockaddrInet4{Addr: d.As4()}
+	var errs []error
+	for i := 0; i < *count; i++ {
+		if err := syscall.Sendto(fd, outer, 0, to); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("send: %w", err)
+	}
+	fmt.Printf("sent %d Geneve packet(s) %s -> %s:%d vni %d, inner %s %s -> %s\n", *count, s, d, *dport, *vni, *proto, is, id)
+	return nil
+}
+
+// ipv4 returns an IPv4 header (no options, TTL 64, checksum) followed by payload.
+func ipv4(src, dst netip.Addr, proto int, payload []byte) []byte {
+	h := make([]byte, 20, 20+len(payload))
+	h[0] = 0x45
+	binary.BigEndian.PutUint16(h[2:], uint16(20+len(payload)))
+	h[8] = 64
+	h[9] = byte(proto)
+	s, d := src.As4(), dst.As4()
+	copy(h[12:], s[:])
+	copy(h[16:], d[:])
+	binary.BigEndian.PutUint16(h[10:], checksum(h, 0))
+	return append(h, payload...)
+}
+
+// tcp returns a 20-byte TCP header with the given flags and a valid checksum.
+func tcp(src, dst netip.AddrPort, flags byte) []byte {
+	h := make([]byte, 20)
+	binary.BigEndian.PutUint16(h[0:], src.Port())
+	binary.BigEndian.PutUint16(h[2:], dst.Port())
+	binary.BigEndian.PutUint32(h[4:], 0x1000)
+	if flags&0x10 != 0 {
+		binary.BigEndian.PutUint32(h[8:], 0x2000)
+	}
+	h[12] = 5 << 4
+	h[13] = flags
+	binary.BigEndian.PutUint16(h[14:], 65535)
+	binary.BigEndian.PutUint16(h[16:], checksum(h, pseudo(src.Addr(), dst.Addr(), syscall.IPPROTO_TCP, len(h))))
+	return h
+}
+
+// udp returns a UDP header and payload; with sum the checksum is computed, else it is 0 (allowed
+// over IPv4, and what tunnel endpoints usually send).
+func udp(src, dst netip.AddrPort, payload []byte, sum bool) []byte {
+	b := make([]byte, 8+len(payload))
+	binary.BigEndian.PutUint16(b[0:], src.Port())
+	binary.BigEndian.PutUint16(b[2:], dst.Port())
+	binary.BigEndian.PutUint16(b[4:], uint16(len(b)))
+	copy(b[8:], payload)
+	if sum {
+		c := checksum(b, pseudo(src.Addr(), dst.Addr(), syscall.IPPROTO_UDP, len(b)))
+		if c == 0 {
+			c = 0xffff
+		}
+		binary.BigEndian.PutUint16(b[6:], c)
+	}
+	return b
+}
+
+// pseudo is the sum of the IPv4 pseudo-header of a TCP or UDP checksum.
+func pseudo(src, dst netip.Addr, proto, length int) uint32 {
+	s, d := src.As4(), dst.As4()
+	var sum uint32
+	for i := 0; i < 4; i += 2 {
+		sum += uint32(s[i])<<8 | uint32(s[i+1])
+		sum += uint32(d[i])<<8 | uint32(d[i+1])
+	}
+	return sum + uint32(proto) + uint32(length)
+}
+
+// checksum is the Internet checksum (RFC 1071) of b, starting from sum.
+func checksum(b []byte, sum uint32) uint16 {
+	for i := 0; i+1 < len(b); i += 2 {
+		sum += uint32(b[i])<<8 | uint32(b[i+1])
+	}
+	if len(b)%2 == 1 {
+		sum += uint32(b[len(b)-1]) << 8
+	}
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	return ^uint16(sum)
+}
