@@ -38,6 +38,9 @@ type Config struct {
 	// NodePortCIDRs restricts NodePort addresses (--nodeport-addresses); empty: all of the
 	// node's InternalIP and ExternalIP addresses.
 	NodePortCIDRs []netip.Prefix
+	// ExternalIPCIDRs are the ranges externalIPs may be served from (--external-ip-cidrs);
+	// empty: no externalIP is served.
+	ExternalIPCIDRs []netip.Prefix
 	// FullSyncPeriod is the drift-repair period (0: DefaultFullSyncPeriod).
 	FullSyncPeriod time.Duration
 	// MinSyncInterval bounds the sync rate (0: DefaultMinSyncInterval).
@@ -91,16 +94,17 @@ func New(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
 	rec := NewReconciler(ReconcilerConfig{
-		NodeName:      cfg.NodeName,
-		Bridges:       cfg.Bridges,
-		Dataplane:     cfg.Dataplane,
-		NodePortCIDRs: cfg.NodePortCIDRs,
-		HasSynced:     cfg.Source.HasSynced,
-		Events:        sourceEvents{cfg.Source},
-		Metrics:       cfg.Metrics,
-		Conntrack:     cfg.Conntrack,
-		DrainPeriod:   cfg.DrainPeriod,
-		RepairPeriod:  cfg.RepairPeriod,
+		NodeName:        cfg.NodeName,
+		Bridges:         cfg.Bridges,
+		Dataplane:       cfg.Dataplane,
+		NodePortCIDRs:   cfg.NodePortCIDRs,
+		ExternalIPCIDRs: cfg.ExternalIPCIDRs,
+		HasSynced:       cfg.Source.HasSynced,
+		Events:          sourceEvents{cfg.Source},
+		Metrics:         cfg.Metrics,
+		Conntrack:       cfg.Conntrack,
+		DrainPeriod:     cfg.DrainPeriod,
+		RepairPeriod:    cfg.RepairPeriod,
 	})
 	runner := NewRunner(rec.Sync, cfg.MinSyncInterval, DefaultRetryMin, DefaultRetryMax)
 	rec.SetTrigger(runner.Run)

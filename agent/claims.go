@@ -35,19 +35,6 @@ type claims struct {
 	bySvc  map[types.NamespacedName][]flows.EntryPoint
 	rank   map[types.NamespacedName]claimRank
 	owners map[flows.EntryPoint]map[types.NamespacedName]bool
-	// nodeAddrs are the node's NodePort addresses: an LB ingress IP or externalIP equal to one of
-	// them with port P is the same entry point as NodePort P (see canon).
-	nodeAddrs []netip.Addr
-}
-
-// canon returns the claim key of e (one of flows.ServicePort.Claims): a LoadBalancer/external
-// IP:port on one of the node's NodePort addresses competes with the NodePort of that number (both
-// render the same flow on this node).
-func (c *claims) canon(e flows.EntryPoint) flows.EntryPoint {
-	if !e.IsNodePort() && slices.Contains(c.nodeAddrs, e.Addr.Addr()) {
-		return flows.NodePortEntry(e.Protocol, e.Addr.Port())
-	}
-	return e
 }
 
 func newClaims() *claims {
@@ -63,7 +50,7 @@ func (c *claims) entryPoints(sps []flows.ServicePort) []flows.EntryPoint {
 	var out []flows.EntryPoint
 	for i := range sps {
 		for _, e := range sps[i].Claims() {
-			if e = c.canon(e); !slices.Contains(out, e) {
+			if !slices.Contains(out, e) {
 				out = append(out, e)
 			}
 		}
@@ -125,11 +112,10 @@ func (c *claims) winner(e flows.EntryPoint) types.NamespacedName {
 func (c *claims) resolve(name types.NamespacedName, sps []flows.ServicePort) ([]flows.ServicePort, []string) {
 	var problems []string
 	lost := func(e flows.EntryPoint) bool {
-		key := c.canon(e)
-		if len(c.owners[key]) < 2 {
+		if len(c.owners[e]) < 2 {
 			return false
 		}
-		w := c.winner(key)
+		w := c.winner(e)
 		if w == name {
 			return false
 		}

@@ -48,8 +48,9 @@ func ReadManifestDir(dir string) ([]runtime.Object, error) {
 // RenderDesired returns the bundle lines ("flow add ...", "group add_or_mod ...") a first full
 // sync of node would write into empty bridges, given cluster objects, without touching OVS: the
 // ofports are PlaceholderPorts and every Pod of the node with an IPv4 podIP gets a placeholder
-// pod port (ofport 100, 101, ... in name order). Problems are reported to events (nil: logged).
-func RenderDesired(ctx context.Context, node string, objs []runtime.Object, nodePortCIDRs []netip.Prefix, events EventSink) (map[flows.Bridge][]string, error) {
+// pod port (ofport 100, 101, ... in name order). nodePortCIDRs and externalIPCIDRs are the agent's
+// --nodeport-addresses and --external-ip-cidrs. Problems are reported to events (nil: logged).
+func RenderDesired(ctx context.Context, node string, objs []runtime.Object, nodePortCIDRs, externalIPCIDRs []netip.Prefix, events EventSink) (map[flows.Bridge][]string, error) {
 	if events == nil {
 		events = logEvents{}
 	}
@@ -74,7 +75,7 @@ func RenderDesired(ctx context.Context, node string, objs []runtime.Object, node
 		bridges[b] = &captureBridge{lines: func(l []string) { out[b] = append(out[b], l...) }}
 	}
 	r := NewReconciler(ReconcilerConfig{NodeName: node, Bridges: bridges, Dataplane: dp,
-		NodePortCIDRs: nodePortCIDRs, Events: events})
+		NodePortCIDRs: nodePortCIDRs, ExternalIPCIDRs: externalIPCIDRs, Events: events})
 	for _, o := range objs {
 		deliver(r, nil, o)
 	}

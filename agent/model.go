@@ -49,11 +49,12 @@ type model struct {
 	svcRaw   map[types.NamespacedName][]flows.ServicePort // converted, before claims
 	svcKeys  map[types.NamespacedName][]flows.Key         // the Service's ports in st.Services
 	claims   *claims
+	admit    *admission
 	groups   *flows.GroupIDs
 	problems map[string]string // object key -> last reported problems
 }
 
-func newModel(node string, npCIDRs []netip.Prefix, events EventSink) *model {
+func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, events EventSink) *model {
 	return &model{
 		node: node, npCIDRs: npCIDRs, events: events,
 		nodeChanges:  NewChangeTracker[string](nodeEqual),
@@ -70,6 +71,7 @@ func newModel(node string, npCIDRs []netip.Prefix, events EventSink) *model {
 		svcRaw:       map[types.NamespacedName][]flows.ServicePort{},
 		svcKeys:      map[types.NamespacedName][]flows.Key{},
 		claims:       newClaims(),
+		admit:        newAdmission(externalIPCIDRs),
 		groups:       flows.NewGroupIDs(),
 		problems:     map[string]string{},
 	}
@@ -104,8 +106,8 @@ func (m *model) update(ctx context.Context, dp Dataplane, full bool) (changes, e
 	if !slices.Equal(npAddrs, m.st.NodePortAddresses) {
 		ch.full = true
 		m.st.NodePortAddresses = npAddrs
-		m.claims.nodeAddrs = npAddrs
 	}
+	m.admissionChanges(d)
 	if ch.full {
 		if err := m.refreshDataplane(ctx, dp); err != nil {
 			return ch, err
@@ -136,6 +138,30 @@ func (m *model) update(ctx context.Context, dp Dataplane, full bool) (changes, e
 	m.updatePods(logger, d.pods, ch.keys)
 	m.updateServices(logger, d.services, ch.keys)
 	return ch, nil
+}
+
+// admissionChanges updates the admission's view of node addresses and LoadBalancer IPs and marks
+// the Services whose admitted entry points may change with them: every Service when a node
+// address changed, every Service with externalIPs when a LoadBalancer IP changed.
+func (m *model) admissionChanges(d dirtyObjects) {
+	if len(d.nodes) > 0 && m.admit.setNodes(m.nodes) {
+		for name := range m.services {
+			d.services[name] = true
+		}
+	}
+	changed := make([]types.NamespacedName, 0, len(d.services))
+	for name := range d.services {
+		changed = append(changed, name)
+	}
+	lbChanged := false
+	for _, name := range changed {
+		lbChanged = m.admit.setService(name, m.services[name]) || lbChanged
+	}
+	if lbChanged {
+		for name := range m.admit.extUsers {
+			d.services[name] = true
+		}
+	}
 }
 
 // checkout moves the trackers' changes into the caches and returns the changed objects, and
@@ -269,6 +295,9 @@ func (m *model) updateServices(logger klog.Logger, names map[types.NamespacedNam
 			}
 			slices.SortFunc(eps, func(a, b *discoveryv1.EndpointSlice) int { return cmp.Compare(a.Name, b.Name) })
 			sps, convProblems[name] = ServicePorts(svc, eps)
+			var refused []string
+			sps, refused = m.admit.admit(name, sps)
+			m.report(svc, "refused/"+name.String(), ReasonRefused, refused)
 			rank = claimRank{created: svc.CreationTimestamp.Time, name: name}
 		}
 		if len(sps) == 0 {
@@ -298,6 +327,7 @@ func (m *model) updateServices(logger klog.Logger, names map[types.NamespacedNam
 		svc := m.services[name]
 		if svc == nil {
 			m.report(nil, "service/"+name.String(), "", nil)
+			m.report(nil, "refused/"+name.String(), "", nil)
 			continue
 		}
 		if names[name] {

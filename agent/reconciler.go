@@ -37,6 +37,9 @@ type ReconcilerConfig struct {
 	// NodePortCIDRs restricts the NodePort addresses (--nodeport-addresses); empty: no
 	// restriction.
 	NodePortCIDRs []netip.Prefix
+	// ExternalIPCIDRs are the ranges externalIPs may be served from (--external-ip-cidrs);
+	// empty: no externalIP is served (see admission).
+	ExternalIPCIDRs []netip.Prefix
 	// HasSynced reports whether the Source has synced (Source.HasSynced).
 	HasSynced func() bool
 	// Events receives problems with objects; nil: log only.
@@ -103,7 +106,7 @@ func NewReconciler(cfg ReconcilerConfig) *Reconciler {
 		cfg.DrainPeriod = DefaultDrainPeriod
 	}
 	r := &Reconciler{cfg: cfg, metrics: m,
-		model:  newModel(cfg.NodeName, cfg.NodePortCIDRs, cfg.Events),
+		model:  newModel(cfg.NodeName, cfg.NodePortCIDRs, cfg.ExternalIPCIDRs, cfg.Events),
 		syncer: newSyncer(cfg, m)}
 	r.syncer.warn = func(fs *flows.FlowSet) {
 		r.model.report(r.model.objectOf(fs.Key), "warnings/"+fs.Key.String(), ReasonWarning, fs.Warnings)

@@ -35,14 +35,21 @@ func newFixture(t testing.TB) *fixture {
 }
 
 // newReconciler returns a Reconciler on the fixture's bridges, as after an agent restart.
-func (f *fixture) newReconciler() *Reconciler {
-	return NewReconciler(ReconcilerConfig{
+func (f *fixture) newReconciler() *Reconciler { return f.newReconcilerWith() }
+
+// newReconcilerWith is newReconciler with changes to its config.
+func (f *fixture) newReconcilerWith(mod ...func(*ReconcilerConfig)) *Reconciler {
+	cfg := ReconcilerConfig{
 		NodeName:  thisNode,
 		Bridges:   map[flows.Bridge]FlowBridge{flows.BrEx: f.ex, flows.BrInt: f.in},
 		Dataplane: f.dp,
 		HasSynced: func() bool { return f.synced },
 		Events:    f.events,
-	})
+	}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	return NewReconciler(cfg)
 }
 
 // seed gives r the base cluster: two nodes, a local pod and n opted-in Services.

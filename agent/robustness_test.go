@@ -255,12 +255,13 @@ func TestOverlappingNodeCIDR(t *testing.T) {
 	assert.Contains(t, strings.Join(f.in.Flows(), "\n"), "set_field:192.168.0.99->tun_dst")
 }
 
-// A NodePort and another Service's externalIP equal to the node's address with the NodePort's
-// number are one entry point: the older Service (then the smaller name) wins it, the other gets
-// an Event, and nothing flaps.
-func TestNodePortVsExternalIPOnNodeAddress(t *testing.T) {
+// An externalIP equal to a node address is refused outright (CVE-2020-8554 class): the NodePort
+// Service keeps its NodePort whatever the order, the other Service gets a SourceIPRefused Event,
+// and nothing flaps.
+func TestExternalIPOnNodeAddressRefused(t *testing.T) {
 	for _, order := range [][]string{{"npa", "npb"}, {"npb", "npa"}} {
 		f := newFixture(t)
+		f.r = f.newReconcilerWith(func(c *ReconcilerConfig) { c.ExternalIPCIDRs = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")} })
 		f.seedNodes(f.r)
 		svcs := map[string]*corev1.Service{
 			"npa": makeService("ns1", "npa", 30310),
@@ -278,12 +279,64 @@ func TestNodePortVsExternalIPOnNodeAddress(t *testing.T) {
 		a, b := f.r.Applied(flows.BrEx)[svcKey("npa")], f.r.Applied(flows.BrEx)[svcKey("npb")]
 		assert.Len(t, a.EntryPoints, 1)
 		assert.Empty(t, b.EntryPoints, "order %v", order)
-		assert.Contains(t, strings.Join(f.events.msgs, "\n"), "already used by Service ns1/npa")
+		assert.Contains(t, strings.Join(f.events.msgs, "\n"), "SourceIPRefused: externalIP 192.168.0.1 is an address of Node node1")
 		n := f.bundles()
 		f.r.RequestFullSync()
 		require.NoError(t, f.sync())
 		assert.Equal(t, n, f.bundles())
 	}
+}
+
+// Admission of LoadBalancer IPs and externalIPs: the allow-list, node addresses of any node,
+// another Service's LoadBalancer IP (opted in or not); refusals follow changes of the nodes and of
+// the other Services.
+func TestEntryPointAdmission(t *testing.T) {
+	f := newFixture(t)
+	f.r = f.newReconcilerWith(func(c *ReconcilerConfig) {
+		c.ExternalIPCIDRs = []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}
+	})
+	f.seedNodes(f.r)
+	lb := func(ip string) func(*corev1.Service) {
+		return func(s *corev1.Service) {
+			s.Spec.Type = corev1.ServiceTypeLoadBalancer
+			s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip}}
+		}
+	}
+	ext := func(ips ...string) func(*corev1.Service) {
+		return func(s *corev1.Service) { s.Spec.ExternalIPs = ips }
+	}
+	entries := func(name string) []string {
+		var out []string
+		for _, e := range f.r.Applied(flows.BrEx)[svcKey(name)].EntryPoints {
+			out = append(out, e.String())
+		}
+		return out
+	}
+	// Allowed externalIP and LB IP; an externalIP outside the allow-list is refused.
+	f.r.OnService(nil, makeService("ns1", "a", 30001, lb("203.0.113.1"), ext("198.51.100.7", "203.0.113.9")))
+	require.NoError(t, f.sync())
+	assert.ElementsMatch(t, []string{"192.168.0.1:30001/TCP", "203.0.113.1:80/TCP", "198.51.100.7:80/TCP"}, entries("a"))
+	assert.Contains(t, strings.Join(f.events.msgs, "\n"), "SourceIPRefused: externalIP 203.0.113.9 is outside the allowed externalIP ranges (--external-ip-cidrs: 198.51.100.0/24): refused")
+	// An LB IP equal to another node's address is refused.
+	f.r.OnService(nil, makeService("ns1", "b", 30002, lb("192.168.0.2")))
+	require.NoError(t, f.sync())
+	assert.Equal(t, []string{"192.168.0.1:30002/TCP"}, entries("b"))
+	assert.Contains(t, strings.Join(f.events.msgs, "\n"), "loadBalancer ingress IP 192.168.0.2 is an address of Node node2")
+	// An externalIP equal to a not-opted-in Service's LB IP is refused; when that Service lets the
+	// IP go, the externalIP is served.
+	plain := makeService("ns1", "plain", 30003, lb("198.51.100.50"), func(s *corev1.Service) { s.Annotations = nil })
+	f.r.OnService(nil, plain)
+	f.r.OnService(nil, makeService("ns1", "c", 30004, ext("198.51.100.50")))
+	require.NoError(t, f.sync())
+	assert.Equal(t, []string{"192.168.0.1:30004/TCP"}, entries("c"))
+	assert.Contains(t, strings.Join(f.events.msgs, "\n"), "externalIP 198.51.100.50 is the LoadBalancer ingress IP of Service ns1/plain")
+	f.r.OnService(plain, nil)
+	require.NoError(t, f.sync())
+	assert.ElementsMatch(t, []string{"192.168.0.1:30004/TCP", "198.51.100.50:80/TCP"}, entries("c"))
+	// A node taking an externalIP's address takes it from the Service.
+	f.r.OnNode(nil, makeNode("node3", "198.51.100.7", "10.244.3.0/24"))
+	require.NoError(t, f.sync())
+	assert.ElementsMatch(t, []string{"192.168.0.1:30001/TCP", "203.0.113.1:80/TCP"}, entries("a"))
 }
 
 // The generic guard: two flow sets rendering the same flow (here two Services given the same

@@ -41,6 +41,7 @@ type options struct {
 	uplink            string
 	genevePort        int
 	nodePortAddresses []string
+	externalIPCIDRs   []string
 	fullSyncPeriod    time.Duration
 	drainPeriod       time.Duration
 	repairPeriod      time.Duration
@@ -86,6 +87,7 @@ LoadBalancer, or externalIPs). SIGTERM stops the agent and leaves every flow in 
 	f.StringVar(&o.uplink, "uplink", "", "the uplink port on the external bridge; empty: the only port of the external bridge that is not internal, patch or a tunnel (the agent fails clearly if there is not exactly one)")
 	f.IntVar(&o.genevePort, "geneve-port", ofctl.DefaultGeneveUDPPort, "UDP port of the agent's flow-based Geneve tunnel port (use another than 6081 when sharing a host with OVN)")
 	f.StringSliceVar(&o.nodePortAddresses, "nodeport-addresses", nil, "comma-separated CIDRs: serve NodePorts only on node addresses inside them (default: every InternalIP and ExternalIP of the node)")
+	f.StringSliceVar(&o.externalIPCIDRs, "external-ip-cidrs", nil, "comma-separated CIDRs: the ranges a Service's spec.externalIPs may be served from (anyone who may edit a Service can set externalIPs, CVE-2020-8554); default: none, no externalIP is served. externalIPs and LoadBalancer IPs equal to a node address, and externalIPs equal to another Service's LoadBalancer IP, are always refused (Event SourceIPRefused)")
 	f.DurationVar(&o.fullSyncPeriod, "full-sync-period", agent.DefaultFullSyncPeriod, "period of full syncs that compare the bridges with the desired flows and repair drift")
 	f.DurationVar(&o.drainPeriod, "drain-period", agent.DefaultDrainPeriod, "longest time the established TCP connections of a Service entry point that went away (annotation removed, Service or port deleted, externalTrafficPolicy changed) keep being forwarded; the drain ends earlier, at a full sync, once the service conntrack zone holds no live connection to it")
 	f.DurationVar(&o.repairPeriod, "repair-period", 10*time.Minute, "period of the deep repair: a full sync re-sends every flow of the agent with modify_strict (restores flows edited in place, keeps their counters) and every group with add_or_mod, in one bundle per bridge; it costs one bundle as large as the whole pipeline (about 6 flows per Service port, e.g. 60k lines and about a second of ovs-vswitchd time for 10k Service ports). 0 disables it")
@@ -102,7 +104,11 @@ func run(ctx context.Context, o options) error {
 	}
 	cidrs, err := parseCIDRs(o.nodePortAddresses)
 	if err != nil {
-		return err
+		return fmt.Errorf("--nodeport-addresses: %w", err)
+	}
+	extCIDRs, err := parseCIDRs(o.externalIPCIDRs)
+	if err != nil {
+		return fmt.Errorf("--external-ip-cidrs: %w", err)
 	}
 	logger := klog.FromContext(ctx).WithValues("node", o.nodeName)
 	ctx = klog.NewContext(ctx, logger)
@@ -150,12 +156,13 @@ func run(ctx context.Context, o options) error {
 			flows.BrEx:  brEx,
 			flows.BrInt: ofctl.NewOpenFlow(o.bridgeInt, ofctl.MgmtTarget(o.ovsRunDir, o.bridgeInt)),
 		},
-		NodePortCIDRs:  cidrs,
-		FullSyncPeriod: o.fullSyncPeriod,
-		Metrics:        agent.NewMetrics(reg),
-		Conntrack:      brEx,
-		DrainPeriod:    o.drainPeriod,
-		RepairPeriod:   o.repairPeriod,
+		NodePortCIDRs:   cidrs,
+		ExternalIPCIDRs: extCIDRs,
+		FullSyncPeriod:  o.fullSyncPeriod,
+		Metrics:         agent.NewMetrics(reg),
+		Conntrack:       brEx,
+		DrainPeriod:     o.drainPeriod,
+		RepairPeriod:    o.repairPeriod,
 	})
 	if err != nil {
 		return err
@@ -201,7 +208,7 @@ func parseCIDRs(ss []string) ([]netip.Prefix, error) {
 		}
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
-			return nil, fmt.Errorf("--nodeport-addresses: %w", err)
+			return nil, err
 		}
 		out = append(out, p.Masked())
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"regexp"
 	"strconv"
@@ -133,6 +134,7 @@ func runDirFlag(cmd *cobra.Command, runDir *string, holds string) {
 
 func desiredCommand(out io.Writer) *cobra.Command {
 	var dir, node, bridge string
+	var externalIPCIDRs []string
 	cmd := &cobra.Command{
 		Use:   "desired",
 		Short: "Print the flows and groups the agent would write for a node of a manifests directory (placeholder ofports; OVS untouched)",
@@ -149,7 +151,11 @@ func desiredCommand(out io.Writer) *cobra.Command {
 			if ctx == nil {
 				ctx = context.Background()
 			}
-			lines, err := agent.RenderDesired(ctx, node, objs, nil, nil)
+			extCIDRs, err := parseCIDRList(externalIPCIDRs)
+			if err != nil {
+				return fmt.Errorf("--external-ip-cidrs: %w", err)
+			}
+			lines, err := agent.RenderDesired(ctx, node, objs, nil, extCIDRs, nil)
 			if err != nil {
 				return err
 			}
@@ -168,5 +174,22 @@ func desiredCommand(out io.Writer) *cobra.Command {
 	cmd.Flags().StringVar(&dir, "manifests", "", "manifests directory (as srcip-agent --manifests)")
 	cmd.Flags().StringVar(&node, "node", "", "node name")
 	cmd.Flags().StringVar(&bridge, "bridge", "", "only this bridge (br-ex or br-int)")
+	cmd.Flags().StringSliceVar(&externalIPCIDRs, "external-ip-cidrs", nil, "as srcip-agent --external-ip-cidrs: the ranges externalIPs may be served from (default none)")
 	return cmd
+}
+
+// parseCIDRList parses comma-separated CIDRs (flag values).
+func parseCIDRList(ss []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range ss {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }

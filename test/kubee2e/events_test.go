@@ -19,8 +19,8 @@ import (
 
 // Bad input gets a Kubernetes Event on the object and disturbs nobody: a Service whose externalIP
 // is node1's own address with UDP port 6081 (the Geneve tunnel endpoint) must not capture the
-// tunnels; node1's agent refuses that entry point with a Warning Event on the Service, and the
-// other Services keep working across nodes.
+// tunnels; the agents refuse that externalIP (a node address) with a Warning Event
+// SourceIPRefused on the Service, and the other Services keep working across nodes.
 func TestBadInputRecordsEvent(t *testing.T) {
 	ctx := context.Background()
 	victim := newService("victim", 30230, "echo-a")
@@ -50,7 +50,7 @@ func TestBadInputRecordsEvent(t *testing.T) {
 			return err
 		}
 		for _, e := range list.Items {
-			if e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, "6081") {
+			if e.Type == corev1.EventTypeWarning && e.Reason == "SourceIPRefused" && strings.Contains(e.Message, "externalIP 192.0.2.11 is an address of Node node1") {
 				ev = e
 				return nil
 			}

@@ -144,6 +144,8 @@ func (l *Lab) AgentArgs(node string) ([]string, error) {
 		"--bridge-ex=br-ex",
 		"--bridge-int=br-int",
 		"--uplink=eth0",
+		// The lab's LoadBalancer and external IPs (routed to the ingress node by the router).
+		"--external-ip-cidrs=203.0.113.0/24",
 		"--geneve-port=" + strconv.Itoa(l.cfg.GenevePort),
 		"--v=" + strconv.Itoa(l.cfg.AgentVerbosity),
 	}

@@ -1,0 +1,155 @@
+package agent
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/ovs-srcip/ovs-srcip/flows"
+)
+
+// ReasonRefused is the Event reason of an entry point a Service may not claim (admission).
+const ReasonRefused = "SourceIPRefused"
+
+// admission decides which LoadBalancer ingress IPs and externalIPs a Service may claim. The
+// agent's flows run before the host stack on every node, so an address that a Service claims
+// wrongly captures traffic deterministically (the CVE-2020-8554 class: spec.externalIPs can be
+// written by anyone who may edit a Service). The rules, for opted-in Services:
+//
+//   - no LoadBalancer ingress IP or externalIP may be the address (InternalIP or ExternalIP) of
+//     any Node: on node addresses only NodePorts are served;
+//   - an externalIP may not be a LoadBalancer ingress IP of another Service (opted in or not);
+//   - an externalIP must lie inside the operator's allow-list (--external-ip-cidrs; empty: no
+//     externalIP is served, as Kubernetes' DenyServiceExternalIPs advice recommends).
+//
+// Refused addresses are left out of the Service's entry points (its other entry points are
+// served) and reported with a ReasonRefused Event. It is owned by the model.
+type admission struct {
+	externalCIDRs []netip.Prefix
+	nodeAddrs     map[netip.Addr]string // every address of every Node -> the Node's name
+	lbOf          map[types.NamespacedName][]netip.Addr
+	lbOwners      map[netip.Addr]map[types.NamespacedName]bool
+	extUsers      map[types.NamespacedName]bool // Services with spec.externalIPs
+}
+
+func newAdmission(externalCIDRs []netip.Prefix) *admission {
+	return &admission{externalCIDRs: externalCIDRs, nodeAddrs: map[netip.Addr]string{},
+		lbOf: map[types.NamespacedName][]netip.Addr{}, lbOwners: map[netip.Addr]map[types.NamespacedName]bool{},
+		extUsers: map[types.NamespacedName]bool{}}
+}
+
+// setNodes recomputes the node addresses from the Node cache and reports whether they changed.
+func (a *admission) setNodes(nodes map[string]*corev1.Node) bool {
+	next := map[netip.Addr]string{}
+	for name, n := range nodes {
+		for _, ad := range n.Status.Addresses {
+			if ad.Type != corev1.NodeInternalIP && ad.Type != corev1.NodeExternalIP {
+				continue
+			}
+			if ip, err := netip.ParseAddr(ad.Address); err == nil {
+				next[ip.Unmap()] = name
+			}
+		}
+	}
+	if maps.Equal(next, a.nodeAddrs) {
+		return false
+	}
+	a.nodeAddrs = next
+	return true
+}
+
+// setService records the LoadBalancer ingress IPs and the use of externalIPs of Service name (nil:
+// deleted) and reports whether its LoadBalancer IPs changed.
+func (a *admission) setService(name types.NamespacedName, svc *corev1.Service) bool {
+	var lbs []netip.Addr
+	if svc != nil {
+		for _, ing := range svc.Status.LoadBalancer.Ingress {
+			if ip, err := netip.ParseAddr(ing.IP); err == nil {
+				lbs = append(lbs, ip.Unmap())
+			}
+		}
+	}
+	if svc != nil && len(svc.Spec.ExternalIPs) > 0 {
+		a.extUsers[name] = true
+	} else {
+		delete(a.extUsers, name)
+	}
+	slices.SortFunc(lbs, func(x, y netip.Addr) int { return x.Compare(y) })
+	lbs = slices.Compact(lbs)
+	old := a.lbOf[name]
+	if slices.Equal(old, lbs) {
+		return false
+	}
+	for _, ip := range old {
+		delete(a.lbOwners[ip], name)
+		if len(a.lbOwners[ip]) == 0 {
+			delete(a.lbOwners, ip)
+		}
+	}
+	if len(lbs) == 0 {
+		delete(a.lbOf, name)
+	} else {
+		a.lbOf[name] = lbs
+	}
+	for _, ip := range lbs {
+		if a.lbOwners[ip] == nil {
+			a.lbOwners[ip] = map[types.NamespacedName]bool{}
+		}
+		a.lbOwners[ip][name] = true
+	}
+	return true
+}
+
+// admit removes from sps (the converted ports of Service name) the addresses the Service may not
+// claim and says why, once per address.
+func (a *admission) admit(name types.NamespacedName, sps []flows.ServicePort) ([]flows.ServicePort, []string) {
+	var problems []string
+	said := map[netip.Addr]bool{}
+	refuse := func(ip netip.Addr, format string, args ...any) bool {
+		if !said[ip] {
+			said[ip] = true
+			problems = append(problems, fmt.Sprintf(format, args...))
+		}
+		return true
+	}
+	refusedLB := func(ip netip.Addr) bool {
+		if n, ok := a.nodeAddrs[ip]; ok {
+			return refuse(ip, "loadBalancer ingress IP %s is an address of Node %s: refused (only NodePorts are served on node addresses)", ip, n)
+		}
+		return false
+	}
+	refusedExt := func(ip netip.Addr) bool {
+		if n, ok := a.nodeAddrs[ip]; ok {
+			return refuse(ip, "externalIP %s is an address of Node %s: refused (only NodePorts are served on node addresses)", ip, n)
+		}
+		for o := range a.lbOwners[ip] {
+			if o != name {
+				return refuse(ip, "externalIP %s is the LoadBalancer ingress IP of Service %s: refused", ip, o)
+			}
+		}
+		if !slices.ContainsFunc(a.externalCIDRs, func(p netip.Prefix) bool { return p.Contains(ip) }) {
+			allowed := "none"
+			if len(a.externalCIDRs) > 0 {
+				var s []string
+				for _, p := range a.externalCIDRs {
+					s = append(s, p.String())
+				}
+				allowed = strings.Join(s, ",")
+			}
+			return refuse(ip, "externalIP %s is outside the allowed externalIP ranges (--external-ip-cidrs: %s): refused", ip, allowed)
+		}
+		return false
+	}
+	out := make([]flows.ServicePort, 0, len(sps))
+	for _, sp := range sps {
+		sp.LoadBalancerIPs = slices.DeleteFunc(slices.Clone(sp.LoadBalancerIPs), refusedLB)
+		sp.ExternalIPs = slices.DeleteFunc(slices.Clone(sp.ExternalIPs), refusedExt)
+		out = append(out, sp)
+	}
+	return out, problems
+}
