@@ -12,6 +12,8 @@ import (
 type Inventory struct {
 	Flows  map[Cookie]int
 	Groups map[uint32]bool
+	// Buckets is the number of buckets of each owned group, when known (nil: not read).
+	Buckets map[uint32]int
 }
 
 // Applied is what the agent last wrote successfully for one Key.
@@ -108,7 +110,7 @@ func (p *Plan) Replace(old *Applied, fs *FlowSet) {
 
 // FullDiff compares the desired FlowSets of one bridge with what the bridge holds: a FlowSet whose
 // cookie has a different flow count (missing, or flows deleted by hand) or whose groups are
-// missing is re-added; owned cookies and groups that nothing desires are deleted.
+// missing or have another number of buckets (when Inventory.Buckets knows it) is re-added; owned cookies and groups that nothing desires are deleted.
 func FullDiff(b Bridge, desired []*FlowSet, inv Inventory) Plan {
 	p := Plan{Bridge: b}
 	wantCookie := map[Cookie]bool{}
@@ -119,6 +121,10 @@ func FullDiff(b Bridge, desired []*FlowSet, inv Inventory) Plan {
 		for _, g := range fs.Groups {
 			wantGroup[g.ID] = true
 			if !inv.Groups[g.ID] {
+				missing = true
+			}
+			// A group whose bucket count differs (e.g. a large group cut short) is re-sent.
+			if n, ok := inv.Buckets[g.ID]; ok && n != len(g.Buckets) {
 				missing = true
 			}
 		}
