@@ -54,6 +54,8 @@ type Config struct {
 	DrainPeriod time.Duration
 	// RepairPeriod is the period of the deep repair (0: never); see ReconcilerConfig.
 	RepairPeriod time.Duration
+	// BucketsPerMessage: see ReconcilerConfig.
+	BucketsPerMessage int
 }
 
 func (c *Config) validate() error {
@@ -94,17 +96,18 @@ func New(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
 	rec := NewReconciler(ReconcilerConfig{
-		NodeName:        cfg.NodeName,
-		Bridges:         cfg.Bridges,
-		Dataplane:       cfg.Dataplane,
-		NodePortCIDRs:   cfg.NodePortCIDRs,
-		ExternalIPCIDRs: cfg.ExternalIPCIDRs,
-		HasSynced:       cfg.Source.HasSynced,
-		Events:          sourceEvents{cfg.Source},
-		Metrics:         cfg.Metrics,
-		Conntrack:       cfg.Conntrack,
-		DrainPeriod:     cfg.DrainPeriod,
-		RepairPeriod:    cfg.RepairPeriod,
+		NodeName:          cfg.NodeName,
+		Bridges:           cfg.Bridges,
+		Dataplane:         cfg.Dataplane,
+		NodePortCIDRs:     cfg.NodePortCIDRs,
+		ExternalIPCIDRs:   cfg.ExternalIPCIDRs,
+		HasSynced:         cfg.Source.HasSynced,
+		Events:            sourceEvents{cfg.Source},
+		Metrics:           cfg.Metrics,
+		Conntrack:         cfg.Conntrack,
+		DrainPeriod:       cfg.DrainPeriod,
+		RepairPeriod:      cfg.RepairPeriod,
+		BucketsPerMessage: cfg.BucketsPerMessage,
 	})
 	runner := NewRunner(rec.Sync, cfg.MinSyncInterval, DefaultRetryMin, DefaultRetryMax)
 	rec.SetTrigger(runner.Run)

@@ -160,6 +160,7 @@ func (s *syncer) maintainDrains(ctx context.Context, final map[flows.Key]*flows.
 
 // flushReq is one conntrack flush: the UDP entries from entry point origDst DNATed to endpoint.
 type flushReq struct {
+	key               flows.Key // the service port whose endpoint went away
 	endpoint, origDst netip.AddrPort
 }
 
@@ -187,7 +188,7 @@ func (s *syncer) udpFlushes(final map[flows.Key]*flows.FlowSet, gone map[flows.K
 			}
 			for _, e := range old.EntryPoints {
 				if e.Protocol == flows.UDP {
-					out = append(out, flushReq{endpoint: ep, origDst: e.Addr})
+					out = append(out, flushReq{key: k, endpoint: ep, origDst: e.Addr})
 				}
 			}
 		}

@@ -21,6 +21,10 @@ type Metrics struct {
 	ConntrackOps        *prometheus.CounterVec
 	DrainingEntryPoints prometheus.Gauge
 	FlowConflicts       prometheus.Gauge
+	// RejectedFlowSets counts, by kind, the flow sets Open vSwitch rejected (each version once);
+	// RejectedNow is how many are rejected now (not applied; retried at the next full sync).
+	RejectedFlowSets *prometheus.CounterVec
+	RejectedNow      prometheus.Gauge
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: not registered).
@@ -68,10 +72,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: ns, Name: "flow_conflicts",
 			Help: "Flows (bridge, table, priority, match) that more than one flow set renders, at the last sync; each goes to one winner.",
 		}),
+		RejectedFlowSets: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "rejected_flow_sets_total",
+			Help: "Flow sets that Open vSwitch rejected while the rest of their bundle was applied, by kind (each rejected version counted once).",
+		}, []string{"kind"}),
+		RejectedNow: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "rejected_flow_sets",
+			Help: "Flow sets Open vSwitch rejected at their last attempt: not applied (the installed version, if any, is kept), retried at the next full sync.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.SyncDuration, m.SyncFailures, m.AppliedFlows, m.AppliedGroups, m.BundleLines, m.LastSuccess, m.DesiredFlowSets,
-			m.ConntrackOps, m.DrainingEntryPoints, m.FlowConflicts)
+			m.ConntrackOps, m.DrainingEntryPoints, m.FlowConflicts, m.RejectedFlowSets, m.RejectedNow)
 	}
 	return m
 }

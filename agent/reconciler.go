@@ -24,6 +24,9 @@ const (
 	ReasonInvalid  = "SourceIPInvalid"
 	ReasonConflict = "SourceIPConflict"
 	ReasonWarning  = "SourceIPWarning"
+	// ReasonRejected: Open vSwitch rejected the object's flows; the rest of the node's changes
+	// were applied (docs/field-cases.md#c33).
+	ReasonRejected = "SourceIPRejected"
 )
 
 // ReconcilerConfig configures a Reconciler.
@@ -57,6 +60,10 @@ type ReconcilerConfig struct {
 	// previous deep repair re-sends every desired flow with modify_strict and every group with
 	// add_or_mod. 0: never.
 	RepairPeriod time.Duration
+	// BucketsPerMessage is the most group buckets one OpenFlow message carries; larger groups
+	// are written as add_or_mod plus insert_bucket messages in the same bundle (0:
+	// flows.DefaultBucketsPerMessage).
+	BucketsPerMessage int
 }
 
 // DefaultDrainPeriod is the default ReconcilerConfig.DrainPeriod.
@@ -110,6 +117,13 @@ func NewReconciler(cfg ReconcilerConfig) *Reconciler {
 		syncer: newSyncer(cfg, m)}
 	r.syncer.warn = func(fs *flows.FlowSet) {
 		r.model.report(r.model.objectOf(fs.Key), "warnings/"+fs.Key.String(), ReasonWarning, fs.Warnings)
+	}
+	r.syncer.reject = func(k flows.Key, problem string) {
+		var problems []string
+		if problem != "" {
+			problems = []string{problem}
+		}
+		r.model.report(r.model.objectOf(k), "rejected/"+k.String(), ReasonRejected, problems)
 	}
 	r.needFull.Store(true)
 	return r

@@ -2,7 +2,9 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,8 +35,15 @@ type syncer struct {
 	drains          map[flows.EntryPoint]time.Time
 	drainsRecovered bool
 	lastRepair      time.Time
+	// rejected holds, per bridge, the keys whose flow set Open vSwitch rejected, with the cookie
+	// of the rejected flow set: partial syncs do not send that flow set again (a changed one is
+	// tried), full syncs retry every one.
+	rejected map[flows.Bridge]map[flows.Key]flows.Cookie
 	// warn reports the warnings of an applied flow set as Events (set by the Reconciler).
 	warn func(*flows.FlowSet)
+	// reject reports (reason non-empty) or clears (nil) the rejection of a key's flow set (set by
+	// the Reconciler: an Event on the object).
+	reject func(k flows.Key, problem string)
 }
 
 func newSyncer(cfg ReconcilerConfig, m *Metrics) *syncer {
@@ -44,8 +53,10 @@ func newSyncer(cfg ReconcilerConfig, m *Metrics) *syncer {
 		kindCount:   map[flows.Kind]int{},
 		liveEPs:     map[flows.EntryPoint]int{},
 		drains:      map[flows.EntryPoint]time.Time{},
+		rejected:    map[flows.Bridge]map[flows.Key]flows.Cookie{},
 	}
 	for _, b := range applyOrder {
+		s.rejected[b] = map[flows.Key]flows.Cookie{}
 		s.applied[b] = map[flows.Key]flows.Applied{}
 		s.appliedSize[b] = map[flows.Key]int{}
 	}
@@ -66,8 +77,10 @@ type pass struct {
 	invs    map[flows.Bridge]flows.Inventory // full syncs: what the bridges hold
 	flushes []flushReq
 	plans   map[flows.Bridge]*flows.Plan
-	repair  bool
-	now     time.Time
+	// bad are the flow sets Open vSwitch rejected in this sync (not applied), by key.
+	bad    map[flows.Key]*flows.FlowSet
+	repair bool
+	now    time.Time
 }
 
 // run is one sync: build -> resolve conflicts -> (full: read inventories) -> drains -> plan ->
@@ -77,7 +90,7 @@ type pass struct {
 func (s *syncer) run(ctx context.Context, st *flows.State, ch changes) ([]flows.Key, error) {
 	p := &pass{logger: klog.FromContext(ctx), full: ch.full, ch: ch, st: st,
 		built: map[flows.Key]*flows.FlowSet{}, gone: map[flows.Key]bool{},
-		final: map[flows.Key]*flows.FlowSet{}, now: time.Now()}
+		final: map[flows.Key]*flows.FlowSet{}, bad: map[flows.Key]*flows.FlowSet{}, now: time.Now()}
 	for _, step := range []func(context.Context, *pass) error{
 		s.build, s.resolve, s.inventory, s.drain, s.plan, s.apply,
 	} {
@@ -238,14 +251,19 @@ func (s *syncer) plan(_ context.Context, p *pass) error {
 			if p.repair {
 				plan.RepairAll(byBridge[b])
 			}
+			plan.BucketsPerMessage = s.cfg.BucketsPerMessage
 			p.plans[b] = &plan
 		}
 		return nil
 	}
 	for _, b := range applyOrder {
-		p.plans[b] = &flows.Plan{Bridge: b}
+		p.plans[b] = &flows.Plan{Bridge: b, BucketsPerMessage: s.cfg.BucketsPerMessage}
 	}
 	for k, fs := range p.final {
+		if c, ok := s.rejected[fs.Bridge][k]; ok && c == fs.Cookie() {
+			// Rejected as it is: retried at the next full sync only (no retry storm).
+			continue
+		}
 		if old, ok := s.applied[fs.Bridge][k]; ok {
 			p.plans[fs.Bridge].Replace(&old, fs)
 		} else {
@@ -257,6 +275,7 @@ func (s *syncer) plan(_ context.Context, p *pass) error {
 			if old, ok := s.applied[b][k]; ok {
 				p.plans[b].Replace(&old, nil)
 			}
+			s.clearRejected(b, k)
 		}
 	}
 	return nil
@@ -267,14 +286,20 @@ func (s *syncer) plan(_ context.Context, p *pass) error {
 func (s *syncer) apply(ctx context.Context, p *pass) error {
 	for _, b := range applyOrder {
 		plan := p.plans[b]
-		if err := s.write(ctx, b, plan); err != nil {
+		bad, err := s.write(ctx, b, plan)
+		if err != nil {
 			return err
+		}
+		for _, fs := range bad {
+			p.bad[fs.Key] = fs
 		}
 		if p.full {
 			s.recordFull(p, b, plan)
 		} else {
 			for _, fs := range plan.Add {
-				s.setApplied(b, fs.Key, fs)
+				if p.bad[fs.Key] != fs {
+					s.setApplied(b, fs.Key, fs)
+				}
 			}
 			for k := range p.gone {
 				if _, ok := s.applied[b][k]; ok {
@@ -283,7 +308,8 @@ func (s *syncer) apply(ctx context.Context, p *pass) error {
 			}
 		}
 		if b == flows.BrEx {
-			s.flush(ctx, p.flushes)
+			// A rejected service port still sends to its old endpoints: keep their entries.
+			s.flush(ctx, slices.DeleteFunc(p.flushes, func(q flushReq) bool { return p.bad[q.key] != nil }))
 		}
 	}
 	if p.repair {
@@ -303,7 +329,7 @@ func (s *syncer) apply(ctx context.Context, p *pass) error {
 func (s *syncer) recordFull(p *pass, b flows.Bridge, plan *flows.Plan) {
 	next := map[flows.Key]*flows.FlowSet{}
 	for k, fs := range p.final {
-		if fs.Bridge == b {
+		if fs.Bridge == b && p.bad[k] != fs {
 			next[k] = fs
 		}
 	}
@@ -319,20 +345,25 @@ func (s *syncer) recordFull(p *pass, b flows.Bridge, plan *flows.Plan) {
 		}
 	}
 	for k := range s.applied[b] {
-		if next[k] == nil {
+		// A rejected flow set's installed version (if its old cookie was kept) stays recorded.
+		if next[k] == nil && (p.bad[k] == nil || p.bad[k].Bridge != b) {
 			s.setApplied(b, k, nil)
 		}
 	}
 	for k, fs := range next {
 		s.setApplied(b, k, fs)
+		s.clearRejected(b, k)
 	}
 }
 
 // write applies one plan as one bundle (nothing when it is empty) and reports the warnings of
-// the flow sets it adds.
-func (s *syncer) write(ctx context.Context, b flows.Bridge, plan *flows.Plan) error {
+// the flow sets it adds. When Open vSwitch rejects the bundle (ofctl.Error.Rejected: an OpenFlow
+// error, not an unreachable switch), write isolates the flow sets it rejects (isolate) and applies
+// everything else; it returns those flow sets, which are reported and not recorded as applied.
+// Any other failure is returned as an error (nothing applied; the sync fails and is retried).
+func (s *syncer) write(ctx context.Context, b flows.Bridge, plan *flows.Plan) ([]*flows.FlowSet, error) {
 	if plan.Empty() {
-		return nil
+		return nil, nil
 	}
 	logger := klog.FromContext(ctx).WithValues("bridge", b.String())
 	lines := plan.Lines()
@@ -345,14 +376,162 @@ func (s *syncer) write(ctx context.Context, b flows.Bridge, plan *flows.Plan) er
 	if v := logger.V(9); v.Enabled() {
 		v.Info("Bundle", "lines", strings.Join(lines, "\n"))
 	}
+	var bad []*flows.FlowSet
 	if err := s.cfg.Bridges[b].Bundle(ctx, lines); err != nil {
-		return fmt.Errorf("apply bundle of %d lines to %s: %w", len(lines), b, err)
+		if !rejected(err) || len(plan.Add)+len(plan.Repair) == 0 {
+			return nil, fmt.Errorf("apply bundle of %d lines to %s: %w", len(lines), b, err)
+		}
+		logger.Info("Open vSwitch rejected the bundle; isolating the flow sets it rejects", "lines", len(lines), "err", err)
+		var ierr error
+		bad, ierr = s.isolate(ctx, b, plan)
+		if ierr != nil {
+			return nil, fmt.Errorf("apply bundle of %d lines to %s (isolating the rejected flow sets): %w", len(lines), b, ierr)
+		}
+	} else {
+		s.metrics.BundleLines.WithLabelValues(b.String()).Add(float64(len(lines)))
 	}
-	s.metrics.BundleLines.WithLabelValues(b.String()).Add(float64(len(lines)))
+	isBad := make(map[*flows.FlowSet]bool, len(bad))
+	for _, fs := range bad {
+		isBad[fs] = true
+	}
 	for _, fs := range plan.Add {
-		s.reportWarnings(logger, fs)
+		if !isBad[fs] {
+			s.clearRejected(b, fs.Key)
+			s.reportWarnings(logger, fs)
+		}
 	}
-	return nil
+	return bad, nil
+}
+
+// rejected reports whether err says that the switch refused what it was sent (an error with a
+// Rejected method that returns true, like *ofctl.Error), so that sending less can succeed.
+func rejected(err error) bool {
+	var r interface{ Rejected() bool }
+	return errors.As(err, &r) && r.Rejected()
+}
+
+// isolate applies a plan that Open vSwitch rejected as a whole, without the flow sets it rejects:
+// the added and repaired flow sets are applied in bundles of halves, recursively (bisection: k bad
+// flow sets among n cost about 2k·log2(n) bundles), a single flow set that is still rejected is
+// recorded in s.rejected and reported (Event, metric, log); then the deletes are applied in one
+// bundle, except the cookies and groups that a rejected key has installed, which stay (a partial
+// sync keeps the installed version, as when a flow set cannot be built). A failure that is not a
+// rejection stops it with an error. The plan is no longer atomic as a whole, each part is.
+func (s *syncer) isolate(ctx context.Context, b flows.Bridge, plan *flows.Plan) ([]*flows.FlowSet, error) {
+	type item struct {
+		fs     *flows.FlowSet
+		repair bool
+	}
+	items := make([]item, 0, len(plan.Add)+len(plan.Repair))
+	for _, fs := range plan.Add {
+		items = append(items, item{fs: fs})
+	}
+	for _, fs := range plan.Repair {
+		items = append(items, item{fs: fs, repair: true})
+	}
+	br := s.cfg.Bridges[b]
+	var bad []*flows.FlowSet
+	var try func([]item) error
+	try = func(part []item) error {
+		if len(part) == 0 {
+			return nil
+		}
+		sub := &flows.Plan{Bridge: b, BucketsPerMessage: plan.BucketsPerMessage}
+		for _, it := range part {
+			if it.repair {
+				sub.Repair = append(sub.Repair, it.fs)
+			} else {
+				sub.Add = append(sub.Add, it.fs)
+			}
+		}
+		lines := sub.Lines()
+		err := br.Bundle(ctx, lines)
+		if err == nil {
+			s.metrics.BundleLines.WithLabelValues(b.String()).Add(float64(len(lines)))
+			return nil
+		}
+		if !rejected(err) {
+			return err
+		}
+		if len(part) == 1 {
+			bad = append(bad, part[0].fs)
+			s.markRejected(ctx, b, part[0].fs, err)
+			return nil
+		}
+		mid := len(part) / 2
+		if err := try(part[:mid]); err != nil {
+			return err
+		}
+		return try(part[mid:])
+	}
+	if err := try(items); err != nil {
+		return nil, err
+	}
+	keepCookie, keepGroup := map[flows.Cookie]bool{}, map[uint32]bool{}
+	for _, fs := range bad {
+		if old, ok := s.applied[b][fs.Key]; ok {
+			keepCookie[old.Cookie] = true
+			for _, g := range old.Groups {
+				keepGroup[g] = true
+			}
+		}
+	}
+	del := &flows.Plan{Bridge: b,
+		DeleteCookies: slices.DeleteFunc(slices.Clone(plan.DeleteCookies), func(c flows.Cookie) bool { return keepCookie[c] }),
+		DeleteGroups:  slices.DeleteFunc(slices.Clone(plan.DeleteGroups), func(g uint32) bool { return keepGroup[g] })}
+	if lines := del.Lines(); len(lines) > 0 {
+		if err := br.Bundle(ctx, lines); err != nil {
+			return nil, err
+		}
+		s.metrics.BundleLines.WithLabelValues(b.String()).Add(float64(len(lines)))
+	}
+	return bad, nil
+}
+
+// markRejected records that Open vSwitch rejected fs (err is its answer) and reports it once per
+// rejected version: a log line, srcip_agent_rejected_flow_sets_total, and an Event on the object.
+func (s *syncer) markRejected(ctx context.Context, b flows.Bridge, fs *flows.FlowSet, err error) {
+	if s.rejected[b][fs.Key] == fs.Cookie() {
+		return // the same version again (a full sync's retry): already reported
+	}
+	s.rejected[b][fs.Key] = fs.Cookie()
+	s.metrics.RejectedFlowSets.WithLabelValues(fs.Key.Kind.String()).Inc()
+	s.metrics.RejectedNow.Set(float64(s.rejectedCount()))
+	msg := firstLine(err.Error(), 300)
+	klog.FromContext(ctx).Error(err, "Open vSwitch rejected a flow set; the rest of the bundle is applied, this one is retried at the next full sync",
+		"bridge", b.String(), "key", fs.Key.String(), "cookie", fs.Cookie().String())
+	if s.reject != nil {
+		s.reject(fs.Key, "Open vSwitch rejected the flows of "+fs.Key.String()+" (the installed version, if any, is kept; retried at the next full sync): "+msg)
+	}
+}
+
+// clearRejected forgets a rejection of k on b (applied, or gone).
+func (s *syncer) clearRejected(b flows.Bridge, k flows.Key) {
+	if _, ok := s.rejected[b][k]; !ok {
+		return
+	}
+	delete(s.rejected[b], k)
+	s.metrics.RejectedNow.Set(float64(s.rejectedCount()))
+	if s.reject != nil {
+		s.reject(k, "")
+	}
+}
+
+func (s *syncer) rejectedCount() int {
+	n := 0
+	for _, m := range s.rejected {
+		n += len(m)
+	}
+	return n
+}
+
+// firstLine returns the first line of s, at most n bytes.
+func firstLine(s string, n int) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if len(s) > n {
+		s = s[:n] + "..."
+	}
+	return s
 }
 
 // reportWarnings reports the warnings of a flow set that was just applied (set by the

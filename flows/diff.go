@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"strings"
 )
 
 // Inventory is what one bridge holds of ours, read from OVS without parsing flows: the number
@@ -11,6 +12,8 @@ import (
 type Inventory struct {
 	Flows  map[Cookie]int
 	Groups map[uint32]bool
+	// Buckets is the number of buckets of each owned group, when known (nil: not read).
+	Buckets map[uint32]int
 }
 
 // Applied is what the agent last wrote successfully for one Key.
@@ -38,7 +41,22 @@ type Plan struct {
 	// actions edited in place, keeps counters, adds nothing) and whose groups are re-sent with
 	// add_or_mod. See RepairAll.
 	Repair []*FlowSet
+	// BucketsPerMessage is the most buckets one group message carries (0:
+	// DefaultBucketsPerMessage); see Lines.
+	BucketsPerMessage int
 }
+
+// DefaultBucketsPerMessage is the default Plan.BucketsPerMessage. An OpenFlow message is at most
+// 64 KiB (docs/lab-facts.md#fact-9): a Service bucket (ct commit, nat, exec move) is 88 bytes in
+// OpenFlow 1.5, and OVS 3.1 takes 740 of them in one group message and refuses 750; 256 leaves
+// room for buckets almost three times as large.
+const DefaultBucketsPerMessage = 256
+
+// MaxGroupBuckets is the most buckets a group of the agent has (BuildServicePort keeps the
+// endpoints with the lowest bucket ids and warns). OVS 3.1 accepts more, but its group
+// statistics reply, which Inventory reads, has a 16-bit length: 40 bytes plus 16 per bucket, so
+// a group of more than about 4,090 buckets can no longer be read back.
+const MaxGroupBuckets = 4000
 
 // Empty reports whether the plan writes nothing.
 func (p *Plan) Empty() bool {
@@ -92,7 +110,7 @@ func (p *Plan) Replace(old *Applied, fs *FlowSet) {
 
 // FullDiff compares the desired FlowSets of one bridge with what the bridge holds: a FlowSet whose
 // cookie has a different flow count (missing, or flows deleted by hand) or whose groups are
-// missing is re-added; owned cookies and groups that nothing desires are deleted.
+// missing or have another number of buckets (when Inventory.Buckets knows it) is re-added; owned cookies and groups that nothing desires are deleted.
 func FullDiff(b Bridge, desired []*FlowSet, inv Inventory) Plan {
 	p := Plan{Bridge: b}
 	wantCookie := map[Cookie]bool{}
@@ -103,6 +121,10 @@ func FullDiff(b Bridge, desired []*FlowSet, inv Inventory) Plan {
 		for _, g := range fs.Groups {
 			wantGroup[g.ID] = true
 			if !inv.Groups[g.ID] {
+				missing = true
+			}
+			// A group whose bucket count differs (e.g. a large group cut short) is re-sent.
+			if n, ok := inv.Buckets[g.ID]; ok && n != len(g.Buckets) {
 				missing = true
 			}
 		}
@@ -130,19 +152,20 @@ func FullDiff(b Bridge, desired []*FlowSet, inv Inventory) Plan {
 // (cookie=C/-1 matches exactly one cookie), then deletes of groups nothing references any more.
 // Repair FlowSets add "group add_or_mod" lines after the added groups and "flow modify_strict"
 // lines after the added flows.
+// A group with more than BucketsPerMessage buckets is written as "group add_or_mod" with its first
+// BucketsPerMessage buckets (which replaces every bucket it had) followed by "group insert_bucket
+// group_id=N,command_bucket_id=last,..." lines with the rest, in order (OpenFlow 1.5
+// OFPGC15_INSERT_BUCKET; ovs-ofctl(8) "insert-buckets"): one message each, all in the same
+// bundle, so the group changes atomically.
 // A flow add with the same match and priority as an installed flow overwrites it, cookie included,
 // so the following delete of the old cookie removes only flows that are gone.
 func (p *Plan) Lines() []string {
 	var out []string
 	for _, fs := range p.Add {
-		for _, g := range fs.glines {
-			out = append(out, "group add_or_mod "+g)
-		}
+		out = p.groupLines(out, fs)
 	}
 	for _, fs := range p.Repair {
-		for _, g := range fs.glines {
-			out = append(out, "group add_or_mod "+g)
-		}
+		out = p.groupLines(out, fs)
 	}
 	for _, fs := range p.Add {
 		for _, l := range fs.lines {
@@ -159,6 +182,25 @@ func (p *Plan) Lines() []string {
 	}
 	for _, g := range p.DeleteGroups {
 		out = append(out, fmt.Sprintf("group delete group_id=%d", g))
+	}
+	return out
+}
+
+// groupLines appends the group messages of fs's groups to out (see Lines).
+func (p *Plan) groupLines(out []string, fs *FlowSet) []string {
+	per := p.BucketsPerMessage
+	if per <= 0 {
+		per = DefaultBucketsPerMessage
+	}
+	for _, gt := range fs.gparts {
+		n := min(per, len(gt.buckets))
+		first := groupText{id: gt.id, head: gt.head, buckets: gt.buckets[:n]}
+		out = append(out, "group add_or_mod "+first.String())
+		for rest := gt.buckets[n:]; len(rest) > 0; {
+			k := min(per, len(rest))
+			out = append(out, fmt.Sprintf("group insert_bucket group_id=%d,command_bucket_id=last,%s", gt.id, strings.Join(rest[:k], ",")))
+			rest = rest[k:]
+		}
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package flows
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -50,6 +51,7 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 		)
 	}
 	g := OFGroup{ID: sp.GroupID, Type: "select", SelectionFields: fields}
+	var eps []netip.AddrPort
 	for _, ep := range sp.Endpoints {
 		if !ep.IP.Is4() || ep.Port == 0 {
 			continue
@@ -58,12 +60,25 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 			fs.Warnings = append(fs.Warnings, fmt.Sprintf("endpoint %s is outside every node's pod CIDRs: skipped", ep.IP))
 			continue
 		}
+		eps = append(eps, netip.AddrPortFrom(ep.IP, ep.Port))
+	}
+	// Bucket ids are a function of the endpoint (BucketIDs), and the buckets are ordered by id:
+	// OVS's choice for a connection then depends only on the set of endpoints, never on their
+	// order or on the positions of other endpoints.
+	ids := BucketIDs(eps)
+	slices.SortFunc(eps, func(a, b netip.AddrPort) int { return cmp.Compare(ids[a], ids[b]) })
+	eps = slices.Compact(eps)
+	if len(eps) > MaxGroupBuckets {
+		fs.Warnings = append(fs.Warnings, fmt.Sprintf("%d usable endpoints, more than the %d a select group can hold: the %d with the lowest bucket ids are used", len(eps), MaxGroupBuckets, MaxGroupBuckets))
+		eps = eps[:MaxGroupBuckets]
+	}
+	for _, ep := range eps {
 		if sp.Protocol == UDP {
-			fs.Endpoints = append(fs.Endpoints, netip.AddrPortFrom(ep.IP, ep.Port))
+			fs.Endpoints = append(fs.Endpoints, ep)
 		}
-		g.Buckets = append(g.Buckets, Bucket{ID: uint32(len(g.Buckets)), Weight: 100, Actions: []ovs.Action{
+		g.Buckets = append(g.Buckets, Bucket{ID: ids[ep], Weight: 100, Actions: []ovs.Action{
 			CT{Commit: true, Zone: ZoneService, Table: tableRef(ExServiceOut),
-				NAT:  &NAT{Dst: netip.AddrPortFrom(ep.IP, ep.Port)},
+				NAT:  &NAT{Dst: ep},
 				Exec: []ovs.Action{CTLabelClientMAC.MoveFrom(nxmEthSrc)}},
 		}})
 	}

@@ -172,9 +172,10 @@ type FlowSet struct {
 	Endpoints []netip.AddrPort
 
 	cookie    Cookie
-	lines     []string   // rendered flows (with cookie), sorted
-	keys      []MatchKey // MatchKey of each line
-	glines    []string   // rendered groups, sorted by id
+	lines     []string    // rendered flows (with cookie), sorted
+	keys      []MatchKey  // MatchKey of each line
+	glines    []string    // rendered groups, sorted by id
+	gparts    []groupText // the same groups split into header and buckets (Plan.Lines)
 	entryKeys map[EntryPoint]MatchKey
 }
 
@@ -210,13 +211,15 @@ func (fs *FlowSet) Finish() error {
 	}
 	sort.Strings(bodies)
 	glines := make([]string, 0, len(fs.Groups))
+	gparts := make([]groupText, 0, len(fs.Groups))
 	sort.Slice(fs.Groups, func(i, j int) bool { return fs.Groups[i].ID < fs.Groups[j].ID })
 	for _, g := range fs.Groups {
-		s, err := g.MarshalText()
+		gt, err := g.render()
 		if err != nil {
 			return fmt.Errorf("%s: group %#x: %w", fs.Key, g.ID, err)
 		}
-		glines = append(glines, string(s))
+		glines = append(glines, gt.String())
+		gparts = append(gparts, gt)
 	}
 	for _, s := range bodies {
 		h.Write([]byte(s))
@@ -228,6 +231,7 @@ func (fs *FlowSet) Finish() error {
 	}
 	fs.cookie = NewCookie(fs.Key.Kind, h.Sum64())
 	fs.glines = glines
+	fs.gparts = gparts
 	// Lines are ordered as a reader follows the pipeline: by table, then highest priority first.
 	sort.SliceStable(fs.Flows, func(i, j int) bool {
 		a, b := fs.Flows[i], fs.Flows[j]
@@ -328,23 +332,47 @@ func (fs *FlowSet) entryFlow(e EntryPoint, k MatchKey) {
 
 // MarshalText renders the group in ovs-ofctl(8) group syntax (OpenFlow 1.5).
 func (g OFGroup) MarshalText() ([]byte, error) {
-	var b strings.Builder
-	fmt.Fprintf(&b, "group_id=%d,type=%s", g.ID, g.Type)
-	if len(g.SelectionFields) > 0 {
-		fmt.Fprintf(&b, ",selection_method=hash,fields(%s)", strings.Join(g.SelectionFields, ","))
+	gt, err := g.render()
+	if err != nil {
+		return nil, err
 	}
+	return []byte(gt.String()), nil
+}
+
+// groupText is a rendered group: its header (id, type, selection method) and each bucket
+// ("bucket=bucket_id:N,..."), so that Plan.Lines can spread a large group over several messages.
+type groupText struct {
+	id      uint32
+	head    string
+	buckets []string
+}
+
+// String is the whole group in one line: the header, then the buckets, comma-separated.
+func (gt groupText) String() string {
+	if len(gt.buckets) == 0 {
+		return gt.head
+	}
+	return gt.head + "," + strings.Join(gt.buckets, ",")
+}
+
+func (g OFGroup) render() (groupText, error) {
+	gt := groupText{id: g.ID, head: fmt.Sprintf("group_id=%d,type=%s", g.ID, g.Type)}
+	if len(g.SelectionFields) > 0 {
+		gt.head += fmt.Sprintf(",selection_method=hash,fields(%s)", strings.Join(g.SelectionFields, ","))
+	}
+	gt.buckets = make([]string, 0, len(g.Buckets))
 	for _, bk := range g.Buckets {
 		acts := make([]string, 0, len(bk.Actions))
 		for _, a := range bk.Actions {
 			t, err := a.MarshalText()
 			if err != nil {
-				return nil, err
+				return groupText{}, err
 			}
 			acts = append(acts, string(t))
 		}
-		fmt.Fprintf(&b, ",bucket=bucket_id:%d,weight:%d,actions=%s", bk.ID, bk.Weight, strings.Join(acts, ","))
+		gt.buckets = append(gt.buckets, fmt.Sprintf("bucket=bucket_id:%d,weight:%d,actions=%s", bk.ID, bk.Weight, strings.Join(acts, ",")))
 	}
-	return []byte(b.String()), nil
+	return gt, nil
 }
 
 // Desired is the full desired content of one node's bridges, by Key.

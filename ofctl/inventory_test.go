@@ -75,3 +75,15 @@ func BenchmarkScanCookies100k(b *testing.B) {
 		}
 	}
 }
+
+func TestScanGroupStats(t *testing.T) {
+	dump := `OFPST_GROUP reply (OF1.5) (xid=0x6):
+ group_id=1543503873,duration=1.0s,ref_count=1,packet_count=0,byte_count=0,bucket0:packet_count=0,byte_count=0,bucket1:packet_count=0,byte_count=0
+ group_id=7,duration=1.0s,ref_count=0,packet_count=0,byte_count=0,bucket0:packet_count=0,byte_count=0
+ group_id=1543503874,duration=1.0s,ref_count=0,packet_count=0,byte_count=0
+`
+	ids, buckets := map[uint32]bool{}, map[uint32]int{}
+	require.NoError(t, scanGroupStats(strings.NewReader(dump), ids, buckets))
+	assert.Equal(t, map[uint32]bool{1543503873: true, 1543503874: true}, ids)
+	assert.Equal(t, map[uint32]int{1543503873: 2, 1543503874: 0}, buckets)
+}

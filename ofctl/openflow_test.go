@@ -55,7 +55,7 @@ func TestBundleInventory(t *testing.T) {
 	}))
 	inv, err := of.Inventory(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, flows.Inventory{Flows: map[flows.Cookie]int{c1: 3}, Groups: map[uint32]bool{g1: true}}, inv)
+	assert.Equal(t, flows.Inventory{Flows: map[flows.Cookie]int{c1: 3}, Groups: map[uint32]bool{g1: true}, Buckets: map[uint32]int{g1: 1}}, inv)
 
 	// Replace c1 by c2: same match overwrites, a missing one is deleted with the old cookie.
 	require.NoError(t, of.Bundle(ctx, []string{
@@ -97,7 +97,7 @@ func TestBundleInventory(t *testing.T) {
 	require.NoError(t, of.Bundle(ctx, []string{fmt.Sprintf("group delete group_id=%d", g1)}))
 	inv, err = of.Inventory(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, flows.Inventory{Flows: map[flows.Cookie]int{c2: 1}, Groups: map[uint32]bool{}}, inv)
+	assert.Equal(t, flows.Inventory{Flows: map[flows.Cookie]int{c2: 1}, Groups: map[uint32]bool{}, Buckets: map[uint32]int{}}, inv)
 	groups, err := of.DumpGroups(ctx)
 	require.NoError(t, err)
 	assert.Contains(t, groups, "group_id=7,")
@@ -294,7 +294,7 @@ func TestVswitchdRestart(t *testing.T) {
 	sb.StartVswitchd(t)
 	inv, err := of.Inventory(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, flows.Inventory{Flows: map[flows.Cookie]int{}, Groups: map[uint32]bool{}}, inv)
+	assert.Equal(t, flows.Inventory{Flows: map[flows.Cookie]int{}, Groups: map[uint32]bool{}, Buckets: map[uint32]int{}}, inv)
 	again, err := db.EnsureIntegration(ctx, integration)
 	require.NoError(t, err)
 	assert.Equal(t, ports.ExUplink, again.ExUplink)

@@ -45,6 +45,7 @@ type options struct {
 	fullSyncPeriod    time.Duration
 	drainPeriod       time.Duration
 	repairPeriod      time.Duration
+	bucketsPerMessage int
 	metricsAddr       string
 }
 
@@ -91,6 +92,7 @@ LoadBalancer, or externalIPs). SIGTERM stops the agent and leaves every flow in 
 	f.DurationVar(&o.fullSyncPeriod, "full-sync-period", agent.DefaultFullSyncPeriod, "period of full syncs that compare the bridges with the desired flows and repair drift")
 	f.DurationVar(&o.drainPeriod, "drain-period", agent.DefaultDrainPeriod, "longest time the established TCP connections of a Service entry point that went away (annotation removed, Service or port deleted, externalTrafficPolicy changed) keep being forwarded; the drain ends earlier, at a full sync, once the service conntrack zone holds no live connection to it")
 	f.DurationVar(&o.repairPeriod, "repair-period", 10*time.Minute, "period of the deep repair: a full sync re-sends every flow of the agent with modify_strict (restores flows edited in place, keeps their counters) and every group with add_or_mod, in one bundle per bridge; it costs one bundle as large as the whole pipeline (about 6 flows per Service port, e.g. 60k lines and about a second of ovs-vswitchd time for 10k Service ports). 0 disables it")
+	f.IntVar(&o.bucketsPerMessage, "group-buckets-per-message", flows.DefaultBucketsPerMessage, "most select-group buckets in one OpenFlow message: a Service port with more endpoints is written as one group add_or_mod plus insert_bucket messages in the same bundle (an OpenFlow message is at most 64 KiB; a Service bucket is 88 bytes)")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:9464", `address of the HTTP server for /metrics, /healthz (process up, OVSDB reachable) and /readyz (first full sync done, syncs not failing); "0" disables it`)
 	gofs := goflag.NewFlagSet("klog", goflag.ContinueOnError)
 	klog.InitFlags(gofs)
@@ -156,13 +158,14 @@ func run(ctx context.Context, o options) error {
 			flows.BrEx:  brEx,
 			flows.BrInt: ofctl.NewOpenFlow(o.bridgeInt, ofctl.MgmtTarget(o.ovsRunDir, o.bridgeInt)),
 		},
-		NodePortCIDRs:   cidrs,
-		ExternalIPCIDRs: extCIDRs,
-		FullSyncPeriod:  o.fullSyncPeriod,
-		Metrics:         agent.NewMetrics(reg),
-		Conntrack:       brEx,
-		DrainPeriod:     o.drainPeriod,
-		RepairPeriod:    o.repairPeriod,
+		NodePortCIDRs:     cidrs,
+		ExternalIPCIDRs:   extCIDRs,
+		FullSyncPeriod:    o.fullSyncPeriod,
+		Metrics:           agent.NewMetrics(reg),
+		Conntrack:         brEx,
+		DrainPeriod:       o.drainPeriod,
+		RepairPeriod:      o.repairPeriod,
+		BucketsPerMessage: o.bucketsPerMessage,
 	})
 	if err != nil {
 		return err

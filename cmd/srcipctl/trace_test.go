@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"net/netip"
 	"testing"
@@ -39,7 +40,8 @@ func TestTrace(t *testing.T) {
 
 	out := run(t, "trace", "--node-rundir", sb.RunDir, "--to", "192.0.2.11:30080")
 	assert.Contains(t, out, "tcp_flags=syn")
-	assert.Contains(t, out, "-> using bucket 0")
+	id := flows.BucketIDs([]netip.AddrPort{netip.MustParseAddrPort("10.244.2.5:8080")})[netip.MustParseAddrPort("10.244.2.5:8080")]
+	assert.Contains(t, out, fmt.Sprintf("-> using bucket %d\n", id), "the bucket id is derived from the endpoint")
 	assert.Contains(t, out, "nat(dst=10.244.2.5:8080)")
 	assert.Contains(t, out, "cookie 0x5c10", "the Service port's flows are named by their cookie")
 

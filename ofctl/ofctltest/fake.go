@@ -31,10 +31,13 @@ type Fake struct {
 	flows    map[string]fakeFlow // by key
 	groups   map[uint32]string   // group text by id
 	failNext int
+	reject   []string
 	bundles  int
-	lines    int
-	conns    []Conn
-	flushes  []flows.ConntrackFilter
+	// rejections counts the bundles that failed on a line.
+	rejections int
+	lines      int
+	conns      []Conn
+	flushes    []flows.ConntrackFilter
 }
 
 // Conn is one conntrack entry of a Fake (AddConn): its zone, protocol, original destination and
@@ -111,11 +114,35 @@ func (f *Fake) FailNext(n int) {
 	f.failNext = n
 }
 
+// RejectLines makes every later bundle that has a line containing one of substrs fail like OVS
+// rejecting a message: nothing applied, an *ofctl.Error whose Rejected() is true (stderr
+// "-:N: OFPBAC_BAD_ARGUMENT: ..."). No arguments: reject nothing again. Rejected bundles are not
+// counted by Applied; Rejections counts them.
+func (f *Fake) RejectLines(substrs ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reject = slices.Clone(substrs)
+}
+
 // Applied returns how many non-empty bundles were applied successfully and their total lines.
 func (f *Fake) Applied() (bundles, lines int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.bundles, f.lines
+}
+
+// Rejections returns how many bundles failed on one of their lines (RejectLines or a bad line).
+func (f *Fake) Rejections() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rejections
+}
+
+// GroupBuckets returns the number of buckets of group id (0 when it does not exist).
+func (f *Fake) GroupBuckets(id uint32) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return strings.Count(f.groups[id], ",bucket=")
 }
 
 // Flows returns the installed flow texts (as given to "flow add"), sorted.
@@ -145,15 +172,22 @@ func (f *Fake) Bundle(_ context.Context, lines []string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fail := func(i int, err error) error {
+		f.rejections++
 		return &ofctl.Error{Cmd: []string{"fake", "bundle"}, Stderr: fmt.Sprintf("-:%d: %v", i+1, err), Err: err}
 	}
 	if f.failNext > 0 {
+		// Like a switch that cannot be reached: not a rejection of the lines.
 		f.failNext--
-		return fail(0, ErrInjected)
+		return &ofctl.Error{Cmd: []string{"fake", "bundle"}, Stderr: "fake: " + ErrInjected.Error(), Err: ErrInjected}
 	}
 	fl := maps.Clone(f.flows)
 	gr := maps.Clone(f.groups)
 	for i, l := range lines {
+		for _, r := range f.reject {
+			if strings.Contains(l, r) {
+				return fail(i, fmt.Errorf("OFPBAC_BAD_ARGUMENT: rejected line %q", r))
+			}
+		}
 		if err := applyLine(fl, gr, l); err != nil {
 			return fail(i, err)
 		}
@@ -176,6 +210,21 @@ func applyLine(fl map[string]fakeFlow, gr map[uint32]string, l string) error {
 			return fmt.Errorf("OFPGMFC_GROUP_EXISTS: group %d", id)
 		}
 		gr[id] = body
+	case strings.HasPrefix(l, "group insert_bucket "):
+		body := strings.TrimPrefix(l, "group insert_bucket ")
+		id, err := groupID(body)
+		if err != nil {
+			return err
+		}
+		g, ok := gr[id]
+		if !ok {
+			return fmt.Errorf("OFPGMFC_UNKNOWN_GROUP: group %d", id)
+		}
+		_, buckets, ok := strings.Cut(body, ",command_bucket_id=last,")
+		if !ok {
+			return fmt.Errorf("fake supports only insert_bucket with command_bucket_id=last first: %q", l)
+		}
+		gr[id] = g + "," + buckets
 	case strings.HasPrefix(l, "group delete "):
 		id, err := groupID(strings.TrimPrefix(l, "group delete "))
 		if err != nil {
@@ -292,9 +341,11 @@ func (f *Fake) Inventory(context.Context) (flows.Inventory, error) {
 			inv.Flows[fl.cookie]++
 		}
 	}
-	for id := range f.groups {
+	inv.Buckets = map[uint32]int{}
+	for id, g := range f.groups {
 		if flows.OwnedGroup(id) {
 			inv.Groups[id] = true
+			inv.Buckets[id] = strings.Count(g, ",bucket=")
 		}
 	}
 	return inv, nil

@@ -106,6 +106,8 @@ type Node struct {
 
 	mu    sync.Mutex // serialises pod attachment (ovs-vsctl add-br br-int)
 	agent *proc
+	// extraArgs are appended to this node's agent command line (SetAgentExtraArgs).
+	extraArgs []string
 }
 
 // Pod is one emulated pod.

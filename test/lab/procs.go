@@ -152,7 +152,23 @@ func (l *Lab) AgentArgs(node string) ([]string, error) {
 	if l.cfg.Kubeconfig != "" {
 		args = append(args, "--metrics-bind-address=0")
 	}
-	return append(args, l.cfg.AgentArgs...), nil
+	args = append(args, l.cfg.AgentArgs...)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append(args, n.extraArgs...), nil
+}
+
+// SetAgentExtraArgs sets flags appended to node's agent command line from its next start (after
+// Config.AgentArgs, so they win); no args: none.
+func (l *Lab) SetAgentExtraArgs(node string, args ...string) error {
+	n := l.Node(node)
+	if n == nil {
+		return fmt.Errorf("lab: no node %q", node)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n.extraArgs = append([]string(nil), args...)
+	return nil
 }
 
 // StartAgent runs Config.AgentBin inside node's netns. It returns once the
@@ -169,12 +185,12 @@ func (l *Lab) StartAgent(node string) error {
 	if err != nil {
 		return err
 	}
+	args, _ := l.AgentArgs(node)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if n.agent != nil && n.agent.running() {
 		return fmt.Errorf("lab: agent of %s already running (pid %d)", node, n.agent.pid)
 	}
-	args, _ := l.AgentArgs(node)
 	argv := append([]string{"ip", "netns", "exec", n.Netns, bin}, args...)
 	if l.cfg.Kubeconfig != "" {
 		argv = append([]string{bin}, args...) // root netns: see Config.Kubeconfig
