@@ -227,7 +227,8 @@ func TestPodReadiness(t *testing.T) {
 	require.NoError(t, lab.WaitFor(groupHas("10.244.1.5", "10.244.2.5", "10.244.3.5"), followTimeout), "echo-b ready again")
 }
 
-// A node added to the cluster gets a Geneve route on every other node; removed, it is gone.
+// A node added to the cluster gets a Geneve route on every other node and may tunnel to them
+// (its InternalIP is let in on br-ex); removed, both are gone.
 func TestNodeAddedAndRemoved(t *testing.T) {
 	ctx := context.Background()
 	settle()
@@ -243,8 +244,16 @@ func TestNodeAddedAndRemoved(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				if strings.Contains(out, "nw_dst=10.244.4.0/24") != present || strings.Contains(out, "192.0.2.14->tun_dst") != present {
+				if strings.Contains(out, "nw_dst=10.244.4.0/24") != present || strings.Contains(out, "192.0.2.14->tun_dst") != present ||
+					strings.Contains(out, "tun_src=192.0.2.14") != present {
 					return fmt.Errorf("%s: route to node4 present=%v wanted %v", node, !present, present)
+				}
+				ex, err := theLab.DumpFlows(node, "br-ex")
+				if err != nil {
+					return err
+				}
+				if strings.Contains(ex, "nw_src=192.0.2.14,") != present {
+					return fmt.Errorf("%s: Geneve from node4 accepted=%v wanted %v", node, !present, present)
 				}
 			}
 			return nil
@@ -252,11 +261,11 @@ func TestNodeAddedAndRemoved(t *testing.T) {
 	}
 	require.NoError(t, lab.WaitFor(routed(true), followTimeout), "node added")
 	settle()
-	assertOnlyChanged(t, before, snapshots(t), "nw_dst=10.244.4.0/24")
+	assertOnlyChanged(t, before, snapshots(t), "nw_dst=10.244.4.0/24", "nw_src=192.0.2.14,")
 	require.NoError(t, cs.CoreV1().Nodes().Delete(ctx, "node4", metav1.DeleteOptions{}))
 	require.NoError(t, lab.WaitFor(routed(false), followTimeout), "node removed")
 	settle()
-	assertOnlyChanged(t, before, snapshots(t), "nw_dst=10.244.4.0/24")
+	assertOnlyChanged(t, before, snapshots(t), "nw_dst=10.244.4.0/24", "nw_src=192.0.2.14,")
 }
 
 // The API server goes away: the dataplane is unchanged and keeps serving; when it is back the
