@@ -52,6 +52,9 @@ type Config struct {
 	// DrainPeriod bounds how long the entry point of a Service port that went away keeps
 	// forwarding its established connections (0: DefaultDrainPeriod).
 	DrainPeriod time.Duration
+	// ZoneLimitPercent bounds each conntrack zone to this percentage of the datapath's maximum
+	// (0: no limits); see ReconcilerConfig.
+	ZoneLimitPercent int
 	// RepairPeriod is the period of the deep repair (0: never); see ReconcilerConfig.
 	RepairPeriod time.Duration
 	// BucketsPerMessage: see ReconcilerConfig.
@@ -101,6 +104,7 @@ func New(cfg Config) (*Agent, error) {
 		Dataplane:         cfg.Dataplane,
 		NodePortCIDRs:     cfg.NodePortCIDRs,
 		ExternalIPCIDRs:   cfg.ExternalIPCIDRs,
+		ZoneLimitPercent:  cfg.ZoneLimitPercent,
 		HasSynced:         cfg.Source.HasSynced,
 		Events:            sourceEvents{cfg.Source},
 		Metrics:           cfg.Metrics,

@@ -90,3 +90,16 @@ type Conntrack interface {
 	// ConntrackDestinations counts the live entries of zone by protocol and original destination.
 	ConntrackDestinations(ctx context.Context, zone uint16) (map[flows.EntryPoint]int, error)
 }
+
+// ConntrackLimiter is optionally implemented by a Conntrack that can bound each conntrack zone
+// (implemented by ofctl.OpenFlow through ovs-vswitchd's dpctl/ct-*-limits commands).
+type ConntrackLimiter interface {
+	// ConntrackMax returns the datapath's maximum number of conntrack entries.
+	ConntrackMax(ctx context.Context) (int, error)
+	// SetConntrackZoneLimits sets positive per-zone limits.
+	SetConntrackZoneLimits(ctx context.Context, limits map[uint16]int) error
+	// DeleteConntrackZoneLimits lifts the limits of zones.
+	DeleteConntrackZoneLimits(ctx context.Context, zones ...uint16) error
+	// ConntrackZoneLimits reads the limit and entry count of zones.
+	ConntrackZoneLimits(ctx context.Context, zones ...uint16) (map[uint16]flows.ZoneLimit, error)
+}

@@ -20,7 +20,11 @@ type Metrics struct {
 	// ConntrackOps counts conntrack dumps and flushes by op (dump, flush) and result (ok, error).
 	ConntrackOps        *prometheus.CounterVec
 	DrainingEntryPoints prometheus.Gauge
-	FlowConflicts       prometheus.Gauge
+	// ConntrackZoneLimit and ConntrackZoneEntries are each conntrack zone's limit (0: none) and
+	// entries at the last full sync, by zone name.
+	ConntrackZoneLimit   *prometheus.GaugeVec
+	ConntrackZoneEntries *prometheus.GaugeVec
+	FlowConflicts        prometheus.Gauge
 	// RejectedFlowSets counts, by kind, the flow sets Open vSwitch rejected (each version once);
 	// RejectedNow is how many are rejected now (not applied; retried at the next full sync).
 	RejectedFlowSets *prometheus.CounterVec
@@ -62,8 +66,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"kind"}),
 		ConntrackOps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "conntrack_operations_total",
-			Help: "Conntrack operations on the service zone, by op (dump: drain check, flush: UDP entries of a removed endpoint) and result (ok, error).",
+			Help: "Conntrack operations, by op (dump: drain check, flush: UDP entries of a removed endpoint, limits: zone limits) and result (ok, error).",
 		}, []string{"op", "result"}),
+		ConntrackZoneLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "conntrack_zone_limit",
+			Help: "Maximum number of conntrack entries of each zone of the pipeline (0: bounded by the datapath's total only), by zone (ZoneService, ZonePod).",
+		}, []string{"zone"}),
+		ConntrackZoneEntries: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "conntrack_zone_entries",
+			Help: "Conntrack entries of each zone of the pipeline at the last full sync, by zone (ZoneService, ZonePod); a zone at its limit refuses new connections.",
+		}, []string{"zone"}),
 		DrainingEntryPoints: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Name: "draining_entry_points",
 			Help: "Entry points of Service ports that went away whose established connections are still forwarded (drain flow sets).",
@@ -83,7 +95,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.SyncDuration, m.SyncFailures, m.AppliedFlows, m.AppliedGroups, m.BundleLines, m.LastSuccess, m.DesiredFlowSets,
-			m.ConntrackOps, m.DrainingEntryPoints, m.FlowConflicts, m.RejectedFlowSets, m.RejectedNow)
+			m.ConntrackOps, m.DrainingEntryPoints, m.ConntrackZoneLimit, m.ConntrackZoneEntries, m.FlowConflicts, m.RejectedFlowSets, m.RejectedNow)
 	}
 	return m
 }

@@ -56,6 +56,12 @@ type ReconcilerConfig struct {
 	// entry point that went away while ZoneService still had connections to it; 0:
 	// DefaultDrainPeriod.
 	DrainPeriod time.Duration
+	// ZoneLimitPercent bounds each conntrack zone of the pipeline (flows.Zones) to this percentage
+	// of the datapath's conntrack maximum, so that a flood on one entry point (a SYN flood
+	// commits one entry per SYN) cannot fill the table the other zones and paths share
+	// (docs/field-cases.md#c35). Set at every full sync when Conntrack is a ConntrackLimiter.
+	// 0: no limits (existing limits are lifted).
+	ZoneLimitPercent int
 	// RepairPeriod is the period of the deep repair: a full sync at least this long after the
 	// previous deep repair re-sends every desired flow with modify_strict and every group with
 	// add_or_mod. 0: never.

@@ -84,7 +84,7 @@ type pass struct {
 }
 
 // run is one sync: build -> resolve conflicts -> (full: read inventories) -> drains -> plan ->
-// apply and record. A partial sync builds the keys that ch makes dirty and plans against what it
+// apply and record -> (full: conntrack zone limits). A partial sync builds the keys that ch makes dirty and plans against what it
 // applied; a full sync builds every key and plans against the bridges' inventories. It returns
 // the keys that have no flow set any more (partial syncs), whose group ids may now be released.
 func (s *syncer) run(ctx context.Context, st *flows.State, ch changes) ([]flows.Key, error) {
@@ -92,7 +92,7 @@ func (s *syncer) run(ctx context.Context, st *flows.State, ch changes) ([]flows.
 		built: map[flows.Key]*flows.FlowSet{}, gone: map[flows.Key]bool{},
 		final: map[flows.Key]*flows.FlowSet{}, bad: map[flows.Key]*flows.FlowSet{}, now: time.Now()}
 	for _, step := range []func(context.Context, *pass) error{
-		s.build, s.resolve, s.inventory, s.drain, s.plan, s.apply,
+		s.build, s.resolve, s.inventory, s.drain, s.plan, s.apply, s.zoneLimits,
 	} {
 		if err := step(ctx, p); err != nil {
 			return nil, err

@@ -17,3 +17,25 @@ type ConntrackFilter struct {
 	// matches any.
 	OrigDst netip.AddrPort
 }
+
+// ZoneLimit is the limit of one conntrack zone and the entries it holds (ovs-vswitchd(8)
+// "dpctl/ct-get-limits"). A zone at its limit refuses new connections: ct(commit) fails and the
+// packet is not translated (and is dropped further on), so one zone cannot fill the datapath's
+// table.
+type ZoneLimit struct {
+	// Limit is the maximum number of entries; 0: only the datapath's total bounds the zone.
+	Limit int
+	// Count is the number of entries the zone holds.
+	Count int
+}
+
+// Zones are the conntrack zones the pipeline commits into, with their names (metrics, srcipctl).
+func Zones() []struct {
+	Zone uint16
+	Name string
+} {
+	return []struct {
+		Zone uint16
+		Name string
+	}{{ZoneService, "ZoneService"}, {ZonePod, "ZonePod"}}
+}

@@ -5,8 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
+	"slices"
 	"strconv"
+	"strings"
 
 	"k8s.io/klog/v2"
 
@@ -74,6 +77,97 @@ func (o *OpenFlow) ConntrackDestinations(ctx context.Context, zone uint16) (map[
 		return nil, err
 	}
 	return out, nil
+}
+
+// ConntrackMax returns the maximum number of entries of the datapath's connection tracker
+// (ovs-vswitchd(8) "dpctl/ct-get-maxconns"; the userspace datapath's default is 3,000,000).
+func (o *OpenFlow) ConntrackMax(ctx context.Context) (int, error) {
+	ctl, err := o.appctlTarget()
+	if err != nil {
+		return 0, err
+	}
+	out, err := o.output(ctx, []string{o.appctl(), "-t", ctl, "dpctl/ct-get-maxconns"})
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(out))
+	if err != nil {
+		return 0, fmt.Errorf("dpctl/ct-get-maxconns: %q: %w", out, err)
+	}
+	return n, nil
+}
+
+// SetConntrackZoneLimits sets the maximum number of entries of each zone of limits
+// (ovs-vswitchd(8) "dpctl/ct-set-limits zone=Z,limit=N ..."; every limit must be positive, see
+// DeleteConntrackZoneLimits). The limits live in ovs-vswitchd and are lost when it restarts: the
+// agent sets them at every full sync that finds them different.
+func (o *OpenFlow) SetConntrackZoneLimits(ctx context.Context, limits map[uint16]int) error {
+	ctl, err := o.appctlTarget()
+	if err != nil {
+		return err
+	}
+	argv := []string{o.appctl(), "-t", ctl, "dpctl/ct-set-limits"}
+	zones := slices.Sorted(maps.Keys(limits))
+	for _, z := range zones {
+		if limits[z] <= 0 {
+			return fmt.Errorf("conntrack zone %d: limit %d is not positive", z, limits[z])
+		}
+		argv = append(argv, fmt.Sprintf("zone=%d,limit=%d", z, limits[z]))
+	}
+	if err := run(ctx, argv, nil, nil); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).V(2).Info("Set conntrack zone limits", "limits", limits)
+	return nil
+}
+
+// DeleteConntrackZoneLimits lifts the limits of zones (ovs-vswitchd(8) "dpctl/ct-del-limits"):
+// only the datapath's total bounds them again.
+func (o *OpenFlow) DeleteConntrackZoneLimits(ctx context.Context, zones ...uint16) error {
+	ctl, err := o.appctlTarget()
+	if err != nil {
+		return err
+	}
+	zs := make([]string, len(zones))
+	for i, z := range zones {
+		zs[i] = strconv.Itoa(int(z))
+	}
+	return run(ctx, []string{o.appctl(), "-t", ctl, "dpctl/ct-del-limits", "zone=" + strings.Join(zs, ",")}, nil, nil)
+}
+
+// ConntrackZoneLimits reads the limit and the entry count of each of zones
+// (ovs-vswitchd(8) "dpctl/ct-get-limits zone=Z,..."); a zone without its own limit has Limit 0.
+func (o *OpenFlow) ConntrackZoneLimits(ctx context.Context, zones ...uint16) (map[uint16]flows.ZoneLimit, error) {
+	ctl, err := o.appctlTarget()
+	if err != nil {
+		return nil, err
+	}
+	zs := make([]string, len(zones))
+	for i, z := range zones {
+		zs[i] = strconv.Itoa(int(z))
+	}
+	out, err := o.output(ctx, []string{o.appctl(), "-t", ctl, "dpctl/ct-get-limits", "zone=" + strings.Join(zs, ",")})
+	if err != nil {
+		return nil, err
+	}
+	return parseZoneLimits(out)
+}
+
+// parseZoneLimits reads "zone=64256,limit=3,count=0" lines (the "default limit=" line is skipped).
+func parseZoneLimits(out string) (map[uint16]flows.ZoneLimit, error) {
+	res := map[uint16]flows.ZoneLimit{}
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimSpace(l)
+		if !strings.HasPrefix(l, "zone=") {
+			continue
+		}
+		var z, lim, cnt int
+		if _, err := fmt.Sscanf(l, "zone=%d,limit=%d,count=%d", &z, &lim, &cnt); err != nil {
+			return nil, fmt.Errorf("dpctl/ct-get-limits: %q: %w", l, err)
+		}
+		res[uint16(z)] = flows.ZoneLimit{Limit: lim, Count: cnt}
+	}
+	return res, nil
 }
 
 func (o *OpenFlow) appctl() string {

@@ -98,3 +98,35 @@ func TestBundleModifyStrictRepairs(t *testing.T) {
 	assert.NotContains(t, out, "30101")
 	assert.Contains(t, out, fmt.Sprintf("cookie=%#x", uint64(c1)))
 }
+
+// Per-zone conntrack limits on OVS's userspace datapath: a zone at its limit holds no more
+// entries than the limit (further commits fail), the limits and counts read back, and deleting a
+// zone's limit lifts it.
+func TestConntrackZoneLimits(t *testing.T) {
+	ctx := testContext(t)
+	sb := ovstest.StartDummy(t)
+	sb.AddBridge(t, "br-ex", "eth0")
+	of := ofctl.NewOpenFlow("br-ex", sb.MgmtTarget("br-ex"))
+	max, err := of.ConntrackMax(ctx)
+	require.NoError(t, err)
+	assert.Positive(t, max)
+	zone := flows.ZoneService
+	require.NoError(t, of.SetConntrackZoneLimits(ctx, map[uint16]int{zone: 3, flows.ZonePod: 7}))
+	require.NoError(t, of.Bundle(ctx, []string{fmt.Sprintf("flow add table=0,priority=10,udp,actions=ct(commit,zone=%d)", zone)}))
+	for i := 0; i < 6; i++ {
+		receive(t, sb, "udp", 2000+i, 31300)
+	}
+	got, err := of.ConntrackZoneLimits(ctx, zone, flows.ZonePod)
+	require.NoError(t, err)
+	assert.Equal(t, map[uint16]flows.ZoneLimit{zone: {Limit: 3, Count: 3}, flows.ZonePod: {Limit: 7, Count: 0}}, got)
+	dump := sb.Run(t, "ovs-appctl", "-t", sb.VswitchdCtl, "dpctl/dump-conntrack", fmt.Sprintf("zone=%d", zone))
+	assert.Equal(t, 3, strings.Count(strings.TrimSpace(dump), "\n")+1, "6 new connections, limit 3:\n%s", dump)
+	require.NoError(t, of.DeleteConntrackZoneLimits(ctx, zone))
+	receive(t, sb, "udp", 2100, 31300)
+	got, err = of.ConntrackZoneLimits(ctx, zone)
+	require.NoError(t, err)
+	assert.Zero(t, got[zone].Limit, "limit lifted")
+	dump = sb.Run(t, "ovs-appctl", "-t", sb.VswitchdCtl, "dpctl/dump-conntrack", fmt.Sprintf("zone=%d", zone))
+	assert.Equal(t, 4, strings.Count(strings.TrimSpace(dump), "\n")+1, "a fourth connection once the limit is lifted:\n%s", dump)
+	require.Error(t, of.SetConntrackZoneLimits(ctx, map[uint16]int{zone: 0}), "0 is not a limit")
+}

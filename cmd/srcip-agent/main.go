@@ -42,6 +42,7 @@ type options struct {
 	genevePort        int
 	nodePortAddresses []string
 	externalIPCIDRs   []string
+	zoneLimitPercent  int
 	fullSyncPeriod    time.Duration
 	drainPeriod       time.Duration
 	repairPeriod      time.Duration
@@ -89,6 +90,7 @@ LoadBalancer, or externalIPs). SIGTERM stops the agent and leaves every flow in 
 	f.IntVar(&o.genevePort, "geneve-port", ofctl.DefaultGeneveUDPPort, "UDP port of the agent's flow-based Geneve tunnel port (use another than 6081 when sharing a host with OVN)")
 	f.StringSliceVar(&o.nodePortAddresses, "nodeport-addresses", nil, "comma-separated CIDRs: serve NodePorts only on node addresses inside them (default: every InternalIP and ExternalIP of the node)")
 	f.StringSliceVar(&o.externalIPCIDRs, "external-ip-cidrs", nil, "comma-separated CIDRs: the ranges a Service's spec.externalIPs may be served from (anyone who may edit a Service can set externalIPs, CVE-2020-8554); default: none, no externalIP is served. externalIPs and LoadBalancer IPs equal to a node address, and externalIPs equal to another Service's LoadBalancer IP, are always refused (Event SourceIPRefused)")
+	f.IntVar(&o.zoneLimitPercent, "conntrack-zone-limit-percent", 40, "bound each conntrack zone of the pipeline (service, pod) to this percentage of the datapath's conntrack maximum (ovs-appctl dpctl/ct-get-maxconns), so that a flood on one entry point cannot fill the table; set at every full sync; 0 lifts the limits")
 	f.DurationVar(&o.fullSyncPeriod, "full-sync-period", agent.DefaultFullSyncPeriod, "period of full syncs that compare the bridges with the desired flows and repair drift")
 	f.DurationVar(&o.drainPeriod, "drain-period", agent.DefaultDrainPeriod, "longest time the established TCP connections of a Service entry point that went away (annotation removed, Service or port deleted, externalTrafficPolicy changed) keep being forwarded; the drain ends earlier, at a full sync, once the service conntrack zone holds no live connection to it")
 	f.DurationVar(&o.repairPeriod, "repair-period", 10*time.Minute, "period of the deep repair: a full sync re-sends every flow of the agent with modify_strict (restores flows edited in place, keeps their counters) and every group with add_or_mod, in one bundle per bridge; it costs one bundle as large as the whole pipeline (about 6 flows per Service port, e.g. 60k lines and about a second of ovs-vswitchd time for 10k Service ports). 0 disables it")
@@ -107,6 +109,9 @@ func run(ctx context.Context, o options) error {
 	cidrs, err := parseCIDRs(o.nodePortAddresses)
 	if err != nil {
 		return fmt.Errorf("--nodeport-addresses: %w", err)
+	}
+	if o.zoneLimitPercent < 0 || o.zoneLimitPercent > 100 {
+		return fmt.Errorf("--conntrack-zone-limit-percent %d: want 0..100", o.zoneLimitPercent)
 	}
 	extCIDRs, err := parseCIDRs(o.externalIPCIDRs)
 	if err != nil {
@@ -160,6 +165,7 @@ func run(ctx context.Context, o options) error {
 		},
 		NodePortCIDRs:     cidrs,
 		ExternalIPCIDRs:   extCIDRs,
+		ZoneLimitPercent:  o.zoneLimitPercent,
 		FullSyncPeriod:    o.fullSyncPeriod,
 		Metrics:           agent.NewMetrics(reg),
 		Conntrack:         brEx,

@@ -4,6 +4,11 @@
 //
 //	inject --dst 192.0.2.11 --vni 2 --inner-src 198.51.100.10:40000 --inner-dst 10.244.1.5:8080 [--src 192.0.2.13] [--proto tcp|udp] [--flags syn|ack] [--count N]
 //
+// With --plain it sends the inner packet itself, without Geneve (to an entry point), and with
+// --random-src CIDR each packet gets a random source address in CIDR (a spoofed SYN flood):
+//
+//	inject --plain --inner-dst 192.0.2.11:30100 --random-src 10.99.0.0/16 --count 3000
+//
 // It runs inside a lab network namespace (ip netns exec) and needs CAP_NET_RAW.
 package main
 
@@ -12,10 +17,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -35,7 +42,13 @@ func run() error {
 	innerSrc := flag.String("inner-src", "", "inner source ip:port")
 	innerDst := flag.String("inner-dst", "", "inner destination ip:port")
 	count := flag.Int("count", 1, "packets to send")
+	plain := flag.Bool("plain", false, "send the inner packet without Geneve (--dst, --src, --vni unused)")
+	randomSrc := flag.String("random-src", "", "with --plain: a random inner source address in this CIDR per packet (and a random source port)")
+	pps := flag.Int("pps", 0, "packets per second (0: as fast as possible)")
 	flag.Parse()
+	if *plain {
+		return sendPlain(*innerSrc, *innerDst, *randomSrc, *proto, *flags, *count, *pps)
+	}
 
 	d, err := netip.ParseAddr(*dst)
 	if err != nil || !d.Is4() {
@@ -100,6 +113,60 @@ func run() error {
 		return fmt.Errorf("send: %w", err)
 	}
 	fmt.Printf("sent %d Geneve packet(s) %s -> %s:%d vni %d, inner %s %s -> %s\n", *count, s, d, *dport, *vni, *proto, is, id)
+	return nil
+}
+
+// sendPlain sends count TCP or UDP packets to dst (ip:port) over a raw socket, from src (ip:port)
+// or, with randomSrc, from a random address of that CIDR and a random port each.
+func sendPlain(src, dst, randomSrc, proto, flags string, count, pps int) error {
+	d, err := netip.ParseAddrPort(dst)
+	if err != nil {
+		return fmt.Errorf("--inner-dst: %w", err)
+	}
+	var pfx netip.Prefix
+	var s netip.AddrPort
+	if randomSrc != "" {
+		if pfx, err = netip.ParsePrefix(randomSrc); err != nil || !pfx.Addr().Is4() {
+			return fmt.Errorf("--random-src %q: not an IPv4 CIDR", randomSrc)
+		}
+	} else if s, err = netip.ParseAddrPort(src); err != nil {
+		return fmt.Errorf("--inner-src: %w", err)
+	}
+	f := byte(0x02)
+	if flags == "ack" {
+		f = 0x10
+	}
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_RAW, syscall.IPPROTO_RAW)
+	if err != nil {
+		return fmt.Errorf("raw socket: %w", err)
+	}
+	defer syscall.Close(fd)
+	to := &syscall.SockaddrInet4{Addr: d.Addr().As4()}
+	sent := 0
+	start := time.Now()
+	for i := 0; i < count; i++ {
+		if pps > 0 {
+			time.Sleep(time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(pps))))
+		}
+		if pfx.IsValid() {
+			base := binary.BigEndian.Uint32(pfx.Masked().Addr().AsSlice())
+			host := rand.Uint32() & (uint32(1)<<(32-pfx.Bits()) - 1)
+			var b [4]byte
+			binary.BigEndian.PutUint32(b[:], base|host)
+			s = netip.AddrPortFrom(netip.AddrFrom4(b), uint16(1024+rand.IntN(60000)))
+		}
+		var pkt []byte
+		if proto == "udp" {
+			pkt = ipv4(s.Addr(), d.Addr(), syscall.IPPROTO_UDP, udp(s, d, []byte("inject\n"), true))
+		} else {
+			pkt = ipv4(s.Addr(), d.Addr(), syscall.IPPROTO_TCP, tcp(s, d, f))
+		}
+		if err := syscall.Sendto(fd, pkt, 0, to); err != nil {
+			return fmt.Errorf("send %d: %w", i, err)
+		}
+		sent++
+	}
+	fmt.Printf("sent %d %s packet(s) to %s\n", sent, proto, d)
 	return nil
 }
 
