@@ -297,14 +297,27 @@ func TestAdversarialNodePortVsExternalIPOnNodeIP(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	n, log := bundlesDuring(t, "node1", 7*time.Second) // 3 full syncs at --full-sync-period=2s
 	assert.Zero(t, n, "node1 rewrote flows %d times in steady state:\n%s", n, tail(log, 12))
-	pods := map[string]int{}
+	// Every request is answered, and by the documented winner npa (echo-a): same age, smaller name.
+	// On node1 the NodePort and the externalIP are one entry point; on node2 and node3 only the
+	// NodePort exists, also npa's.
 	for i := 0; i < 8; i++ {
-		if r, err := theLab.Request("", "tcp", "192.0.2.11:30310"); err == nil {
-			pods[r.Pod]++
+		for _, a := range nodeAddrs("30310") {
+			r, err := theLab.RequestWith("", "tcp", a, lab.RequestOpts{Timeout: "2s"})
+			if assert.NoError(t, err, "request %d to %s", i, a) {
+				checkReply(t, r, a, "echo-a")
+			}
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond)
 	}
-	assert.Len(t, pods, 1, "one entry point served by two Services over time: %v", pods)
+}
+
+// nodeAddrs is IP:port of every lab node (its InternalIP) for one NodePort.
+func nodeAddrs(port string) []string {
+	var out []string
+	for _, n := range theLab.Nodes {
+		out = append(out, n.IP.String()+":"+port)
+	}
+	return out
 }
 
 // A Service may list a node's own address as externalIP (the API server allows any externalIP,
@@ -448,31 +461,45 @@ func TestAdversarialUDPZeroEndpointsThenEndpoints(t *testing.T) {
 	}, 15*time.Second))
 }
 
-// Two Services with the same NodePort: one wins (same winner on every node), the loser takes
-// over when the winner goes away; nothing flaps.
+// Two Services with the same NodePort: one wins (same winner on every node: dupa, same age and
+// the smaller name), the loser takes over on every node when the winner goes away; nothing flaps.
+// Every request to every node's NodePort must be answered by the winner.
 func TestAdversarialDuplicateNodePort(t *testing.T) {
 	const fa, fb = "adv-dupa.yaml", "adv-dupb.yaml"
 	writeManifest(t, fa, rawService("dupa", true, "NodePort", nil, "", []pspec{{"http", "TCP", 80, 30330}}, []ep{echoA}))
 	writeManifest(t, fb, rawService("dupb", true, "NodePort", nil, "", []pspec{{"http", "TCP", 80, 30330}}, []ep{echoB}))
 	defer removeAndWait(t, fb, "tp_dst=30330")
-	addr := "192.0.2.11:30330"
-	waitOK(t, "tcp", addr)
+	addrs := nodeAddrs("30330")
+	for _, a := range addrs {
+		waitOK(t, "tcp", a)
+	}
 	time.Sleep(2500 * time.Millisecond)
 	for i := 0; i < 5; i++ {
-		r, err := theLab.Request("", "tcp", addr)
-		require.NoError(t, err)
-		checkReply(t, r, addr, "echo-a")
+		for _, a := range addrs {
+			r, err := theLab.RequestWith("", "tcp", a, lab.RequestOpts{Timeout: "2s"})
+			if assert.NoError(t, err, "request %d to %s", i, a) {
+				checkReply(t, r, a, "echo-a")
+			}
+		}
 	}
 	n, log := bundlesDuring(t, "node1", 5*time.Second)
 	assert.Zero(t, n, "steady state rewrote flows:\n%s", tail(log, 10))
 	writeManifest(t, fa, "")
-	require.NoError(t, lab.WaitFor(func() error {
-		r, err := theLab.Request("", "tcp", addr)
-		if err == nil && r.Pod != "echo-b" {
-			err = fmt.Errorf("still %s", r.Pod)
+	for _, a := range addrs {
+		require.NoError(t, lab.WaitFor(func() error {
+			r, err := theLab.Request("", "tcp", a)
+			if err == nil && r.Pod != "echo-b" {
+				err = fmt.Errorf("%s still %s", a, r.Pod)
+			}
+			return err
+		}, 15*time.Second))
+	}
+	for _, a := range addrs {
+		r, err := theLab.RequestWith("", "tcp", a, lab.RequestOpts{Timeout: "2s"})
+		if assert.NoError(t, err, "after the winner left: %s", a) {
+			checkReply(t, r, a, "echo-b")
 		}
-		return err
-	}, 15*time.Second))
+	}
 }
 
 // Flows and a group of ours deleted by hand come back at the next full sync.
