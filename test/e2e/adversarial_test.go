@@ -391,19 +391,20 @@ func TestAdversarialDuplicatePodIPConfirmedPodWins(t *testing.T) {
 
 // A flow of ours modified in place (same cookie; e.g. an operator's mod-flows while debugging, or
 // a buggy tool) is invisible to the full sync, which compares flow counts per cookie; the deep
-// repair (--repair-period) re-sends every flow with modify_strict and restores it.
+// repair (--repair-period) re-sends every flow with modify_strict and restores it. The sabotage is
+// confirmed (the NodePort stops answering) before the repair is measured.
+//
+// Mutation checks: a mod-flows that matches no flow (tp_dst=30199) fails at "sabotage had no
+// effect"; the deep repair disabled (agent/reconciler.go) fails at "not repaired".
 func TestAdversarialModifiedFlowRepaired(t *testing.T) {
 	addr := "192.0.2.11:30100"
 	checkReply(t, waitOK(t, "tcp", addr), addr, "echo-a")
-	_, err := theLab.Ofctl("node1", "-O", "OpenFlow15", "mod-flows", "br-ex",
-		"table=41,tcp,nw_dst=192.0.2.11,tp_dst=30100,actions=drop")
-	require.NoError(t, err)
-	// The deep repair (--repair-period=4s in this lab, full syncs every 2 s) restores it.
-	err = lab.WaitFor(func() error {
-		_, err := theLab.RequestWith("", "tcp", addr, lab.RequestOpts{Timeout: "1s"})
-		return err
-	}, 12*time.Second)
-	if !assert.NoError(t, err, "a modified flow is not repaired by the deep repair") {
+	at := sabotage(t, addr, "mod-flows to drop", func() {
+		_, err := theLab.Ofctl("node1", "-O", "OpenFlow15", "mod-flows", "br-ex",
+			"table=41,tcp,nw_dst=192.0.2.11,tp_dst=30100,actions=drop")
+		require.NoError(t, err)
+	})
+	if !assertRepaired(t, addr, at, deepRepairBound, "echo-a") {
 		// Repair it for the tests that follow: a restart's full sync rewrites nothing, so drop the
 		// Service's flows so that the count differs.
 		out, _ := theLab.DumpFlows("node1", "br-ex", "table=41,tcp,nw_dst=192.0.2.11,tp_dst=30100")
@@ -412,6 +413,75 @@ func TestAdversarialModifiedFlowRepaired(t *testing.T) {
 		}
 		waitOK(t, "tcp", addr)
 	}
+	out, err := theLab.DumpFlows("node1", "br-ex", "table=41,tcp,nw_dst=192.0.2.11,tp_dst=30100")
+	require.NoError(t, err)
+	assert.NotContains(t, out, "actions=drop", "the modified flow is still there")
+}
+
+// Repair bounds of the lab's agents (--full-sync-period=2s, --repair-period=4s). Behaviour bounds,
+// not performance figures: a repair that does not come within them did not come from the periodic
+// sync that should make it.
+const (
+	// fullSyncRepairBound: a flow or group deleted by hand is back after the next full sync; five
+	// periods leave room for a loaded runner.
+	fullSyncRepairBound = 10 * time.Second
+	// deepRepairBound: a flow modified in place is back after the next deep repair; three repair
+	// periods.
+	deepRepairBound = 12 * time.Second
+	// sabotageProbe: the request that confirms a sabotage; a broken path answers with a RST or not
+	// at all.
+	sabotageProbe = "1s"
+)
+
+var bundleRE = regexp.MustCompile(`Applying (repair )?bundle`)
+
+// sabotage runs breakIt (a hand-made change to node1's bridges) and confirms that addr stopped
+// answering; it returns when the sabotage was made. If node1's agent applied a bundle between the
+// sabotage and the probe (it repaired faster than we could look), it tries again, three times at
+// most; a sabotage that did not break addr without any bundle fails the test.
+func sabotage(t *testing.T, addr, what string, breakIt func()) time.Time {
+	t.Helper()
+	for try := 1; ; try++ {
+		off := logSize(t, "node1")
+		at := time.Now()
+		breakIt()
+		_, err := theLab.RequestWith("", "tcp", addr, lab.RequestOpts{Timeout: sabotageProbe})
+		if err != nil {
+			t.Logf("sabotage %q confirmed: %s fails: %v", what, addr, err)
+			return at
+		}
+		if n := len(bundleRE.FindAllString(logSince(t, "node1", off), -1)); n == 0 || try == 3 {
+			t.Fatalf("sabotage %q had no effect: %s still answers (try %d, %d bundles since)", what, addr, try, n)
+		}
+		t.Logf("sabotage %q repaired before the probe (try %d), again", what, try)
+	}
+}
+
+// requireRepaired is assertRepaired that stops the test on failure (a later sabotage of a path
+// that is still broken would prove nothing).
+func requireRepaired(t *testing.T, addr string, at time.Time, bound time.Duration, pods ...string) {
+	t.Helper()
+	if !assertRepaired(t, addr, at, bound, pods...) {
+		t.FailNow()
+	}
+}
+
+// assertRepaired waits until addr answers again (from one of pods), at most bound after the
+// sabotage at, and logs the time to repair.
+func assertRepaired(t *testing.T, addr string, at time.Time, bound time.Duration, pods ...string) bool {
+	t.Helper()
+	var r lab.Reply
+	err := lab.WaitFor(func() error {
+		var err error
+		r, err = theLab.RequestWith("", "tcp", addr, lab.RequestOpts{Timeout: sabotageProbe})
+		return err
+	}, bound-time.Since(at))
+	if !assert.NoError(t, err, "%s not repaired within %v of the sabotage", addr, bound) {
+		return false
+	}
+	t.Logf("%s repaired %v after the sabotage (bound %v)", addr, time.Since(at).Round(10*time.Millisecond), bound)
+	checkReply(t, r, addr, pods...)
+	return true
 }
 
 // The same client socket (one UDP source port) talking to two entry points of the same Service
@@ -502,25 +572,37 @@ func TestAdversarialDuplicateNodePort(t *testing.T) {
 	}
 }
 
-// Flows and a group of ours deleted by hand come back at the next full sync.
+// Flows and a group of ours deleted by hand come back at the next full sync. Each sabotage is
+// confirmed (the NodePort stops answering) before its repair is measured.
+//
+// Mutation checks: deleting a cookie that is not the Service's fails at "sabotage had no effect";
+// the full sync not re-adding missing flow sets (agent) fails at "not repaired".
 func TestAdversarialHandDeletedFlowsRepaired(t *testing.T) {
 	addr := "192.0.2.11:30100"
 	checkReply(t, waitOK(t, "tcp", addr), addr, "echo-a")
-	out, err := theLab.DumpFlows("node1", "br-ex", "table=40,tcp,nw_dst=192.0.2.11,tp_dst=30100")
-	require.NoError(t, err)
-	m := regexp.MustCompile(`cookie=(0x[0-9a-f]+)`).FindStringSubmatch(out)
-	require.NotNil(t, m)
-	_, err = theLab.Ofctl("node1", "-O", "OpenFlow15", "del-flows", "br-ex", "cookie="+m[1]+"/-1")
-	require.NoError(t, err)
-	// The whole base pipeline of br-int too.
-	_, err = theLab.Ofctl("node1", "-O", "OpenFlow15", "del-flows", "br-int", "cookie=0x5c02000000000000/0xffff000000000000")
-	require.NoError(t, err)
-	checkReply(t, waitOK(t, "tcp", addr), addr, "echo-a")
+	// The Service port's flows on br-ex.
+	at := sabotage(t, addr, "del-flows of the Service's cookie on br-ex", func() {
+		out, err := theLab.DumpFlows("node1", "br-ex", "table=40,tcp,nw_dst=192.0.2.11,tp_dst=30100")
+		require.NoError(t, err)
+		m := regexp.MustCompile(`cookie=(0x[0-9a-f]+)`).FindStringSubmatch(out)
+		require.NotNil(t, m, "no flow of 30100 in table 40:\n%s", out)
+		_, err = theLab.Ofctl("node1", "-O", "OpenFlow15", "del-flows", "br-ex", "cookie="+m[1]+"/-1")
+		require.NoError(t, err)
+	})
+	requireRepaired(t, addr, at, fullSyncRepairBound, "echo-a")
+	// The whole base pipeline of br-int.
+	at = sabotage(t, addr, "del-flows of br-int's base pipeline", func() {
+		_, err := theLab.Ofctl("node1", "-O", "OpenFlow15", "del-flows", "br-int", "cookie=0x5c02000000000000/0xffff000000000000")
+		require.NoError(t, err)
+	})
+	requireRepaired(t, addr, at, fullSyncRepairBound, "echo-a")
 	// Every group of ours (flows that point to them go with them).
-	_, err = theLab.Ofctl("node1", "-O", "OpenFlow15", "del-groups", "br-ex")
-	require.NoError(t, err)
-	checkReply(t, waitOK(t, "tcp", addr), addr, "echo-a")
-	checkReply(t, waitOK(t, "tcp", "192.0.2.11:30102"), "192.0.2.11:30102", "echo-a", "echo-b")
+	at = sabotage(t, addr, "del-groups on br-ex", func() {
+		_, err := theLab.Ofctl("node1", "-O", "OpenFlow15", "del-groups", "br-ex")
+		require.NoError(t, err)
+	})
+	assertRepaired(t, addr, at, fullSyncRepairBound, "echo-a")
+	assertRepaired(t, "192.0.2.11:30102", at, fullSyncRepairBound, "echo-a", "echo-b")
 }
 
 // Rapid flapping of the annotation ends in the last written state, without leaked groups.
