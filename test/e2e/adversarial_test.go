@@ -93,13 +93,35 @@ func removeAndWait(t *testing.T, file string, tokens ...string) {
 	}
 }
 
-// bundlesDuring counts the bundles node's agent applies during d (its log says "Applying bundle").
-func bundlesDuring(t *testing.T, node string, d time.Duration) (int, string) {
+// steadyBundles restarts node's agent without deep repairs (--repair-period=0: a deep repair
+// re-sends every flow by design, so with it on no window of a few seconds is write-free), waits
+// for its first full sync, and counts every bundle it applies during d after it: change bundles
+// and repair bundles alike ("Applying bundle", "Applying repair bundle"). The agent is restarted
+// with the lab's flags when the test ends. Steady state means 0.
+func steadyBundles(t *testing.T, node string, d time.Duration) (int, string) {
 	t.Helper()
+	require.NoError(t, theLab.StopAgent(node))
+	t.Cleanup(func() {
+		require.NoError(t, theLab.StopAgent(node))
+		require.NoError(t, theLab.StartAgent(node))
+	})
 	off := logSize(t, node)
+	require.NoError(t, theLab.StartAgentWith(node, "--repair-period=0"))
+	var first int64
+	require.NoError(t, lab.WaitFor(func() error {
+		l := logSince(t, node, off)
+		i := strings.Index(l, "Full sync done")
+		if i < 0 {
+			return fmt.Errorf("%s: no full sync yet after the restart", node)
+		}
+		first = off + int64(i)
+		return nil
+	}, 20*time.Second))
 	time.Sleep(d)
-	s := logSince(t, node, off)
-	return strings.Count(s, "Applying bundle"), s
+	s := logSince(t, node, first)
+	n := len(bundleRE.FindAllString(s, -1))
+	t.Logf("%s: %d bundles (any kind) in %v after the first full sync of its agent restarted without deep repairs", node, n, d)
+	return n, s
 }
 
 // ownGroups counts the agent's groups (id 0x5c000000-0x5cffffff) on a bridge.
@@ -204,7 +226,7 @@ status: {addresses: [{type: InternalIP, address: 192.0.2.99}]}
 	require.NoError(t, err)
 	assert.NotContains(t, out, "192.0.2.99", "the ghost node got a Geneve route")
 	time.Sleep(2 * time.Second)
-	n, log := bundlesDuring(t, "node1", 7*time.Second)
+	n, log := steadyBundles(t, "node1", 7*time.Second)
 	assert.Zero(t, n, "node1 rewrote flows %d times in steady state:\n%s", n, tail(log, 12))
 	fails := 0
 	for i := 0; i < 8; i++ {
@@ -295,7 +317,7 @@ func TestAdversarialNodePortVsExternalIPOnNodeIP(t *testing.T) {
 	defer writeManifest(t, fa, "")
 	waitOK(t, "tcp", "192.0.2.11:30310")
 	time.Sleep(3 * time.Second)
-	n, log := bundlesDuring(t, "node1", 7*time.Second) // 3 full syncs at --full-sync-period=2s
+	n, log := steadyBundles(t, "node1", 7*time.Second) // 3 full syncs at --full-sync-period=2s
 	assert.Zero(t, n, "node1 rewrote flows %d times in steady state:\n%s", n, tail(log, 12))
 	// Every request is answered, and by the documented winner npa (echo-a): same age, smaller name.
 	// On node1 the NodePort and the externalIP are one entry point; on node2 and node3 only the
@@ -378,7 +400,7 @@ func TestAdversarialDuplicatePodIPConfirmedPodWins(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotContains(t, out, "dl_src=0a:58:0a:f4:01:63", "the unconfirmed pod port got flows")
 	time.Sleep(2 * time.Second)
-	n, log := bundlesDuring(t, "node1", 7*time.Second)
+	n, log := steadyBundles(t, "node1", 7*time.Second)
 	assert.Zero(t, n, "node1 rewrote flows %d times in steady state:\n%s", n, tail(log, 12))
 	for i := 0; i < 6; i++ {
 		r, err := theLab.RequestWith("", "tcp", "192.0.2.11:30101", lab.RequestOpts{Timeout: "2s"})
@@ -552,7 +574,7 @@ func TestAdversarialDuplicateNodePort(t *testing.T) {
 			}
 		}
 	}
-	n, log := bundlesDuring(t, "node1", 5*time.Second)
+	n, log := steadyBundles(t, "node1", 5*time.Second)
 	assert.Zero(t, n, "steady state rewrote flows:\n%s", tail(log, 10))
 	writeManifest(t, fa, "")
 	for _, a := range addrs {
