@@ -15,7 +15,7 @@ import (
 )
 
 // logSince returns what node's agent log gained after offset.
-func logSince(t *testing.T, node string, offset int64) string {
+func logSince(t testing.TB, node string, offset int64) string {
 	t.Helper()
 	b, err := os.ReadFile(theLab.AgentLog(node))
 	require.NoError(t, err)
@@ -25,7 +25,7 @@ func logSince(t *testing.T, node string, offset int64) string {
 	return string(b[offset:])
 }
 
-func logSize(t *testing.T, node string) int64 {
+func logSize(t testing.TB, node string) int64 {
 	t.Helper()
 	fi, err := os.Stat(theLab.AgentLog(node))
 	require.NoError(t, err)
