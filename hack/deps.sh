@@ -1,23 +1,57 @@
 #!/usr/bin/env bash
-# Installs what the lab and the tests need on a fresh Debian machine, only when missing:
-# Open vSwitch (userspace datapath is enough), iproute2, ethtool, tcpdump, and for the test control
-# plane openssl and curl.
+# Installs, only when missing, every program that `make demo`, `make test` and the lab execute, on a
+# fresh Debian 12 machine (as root). Prerequisites that `make` itself needs before this script can
+# run: make, bash, Go (see README). The lab checks the same programs when it starts and names the
+# package of a missing one (test/lab/programs.go; TestDepsInstallsEveryProgram keeps the lists in
+# step).
 set -euo pipefail
+# program    Debian package    who executes it
+progs=(
+	# the lab (test/lab), the agents it runs, srcipctl and the tests on the lab
+	"ip           iproute2"           # namespaces, veths, addresses, routes
+	"sh           dash"               # ethtool batches in a netns
+	"sleep        coreutils"          # TestCleanup's placeholder process
+	"sysctl       procps"             # per-netns sysctls (IPv6 off, forwarding)
+	"ethtool      ethtool"            # checksum offload off on veths
+	"ping         iputils-ping"       # TestLabUp reachability
+	"tcpdump      tcpdump"            # captures in test/e2e
+	"ovsdb-tool   openvswitch-common" # each node's own database
+	"ovsdb-server openvswitch-common"
+	"ovs-appctl   openvswitch-common" # the lab, the agent (conntrack), srcipctl trace
+	"ovs-ofctl    openvswitch-common" # the lab, the agent (bundles)
+	"ovs-vsctl    openvswitch-switch" # the lab, srcipctl trace
+	"ovs-vswitchd openvswitch-switch" # userspace datapath; no kernel module needed
+	# hack/controlplane/{build,start,stop}.sh (test/kube, make controlplane)
+	"bash         bash"
+	"flock        util-linux"         # one build per cache entry
+	"setsid       util-linux"         # detached components
+	"openssl      openssl"            # the test CA
+	"curl         curl"               # readiness probes
+	"awk          mawk"               # elapsed times
+	"grep         grep"               # readiness, pid ownership
+	"sed          sed"                # process state
+	"find         findutils"          # cache pruning
+	"sha256sum    coreutils"          # cache key
+	"od           coreutils"          # token
+	"base64       coreutils"          # kubeconfig
+	# the Makefile
+	"git          git"                # make vet lists the Go files with git ls-files
+)
 need=()
-command -v ovs-vswitchd >/dev/null 2>&1 || need+=(openvswitch-switch)
-command -v ip >/dev/null 2>&1 || need+=(iproute2)
-command -v ethtool >/dev/null 2>&1 || need+=(ethtool)
-command -v tcpdump >/dev/null 2>&1 || need+=(tcpdump)
-# hack/controlplane/start.sh makes the test CA with openssl and probes readiness with curl.
-command -v openssl >/dev/null 2>&1 || need+=(openssl)
-command -v curl >/dev/null 2>&1 || need+=(curl ca-certificates)
-command -v flock >/dev/null 2>&1 || need+=(util-linux)
+for p in "${progs[@]}"; do
+	read -r prog pkg <<<"$p"
+	if ! command -v "$prog" >/dev/null 2>&1 && [[ " ${need[*]} " != *" $pkg "* ]]; then
+		need+=("$pkg")
+	fi
+done
+# curl needs the CA bundle for https (the Go module proxy is reached by go itself).
+if [[ " ${need[*]} " == *" curl "* ]]; then need+=(ca-certificates); fi
 if [ ${#need[@]} -gt 0 ]; then
-  if [ "$(id -u)" != 0 ]; then echo "deps: need root to install ${need[*]}" >&2; exit 1; fi
-  echo "deps: installing ${need[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+	if [ "$(id -u)" != 0 ]; then echo "deps: need root to install ${need[*]}" >&2; exit 1; fi
+	echo "deps: installing ${need[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 if [ "$(id -u)" != 0 ]; then echo "deps: the lab needs root (network namespaces, OVS)" >&2; exit 1; fi
 ovs-vswitchd --version | head -1

@@ -38,18 +38,33 @@ func TestTrace(t *testing.T) {
 	require.NoError(t, err)
 	sb.LoadDesired(t, d)
 
-	out := run(t, "trace", "--node-rundir", sb.RunDir, "--to", "192.0.2.11:30080")
+	out := run(t, "trace", "--node-rundir", sb.RunDir, "--from", "198.51.100.10:40000", "--to", "192.0.2.11:30080")
+	assert.Contains(t, out, "in_port=eth0,", "the uplink found in OVSDB")
+	assert.Contains(t, out, "nw_src=198.51.100.10,")
+	assert.Contains(t, out, "tcp_src=40000,")
 	assert.Contains(t, out, "tcp_flags=syn")
 	id := flows.BucketIDs([]netip.AddrPort{netip.MustParseAddrPort("10.244.2.5:8080")})[netip.MustParseAddrPort("10.244.2.5:8080")]
 	assert.Contains(t, out, fmt.Sprintf("-> using bucket %d\n", id), "the bucket id is derived from the endpoint")
 	assert.Contains(t, out, "nat(dst=10.244.2.5:8080)")
 	assert.Contains(t, out, "cookie 0x5c10", "the Service port's flows are named by their cookie")
 
-	out = run(t, "trace", "--node-rundir", sb.RunDir, "--proto", "udp", "--to", "192.0.2.11:30053")
+	out = run(t, "trace", "--node-rundir", sb.RunDir, "--proto", "udp", "--from", "198.51.100.10:40000", "--to", "192.0.2.11:30053")
 	assert.Contains(t, out, "nat(dst=10.244.2.5:5353)")
 
-	_, err = newCommandErr(t, "trace", "--node-rundir", sb.RunDir, "--to", "192.0.2.11:30080", "--proto", "sctp")
+	_, err = newCommandErr(t, "trace", "--node-rundir", sb.RunDir, "--from", "198.51.100.10:40000", "--to", "192.0.2.11:30080", "--proto", "sctp")
 	assert.ErrorContains(t, err, "want tcp or udp")
+
+	// No default client: --from is required, with a clear error.
+	_, err = newCommandErr(t, "trace", "--node-rundir", sb.RunDir, "--to", "192.0.2.11:30080")
+	assert.ErrorIs(t, err, errFromRequired)
+
+	// A second candidate uplink: no guess, --uplink is asked for; given, it is used.
+	sb.Run(t, "ovs-vsctl", "--db=unix:"+sb.DBSock, "add-port", "br-ex", "eth1", "--", "set", "interface", "eth1", "type=dummy")
+	_, err = newCommandErr(t, "trace", "--node-rundir", sb.RunDir, "--from", "198.51.100.10:40000", "--to", "192.0.2.11:30080")
+	assert.ErrorContains(t, err, "2 candidate ports [eth0 eth1]; name it with --uplink")
+	out = run(t, "trace", "--node-rundir", sb.RunDir, "--uplink", "eth0", "--from", "198.51.100.10:40000", "--to", "192.0.2.11:30080")
+	assert.Contains(t, out, "in_port=eth0,")
+	assert.Contains(t, out, "nat(dst=10.244.2.5:8080)")
 }
 
 // newCommandErr runs srcipctl and returns its output and error (for failure cases).

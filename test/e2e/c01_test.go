@@ -54,7 +54,7 @@ func TestC01OnlyTunnelOnBackendUplink(t *testing.T) {
 	tunnel := capture(t, "node2", "eth0", "udp port 6081 and src host 192.0.2.11 and dst host 192.0.2.12")
 	replies := capture(t, "node2", "eth0", "udp port 6081 and src host 192.0.2.12 and dst host 192.0.2.11")
 	for i := 0; i < 3; i++ {
-		checkReply(t, waitOK(t, "tcp", addr), addr, "echo-a")
+		checkReply(t, okNow(t, "tcp", addr), addr, "echo-a")
 	}
 	assert.Empty(t, plain(), "node2 sent or received the client's packets outside the tunnel")
 	in, out := tunnel(), replies()

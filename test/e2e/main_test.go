@@ -191,7 +191,8 @@ func writeManifest(t *testing.T, name, content string) {
 	}
 }
 
-// waitOK retries a request until it succeeds (the agents program flows asynchronously).
+// waitOK retries a request until it succeeds (the agents program flows asynchronously): for a
+// Service that is being programmed, not for one that must keep working (okNow).
 func waitOK(t *testing.T, proto, addr string) lab.Reply {
 	t.Helper()
 	var r lab.Reply
@@ -202,6 +203,17 @@ func waitOK(t *testing.T, proto, addr string) lab.Reply {
 	}, 20*time.Second)
 	if err != nil {
 		t.Fatalf("%s %s never answered: %v", proto, addr, err)
+	}
+	return r
+}
+
+// okNow is the probe of "keeps working": no outage tolerated, the request is answered at the first
+// try (within the echo client's 3 s timeout).
+func okNow(t *testing.T, proto, addr string) lab.Reply {
+	t.Helper()
+	r, err := theLab.Request("", proto, addr)
+	if err != nil {
+		t.Fatalf("%s %s did not answer at the first try: %v", proto, addr, err)
 	}
 	return r
 }

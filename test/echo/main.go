@@ -13,6 +13,16 @@
 // being the address the answer came from (the TCP peer, or the source of the
 // UDP reply datagram, read from an unconnected socket). It exits 1 on error
 // or timeout.
+//
+//	echo stream --addr IP:PORT [--timeout 2s]
+//
+// opens one TCP connection, sends "stream" (the server then keeps the
+// connection open and answers every request line) and prints the answer as
+// "get" does; then, for every line read from stdin, sends one request on the
+// same connection and prints its answer, each within --timeout. On any error it
+// prints "ERROR <reason>" and exits 1; at the end of stdin it closes the
+// connection and exits 0. Tests use it to exchange data on an established
+// connection before, during and after a change.
 package main
 
 import (
@@ -32,6 +42,13 @@ import (
 	"time"
 )
 
+// streamRequest as the first request line of a TCP connection keeps it open: the server
+// answers it and then every further line, one answer line per request line.
+const streamRequest = "stream\n"
+
+// streamIdle closes a streaming connection that sent no request for that long.
+const streamIdle = 10 * time.Minute
+
 type reply struct {
 	Pod    string `json:"pod"`
 	Node   string `json:"node"`
@@ -47,7 +64,7 @@ func (l *listFlag) Set(v string) error { *l = append(*l, strings.Split(v, ",")..
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: echo serve|get [flags]")
+		fmt.Fprintln(os.Stderr, "usage: echo serve|get|stream [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -56,8 +73,10 @@ func main() {
 		err = serve(os.Args[2:])
 	case "get":
 		err = get(os.Args[2:])
+	case "stream":
+		err = stream(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q (want serve or get)", os.Args[1])
+		err = fmt.Errorf("unknown command %q (want serve, get or stream)", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "echo:", err)
@@ -115,11 +134,29 @@ func serve(args []string) error {
 					defer c.Close()
 					// Read the request line (bounded), then answer.
 					c.SetReadDeadline(time.Now().Add(2 * time.Second))
-					bufio.NewReader(c).ReadString('\n')
+					br := bufio.NewReader(c)
+					req, _ := br.ReadString('\n')
 					b := answer(c.RemoteAddr().String())
 					c.SetWriteDeadline(time.Now().Add(2 * time.Second))
-					c.Write(b)
+					if _, err := c.Write(b); err != nil {
+						return
+					}
 					logLine(b)
+					if req != streamRequest {
+						return
+					}
+					// Streaming: answer every further request line on this connection, as it
+					// arrives, until the client closes it or stays silent for streamIdle.
+					for {
+						c.SetReadDeadline(time.Now().Add(streamIdle))
+						if _, err := br.ReadString('\n'); err != nil {
+							return
+						}
+						c.SetWriteDeadline(time.Now().Add(2 * time.Second))
+						if _, err := c.Write(b); err != nil {
+							return
+						}
+					}
 				}()
 			}
 		}()
@@ -223,4 +260,54 @@ func get(args []string) error {
 	b, _ := json.Marshal(r)
 	fmt.Println(string(b))
 	return nil
+}
+
+func stream(args []string) error {
+	fs := flag.NewFlagSet("stream", flag.ContinueOnError)
+	addr := fs.String("addr", "", "IP:PORT to connect to (TCP)")
+	timeout := fs.Duration("timeout", 2*time.Second, "bound of the connect and of each exchange")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *addr == "" {
+		return errors.New("--addr is required")
+	}
+	fail := func(err error) error {
+		fmt.Printf("ERROR %v\n", err)
+		return err
+	}
+	c, err := net.DialTimeout("tcp4", *addr, *timeout)
+	if err != nil {
+		return fail(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	exchange := func(req string) error {
+		c.SetDeadline(time.Now().Add(*timeout))
+		if _, err := c.Write([]byte(req)); err != nil {
+			return err
+		}
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return fmt.Errorf("read from %s: %w", *addr, err)
+		}
+		var r reply
+		if err := json.Unmarshal([]byte(strings.TrimSpace(line)), &r); err != nil {
+			return fmt.Errorf("bad answer %q: %w", line, err)
+		}
+		r.From, r.Local = c.RemoteAddr().String(), c.LocalAddr().String()
+		b, _ := json.Marshal(r)
+		fmt.Println(string(b))
+		return nil
+	}
+	if err := exchange(streamRequest); err != nil {
+		return fail(err)
+	}
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		if err := exchange("hello\n"); err != nil {
+			return fail(err)
+		}
+	}
+	return in.Err()
 }

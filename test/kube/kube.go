@@ -35,6 +35,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/ovs-srcip/ovs-srcip/test/lab"
 )
 
 // The components, in start order.
@@ -130,6 +132,9 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	}
 	if opts.ReadyTimeout == 0 {
 		opts.ReadyTimeout = defaultReadyTimeout
+	}
+	if err := lab.CheckPrograms(lab.ControlPlanePrograms); err != nil {
+		return nil, fmt.Errorf("kube: %w", err)
 	}
 	hack, err := controlplaneDir()
 	if err != nil {

@@ -165,6 +165,9 @@ func (l *Lab) logf(format string, args ...any) {
 // everything already created is torn down.
 func New(cfg Config) (l *Lab, err error) {
 	start := time.Now()
+	if err := CheckPrograms(LabPrograms); err != nil {
+		return nil, fmt.Errorf("lab: %w", err)
+	}
 	if cfg.ManifestsDir == "" {
 		return nil, errors.New("lab: Config.ManifestsDir is required")
 	}

@@ -42,10 +42,8 @@ func needRoot(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("needs root (network namespaces)")
 	}
-	for _, bin := range []string{"ovs-vswitchd", "ovsdb-server", "ovsdb-tool", "ip", "ethtool"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Fatalf("needs %s (make deps installs it)", bin)
-		}
+	if err := CheckPrograms(LabPrograms); err != nil {
+		t.Fatal(err)
 	}
 	if removed, err := CleanupStale("", t.Logf); err != nil {
 		t.Logf("cleanup of stale labs: %v", err)

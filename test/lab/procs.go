@@ -173,7 +173,11 @@ func (l *Lab) SetAgentExtraArgs(node string, args ...string) error {
 
 // StartAgent runs Config.AgentBin inside node's netns. It returns once the
 // process started; use AgentRunning / WaitFor for readiness.
-func (l *Lab) StartAgent(node string) error {
+func (l *Lab) StartAgent(node string) error { return l.StartAgentWith(node) }
+
+// StartAgentWith is StartAgent with extra flags after AgentArgs (a later flag
+// wins, e.g. "--repair-period=0" over Config.AgentArgs' value).
+func (l *Lab) StartAgentWith(node string, extra ...string) error {
 	n := l.Node(node)
 	if n == nil {
 		return fmt.Errorf("lab: no node %q", node)
@@ -191,6 +195,7 @@ func (l *Lab) StartAgent(node string) error {
 	if n.agent != nil && n.agent.running() {
 		return fmt.Errorf("lab: agent of %s already running (pid %d)", node, n.agent.pid)
 	}
+	args = append(args, extra...)
 	argv := append([]string{"ip", "netns", "exec", n.Netns, bin}, args...)
 	if l.cfg.Kubeconfig != "" {
 		argv = append([]string{bin}, args...) // root netns: see Config.Kubeconfig

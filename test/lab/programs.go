@@ -1,0 +1,77 @@
+package lab
+
+import (
+	"fmt"
+	"os/exec"
+	"strings"
+)
+
+// Program is an external program the lab, the tests or `make` execute, with the Debian 12
+// package that installs it. hack/deps.sh installs the same list (TestDepsInstallsEveryProgram
+// keeps the two in step).
+type Program struct{ Name, DebianPackage string }
+
+// LabPrograms are the programs the lab, the agents it runs and the tests on it execute:
+// namespaces, links and routes (ip), sysctls, checksum offload (ethtool, through sh), each node's
+// Open vSwitch (ovsdb-tool, ovsdb-server, ovs-vswitchd, ovs-vsctl; ovs-ofctl and ovs-appctl also
+// from the agent and srcipctl), captures (tcpdump, test/e2e), reachability (ping, TestLabUp) and
+// a placeholder process (sleep, TestCleanup).
+var LabPrograms = []Program{
+	{"ip", "iproute2"},
+	{"sh", "dash"},
+	{"sleep", "coreutils"},
+	{"sysctl", "procps"},
+	{"ethtool", "ethtool"},
+	{"ping", "iputils-ping"},
+	{"tcpdump", "tcpdump"},
+	{"ovsdb-tool", "openvswitch-common"},
+	{"ovsdb-server", "openvswitch-common"},
+	{"ovs-appctl", "openvswitch-common"},
+	{"ovs-ofctl", "openvswitch-common"},
+	{"ovs-vsctl", "openvswitch-switch"},
+	{"ovs-vswitchd", "openvswitch-switch"},
+}
+
+// ControlPlanePrograms are what hack/controlplane/{build,start,stop}.sh execute besides coreutils
+// and go (test/kube runs them): the cache lock, the test CA, readiness probes, detached starts.
+var ControlPlanePrograms = []Program{
+	{"bash", "bash"},
+	{"flock", "util-linux"},
+	{"setsid", "util-linux"},
+	{"openssl", "openssl"},
+	{"curl", "curl"},
+	{"awk", "mawk"},
+	{"grep", "grep"},
+	{"sed", "sed"},
+	{"find", "findutils"},
+	{"sha256sum", "coreutils"},
+	{"od", "coreutils"},
+	{"base64", "coreutils"},
+}
+
+// MakePrograms are what the Makefile itself executes besides go: `make vet` lists the Go files
+// with git.
+var MakePrograms = []Program{
+	{"git", "git"},
+}
+
+// CheckPrograms returns an error naming every missing program with its Debian package.
+func CheckPrograms(progs []Program) error {
+	var missing, pkgs []string
+	seen := map[string]bool{}
+	for _, p := range progs {
+		if _, err := exec.LookPath(p.Name); err == nil {
+			continue
+		}
+		missing = append(missing, fmt.Sprintf("%s (Debian package %s)", p.Name, p.DebianPackage))
+		if !seen[p.DebianPackage] {
+			seen[p.DebianPackage] = true
+			pkgs = append(pkgs, p.DebianPackage)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("missing programs: %s; install them with hack/deps.sh (as root) or apt-get install %s",
+		strings.Join(missing, ", "), strings.Join(pkgs, " "))
+}
