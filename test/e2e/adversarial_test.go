@@ -303,25 +303,29 @@ func TestAdversarialAnnotationRemovedKeepsEstablished(t *testing.T) {
 	requireSurvived(t, "annotation removed, Service flows gone, two full syncs", stop)
 }
 
-// An externalIP (or LB ingress IP) equal to a node IP, with port = another Service's NodePort,
-// renders a flow with the same match and priority as that NodePort's flow. The claims index now
-// treats them as one entry point (older Service, then smaller name wins: npa), and the generic
-// collision guard would catch it otherwise; before, every full sync re-added the flow of the
-// cookie that was a flow short, the flows were rewritten forever and the entry point switched
-// between the two Services' groups.
+// An externalIP equal to a node IP, with port = another Service's NodePort, would render a flow
+// with the same match and priority as that NodePort's flow (before the claims index, the flows
+// were rewritten at every full sync and the entry point switched between the two Services). The
+// agents now refuse an externalIP that is a node address outright (admission, SourceIPRefused),
+// whatever the Services' ages and names: np0 would win the old claims order (same age, smaller
+// name), yet every request to every node is answered by npa (echo-a), and nothing is rewritten.
 func TestAdversarialNodePortVsExternalIPOnNodeIP(t *testing.T) {
-	const fa, fb = "adv-npa.yaml", "adv-npb.yaml"
+	const fa, fb = "adv-npa.yaml", "adv-np0.yaml"
+	off := logSize(t, "node1")
 	writeManifest(t, fa, rawService("npa", true, "NodePort", nil, "", []pspec{{"http", "TCP", 80, 30310}}, []ep{echoA}))
-	writeManifest(t, fb, rawService("npb", true, "ClusterIP", []string{"192.0.2.11"}, "", []pspec{{"http", "TCP", 30310, 0}}, []ep{echoB}))
+	writeManifest(t, fb, rawService("np0", true, "ClusterIP", []string{"192.0.2.11"}, "", []pspec{{"http", "TCP", 30310, 0}}, []ep{echoB}))
 	defer removeAndWait(t, fb, "tp_dst=30310")
 	defer writeManifest(t, fa, "")
 	waitOK(t, "tcp", "192.0.2.11:30310")
+	require.NoError(t, lab.WaitFor(func() error {
+		if !strings.Contains(logSince(t, "node1", off), "externalIP 192.0.2.11 is an address of Node node1: refused") {
+			return fmt.Errorf("np0's externalIP not refused yet")
+		}
+		return nil
+	}, 15*time.Second))
 	time.Sleep(3 * time.Second)
 	n, log := steadyBundles(t, "node1", 7*time.Second) // 3 full syncs at --full-sync-period=2s
 	assert.Zero(t, n, "node1 rewrote flows %d times in steady state:\n%s", n, tail(log, 12))
-	// Every request is answered, and by the documented winner npa (echo-a): same age, smaller name.
-	// On node1 the NodePort and the externalIP are one entry point; on node2 and node3 only the
-	// NodePort exists, also npa's.
 	for i := 0; i < 8; i++ {
 		for _, a := range nodeAddrs("30310") {
 			r, err := theLab.RequestWith("", "tcp", a, lab.RequestOpts{Timeout: "2s"})
@@ -346,33 +350,36 @@ func nodeAddrs(port string) []string {
 // cf. CVE-2020-8554) with UDP port 6081. Without a guard the agent would put the node's own
 // Geneve traffic (UDP 6081 to the node IP, arriving on the uplink) through the Service's DNAT
 // and one Service in any namespace would take down the P1 path to that node for every other
-// Service. node2 refuses the entry point (and a priority-600 flow hands Geneve to the host
-// first); node1, for which 192.0.2.12 is just an address, programs it.
+// Service. Every agent refuses the externalIP (a node address: admission, SourceIPRefused), no
+// node programs an entry point on it, and a Service whose endpoint is on node2 (entered on node1,
+// Geneve to node2) keeps working. (The builder also refuses a UDP entry point on the node's own
+// Geneve endpoint: golden file node1-tunnel-hijack.)
 func TestAdversarialGenevePortHijack(t *testing.T) {
 	const file = "adv-geneve.yaml"
 	// Sanity: the victim works before.
-	checkReply(t, waitOK(t, "tcp", "192.0.2.11:30100"), "192.0.2.11:30100", "echo-a")
-	writeManifest(t, file, rawService("hijack", true, "ClusterIP", []string{"192.0.2.12"}, "", []pspec{{"geneve", "UDP", 6081, 0}}, []ep{echoB}))
-	defer removeAndWait(t, file, "tp_dst=6081")
-	require.NoError(t, lab.WaitFor(func() error {
-		out, err := theLab.DumpFlows("node1", "br-ex", "cookie=0x5c10000000000000/0xffff000000000000")
-		if err != nil || !strings.Contains(out, "nw_dst=192.0.2.12,tp_dst=6081") {
-			return fmt.Errorf("hijack not programmed on node1 yet (%v)", err)
-		}
-		return nil
-	}, 15*time.Second))
-	out, err := theLab.DumpFlows("node2", "br-ex", "cookie=0x5c10000000000000/0xffff000000000000")
-	require.NoError(t, err)
-	assert.NotContains(t, out, "tp_dst=6081", "node2 programmed an entry point on its own Geneve endpoint")
-	time.Sleep(time.Second)
-	// Victim: a different Service whose endpoint is on node2, entered on node1 (Geneve to node2).
-	var errs []error
-	for i := 0; i < 3; i++ {
-		if _, err := theLab.RequestWith("", "tcp", "192.0.2.11:30100", lab.RequestOpts{Timeout: "2s"}); err != nil {
-			errs = append(errs, err)
-		}
+	checkReply(t, okNow(t, "tcp", "192.0.2.11:30100"), "192.0.2.11:30100", "echo-a")
+	offs := map[string]int64{}
+	for _, n := range theLab.Nodes {
+		offs[n.Name] = logSize(t, n.Name)
 	}
-	assert.Empty(t, errs, "another Service's externalIP=node IP, UDP 6081 broke an unrelated Service")
+	writeManifest(t, file, rawService("hijack", true, "ClusterIP", []string{"192.0.2.12"}, "", []pspec{{"geneve", "UDP", 6081, 0}}, []ep{echoB}))
+	defer writeManifest(t, file, "")
+	for _, n := range theLab.Nodes {
+		require.NoError(t, lab.WaitFor(func() error {
+			if !strings.Contains(logSince(t, n.Name, offs[n.Name]), "externalIP 192.0.2.12 is an address of Node node2: refused") {
+				return fmt.Errorf("%s has not refused the externalIP yet", n.Name)
+			}
+			return nil
+		}, 15*time.Second))
+		out, err := theLab.DumpFlows(n.Name, "br-ex", "cookie=0x5c10000000000000/0xffff000000000000")
+		require.NoError(t, err)
+		assert.NotContains(t, out, "tp_dst=6081", "%s programmed an entry point on node2's Geneve endpoint", n.Name)
+	}
+	// Victim: a different Service whose endpoint is on node2, entered on node1 (Geneve to node2).
+	for i := 0; i < 3; i++ {
+		_, err := theLab.RequestWith("", "tcp", "192.0.2.11:30100", lab.RequestOpts{Timeout: "2s"})
+		assert.NoError(t, err, "another Service's externalIP=node IP, UDP 6081 broke an unrelated Service")
+	}
 }
 
 // Two pod ports on one node claiming the same IP (a stale port left by a crashed CNI, or a
