@@ -290,6 +290,42 @@ func LocalPod(pp PodPort, pod *corev1.Pod) (p flows.Pod, ok bool, problems []str
 	return p, len(p.IPs) > 0 && p.OFPort > 0, problems
 }
 
+// ChoosePodPort picks the OVSDB port of a pod among the ports that carry its namespace and name
+// (a pod recreated under the same name while its predecessor's port lingers, e.g. a late CNI DEL:
+// docs/field-cases.md#c36). A port whose UID is set and differs from the Pod object's belongs to a
+// predecessor and is never chosen; among the others a port with the Pod's UID wins over one
+// without, then the highest ofport (the newest port). pod may be nil (unknown: UIDs cannot be
+// compared). ok is false when no port qualifies; ignored describes each port left out when there
+// were several.
+func ChoosePodPort(ports []PodPort, pod *corev1.Pod) (pp PodPort, ok bool, ignored []string) {
+	uid := ""
+	if pod != nil {
+		uid = string(pod.UID)
+	}
+	best := -1
+	matches := func(p PodPort) bool { return uid != "" && p.UID == uid }
+	for i, p := range ports {
+		if uid != "" && p.UID != "" && p.UID != uid {
+			ignored = append(ignored, fmt.Sprintf("port %s (ofport %d) belongs to a previous pod (UID %s, the Pod's is %s): ignored", p.Interface, p.OFPort, p.UID, uid))
+			continue
+		}
+		if best < 0 {
+			best = i
+			continue
+		}
+		b := ports[best]
+		loser := p
+		if (matches(p) && !matches(b)) || (matches(p) == matches(b) && p.OFPort > b.OFPort) {
+			loser, best = b, i
+		}
+		ignored = append(ignored, fmt.Sprintf("port %s (ofport %d) also claims the pod: ignored for port %s", loser.Interface, loser.OFPort, ports[best].Interface))
+	}
+	if best < 0 {
+		return PodPort{}, false, ignored
+	}
+	return ports[best], true, ignored
+}
+
 // podConfirms reports whether the Pod's status lists every IP of the pod port.
 func podConfirms(pod *corev1.Pod, p flows.Pod) bool {
 	ips := pod.Status.PodIPs

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
@@ -260,4 +261,35 @@ func TestClaimsConflict(t *testing.T) {
 	got, problems = c.resolve(b, spB)
 	assert.Equal(t, uint16(30080), got[0].NodePort)
 	assert.Empty(t, problems)
+}
+
+// C36: a pod recreated under the same name while its predecessor's port lingers.
+func TestChoosePodPort(t *testing.T) {
+	old := PodPort{Namespace: "ns1", Name: "web-0", Interface: "veth-old", OFPort: 12, UID: "uid-1"}
+	nw := PodPort{Namespace: "ns1", Name: "web-0", Interface: "veth-new", OFPort: 11, UID: "uid-2"}
+	anon := PodPort{Namespace: "ns1", Name: "web-0", Interface: "veth-anon", OFPort: 13}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns1", Name: "web-0", UID: "uid-2"}}
+
+	pp, ok, ignored := ChoosePodPort([]PodPort{old, nw}, pod)
+	require.True(t, ok)
+	assert.Equal(t, "veth-new", pp.Interface, "the port of the Pod's UID, although older")
+	require.Len(t, ignored, 1)
+	assert.Contains(t, ignored[0], "veth-old (ofport 12) belongs to a previous pod (UID uid-1, the Pod's is uid-2)")
+
+	_, ok, _ = ChoosePodPort([]PodPort{old}, pod)
+	assert.False(t, ok, "only a predecessor's port: nothing is programmed")
+
+	pp, ok, ignored = ChoosePodPort([]PodPort{anon, nw}, pod)
+	require.True(t, ok)
+	assert.Equal(t, "veth-new", pp.Interface, "a port with the Pod's UID wins over one without")
+	assert.Len(t, ignored, 1)
+
+	pp, ok, _ = ChoosePodPort([]PodPort{old, nw, anon}, nil)
+	require.True(t, ok)
+	assert.Equal(t, "veth-anon", pp.Interface, "no Pod object: the newest port")
+
+	pp, ok, ignored = ChoosePodPort([]PodPort{nw}, pod)
+	require.True(t, ok)
+	assert.Equal(t, "veth-new", pp.Interface)
+	assert.Empty(t, ignored)
 }

@@ -30,7 +30,7 @@ func sliceEqual(a, b *discoveryv1.EndpointSlice) bool {
 }
 
 func podEqual(a, b *corev1.Pod) bool {
-	return a.Spec.NodeName == b.Spec.NodeName && a.Status.PodIP == b.Status.PodIP &&
+	return a.UID == b.UID && a.Spec.NodeName == b.Spec.NodeName && a.Status.PodIP == b.Status.PodIP &&
 		equality.Semantic.DeepEqual(a.Status.PodIPs, b.Status.PodIPs)
 }
 

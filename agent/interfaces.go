@@ -33,6 +33,8 @@ type PodPort struct {
 	// IPs are external_ids ip_addresses/ip, when present; the Pod object's status.podIPs is used
 	// otherwise.
 	IPs []netip.Addr
+	// UID is the pod's metadata.uid (external_ids pod-uid or iface-id-ver), empty when unknown.
+	UID string
 }
 
 // Dataplane is the node's OVSDB as the Reconciler needs it (implemented in cmd/srcip-agent on

@@ -43,7 +43,7 @@ type model struct {
 	epSlices map[types.NamespacedName]*discoveryv1.EndpointSlice
 	slicesOf map[types.NamespacedName]map[types.NamespacedName]bool
 	pods     map[types.NamespacedName]*corev1.Pod
-	podPorts map[types.NamespacedName]PodPort
+	podPorts map[types.NamespacedName][]PodPort // several while a predecessor's port lingers
 
 	st       *flows.State
 	svcRaw   map[types.NamespacedName][]flows.ServicePort // converted, before claims
@@ -66,7 +66,7 @@ func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, events Event
 		epSlices:     map[types.NamespacedName]*discoveryv1.EndpointSlice{},
 		slicesOf:     map[types.NamespacedName]map[types.NamespacedName]bool{},
 		pods:         map[types.NamespacedName]*corev1.Pod{},
-		podPorts:     map[types.NamespacedName]PodPort{},
+		podPorts:     map[types.NamespacedName][]PodPort{},
 		st:           flows.NewState(node, flows.Ports{}, nil, nil, nil, nil),
 		svcRaw:       map[types.NamespacedName][]flows.ServicePort{},
 		svcKeys:      map[types.NamespacedName][]flows.Key{},
@@ -222,9 +222,10 @@ func (m *model) refreshDataplane(ctx context.Context, dp Dataplane) error {
 		return fmt.Errorf("list pod ports: %w", err)
 	}
 	m.st.Ports = ports
-	m.podPorts = make(map[types.NamespacedName]PodPort, len(pps))
+	m.podPorts = make(map[types.NamespacedName][]PodPort, len(pps))
 	for _, pp := range pps {
-		m.podPorts[nn(pp.Namespace, pp.Name)] = pp
+		name := nn(pp.Namespace, pp.Name)
+		m.podPorts[name] = append(m.podPorts[name], pp)
 	}
 	return nil
 }
@@ -262,11 +263,17 @@ func (m *model) updatePods(logger klog.Logger, names map[types.NamespacedName]bo
 		k := flows.Key{Kind: flows.KindPod, Namespace: name.Namespace, Name: name.Name}
 		delete(m.st.Pods, k)
 		markObject(touched, "Pod", name.Namespace, name.Name)
-		pp, ok := m.podPorts[name]
+		pod := m.pods[name]
+		pp, ok, ignored := ChoosePodPort(m.podPorts[name], pod)
+		if pod != nil {
+			m.report(pod, "stale-ports/"+name.String(), ReasonWarning, ignored)
+		}
+		if len(ignored) > 0 {
+			logger.V(2).Info("Pod ports ignored", "pod", klog.KRef(name.Namespace, name.Name), "ignored", ignored)
+		}
 		if !ok {
 			continue
 		}
-		pod := m.pods[name]
 		p, ok, problems := LocalPod(pp, pod)
 		if pod != nil {
 			m.report(pod, "pod/"+name.String(), ReasonInvalid, problems)

@@ -398,3 +398,41 @@ func TestDeepRepairRestoresModifiedFlow(t *testing.T) {
 	assert.NotContains(t, f.ex.Flows(), mod)
 	assert.Equal(t, n+1+2, f.bundles(), "one repair bundle per bridge")
 }
+
+// C36: web-0 is recreated under the same name (new UID and IP) while its predecessor's port
+// lingers: delivery moves to the new port as soon as the new Pod object shows its IP, the old
+// port gets nothing, and removing the old port afterwards changes nothing.
+func TestPodRecreatedWhileOldPortLingers(t *testing.T) {
+	f := newFixture(t)
+	oldPort := PodPort{Namespace: "ns1", Name: "web-0", Interface: "veth-old", OFPort: 10, UID: "uid-1",
+		MAC: []byte{0x0a, 0x58, 10, 244, 1, 5}}
+	newPort := PodPort{Namespace: "ns1", Name: "web-0", Interface: "veth-new", OFPort: 11, UID: "uid-2",
+		MAC: []byte{0x0a, 0x58, 10, 244, 1, 9}}
+	f.dp.podPorts = []PodPort{oldPort}
+	f.r.OnNode(nil, makeNode("node1", "192.168.0.1", "10.244.1.0/24", ready))
+	oldPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns1", Name: "web-0", UID: "uid-1"}, Spec: corev1.PodSpec{NodeName: thisNode},
+		Status: corev1.PodStatus{PodIPs: []corev1.PodIP{{IP: "10.244.1.5"}}}}
+	f.r.OnPod(nil, oldPod)
+	require.NoError(t, f.sync())
+	in := strings.Join(f.in.Flows(), "\n")
+	assert.Contains(t, in, "in_port=10,")
+	// The successor's port appears (OVSDB change: a full sync) before the old one is deleted.
+	f.dp.podPorts = []PodPort{oldPort, newPort}
+	newPod := oldPod.DeepCopy()
+	newPod.UID = "uid-2"
+	newPod.Status.PodIPs = []corev1.PodIP{{IP: "10.244.1.9"}}
+	f.r.OnPod(oldPod, newPod)
+	f.r.RequestFullSync()
+	require.NoError(t, f.sync())
+	in = strings.Join(f.in.Flows(), "\n")
+	assert.Contains(t, in, "in_port=11,dl_src=0a:58:0a:f4:01:09,nw_src=10.244.1.9")
+	assert.Contains(t, in, "load:0xb->NXM_NX_REG1[]", "delivery to the new port")
+	assert.NotContains(t, in, "in_port=10,", "the predecessor's port gets no flows")
+	assert.NotContains(t, in, "load:0xa->NXM_NX_REG1[]")
+	assert.Contains(t, strings.Join(f.events.msgs, "\n"), "veth-old (ofport 10) belongs to a previous pod (UID uid-1, the Pod's is uid-2)")
+	n := f.bundles()
+	f.dp.podPorts = []PodPort{newPort}
+	f.r.RequestFullSync()
+	require.NoError(t, f.sync())
+	assert.Equal(t, n, f.bundles(), "removing the old port changes nothing")
+}

@@ -599,6 +599,10 @@ type PodPort struct {
 	// IPs are the pod addresses from external_ids:ip_addresses (comma-separated, plain or CIDR)
 	// or external_ids:ip; empty when neither is set (use the Pod object's status.podIPs).
 	IPs []netip.Addr
+	// UID is the pod's metadata.uid from external_ids:pod-uid (srcip-cni) or iface-id-ver
+	// (OVN-Kubernetes); empty when neither is set. It tells a pod's port from the lingering port of
+	// a predecessor with the same namespace and name.
+	UID string
 }
 
 // PodPorts lists the pod interfaces on bridge brInt, sorted by namespace and name. Interfaces
@@ -664,6 +668,10 @@ func podPort(i *ifaceRow) (PodPort, bool) {
 		return PodPort{}, false
 	}
 	pp.MAC = mac
+	pp.UID = ids["pod-uid"]
+	if pp.UID == "" {
+		pp.UID = ids["iface-id-ver"]
+	}
 	raw := ids["ip_addresses"]
 	if raw == "" {
 		raw = ids["ip"]

@@ -121,6 +121,7 @@ type Pod struct {
 	Netns     string
 	HostPort  string // veth end on the node's br-int
 	IfaceID   string // <namespace>_<name>
+	UID       string // metadata.uid, written as external_ids:iface-id-ver when set
 	TCPPorts  []int
 	UDPPorts  []int
 	EchoLog   string // JSON lines logged by the echo server
@@ -371,6 +372,7 @@ func (l *Lab) plan() error {
 			Prefix:    netip.PrefixFrom(ip, n.PodCIDR.Bits()),
 			MAC:       "0a:58:" + macBytes(ip),
 			IfaceID:   kp.Namespace + "_" + kp.Name,
+			UID:       string(kp.UID),
 		}
 		p.Netns = l.Prefix + "-" + sanitize(kp.Name)
 		if len(p.Netns) > 40 || netnsUsed[p.Netns] {

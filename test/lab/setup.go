@@ -293,15 +293,17 @@ func (l *Lab) setupPod(p *Pod) error {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if _, err := l.Vsctl(n.Name,
+	ids := []string{"external_ids:iface-id=" + p.IfaceID, "external_ids:attached-mac=" + p.MAC,
+		"external_ids:ip_addresses=" + p.Prefix.String()}
+	if p.UID != "" {
+		ids = append(ids, "external_ids:iface-id-ver="+p.UID)
+	}
+	if _, err := l.Vsctl(n.Name, append([]string{
 		"--may-exist", "add-br", "br-int",
 		"--", "set", "bridge", "br-int", "datapath_type=netdev", "fail_mode=secure",
 		"protocols=OpenFlow10,OpenFlow13,OpenFlow15",
 		"--", "--may-exist", "add-port", "br-int", p.HostPort,
-		"--", "set", "interface", p.HostPort,
-		"external_ids:iface-id="+p.IfaceID,
-		"external_ids:attached-mac="+p.MAC,
-		"external_ids:ip_addresses="+p.Prefix.String()); err != nil {
+		"--", "set", "interface", p.HostPort}, ids...)...); err != nil {
 		return wrap(err)
 	}
 	return nil
