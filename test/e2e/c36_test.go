@@ -52,12 +52,14 @@ func TestC36PredecessorPortIgnored(t *testing.T) {
 	require.NoError(t, err)
 	_, err = theLab.Exec("node1", "ip", "link", "set", stale, "up")
 	require.NoError(t, err, ns)
+	// The agent has seen the new port once it reports a choice between the two.
 	require.NoError(t, lab.WaitFor(func() error {
-		if !strings.Contains(logSince(t, "node1", off), "belongs to a previous pod (UID "+oldUID+", the Pod's is "+uid+")") {
-			return fmt.Errorf("stale port not reported yet")
+		if !strings.Contains(logSince(t, "node1", off), stale) {
+			return fmt.Errorf("the agent has not seen the stale port yet")
 		}
 		return nil
 	}, 15*time.Second))
+	time.Sleep(500 * time.Millisecond)
 	out, err := theLab.DumpFlows("node1", "br-int", "cookie=0x5c04000000000000/0xffff000000000000")
 	require.NoError(t, err)
 	assert.NotContains(t, out, "dl_src=0a:58:0a:f4:01:66", "the predecessor's port got flows")
@@ -70,6 +72,7 @@ func TestC36PredecessorPortIgnored(t *testing.T) {
 		}
 	}
 	assert.Empty(t, seen(), "the predecessor's port received traffic")
+	assert.Contains(t, logSince(t, "node1", off), "belongs to a previous pod (UID "+oldUID+", the Pod's is "+uid+")")
 	n, log := steadyBundles(t, "node1", 5*time.Second)
 	assert.Zero(t, n, "node1 rewrote flows %d times in steady state:\n%s", n, tail(log, 12))
 }
