@@ -203,6 +203,11 @@ func (fs *FlowSet) GroupIDs() []uint32 {
 func (fs *FlowSet) Finish() error {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%d|%s\n", fs.Bridge, fs.Key)
+	if fs.Declined != "" {
+		// A declined port has no flows: its reason is its content (a changed reason is a change,
+		// reported again).
+		fmt.Fprintf(h, "declined|%s\n", fs.Declined)
+	}
 	bodies := make([]string, 0, len(fs.Flows))
 	for i := range fs.Flows {
 		f := fs.Flows[i]
