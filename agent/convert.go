@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -69,6 +70,8 @@ func ServicePorts(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]flow
 		}
 	}
 	lbIPs, extIPs = sortedUnique(lbIPs), sortedUnique(extIPs)
+	filter, ranges, msgs := SourceRanges(svc)
+	problems = append(problems, msgs...)
 
 	var out []flows.ServicePort
 	for _, p := range svc.Spec.Ports {
@@ -91,6 +94,7 @@ func ServicePorts(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]flow
 			Namespace: svc.Namespace, Name: svc.Name, PortName: p.Name,
 			Protocol: proto, Port: uint16(p.Port), NodePort: uint16(p.NodePort),
 			LoadBalancerIPs: slices.Clone(lbIPs), ExternalIPs: slices.Clone(extIPs),
+			FilterSources: filter, SourceRanges: slices.Clone(ranges),
 			Rank: flows.Rank{Created: svc.CreationTimestamp.Time},
 		}
 		var msgs []string
@@ -99,6 +103,39 @@ func ServicePorts(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]flow
 		out = append(out, sp)
 	}
 	return out, problems
+}
+
+// SourceRanges reads spec.loadBalancerSourceRanges (docs/field-cases.md#c32). filter is true
+// when the field has any entry: new connections to the Service's LoadBalancer IPs and
+// externalIPs are then let in only from ranges, its valid IPv4 CIDRs (sorted, masked, without
+// duplicates). A malformed entry is reported and allows nobody: it never widens access, so a
+// list without a valid IPv4 CIDR lets nobody in (IPv6 CIDRs are valid but do not apply to the
+// IPv4 entry points). Surrounding spaces are trimmed.
+func SourceRanges(svc *corev1.Service) (filter bool, ranges []netip.Prefix, problems []string) {
+	if len(svc.Spec.LoadBalancerSourceRanges) == 0 {
+		return false, nil, nil
+	}
+	for _, s := range svc.Spec.LoadBalancerSourceRanges {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("spec.loadBalancerSourceRanges %q is not a CIDR: it lets nobody in (%v)", s, err))
+			continue
+		}
+		if p.Addr().Is4() {
+			ranges = append(ranges, p.Masked())
+		}
+	}
+	slices.SortFunc(ranges, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Bits(), b.Bits())
+	})
+	ranges = slices.Compact(ranges)
+	if len(ranges) == 0 {
+		problems = append(problems, "spec.loadBalancerSourceRanges has no valid IPv4 CIDR: new connections to the LoadBalancer IPs and externalIPs are refused from every client (NodePorts are not filtered)")
+	}
+	return true, ranges, problems
 }
 
 // endpointsFor picks the endpoints of one Service port: the ready ones (conditions.ready unset

@@ -43,6 +43,29 @@ func TestServicePorts(t *testing.T) {
 			})},
 		},
 		{
+			name: "loadBalancerSourceRanges: valid IPv4 kept (masked, sorted), IPv6 ignored, malformed reported",
+			svc: makeService("ns1", "svc1", 30080, func(s *corev1.Service) {
+				s.Spec.Type = corev1.ServiceTypeLoadBalancer
+				s.Spec.LoadBalancerSourceRanges = []string{" 203.0.113.7/24", "2001:db8::/32", "10.0.0.0/8", "not-a-cidr", "203.0.113.0/24"}
+			}),
+			want: []flows.ServicePort{base(func(sp *flows.ServicePort) {
+				sp.FilterSources = true
+				sp.SourceRanges = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("203.0.113.0/24")}
+			})},
+			wantProblems: 1,
+		},
+		{
+			name: "loadBalancerSourceRanges all malformed: deny all, never allow all",
+			svc: makeService("ns1", "svc1", 30080, func(s *corev1.Service) {
+				s.Spec.Type = corev1.ServiceTypeLoadBalancer
+				s.Spec.LoadBalancerSourceRanges = []string{"10.0.0.0/33", "2001:db8::/32"}
+			}),
+			want: []flows.ServicePort{base(func(sp *flows.ServicePort) {
+				sp.FilterSources = true
+			})},
+			wantProblems: 2,
+		},
+		{
 			name:   "no annotation",
 			svc:    makeService("ns1", "svc1", 30080, func(s *corev1.Service) { s.Annotations = nil }),
 			slices: []*discoveryv1.EndpointSlice{slice},

@@ -29,6 +29,9 @@ type Metrics struct {
 	// RejectedNow is how many are rejected now (not applied; retried at the next full sync).
 	RejectedFlowSets *prometheus.CounterVec
 	RejectedNow      prometheus.Gauge
+	// DeclinedServicePorts is how many opted-in Service ports this node leaves to the host
+	// because an endpoint is outside every node's pod CIDRs (docs/field-cases.md#c34).
+	DeclinedServicePorts prometheus.Gauge
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: not registered).
@@ -92,10 +95,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: ns, Name: "rejected_flow_sets",
 			Help: "Flow sets Open vSwitch rejected at their last attempt: not applied (the installed version, if any, is kept), retried at the next full sync.",
 		}),
+		DeclinedServicePorts: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "declined_service_ports",
+			Help: "Opted-in Service ports with an endpoint outside every node's pod CIDRs (e.g. hostNetwork): no flows, served by the host without source IP preservation.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.SyncDuration, m.SyncFailures, m.AppliedFlows, m.AppliedGroups, m.BundleLines, m.LastSuccess, m.DesiredFlowSets,
-			m.ConntrackOps, m.DrainingEntryPoints, m.ConntrackZoneLimit, m.ConntrackZoneEntries, m.FlowConflicts, m.RejectedFlowSets, m.RejectedNow)
+			m.ConntrackOps, m.DrainingEntryPoints, m.ConntrackZoneLimit, m.ConntrackZoneEntries, m.FlowConflicts, m.RejectedFlowSets, m.RejectedNow, m.DeclinedServicePorts)
 	}
 	return m
 }

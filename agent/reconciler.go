@@ -27,6 +27,9 @@ const (
 	// ReasonRejected: Open vSwitch rejected the object's flows; the rest of the node's changes
 	// were applied (docs/field-cases.md#c33).
 	ReasonRejected = "SourceIPRejected"
+	// ReasonDeclined: a Service port is left to the host because an endpoint is outside every
+	// node's pod CIDRs, e.g. a hostNetwork endpoint (docs/field-cases.md#c34).
+	ReasonDeclined = "SourceIPDeclined"
 )
 
 // ReconcilerConfig configures a Reconciler.
@@ -122,7 +125,11 @@ func NewReconciler(cfg ReconcilerConfig) *Reconciler {
 		model:  newModel(cfg.NodeName, cfg.NodePortCIDRs, cfg.ExternalIPCIDRs, cfg.Events),
 		syncer: newSyncer(cfg, m)}
 	r.syncer.warn = func(fs *flows.FlowSet) {
-		r.model.report(r.model.objectOf(fs.Key), "warnings/"+fs.Key.String(), ReasonWarning, fs.Warnings)
+		reason := ReasonWarning
+		if fs.Declined != "" {
+			reason = ReasonDeclined
+		}
+		r.model.report(r.model.objectOf(fs.Key), "warnings/"+fs.Key.String(), reason, fs.Warnings)
 	}
 	r.syncer.reject = func(k flows.Key, problem string) {
 		var problems []string

@@ -31,6 +31,8 @@ type syncer struct {
 	kindCount   map[flows.Kind]int
 	// liveEPs counts the applied service-port flow sets that program each entry point.
 	liveEPs map[flows.EntryPoint]int
+	// declined holds the applied service-port flow sets that decline their port (C34).
+	declined map[flows.Key]bool
 	// drains holds the draining entry points with the time their drain began.
 	drains          map[flows.EntryPoint]time.Time
 	drainsRecovered bool
@@ -52,6 +54,7 @@ func newSyncer(cfg ReconcilerConfig, m *Metrics) *syncer {
 		appliedSize: map[flows.Bridge]map[flows.Key]int{},
 		kindCount:   map[flows.Kind]int{},
 		liveEPs:     map[flows.EntryPoint]int{},
+		declined:    map[flows.Key]bool{},
 		drains:      map[flows.EntryPoint]time.Time{},
 		rejected:    map[flows.Bridge]map[flows.Key]flows.Cookie{},
 	}
@@ -574,5 +577,11 @@ func (s *syncer) setApplied(b flows.Bridge, k flows.Key, fs *flows.FlowSet) {
 		s.metrics.AppliedGroups.WithLabelValues(bl).Add(float64(len(fs.Groups)))
 		s.kindCount[k.Kind]++
 	}
+	if fs != nil && fs.Declined != "" {
+		s.declined[k] = true
+	} else {
+		delete(s.declined, k)
+	}
+	s.metrics.DeclinedServicePorts.Set(float64(len(s.declined)))
 	s.metrics.DesiredFlowSets.WithLabelValues(k.Kind.String()).Set(float64(s.kindCount[k.Kind]))
 }

@@ -2,6 +2,7 @@ package flows
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -106,4 +107,90 @@ func TestPlanRepairLines(t *testing.T) {
 	only.RepairAll(ex)
 	assert.False(t, only.Changes())
 	assert.False(t, only.Empty())
+}
+
+func TestSourceRangesFlows(t *testing.T) {
+	sp := webTCP()
+	sp.FilterSources = true
+	sp.SourceRanges = []netip.Prefix{pfx("198.51.100.10/32"), pfx("2001:db8::/32"), pfx("198.51.100.10/24")}
+	st := testState(sp)
+	fs, err := BuildServicePort(st, servicePort(t, st))
+	require.NoError(t, err)
+	var ct []string
+	for _, k := range fs.MatchKeys() {
+		if k.Table == ExServiceCT {
+			ct = append(ct, k.String())
+		}
+	}
+	assert.Equal(t, []string{
+		"br-ex/41/100/tcp,ct_state=+trk+new,tcp_flags=+syn-ack,nw_dst=192.0.2.11,tp_dst=30080",
+		"br-ex/41/100/tcp,ct_state=+trk+new,tcp_flags=+syn-ack,nw_src=198.51.100.0/24,nw_dst=203.0.113.100,tp_dst=80",
+		"br-ex/41/100/tcp,ct_state=+trk+new,tcp_flags=+syn-ack,nw_src=198.51.100.0/24,nw_dst=203.0.113.101,tp_dst=80",
+		"br-ex/41/95/tcp,ct_state=+trk+new,tcp_flags=+syn-ack,nw_dst=203.0.113.100,tp_dst=80",
+		"br-ex/41/95/tcp,ct_state=+trk+new,tcp_flags=+syn-ack,nw_dst=203.0.113.101,tp_dst=80",
+	}, sortedStrings(ct), "NodePort unfiltered; the /32 folded into the /24; IPv6 ignored")
+
+	sp.SourceRanges = append(sp.SourceRanges, pfx("0.0.0.0/0"))
+	st = testState(sp)
+	open, err := BuildServicePort(st, servicePort(t, st))
+	require.NoError(t, err)
+	plain := testState(webTCP())
+	want, err := BuildServicePort(plain, servicePort(t, plain))
+	require.NoError(t, err)
+	assert.Equal(t, want.FlowLines(), open.FlowLines(), "0.0.0.0/0 lets everyone in: no filter flows")
+}
+
+// An entry point that loses its ExServiceLB flow to another flow set loses its source-range
+// flows with it, so that they cannot filter the winner's new connections.
+func TestWithoutDropsSourceRangeFlows(t *testing.T) {
+	sp := webTCP()
+	sp.FilterSources = true
+	sp.SourceRanges = []netip.Prefix{pfx("198.51.100.10/32")}
+	st := testState(sp)
+	fs, err := BuildServicePort(st, servicePort(t, st))
+	require.NoError(t, err)
+	lb := MatchKey{Bridge: BrEx, Table: ExServiceLB, Priority: 100, Match: "tcp,nw_dst=203.0.113.100,tp_dst=80"}
+	require.Contains(t, fs.MatchKeys(), lb)
+	w, err := fs.Without(map[MatchKey]bool{lb: true}, "lost")
+	require.NoError(t, err)
+	for _, k := range w.MatchKeys() {
+		assert.NotContains(t, k.Match, "nw_dst=203.0.113.100,", k.String())
+	}
+	assert.Len(t, w.FlowLines(), len(fs.FlowLines())-3, "LB flow, allow flow, deny flow")
+	assert.Equal(t, []EntryPoint{
+		{Protocol: TCP, Addr: netip.MustParseAddrPort("192.0.2.11:30080")},
+		{Protocol: TCP, Addr: netip.MustParseAddrPort("203.0.113.101:80")},
+	}, w.EntryPoints)
+}
+
+func TestHostNetworkEndpointDeclinesPort(t *testing.T) {
+	for name, eps := range map[string][]Endpoint{
+		"only":  {{IP: ip("192.0.2.12"), Port: 8080}},
+		"mixed": {{IP: ip("10.244.2.5"), Port: 8080}, {IP: ip("192.0.2.12"), Port: 8080}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			sp := webTCP()
+			sp.Endpoints = eps
+			st := testState(sp)
+			fs, err := BuildServicePort(st, servicePort(t, st))
+			require.NoError(t, err)
+			assert.Empty(t, fs.FlowLines())
+			assert.Empty(t, fs.Groups)
+			assert.Empty(t, fs.EntryPoints)
+			assert.Contains(t, fs.Declined, "192.0.2.12:8080")
+			require.Len(t, fs.Warnings, 1)
+			assert.Contains(t, fs.Warnings[0], "declined")
+		})
+	}
+	st := testState(ServicePort{Namespace: "demo", Name: "empty", Protocol: TCP, Port: 80, NodePort: 30090})
+	fs, err := BuildServicePort(st, servicePort(t, st))
+	require.NoError(t, err)
+	assert.Empty(t, fs.Declined, "no endpoints at all: served, new connections dropped (C10)")
+	assert.NotEmpty(t, fs.FlowLines())
+}
+
+func sortedStrings(s []string) []string {
+	out := append([]string{}, s...)
+	slices.Sort(out)
+	return out
 }

@@ -257,6 +257,7 @@ const (
 	prioHigh       = 300
 	prioMid        = 200
 	prioEntry      = 100
+	prioSourceDeny = 95 // below prioEntry: new connections from outside loadBalancerSourceRanges
 	prioDrain      = 90 // below prioEntry: a live entry point wins over a draining one
 	prioLow        = 10
 	prioDefault    = 0

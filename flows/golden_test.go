@@ -107,6 +107,21 @@ func TestGolden(t *testing.T) {
 			ExternalIPs: []netip.Addr{ip("192.0.2.11"), ip("203.0.113.7")},
 			Endpoints:   []Endpoint{{IP: ip("10.244.2.5"), Port: 8080}}}),
 	}
+	// C32: new connections to the LB IP and externalIP only from the listed ranges (the /32
+	// inside the /24 is folded into it); the NodePort is not filtered.
+	ranges := webTCP()
+	ranges.FilterSources = true
+	ranges.SourceRanges = []netip.Prefix{pfx("198.51.100.10/32"), pfx("198.51.100.0/24"), pfx("100.64.0.0/10")}
+	cases["node1-source-ranges"] = testState(ranges)
+	// C32: every range malformed (or IPv6): nobody may open a connection to the LB IP/externalIP.
+	denyAll := webTCP()
+	denyAll.FilterSources = true
+	cases["node1-source-ranges-deny-all"] = testState(denyAll)
+	// C34: a hostNetwork endpoint (node2's address) next to pod endpoints: the port is declined,
+	// no flow, no group, a warning.
+	host := webTCP()
+	host.Endpoints = append(host.Endpoints, Endpoint{IP: ip("192.0.2.12"), Port: 8080, NodeName: "node2"})
+	cases["node1-hostnetwork-endpoint"] = testState(host)
 	for name, st := range cases {
 		t.Run(name, func(t *testing.T) {
 			d, err := Build(st)

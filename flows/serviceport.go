@@ -17,6 +17,16 @@ import (
 // on br-ex (paths P1, P2): every entry point goes through ct(zone=ZoneService,nat); a new
 // connection (TCP: a SYN) goes to the select group, whose bucket per endpoint commits the DNAT
 // and stores the client's MAC in ct_label, then to br-int, which routes it to the endpoint's node.
+//
+// With sp.FilterSources (spec.loadBalancerSourceRanges, docs/field-cases.md#c32) the new
+// connections to a LoadBalancer IP or externalIP go to the group only from sp.SourceRanges (one
+// flow per range, nw_src); the others are dropped by a flow just below (prioSourceDeny).
+// Established connections are not filtered. NodePorts are not filtered.
+//
+// A port with an endpoint outside every node's pod CIDRs (a hostNetwork endpoint, which br-int
+// cannot reach) is declined (docs/field-cases.md#c34): the flow set has no flow and no group,
+// FlowSet.Declined says why, and the host (kube-proxy) serves the port, without source IP
+// preservation. A group that misses a ready endpoint is never installed.
 func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 	fs := &FlowSet{Key: sp.Key(), Bridge: BrEx}
 	var proto ovs.Protocol
@@ -32,12 +42,24 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 	if !OwnedGroup(sp.GroupID) {
 		return nil, fmt.Errorf("service port %s: group id %#x outside the agent's range", sp.Key(), sp.GroupID)
 	}
+	var outside []string
+	for _, ep := range sp.Endpoints {
+		if ep.IP.Is4() && ep.Port != 0 && !st.routable(ep.IP) {
+			outside = append(outside, netip.AddrPortFrom(ep.IP, ep.Port).String())
+		}
+	}
+	if len(outside) > 0 {
+		fs.Declined = fmt.Sprintf("%d of %d endpoint(s) outside every node's pod CIDRs (hostNetwork?): %s", len(outside), len(sp.Endpoints), strings.Join(outside, ", "))
+		fs.Warnings = append(fs.Warnings, fmt.Sprintf("port %s/%s declined: %s; source IP preservation needs pod endpoints, so this node programs no entry point for it and the host (kube-proxy) serves it, with SNAT", sp.PortName, sp.Protocol, fs.Declined))
+		return fs, fs.Finish()
+	}
 	newConn := []ovs.Match{ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateNew))}
 	if sp.Protocol == TCP {
 		// Only a SYN starts a connection: mid-stream packets of the host's own connections that
 		// use a NodePort as local port are left to the host (docs/field-cases.md#c16).
 		newConn = append(newConn, ovs.TCPFlags("+syn", "-ack"))
 	}
+	ranges, filter := sourceRanges(sp)
 	for _, e := range sp.EntryPoints(st.NodePortAddresses) {
 		if e.Protocol == UDP && e.Addr.Port() == st.Ports.tunnelUDPPort() && e.Addr.Addr() == st.self().InternalIP {
 			fs.Warnings = append(fs.Warnings, fmt.Sprintf("entry point %s is this node's Geneve tunnel endpoint: not served", e))
@@ -45,19 +67,27 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 		}
 		fs.EntryPoints = append(fs.EntryPoints, e)
 		lb := flow(ExServiceLB, prioEntry, proto, 0, entryMatch(e), CT{Zone: ZoneService, NAT: &NAT{}, Table: tableRef(ExServiceCT)})
-		fs.entryFlow(e, mustMatchKey(BrEx, &lb))
-		fs.Flows = append(fs.Flows, lb,
-			flow(ExServiceCT, prioEntry, proto, 0, append(append([]ovs.Match{}, newConn...), entryMatch(e)...), Group(sp.GroupID)),
-		)
+		var ct []ovs.Flow
+		if filter && sp.sourceFiltered(e) {
+			for _, r := range ranges {
+				m := append(append(slices.Clone(newConn), ovs.NetworkSource(r.String())), entryMatch(e)...)
+				ct = append(ct, flow(ExServiceCT, prioEntry, proto, 0, m, Group(sp.GroupID)))
+			}
+			ct = append(ct, flow(ExServiceCT, prioSourceDeny, proto, 0, append(slices.Clone(newConn), entryMatch(e)...), ovs.Drop()))
+		} else {
+			ct = append(ct, flow(ExServiceCT, prioEntry, proto, 0, append(slices.Clone(newConn), entryMatch(e)...), Group(sp.GroupID)))
+		}
+		keys := []MatchKey{mustMatchKey(BrEx, &lb)}
+		for i := range ct {
+			keys = append(keys, mustMatchKey(BrEx, &ct[i]))
+		}
+		fs.entryFlow(e, keys...)
+		fs.Flows = append(append(fs.Flows, lb), ct...)
 	}
 	g := OFGroup{ID: sp.GroupID, Type: "select", SelectionFields: fields}
 	var eps []netip.AddrPort
 	for _, ep := range sp.Endpoints {
 		if !ep.IP.Is4() || ep.Port == 0 {
-			continue
-		}
-		if !st.routable(ep.IP) {
-			fs.Warnings = append(fs.Warnings, fmt.Sprintf("endpoint %s is outside every node's pod CIDRs: skipped", ep.IP))
 			continue
 		}
 		eps = append(eps, netip.AddrPortFrom(ep.IP, ep.Port))
@@ -109,6 +139,50 @@ func buildServicePortKey(st *State, k Key) (*FlowSet, error) {
 }
 
 func servicePortRank(st *State, k Key) Rank { return st.Services[k].Rank }
+
+// sourceFiltered reports whether new connections to entry point e are subject to
+// sp.SourceRanges: e is a LoadBalancer IP or externalIP with the Service port (an address that is
+// also a NodePort address with the same port number is filtered: never wider than asked).
+func (sp *ServicePort) sourceFiltered(e EntryPoint) bool {
+	if !sp.FilterSources || e.Addr.Port() != sp.Port || e.Protocol != sp.Protocol {
+		return false
+	}
+	a := e.Addr.Addr()
+	return slices.Contains(sp.LoadBalancerIPs, a) || slices.Contains(sp.ExternalIPs, a)
+}
+
+// sourceRanges returns the source ranges that filter sp's LoadBalancer IPs and externalIPs:
+// IPv4, masked, sorted, without a range contained in another; filter is false when sp does not
+// filter, or when a range is 0.0.0.0/0 (everyone is let in, no filter flows).
+func sourceRanges(sp *ServicePort) (ranges []netip.Prefix, filter bool) {
+	if !sp.FilterSources {
+		return nil, false
+	}
+	for _, r := range sp.SourceRanges {
+		if !r.IsValid() || !r.Addr().Is4() {
+			continue
+		}
+		if r.Bits() == 0 {
+			return nil, false
+		}
+		ranges = append(ranges, r.Masked())
+	}
+	slices.SortFunc(ranges, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Bits(), b.Bits())
+	})
+	out := ranges[:0]
+	for _, r := range ranges {
+		// Sorted by address then length: a range contained in an earlier one follows it.
+		if len(out) > 0 && out[len(out)-1].Bits() <= r.Bits() && out[len(out)-1].Contains(r.Addr()) {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, true
+}
 
 // entryMatch matches the packets addressed to entry point e (its protocol is the flow's).
 func entryMatch(e EntryPoint) []ovs.Match {

@@ -136,9 +136,17 @@ type ServicePort struct {
 	LoadBalancerIPs []netip.Addr
 	// ExternalIPs are spec.externalIPs.
 	ExternalIPs []netip.Addr
+	// FilterSources is true when the Service sets spec.loadBalancerSourceRanges: new connections
+	// to its LoadBalancer IPs and externalIPs are then let in only from SourceRanges (an empty
+	// list lets nobody in: every range was malformed or IPv6). NodePorts are never filtered.
+	FilterSources bool
+	// SourceRanges are the valid IPv4 CIDRs of spec.loadBalancerSourceRanges (docs/field-cases.md#c32).
+	SourceRanges []netip.Prefix
 	// Endpoints are the endpoints new connections may be sent to, on any node: the ready ones
 	// of the Service's EndpointSlices, or when none is ready the serving terminating ones
-	// (KEP-1669). An empty list drops new connections (the select group has no buckets).
+	// (KEP-1669). An empty list drops new connections (the select group has no buckets). When
+	// one of them is outside every node's pod CIDRs (a hostNetwork endpoint), the port is
+	// declined: no flows at all, the host serves it (docs/field-cases.md#c34).
 	Endpoints []Endpoint
 	// GroupID is the OpenFlow select group of this Service port on br-ex, from a GroupIDs
 	// allocator; it must be in the range that GroupIDs hands out.

@@ -3,6 +3,7 @@ package flows
 import (
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"net/netip"
 	"sort"
 	"strings"
@@ -170,13 +171,16 @@ type FlowSet struct {
 	// Endpoints are the endpoints of a UDP service port's select group, sorted: when one goes away
 	// the agent flushes the ZoneService conntrack entries pinned to it.
 	Endpoints []netip.AddrPort
+	// Declined, when not empty, says why a Service port is not served by the agent at all (the
+	// flow set has no flows and no group; docs/field-cases.md#c34).
+	Declined string
 
 	cookie    Cookie
-	lines     []string    // rendered flows (with cookie), sorted
-	keys      []MatchKey  // MatchKey of each line
-	glines    []string    // rendered groups, sorted by id
-	gparts    []groupText // the same groups split into header and buckets (Plan.Lines)
-	entryKeys map[EntryPoint]MatchKey
+	lines     []string                  // rendered flows (with cookie), sorted
+	keys      []MatchKey                // MatchKey of each line
+	glines    []string                  // rendered groups, sorted by id
+	gparts    []groupText               // the same groups split into header and buckets (Plan.Lines)
+	entryKeys map[EntryPoint][]MatchKey // per entry point: its ExServiceLB flow, then its ExServiceCT flows
 }
 
 // Cookie returns the FlowSet's cookie (valid after Finish).
@@ -199,6 +203,11 @@ func (fs *FlowSet) GroupIDs() []uint32 {
 func (fs *FlowSet) Finish() error {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%d|%s\n", fs.Bridge, fs.Key)
+	if fs.Declined != "" {
+		// A declined port has no flows: its reason is its content (a changed reason is a change,
+		// reported again).
+		fmt.Fprintf(h, "declined|%s\n", fs.Declined)
+	}
 	bodies := make([]string, 0, len(fs.Flows))
 	for i := range fs.Flows {
 		f := fs.Flows[i]
@@ -298,14 +307,23 @@ func matchKeyOf(b Bridge, f *ovs.Flow) (MatchKey, error) {
 func (fs *FlowSet) MatchKeys() []MatchKey { return fs.keys }
 
 // Without returns a copy of fs without the flows whose MatchKey is in drop, finished (it has its
-// own cookie), with warnings added. Its entry points are those whose ExServiceLB flow remains.
-// Groups and endpoints are kept.
+// own cookie), with warnings added. Its entry points are those whose ExServiceLB flow remains; an
+// entry point whose ExServiceLB flow is dropped loses its ExServiceCT flows too (its source-range
+// flows must not filter the winner's connections). Groups and endpoints are kept.
 func (fs *FlowSet) Without(drop map[MatchKey]bool, warnings ...string) (*FlowSet, error) {
 	out := &FlowSet{Key: fs.Key, Bridge: fs.Bridge, Groups: fs.Groups,
 		Warnings:  append(append([]string{}, fs.Warnings...), warnings...),
-		Endpoints: fs.Endpoints}
+		Endpoints: fs.Endpoints, Declined: fs.Declined}
+	gone := maps.Clone(drop)
+	for _, e := range fs.EntryPoints {
+		if ks := fs.entryKeys[e]; len(ks) > 0 && drop[ks[0]] {
+			for _, k := range ks[1:] {
+				gone[k] = true
+			}
+		}
+	}
 	for i := range fs.Flows {
-		if drop[fs.keys[i]] {
+		if gone[fs.keys[i]] {
 			continue
 		}
 		f := fs.Flows[i]
@@ -313,21 +331,21 @@ func (fs *FlowSet) Without(drop map[MatchKey]bool, warnings ...string) (*FlowSet
 		out.Flows = append(out.Flows, f)
 	}
 	for _, e := range fs.EntryPoints {
-		if k, ok := fs.entryKeys[e]; ok && !drop[k] {
+		if ks, ok := fs.entryKeys[e]; ok && len(ks) > 0 && !gone[ks[0]] {
 			out.EntryPoints = append(out.EntryPoints, e)
-			out.entryFlow(e, k)
+			out.entryFlow(e, ks...)
 		}
 	}
 	return out, out.Finish()
 }
 
-// entryFlow records that the ExServiceLB flow with MatchKey k serves entry point e (Without keeps
-// e while that flow remains).
-func (fs *FlowSet) entryFlow(e EntryPoint, k MatchKey) {
+// entryFlow records that the flows with MatchKeys keys serve entry point e: keys[0] is its
+// ExServiceLB flow (Without keeps e while that flow remains), the rest its ExServiceCT flows.
+func (fs *FlowSet) entryFlow(e EntryPoint, keys ...MatchKey) {
 	if fs.entryKeys == nil {
-		fs.entryKeys = map[EntryPoint]MatchKey{}
+		fs.entryKeys = map[EntryPoint][]MatchKey{}
 	}
-	fs.entryKeys[e] = k
+	fs.entryKeys[e] = keys
 }
 
 // MarshalText renders the group in ovs-ofctl(8) group syntax (OpenFlow 1.5).

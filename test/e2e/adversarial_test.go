@@ -719,7 +719,9 @@ func TestAdversarialChangesWhileAgentDown(t *testing.T) {
 func TestAdversarialMalformedInputs(t *testing.T) {
 	const file, bad = "adv-malformed.yaml", "adv-unparsable.yaml"
 	y := rawService("m1", true, "LoadBalancer", []string{"not-an-ip", "2001:db8::1", "203.0.113.150"}, "999.1.1.1",
-		[]pspec{{"http", "TCP", 80, 30360}, {"big", "TCP", 70000, 30361}, {"sctp", "SCTP", 9, 30362}}, []ep{{"x", "10.99.0.1", "node2"}, {"y", "192.0.2.12", "node2"}}) +
+		[]pspec{{"http", "TCP", 80, 30360}, {"big", "TCP", 70000, 30361}, {"sctp", "SCTP", 9, 30362}}, nil) +
+		// Endpoints outside every pod CIDR (C34): m2's port is declined, no flows.
+		rawService("m2", true, "NodePort", nil, "", []pspec{{"http", "TCP", 80, 30363}}, []ep{{"x", "10.99.0.1", "node2"}, {"y", "192.0.2.12", "node2"}}) +
 		`apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
 metadata: {name: m1-v6, namespace: e2e, labels: {kubernetes.io/service-name: m1}}
@@ -736,7 +738,7 @@ endpoints: [{addresses: ["10.244.2.5/24"]}, {addresses: []}, {addresses: ["10.24
 ---
 `
 	writeManifest(t, file, y)
-	defer removeAndWait(t, file, "tp_dst=30360", "nw_dst=203.0.113.150")
+	defer removeAndWait(t, file, "tp_dst=30360", "nw_dst=203.0.113.150", "tp_dst=30363")
 	writeManifest(t, bad, "apiVersion: v1\nkind: Service\nmetadata: {name: [oops\n")
 	defer writeManifest(t, bad, "")
 	_, err := theLab.Vsctl("node1", "add-port", "br-int", "advbad0", "--", "set", "Interface", "advbad0", "type=internal",
@@ -760,12 +762,15 @@ endpoints: [{addresses: ["10.244.2.5/24"]}, {addresses: []}, {addresses: ["10.24
 		running, exitErr := theLab.AgentRunning(n.Name)
 		assert.True(t, running, "agent on %s exited: %v", n.Name, exitErr)
 	}
-	// Only the usable endpoint (10.244.2.5 is invalid as CIDR, 10.99.0.1 and the node IP are
-	// outside every pod CIDR, 10.244.3.5 not ready): the group is empty, the LB IP drops.
+	// No usable endpoint (10.244.2.5/24 is invalid, 10.244.3.5 not ready): the group is empty,
+	// the LB IP drops.
 	_, err = theLab.RequestWith("", "tcp", "203.0.113.150:80", lab.RequestOpts{Timeout: "1s"})
 	assert.Error(t, err)
 	b, _ := os.ReadFile(theLab.AgentLog("node1"))
-	assert.Contains(t, string(b), "outside every node's pod CIDRs")
+	assert.Contains(t, string(b), "2 of 2 endpoint(s) outside every node's pod CIDRs (hostNetwork?): 10.99.0.1:8080, 192.0.2.12:8080")
+	out, err := theLab.DumpFlows("node1", "br-ex", "tcp,tp_dst=30363")
+	require.NoError(t, err)
+	assert.NotContains(t, out, "tp_dst=30363", "m2 is declined (C34)")
 }
 
 // A Service with 200 endpoints gets one group with 200 buckets.

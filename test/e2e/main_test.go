@@ -4,7 +4,8 @@
 //
 // Topology (test/manifests/demo nodes and pods): node1 192.0.2.11 (pods 10.244.1.0/24, echo-c
 // 10.244.1.5) is the ingress node: the router sends 203.0.113.0/24 to it. node2 192.0.2.12
-// (echo-a 10.244.2.5), node3 192.0.2.13 (echo-b 10.244.3.5). The client is 198.51.100.10.
+// (echo-a 10.244.2.5), node3 192.0.2.13 (echo-b 10.244.3.5). The clients are 198.51.100.10
+// ("client", the default) and 198.51.100.11 ("client2").
 package e2e
 
 import (
@@ -21,6 +22,9 @@ import (
 )
 
 const clientIP = "198.51.100.10"
+
+// client2IP is a second external client (netns "client2"), behind the same router (C32).
+const client2IP = "198.51.100.11"
 
 var (
 	theLab  *lab.Lab
@@ -71,6 +75,7 @@ func run(m *testing.M) int {
 	}
 	theLab, err = lab.New(lab.Config{
 		ManifestsDir: dir, AgentBin: agent, EchoBin: echo,
+		Clients: []lab.ClientSpec{{Name: "client", IP: clientIP}, {Name: "client2", IP: client2IP}},
 		// Frequent full syncs so that "survives every sync" covers several of them; a deep repair
 		// every other full sync or so.
 		AgentArgs: []string{"--full-sync-period=2s", "--repair-period=4s"},

@@ -272,3 +272,35 @@ func TestTunnelUnderlayOnlyFromNodes(t *testing.T) {
 	require.Contains(t, out, "priority 610", out)
 	require.Contains(t, out, "LOCAL", out)
 }
+
+// C32 (docs/field-cases.md#c32): with loadBalancerSourceRanges 198.51.100.10/32, a SYN to the
+// LoadBalancer IP from 198.51.100.10 is DNATed; from 198.51.100.11 it is dropped before any
+// commit; an established connection of 198.51.100.11 continues; the NodePort is not filtered.
+func TestSourceRangesOnLoadBalancerIP(t *testing.T) {
+	sp := web("10.244.2.5")
+	sp.FilterSources = true
+	sp.SourceRanges = []netip.Prefix{netip.MustParsePrefix("198.51.100.10/32")}
+	w := newNode(t, "node1", "10.244.1.5", sp)
+	toLB := strings.Replace(strings.Replace(synToNodePort, "nw_dst=192.0.2.11", "nw_dst=203.0.113.100", 1), "tp_dst=30080", "tp_dst=80", 1)
+	from11 := func(f string) string { return strings.Replace(f, "nw_src=198.51.100.10", "nw_src=198.51.100.11", 1) }
+
+	acts := datapathActions(w.trace(t, w.ex, toLB, "trk,new", "trk,new,dnat"))
+	require.Len(t, acts, 3)
+	require.Contains(t, acts[1], "nat(dst=10.244.2.5:8080)")
+
+	out := w.trace(t, w.ex, from11(toLB), "trk,new")
+	acts = datapathActions(out)
+	require.Len(t, acts, 2, out)
+	require.Equal(t, "drop", acts[1], out)
+	require.NotContains(t, out, "commit", "nothing is committed for a refused client")
+	require.Contains(t, out, "priority 95", "dropped by the source-range deny flow")
+
+	est := strings.Replace(from11(toLB), "tcp_flags=syn", "tcp_flags=ack", 1)
+	out = w.trace(t, w.ex, est, "trk,est")
+	require.Contains(t, out, "41. ct_state=+est+trk,ip, priority 200", "established connections are not filtered")
+	require.NotContains(t, out, "priority 95", out)
+
+	acts = datapathActions(w.trace(t, w.ex, from11(synToNodePort), "trk,new", "trk,new,dnat"))
+	require.Len(t, acts, 3, "NodePorts are not filtered")
+	require.Contains(t, acts[1], "nat(dst=10.244.2.5:8080)")
+}
