@@ -2,6 +2,9 @@ package flows
 
 import (
 	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
 
 	"github.com/digitalocean/go-openvswitch/ovs"
 )
@@ -10,6 +13,27 @@ import (
 
 func buildExBase(st *State, _ Key) (*FlowSet, error)  { return BuildExBase(st) }
 func buildIntBase(st *State, _ Key) (*FlowSet, error) { return BuildIntBase(st) }
+
+// ctService is ct(zone=ZoneService, nat, table=t): the lookup (and un-DNAT) in the Service zone.
+func ctService(t Table) CT { return CT{Zone: ZoneService, NAT: &NAT{}, Table: tableRef(t)} }
+
+// udpEntryAddrs returns, sorted and without duplicates, the addresses of this node's UDP entry
+// points: the NodePort addresses when a UDP Service port has a NodePort, and the LoadBalancer
+// ingress IPs and externalIPs of UDP Service ports.
+func udpEntryAddrs(st *State) []netip.Addr {
+	seen := map[netip.Addr]bool{}
+	for _, sp := range st.Services {
+		if sp.Protocol != UDP {
+			continue
+		}
+		for _, e := range sp.EntryPoints(st.NodePortAddresses) {
+			seen[e.Addr.Addr()] = true
+		}
+	}
+	out := slices.Collect(maps.Keys(seen))
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
 
 // BuildExBase returns the static br-ex pipeline (KindExBase): the classifier hooks, the
 // uplink<->host plumbing and the fixed parts of the service tables. See docs/pipeline.md.
@@ -36,6 +60,14 @@ func BuildExBase(st *State) (*FlowSet, error) {
 		flow(ExClassifier, prioLow, "", p.ExUplink, nil, outputLocal),
 		flow(ExClassifier, prioLow, "", ovs.PortLOCAL, nil, output(p.ExUplink)),
 		flow(ExClassifier, prioDefault, "", 0, nil, ovs.Drop()),
+		// ExServiceLB: ICMP errors (destination unreachable, incl. "fragmentation needed", time
+		// exceeded, parameter problem) go through ct(zone=ZoneService,nat): one about a
+		// ZoneService connection is +rel and un-DNATed (outer destination and the inner header)
+		// towards its endpoint; any other ICMP error is not +rel and ExServiceCT gives it to the
+		// host. Other ICMP (ping of the node) goes straight to the host.
+		flow(ExServiceLB, prioEntry, ovs.ProtocolICMPv4, 0, []ovs.Match{ovs.ICMPType(icmpDestUnreachable)}, ctService(ExServiceCT)),
+		flow(ExServiceLB, prioEntry, ovs.ProtocolICMPv4, 0, []ovs.Match{ovs.ICMPType(icmpTimeExceeded)}, ctService(ExServiceCT)),
+		flow(ExServiceLB, prioEntry, ovs.ProtocolICMPv4, 0, []ovs.Match{ovs.ICMPType(icmpParamProblem)}, ctService(ExServiceCT)),
 		// ExServiceLB: not an entry point of an opted-in Service -> the host (P5).
 		flow(ExServiceLB, prioDefault, "", 0, nil, outputLocal),
 		// ExServiceCT: known connections continue to br-int; other packets to the host.
@@ -52,7 +84,22 @@ func BuildExBase(st *State) (*FlowSet, error) {
 			CTLabelClientMAC.MoveTo(nxmEthDst),
 			ovs.ModDataLinkSource(p.ExMAC),
 			output(p.ExUplink)),
+		// An ICMP error of the endpoint about a ZoneService connection (e.g. UDP port
+		// unreachable) is +rel: ct(nat) un-DNATed its outer source and inner header, and it
+		// carries the connection's ct_label; it goes to the client like a reply.
+		flow(ExServiceReply, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rel},
+			CTLabelClientMAC.MoveTo(nxmEthDst),
+			ovs.ModDataLinkSource(p.ExMAC),
+			output(p.ExUplink)),
 		flow(ExServiceReply, prioDefault, "", 0, nil, ovs.Drop()),
+	}
+	// ExServiceLB: every fragment of a UDP datagram to an address that has a UDP entry point
+	// goes through ct(zone=ZoneService,nat), which reassembles the datagram (the userspace
+	// datapath's ipf) and hands the fragments on with its state and NAT; later fragments carry no
+	// UDP ports, so they could not match an entry flow. See docs/security.md "ICMP and fragments".
+	for _, a := range udpEntryAddrs(st) {
+		fs.Flows = append(fs.Flows, flow(ExServiceLB, prioHigh, ovs.ProtocolUDPv4, 0,
+			[]ovs.Match{ovs.NetworkDestination(a.String()), ipFragment}, ctService(ExServiceCT)))
 	}
 	return fs, fs.Finish()
 }
@@ -82,6 +129,13 @@ func BuildIntBase(st *State) (*FlowSet, error) {
 			ovs.SetTunnel(VNIServiceReply),
 			output(p.IntTunnel)),
 		flow(IntPodEgressCT, prioMid, ovs.ProtocolIPv4, 0, rplBrEx, output(p.IntPatch)),
+		// A pod's ICMP error about a connection that came in by tunnel or from br-ex is +rel in
+		// ZonePod with that connection's ct_mark and ct_label: it goes where the replies go.
+		flow(IntPodEgressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{trackedRel, OriginTunnel.Match()},
+			CTLabelIngressNode.MoveTo(nxmTunIPv4),
+			ovs.SetTunnel(VNIServiceReply),
+			output(p.IntTunnel)),
+		flow(IntPodEgressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{trackedRel, OriginBrEx.Match()}, output(p.IntPatch)),
 		flow(IntPodEgressCT, prioDefault, "", 0, nil, Goto(IntL3Forwarding)),
 
 		flow(IntARPResponder, prioDefault, "", 0, nil, ovs.Drop()),
