@@ -254,3 +254,12 @@ func TestUDPFragmentsReachEndpoint(t *testing.T) {
 	st, _ := theLab.Appctl("node1", "dpctl/ipf-get-status")
 	t.Log(strings.TrimSpace(st))
 }
+
+// ICMP that is not about one of our connections stays the host's: a ping of the node address is
+// answered by node1's host stack, with the ICMP flows in place.
+func TestPingNodeStillAnswered(t *testing.T) {
+	withICMPServices(t)
+	out, err := theLab.Exec("client", "ping", "-c", "2", "-W", "2", "192.0.2.11")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "2 received", out)
+}
