@@ -2,9 +2,6 @@ package flows
 
 import (
 	"fmt"
-	"maps"
-	"net/netip"
-	"slices"
 
 	"github.com/digitalocean/go-openvswitch/ovs"
 )
@@ -16,24 +13,6 @@ func buildIntBase(st *State, _ Key) (*FlowSet, error) { return BuildIntBase(st) 
 
 // ctService is ct(zone=ZoneService, nat, table=t): the lookup (and un-DNAT) in the Service zone.
 func ctService(t Table) CT { return CT{Zone: ZoneService, NAT: &NAT{}, Table: tableRef(t)} }
-
-// udpEntryAddrs returns, sorted and without duplicates, the addresses of this node's UDP entry
-// points: the NodePort addresses when a UDP Service port has a NodePort, and the LoadBalancer
-// ingress IPs and externalIPs of UDP Service ports.
-func udpEntryAddrs(st *State) []netip.Addr {
-	seen := map[netip.Addr]bool{}
-	for _, sp := range st.Services {
-		if sp.Protocol != UDP {
-			continue
-		}
-		for _, e := range sp.EntryPoints(st.NodePortAddresses) {
-			seen[e.Addr.Addr()] = true
-		}
-	}
-	out := slices.Collect(maps.Keys(seen))
-	slices.SortFunc(out, netip.Addr.Compare)
-	return out
-}
 
 // BuildExBase returns the static br-ex pipeline (KindExBase): the classifier hooks, the
 // uplink<->host plumbing and the fixed parts of the service tables. See docs/pipeline.md.
@@ -92,14 +71,6 @@ func BuildExBase(st *State) (*FlowSet, error) {
 			ovs.ModDataLinkSource(p.ExMAC),
 			output(p.ExUplink)),
 		flow(ExServiceReply, prioDefault, "", 0, nil, ovs.Drop()),
-	}
-	// ExServiceLB: every fragment of a UDP datagram to an address that has a UDP entry point
-	// goes through ct(zone=ZoneService,nat), which reassembles the datagram (the userspace
-	// datapath's ipf) and hands the fragments on with its state and NAT; later fragments carry no
-	// UDP ports, so they could not match an entry flow. See docs/security.md "ICMP and fragments".
-	for _, a := range udpEntryAddrs(st) {
-		fs.Flows = append(fs.Flows, flow(ExServiceLB, prioHigh, ovs.ProtocolUDPv4, 0,
-			[]ovs.Match{ovs.NetworkDestination(a.String()), ipFragment}, ctService(ExServiceCT)))
 	}
 	return fs, fs.Finish()
 }
