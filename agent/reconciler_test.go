@@ -283,3 +283,30 @@ func diffKeys(a, b map[flows.Key]flows.Applied) []string {
 	}
 	return out
 }
+
+// The udp-fragments flow set of an address (an EverySync kind with one key per address) appears
+// with the first UDP entry point on it and goes away, in a partial sync, with the last one; the
+// base pipeline and the other Services are not rewritten.
+func TestUDPFragmentsFollowUDPEntryPoints(t *testing.T) {
+	f := newFixture(t)
+	f.seed(f.r, 2)
+	require.NoError(t, f.sync())
+	fragKey := flows.Key{Kind: flows.KindUDPFragments, Name: "192.168.0.1"}
+	assert.NotContains(t, f.r.Applied(flows.BrEx), fragKey, "no UDP entry point yet")
+	before := f.r.Applied(flows.BrEx)
+	udp := func(s *corev1.Service) {
+		s.Spec.Ports = []corev1.ServicePort{{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53, NodePort: 31053}}
+	}
+	f.r.OnService(nil, makeService("ns1", "dns", 0, udp))
+	require.NoError(t, f.sync())
+	after := f.r.Applied(flows.BrEx)
+	require.Contains(t, after, fragKey)
+	assert.ElementsMatch(t, []string{"service-port/ns1/dns:dns/UDP", "udp-fragments/192.168.0.1"}, diffKeys(before, after))
+	assert.Contains(t, strings.Join(f.ex.Flows(), "\n"), "udp,nw_dst=192.168.0.1,nw_frag=yes")
+
+	f.r.OnService(makeService("ns1", "dns", 0, udp), nil)
+	require.NoError(t, f.sync())
+	assert.NotContains(t, f.r.Applied(flows.BrEx), fragKey, "gone with the last UDP entry point, in a partial sync")
+	assert.NotContains(t, strings.Join(f.ex.Flows(), "\n"), "nw_frag=yes")
+	assert.Empty(t, diffKeys(before, f.r.Applied(flows.BrEx)))
+}

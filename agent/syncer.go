@@ -110,8 +110,8 @@ func (s *syncer) run(ctx context.Context, st *flows.State, ch changes) ([]flows.
 
 // dirtyKeys returns the keys a sync rebuilds: every key of every kind (a full sync, drains aside:
 // the drain step builds them), or the keys whose own object changed plus every key of the kinds
-// whose triggers fired (flows.KindSpec.Triggers).
-func dirtyKeys(p *pass) map[flows.Key]bool {
+// whose triggers fired (flows.KindSpec.Triggers), and the applied keys of EverySync kinds.
+func dirtyKeys(p *pass, applied map[flows.Bridge]map[flows.Key]flows.Applied) map[flows.Key]bool {
 	keys := map[flows.Key]bool{}
 	for _, spec := range flows.Kinds() {
 		all := spec.Triggers&flows.EverySync != 0 || (p.ch.podCIDRs && spec.Triggers&flows.PodCIDRs != 0)
@@ -123,6 +123,16 @@ func dirtyKeys(p *pass) map[flows.Key]bool {
 		}
 		for _, k := range spec.Keys(p.st) {
 			keys[k] = true
+		}
+		if spec.Triggers&flows.EverySync != 0 {
+			// A key State no longer calls for is built too, so that it goes away (gone).
+			for _, m := range applied {
+				for k := range m {
+					if k.Kind == spec.Kind {
+						keys[k] = true
+					}
+				}
+			}
 		}
 	}
 	if !p.full {
@@ -148,7 +158,7 @@ func (s *syncer) buildKey(p *pass, k flows.Key) {
 }
 
 func (s *syncer) build(_ context.Context, p *pass) error {
-	for k := range dirtyKeys(p) {
+	for k := range dirtyKeys(p, s.applied) {
 		s.buildKey(p, k)
 	}
 	return nil

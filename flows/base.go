@@ -11,6 +11,9 @@ import (
 func buildExBase(st *State, _ Key) (*FlowSet, error)  { return BuildExBase(st) }
 func buildIntBase(st *State, _ Key) (*FlowSet, error) { return BuildIntBase(st) }
 
+// ctService is ct(zone=ZoneService, nat, table=t): the lookup (and un-DNAT) in the Service zone.
+func ctService(t Table) CT { return CT{Zone: ZoneService, NAT: &NAT{}, Table: tableRef(t)} }
+
 // BuildExBase returns the static br-ex pipeline (KindExBase): the classifier hooks, the
 // uplink<->host plumbing and the fixed parts of the service tables. See docs/pipeline.md.
 func BuildExBase(st *State) (*FlowSet, error) {
@@ -36,6 +39,14 @@ func BuildExBase(st *State) (*FlowSet, error) {
 		flow(ExClassifier, prioLow, "", p.ExUplink, nil, outputLocal),
 		flow(ExClassifier, prioLow, "", ovs.PortLOCAL, nil, output(p.ExUplink)),
 		flow(ExClassifier, prioDefault, "", 0, nil, ovs.Drop()),
+		// ExServiceLB: ICMP errors (destination unreachable, incl. "fragmentation needed", time
+		// exceeded, parameter problem) go through ct(zone=ZoneService,nat): one about a
+		// ZoneService connection is +rel and un-DNATed (outer destination and the inner header)
+		// towards its endpoint; any other ICMP error is not +rel and ExServiceCT gives it to the
+		// host. Other ICMP (ping of the node) goes straight to the host.
+		flow(ExServiceLB, prioEntry, ovs.ProtocolICMPv4, 0, []ovs.Match{ovs.ICMPType(icmpDestUnreachable)}, ctService(ExServiceCT)),
+		flow(ExServiceLB, prioEntry, ovs.ProtocolICMPv4, 0, []ovs.Match{ovs.ICMPType(icmpTimeExceeded)}, ctService(ExServiceCT)),
+		flow(ExServiceLB, prioEntry, ovs.ProtocolICMPv4, 0, []ovs.Match{ovs.ICMPType(icmpParamProblem)}, ctService(ExServiceCT)),
 		// ExServiceLB: not an entry point of an opted-in Service -> the host (P5).
 		flow(ExServiceLB, prioDefault, "", 0, nil, outputLocal),
 		// ExServiceCT: known connections continue to br-int; other packets to the host.
@@ -49,6 +60,13 @@ func BuildExBase(st *State) (*FlowSet, error) {
 		flow(ExFromInt, prioLow, ovs.ProtocolIPv4, 0, nil, CT{Zone: ZoneService, NAT: &NAT{}, Table: tableRef(ExServiceReply)}),
 		flow(ExFromInt, prioDefault, "", 0, nil, ovs.Drop()),
 		flow(ExServiceReply, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rpl},
+			CTLabelClientMAC.MoveTo(nxmEthDst),
+			ovs.ModDataLinkSource(p.ExMAC),
+			output(p.ExUplink)),
+		// An ICMP error of the endpoint about a ZoneService connection (e.g. UDP port
+		// unreachable) is +rel: ct(nat) un-DNATed its outer source and inner header, and it
+		// carries the connection's ct_label; it goes to the client like a reply.
+		flow(ExServiceReply, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rel},
 			CTLabelClientMAC.MoveTo(nxmEthDst),
 			ovs.ModDataLinkSource(p.ExMAC),
 			output(p.ExUplink)),
@@ -82,6 +100,13 @@ func BuildIntBase(st *State) (*FlowSet, error) {
 			ovs.SetTunnel(VNIServiceReply),
 			output(p.IntTunnel)),
 		flow(IntPodEgressCT, prioMid, ovs.ProtocolIPv4, 0, rplBrEx, output(p.IntPatch)),
+		// A pod's ICMP error about a connection that came in by tunnel or from br-ex is +rel in
+		// ZonePod with that connection's ct_mark and ct_label: it goes where the replies go.
+		flow(IntPodEgressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{trackedRel, OriginTunnel.Match()},
+			CTLabelIngressNode.MoveTo(nxmTunIPv4),
+			ovs.SetTunnel(VNIServiceReply),
+			output(p.IntTunnel)),
+		flow(IntPodEgressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{trackedRel, OriginBrEx.Match()}, output(p.IntPatch)),
 		flow(IntPodEgressCT, prioDefault, "", 0, nil, Goto(IntL3Forwarding)),
 
 		flow(IntARPResponder, prioDefault, "", 0, nil, ovs.Drop()),

@@ -195,6 +195,18 @@ const (
 	arpOpReply   = 2
 )
 
+// ICMP error types (RFC 792) that carry the header of the packet they are about; conntrack finds
+// them +rel to that packet's connection.
+const (
+	icmpDestUnreachable = 3 // code 3 port unreachable, code 4 fragmentation needed (RFC 1191)
+	icmpTimeExceeded    = 11
+	icmpParamProblem    = 12
+)
+
+// ipFragment matches every fragment of an IPv4 datagram, the first one included (ovs-fields(7)
+// "nw_frag"): later fragments carry no transport header.
+var ipFragment = ovs.FieldMatch("nw_frag", "yes")
+
 // Registers (per packet, on br-int).
 var (
 	// RegSource is reg0[0..3]: where the packet entered br-int (the Source* marks).

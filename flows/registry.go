@@ -28,6 +28,9 @@ const (
 	// connections to it: its ExServiceLB flow, below the live entry priority, keeps sending them
 	// through ct(nat) so that established connections keep flowing; new ones go to the host.
 	KindServiceDrain Kind = 0x11
+	// KindUDPFragments sends every UDP fragment to one address with UDP entry points through
+	// ct(zone=ZoneService,nat), which reassembles the datagram (key: the address).
+	KindUDPFragments Kind = 0x12
 )
 
 // Trigger says which changes make the flow sets of a kind dirty (to be rebuilt by a partial
@@ -36,7 +39,8 @@ type Trigger uint8
 
 // Triggers; a kind may have several.
 const (
-	// EverySync: rebuilt in every sync (cheap, may read any part of State).
+	// EverySync: rebuilt in every sync (cheap, may read any part of State), as are the applied
+	// flow sets of the kind whose keys State no longer calls for (they go away).
 	EverySync Trigger = 1 << iota
 	// OwnObject: rebuilt when the object its Key names changes (a Node, a Pod or its pod port,
 	// a Service or one of its EndpointSlices, a drain starting or ending).
@@ -91,6 +95,8 @@ var registry = []KindSpec{
 		Tier: 1, Triggers: OwnObject | PodCIDRs, Keys: servicePortKeys, Build: buildServicePortKey, Rank: servicePortRank, Object: "Service"},
 	{Kind: KindServiceDrain, Name: "service-drain", Doc: "one TCP entry point of a Service port that went away, while connections to it remain (key: `ip:port/TCP`; its cookie depends only on the entry point)", Bridge: BrEx,
 		Tier: 1, Triggers: OwnObject, Keys: drainKeys, Build: buildDrainKey},
+	{Kind: KindUDPFragments, Name: "udp-fragments", Doc: "every UDP fragment to one address with UDP entry points, through ct(zone=ZoneService,nat) (key: the address)", Bridge: BrEx,
+		Tier: 1, Triggers: EverySync, Keys: udpFragmentsKeys, Build: buildUDPFragmentsKey},
 }
 
 // Kinds returns the registry: one KindSpec per kind, in cookie-byte order.

@@ -38,7 +38,7 @@ func TestRegistry(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, fs.Cookie(), one.Cookie(), k.String())
 	}
-	assert.Len(t, d, 2+2+2+1+2+1, "2 base, 2 other nodes, 2 tunnel peers, 1 pod, 2 service ports, 1 drain")
+	assert.Len(t, d, 2+2+2+1+2+1+1, "2 base, 2 other nodes, 2 tunnel peers, 1 pod, 2 service ports, 1 drain, 1 UDP fragments address")
 	gone, err := BuildKey(st, Key{Kind: KindPod, Namespace: "demo", Name: "nope"})
 	require.NoError(t, err)
 	assert.Nil(t, gone)

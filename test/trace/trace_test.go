@@ -304,3 +304,123 @@ func TestSourceRangesOnLoadBalancerIP(t *testing.T) {
 	require.Len(t, acts, 3, "NodePorts are not filtered")
 	require.Contains(t, acts[1], "nat(dst=10.244.2.5:8080)")
 }
+
+// ICMP and fragments (docs/security.md "ICMP and fragments").
+
+func dns(eps ...string) flows.ServicePort {
+	sp := flows.ServicePort{Namespace: "demo", Name: "dns", PortName: "dns", Protocol: flows.UDP, Port: 53, NodePort: 31053}
+	for _, e := range eps {
+		sp.Endpoints = append(sp.Endpoints, flows.Endpoint{IP: netip.MustParseAddr(e), Port: 8080})
+	}
+	return sp
+}
+
+// P1 backend node: the pod's ICMP port unreachable about a connection that came by tunnel is
+// +rel in ZonePod with the connection's mark and label: it goes back over Geneve VNI 3 to the
+// ingress node, like a reply.
+func TestICMPErrorFromRemoteEndpointTunnelledBack(t *testing.T) {
+	w := newNode(t, "node2", "10.244.2.5")
+	icmp := "in_port=3,dl_src=" + flows.GatewayMAC(netip.MustParseAddr("10.244.2.5")).String() +
+		",icmp,icmp_type=3,icmp_code=3,nw_src=10.244.2.5,nw_dst=198.51.100.10,ct_mark=0x2,ct_label=" + ingressNodeOnNode2Lbl
+	out := w.trace(t, w.in, icmp, "trk,rel")
+	acts := datapathActions(out)
+	require.Len(t, acts, 2, out)
+	require.Contains(t, out, "50. ct_state=+rel+trk,ct_mark=0x2/0xf,ip", out)
+	require.Contains(t, out, "set_field:0x3->tun_id", out)
+	require.Contains(t, out, "tun_dst=192.0.2.11", out)
+	// Without the connection's mark (not one of ours) it is routed like any pod packet: the
+	// client address is no pod CIDR, dropped.
+	out = w.trace(t, w.in, strings.Replace(icmp, "ct_mark=0x2", "ct_mark=0", 1), "trk,rel")
+	require.Equal(t, "drop", datapathActions(out)[1], out)
+}
+
+// P1 ingress node: the endpoint's ICMP error arrives by VNI 3, ct(nat) finds it +rel and
+// un-NATs it; it leaves the uplink to the client's MAC (ct_label) from br-ex's MAC.
+func TestICMPErrorFromRemoteEndpointToClient(t *testing.T) {
+	w := newNode(t, "node1", "10.244.1.5", dns("10.244.2.5"))
+	in := "in_port=2,tun_id=3,tun_src=192.0.2.12,tun_dst=192.0.2.11,icmp,icmp_type=3,icmp_code=3,nw_src=10.244.2.5,nw_dst=198.51.100.10,ct_label=" + clientMACLabel
+	out := w.trace(t, w.in, in, "trk,rel")
+	acts := datapathActions(out)
+	require.Len(t, acts, 2, out)
+	require.True(t, strings.HasPrefix(acts[0], "ct(zone=64256,nat),recirc("), out)
+	require.Contains(t, out, "46. ct_state=+rel+trk,ip", out)
+	require.Contains(t, out, "move:NXM_NX_CT_LABEL[0..47]->NXM_OF_ETH_DST[]", out)
+	require.Contains(t, acts[len(acts)-1], "set(eth(src="+brExMAC, out)
+	// Not related to a ZoneService connection: dropped, never sent out of the uplink.
+	out = w.trace(t, w.in, in, "trk,new")
+	require.Equal(t, "drop", datapathActions(out)[1], out)
+}
+
+// P2: the local endpoint's ICMP error (+rel, origin br-ex) goes to br-ex and out to the client.
+func TestICMPErrorFromLocalEndpointToClient(t *testing.T) {
+	w := newNode(t, "node1", "10.244.1.5", dns("10.244.1.5"))
+	icmp := "in_port=3,dl_src=" + flows.GatewayMAC(netip.MustParseAddr("10.244.1.5")).String() +
+		",icmp,icmp_type=3,icmp_code=3,nw_src=10.244.1.5,nw_dst=198.51.100.10,ct_mark=0x1,ct_label=" + clientMACLabel
+	out := w.trace(t, w.in, icmp, "trk,rel", "trk,rel")
+	acts := datapathActions(out)
+	require.Len(t, acts, 3, out)
+	require.True(t, strings.HasPrefix(acts[1], "ct(zone=64256,nat),recirc("), out)
+	require.Contains(t, out, "46. ct_state=+rel+trk,ip", out)
+	require.Contains(t, out, "move:NXM_NX_CT_LABEL[0..47]->NXM_OF_ETH_DST[]", out)
+	require.Contains(t, acts[2], "set(eth(src="+brExMAC, out)
+}
+
+// Inbound: a router's "fragmentation needed" to the NodePort address goes through
+// ct(zone=ZoneService,nat); +rel (about a DNATed connection) continues to br-int; any other ICMP
+// error (+inv: about no connection of ours) and a ping go to the host.
+func TestICMPFragNeededToEndpoint(t *testing.T) {
+	w := newNode(t, "node1", "10.244.1.5", web("10.244.2.5"))
+	icmp := "in_port=1,dl_src=" + clientMAC + ",dl_dst=" + brExMAC + ",icmp,icmp_type=3,icmp_code=4,nw_src=192.0.2.1,nw_dst=192.0.2.11,nw_ttl=64"
+	out := w.trace(t, w.ex, icmp, "trk,rel")
+	acts := datapathActions(out)
+	require.Len(t, acts, 2, out)
+	require.True(t, strings.HasPrefix(acts[0], "ct(zone=64256,nat),recirc("), out)
+	require.Contains(t, out, "41. ct_state=+rel+trk,ip", out)
+	require.Contains(t, out, "output:2", out)
+	require.NotContains(t, acts[1], "LOCAL", out)
+	for _, ct := range []string{"trk,inv", "trk,new"} {
+		out = w.trace(t, w.ex, icmp, ct)
+		require.Contains(t, out, "41. priority 0", ct)
+		require.Contains(t, out, "LOCAL", ct)
+	}
+	ping := strings.Replace(icmp, "icmp_type=3,icmp_code=4", "icmp_type=8,icmp_code=0", 1)
+	out = w.trace(t, w.ex, ping)
+	require.Len(t, datapathActions(out), 1, out)
+	require.NotContains(t, out, "ct(", out)
+	require.Contains(t, out, "LOCAL", out)
+	// br-int: the un-DNATed error (destination the endpoint) goes over Geneve VNI 2 to its node.
+	out = w.trace(t, w.in, "in_port=1,icmp,icmp_type=3,icmp_code=4,nw_src=192.0.2.1,nw_dst=10.244.2.5")
+	require.Contains(t, out, "set_field:0x2->tun_id", out)
+	require.Contains(t, out, "set_field:192.0.2.12->tun_dst", out)
+	// Backend node: +rel of a tunnel connection is delivered to the pod.
+	w2 := newNode(t, "node2", "10.244.2.5")
+	out = w2.trace(t, w2.in, "in_port=2,tun_id=2,tun_src=192.0.2.11,tun_dst=192.0.2.12,icmp,icmp_type=3,icmp_code=4,nw_src=192.0.2.1,nw_dst=10.244.2.5,ct_mark=0x2", "trk,rel")
+	acts = datapathActions(out)
+	require.Len(t, acts, 2, out)
+	require.Contains(t, out, "output:NXM_NX_REG1[]", out)
+	require.NotEqual(t, "drop", acts[1], out)
+}
+
+// Fragments: every fragment of UDP to an address with a UDP entry point goes through
+// ct(zone=ZoneService,nat); a later fragment (no UDP ports) of an established connection then
+// goes to br-int. UDP fragments to other addresses, and TCP fragments, go to the host untouched.
+func TestUDPFragmentsGoThroughConntrack(t *testing.T) {
+	w := newNode(t, "node1", "10.244.1.5", dns("10.244.2.5"))
+	frag := "in_port=1,dl_src=" + clientMAC + ",dl_dst=" + brExMAC + ",udp,nw_src=198.51.100.10,nw_dst=192.0.2.11,nw_frag=later,nw_ttl=64"
+	out := w.trace(t, w.ex, frag, "trk,est")
+	acts := datapathActions(out)
+	require.Len(t, acts, 2, out)
+	require.True(t, strings.HasPrefix(acts[0], "ct(zone=64256,nat),recirc("), out)
+	require.Contains(t, out, "nw_frag=yes", out)
+	require.Contains(t, out, "41. ct_state=+est+trk,ip", out)
+	for _, other := range []string{strings.Replace(frag, "nw_dst=192.0.2.11", "nw_dst=192.0.2.99", 1), strings.Replace(frag, "udp,", "tcp,", 1)} {
+		out = w.trace(t, w.ex, other)
+		require.Len(t, datapathActions(out), 1, out)
+		require.NotContains(t, out, "ct(", out)
+		require.Contains(t, out, "LOCAL", out)
+	}
+	// A node without UDP entry points has no fragment flow.
+	w = newNode(t, "node1", "10.244.1.5", web("10.244.2.5"))
+	out = w.trace(t, w.ex, frag)
+	require.NotContains(t, out, "ct(", out)
+}
