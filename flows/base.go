@@ -24,6 +24,7 @@ func BuildExBase(st *State) (*FlowSet, error) {
 	// A retransmitted SYN of a committed, unanswered connection comes back from ct(nat) as
 	// +new+dnat, already translated (docs/lab-facts.md#pitfall-4).
 	newDNAT := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateNew), "+dnat")
+	invDNAT := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateInvalid), "+dnat")
 	rpl := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateEstablished), ovs.SetState(ovs.CTStateReply))
 	fs.Flows = []ovs.Flow{
 		// ExClassifier: Geneve to this node first (no Service entry point may capture the
@@ -40,6 +41,14 @@ func BuildExBase(st *State) (*FlowSet, error) {
 		flow(ExServiceCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{est}, output(p.ExPatch)),
 		flow(ExServiceCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rel}, output(p.ExPatch)),
 		flow(ExServiceCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{newDNAT}, output(p.ExPatch)),
+		// C31 (docs/field-cases.md#c31): a segment conntrack holds invalid (e.g. far outside
+		// the TCP window) but that belongs to a ZoneService connection comes out of ct(nat)
+		// already translated (+dnat, destination = the endpoint). It is dropped here: it must
+		// neither reach the host stack (whose reset would kill the client's connection, or
+		// which would route it towards the pod address) nor the endpoint. Invalid packets
+		// without a ZoneService connection (not +dnat: the SYN-ACK of the host's own connection
+		// from a NodePort-numbered port, C16) still go to the host.
+		flow(ExServiceCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{invDNAT}, ovs.Drop()),
 		flow(ExServiceCT, prioDefault, "", 0, nil, outputLocal),
 		// ExServiceOut: after the bucket's ct(commit,nat(dst=...)).
 		flow(ExServiceOut, prioLow, ovs.ProtocolIPv4, 0, nil, output(p.ExPatch)),

@@ -5,6 +5,8 @@ package trace
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"net"
 	"net/netip"
 	"strings"
@@ -208,4 +210,84 @@ func TestNoEndpointsDrops(t *testing.T) {
 	acts := datapathActions(out)
 	require.Len(t, acts, 2, out)
 	require.Equal(t, "drop", acts[1], out)
+}
+
+// C31 (docs/field-cases.md#c31): a segment of a DNATed connection that conntrack holds invalid
+// (far out of window) comes out of ct(nat) translated, ct_state +inv+trk+dnat, and is dropped in
+// ExServiceCT: it reaches neither the host (LOCAL) nor br-int. ofproto/trace refuses to model that
+// state (--ct-next allows only "trk" next to "inv"), so this case runs the dummy datapath's real
+// conntrack (docs/lab-facts.md#fact-5) on two injected frames: the connection's SYN, then an ACK
+// with sequence and acknowledgment numbers 2^31 away. The host's own SYN-ACK (+inv without +dnat,
+// C16) still goes to LOCAL (TestHostConnectionOnNodePortGoesToHost).
+func TestC31InvalidDNATedSegmentDropped(t *testing.T) {
+	w := newNode(t, "node1", "10.244.1.5", web("10.244.1.5"))
+	ack := strings.Replace(synToNodePort, "tcp_flags=syn", "tcp_flags=ack", 1)
+	_, err := w.ex.Trace(w.ctx, ack, []string{"trk,inv,dnat"})
+	require.ErrorContains(t, err, `only "trk" may also be set`, "ofproto/trace now models +inv+dnat: trace it instead")
+
+	// A real handshake through P2 (local endpoint 10.244.1.5 on the dummy port "pod"), then the
+	// out-of-window ACK.
+	client, node, pod := netip.MustParseAddr("198.51.100.10"), netip.MustParseAddr("192.0.2.11"), netip.MustParseAddr("10.244.1.5")
+	podMAC, gwMAC := flows.GatewayMAC(pod), flows.GatewayMAC(netip.MustParseAddr("10.244.1.1"))
+	const syn, synack, ackf = 0x02, 0x12, 0x10
+	for _, f := range []struct{ port, frame string }{
+		{"eth0", tcpFrame(mac(clientMAC), mac(brExMAC), client, node, 40000, 30080, 1000, 0, syn)},
+		{"pod", tcpFrame(podMAC, gwMAC, pod, client, 8080, 40000, 5000, 1001, synack)},
+		{"eth0", tcpFrame(mac(clientMAC), mac(brExMAC), client, node, 40000, 30080, 1001, 5001, ackf)},
+		{"eth0", tcpFrame(mac(clientMAC), mac(brExMAC), client, node, 40000, 30080, 1001+1<<31, 5001+1<<31, ackf)},
+	} {
+		w.sb.Run(t, "ovs-appctl", "netdev-dummy/receive", f.port, f.frame)
+	}
+	packets := func(match string) string {
+		out := w.sb.Run(t, "ovs-ofctl", "-O", "OpenFlow15", "dump-flows", "br-ex", "table=41")
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, match) {
+				for _, f := range strings.Split(l, ", ") {
+					if v, ok := strings.CutPrefix(strings.TrimSpace(f), "n_packets="); ok {
+						return v
+					}
+				}
+			}
+		}
+		t.Fatalf("no flow %q in table 41:\n%s", match, out)
+		return ""
+	}
+	require.Equal(t, "1", packets("tcp_flags=+syn-ack actions=group:"), "the SYN did not reach the group")
+	require.Equal(t, "1", packets("ct_state=+est+trk,ip actions=output:2"), "the handshake's ACK was not established")
+	require.Equal(t, "1", packets("ct_state=+inv+trk+dnat,ip actions=drop"), "the invalid segment was not dropped")
+	require.Equal(t, "0", packets("priority=0 actions=LOCAL"), "a packet of the DNATed connection reached the host")
+}
+
+// tcpFrame renders an Ethernet/IPv4/TCP frame (no payload, valid checksums) as hex for
+// netdev-dummy/receive.
+func tcpFrame(smac, dmac net.HardwareAddr, src, dst netip.Addr, sport, dport uint16, seq, ack uint32, flags byte) string {
+	tcp := make([]byte, 20)
+	binary.BigEndian.PutUint16(tcp[0:], sport)
+	binary.BigEndian.PutUint16(tcp[2:], dport)
+	binary.BigEndian.PutUint32(tcp[4:], seq)
+	binary.BigEndian.PutUint32(tcp[8:], ack)
+	tcp[12], tcp[13] = 5<<4, flags
+	binary.BigEndian.PutUint16(tcp[14:], 65535)
+	s4, d4 := src.As4(), dst.As4()
+	pseudo := append(append(append([]byte{}, s4[:]...), d4[:]...), 0, 6, 0, byte(len(tcp)))
+	binary.BigEndian.PutUint16(tcp[16:], inetChecksum(append(pseudo, tcp...)))
+	ip := []byte{0x45, 0, 0, byte(20 + len(tcp)), 0, 1, 0, 0, 64, 6, 0, 0}
+	ip = append(append(ip, s4[:]...), d4[:]...)
+	binary.BigEndian.PutUint16(ip[10:], inetChecksum(ip))
+	frame := append(append(append([]byte{}, dmac...), smac...), 0x08, 0x00)
+	return hex.EncodeToString(append(append(frame, ip...), tcp...))
+}
+
+func inetChecksum(b []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		sum += uint32(b[i])<<8 | uint32(b[i+1])
+	}
+	if len(b)%2 == 1 {
+		sum += uint32(b[len(b)-1]) << 8
+	}
+	for sum>>16 != 0 {
+		sum = sum>>16 + sum&0xffff
+	}
+	return ^uint16(sum)
 }

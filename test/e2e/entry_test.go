@@ -1,0 +1,305 @@
+package e2e
+
+// Entry points and the host stack (docs/security.md, "Entry points and the host stack";
+// docs/field-cases.md#c31): packets of a DNATed connection never reach the ingress node's host
+// stack.
+//
+// The tests use long-lived connections to a line server (python3, no third-party modules) in
+// echo-a's network namespace on port 9090, behind the Service e2e/stream (NodePort 30420, LB IP
+// 203.0.113.120, endpoint echo-a on node2).
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ovs-srcip/ovs-srcip/test/lab"
+)
+
+const (
+	streamNodePort = 30420
+	streamLBIP     = "203.0.113.120"
+	streamPort     = 9090
+)
+
+// streamService is e2e/stream: TCP port 80 -> 9090 on echo-a (node2), NodePort 30420, LB IP
+// 203.0.113.120.
+func streamService() string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Service
+metadata:
+  name: stream
+  namespace: e2e
+  annotations:
+    ovs-srcip.io/preserve-source-ip: "true"
+spec:
+  type: LoadBalancer
+  externalTrafficPolicy: Cluster
+  ports:
+  - {name: line, protocol: TCP, port: 80, targetPort: %[1]d, nodePort: %[2]d}
+status:
+  loadBalancer:
+    ingress:
+    - ip: %[3]s
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: stream-x1
+  namespace: e2e
+  labels: {kubernetes.io/service-name: stream}
+addressType: IPv4
+ports:
+- {name: line, protocol: TCP, port: %[1]d}
+endpoints:
+- addresses: [%[4]s]
+  nodeName: %[5]s
+  conditions: {ready: true, serving: true, terminating: false}
+---
+`, streamPort, streamNodePort, streamLBIP, echoA.ip, echoA.node)
+}
+
+// lineServer answers every line of every connection with "<name> <peer ip:port> <line>".
+const lineServer = `
+import socket, sys, threading
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("0.0.0.0", int(sys.argv[1])))
+srv.listen(64)
+name = sys.argv[2]
+def serve(c, a):
+    f = c.makefile("rb")
+    try:
+        for line in f:
+            c.sendall(("%s %s:%d %s\n" % (name, a[0], a[1], line.decode().strip())).encode())
+    except Exception:
+        pass
+    c.close()
+print("ready", flush=True)
+while True:
+    c, a = srv.accept()
+    threading.Thread(target=serve, args=(c, a), daemon=True).start()
+`
+
+// lineClient connects (from a fixed local port when argv[3] is not 0), prints "connected <port>",
+// then for every stdin line sends it and prints the answer or "ERROR <reason>".
+const lineClient = `
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", int(sys.argv[3])))
+s.settimeout(float(sys.argv[4]))
+try:
+    s.connect((sys.argv[1], int(sys.argv[2])))
+except Exception as e:
+    print("ERROR connect", type(e).__name__, e, flush=True)
+    sys.exit(0)
+print("connected", s.getsockname()[1], flush=True)
+f = s.makefile("rb")
+for line in sys.stdin:
+    try:
+        s.sendall(line.encode())
+        r = f.readline().decode().strip()
+        print(r if r else "ERROR EOF", flush=True)
+    except Exception as e:
+        print("ERROR", type(e).__name__, e, flush=True)
+`
+
+// injectACKs sends argv[5] bare ACKs with random sequence and acknowledgment numbers (far outside
+// any window) from argv[1]:argv[3] to argv[2]:argv[4] through a raw socket.
+const injectACKs = `
+import random, socket, struct, sys
+src, dst, sport, dport, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)
+def csum(b):
+    if len(b) % 2:
+        b += b"\0"
+    v = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    v = (v >> 16) + (v & 0xffff)
+    v += v >> 16
+    return ~v & 0xffff
+for i in range(n):
+    h = struct.pack("!HHIIBBHHH", sport, dport, random.getrandbits(32), random.getrandbits(32), 5 << 4, 0x10, 65535, 0, 0)
+    c = csum(socket.inet_aton(src) + socket.inet_aton(dst) + struct.pack("!BBH", 0, 6, len(h)) + h)
+    s.sendto(h[:16] + struct.pack("!H", c) + h[18:], (dst, 0))
+print("sent", n, flush=True)
+`
+
+// startLineServer runs lineServer in echo-a's netns for the test's lifetime.
+func startLineServer(t *testing.T) {
+	t.Helper()
+	ns, err := theLab.Netns(echoA.pod)
+	require.NoError(t, err)
+	cmd := exec.Command("ip", "netns", "exec", ns, "python3", "-c", lineServer, strconv.Itoa(streamPort), echoA.pod)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	ready := make(chan string, 1)
+	go func() { l, _ := bufio.NewReader(out).ReadString('\n'); ready <- l }()
+	select {
+	case l := <-ready:
+		require.Equal(t, "ready\n", l)
+	case <-time.After(5 * time.Second):
+		t.Fatal("line server did not start")
+	}
+}
+
+// withStreamService installs e2e/stream and its line server and waits until the NodePort answers.
+func withStreamService(t *testing.T) {
+	t.Helper()
+	startLineServer(t)
+	writeManifest(t, "entry-stream.yaml", streamService())
+	t.Cleanup(func() { removeAndWait(t, "entry-stream.yaml", fmt.Sprintf("tp_dst=%d", streamNodePort)) })
+	require.NoError(t, lab.WaitFor(func() error {
+		c, err := dialLine("client", fmt.Sprintf("192.0.2.11:%d", streamNodePort), 0, time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Send("probe")
+		return err
+	}, 20*time.Second))
+}
+
+// lineConn is one long-lived client connection (a python3 process in a client netns).
+type lineConn struct {
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	lines chan string
+	Local int // the client's local port
+}
+
+// dialLine connects from netns (a lab name) to addr, from localPort (0: ephemeral); every Send
+// waits at most timeout for the answer.
+func dialLine(netns, addr string, localPort int, timeout time.Duration) (*lineConn, error) {
+	ns, err := theLab.Netns(netns)
+	if err != nil {
+		return nil, err
+	}
+	host, port, _ := strings.Cut(addr, ":")
+	cmd := exec.Command("ip", "netns", "exec", ns, "python3", "-c", lineClient, host, port,
+		strconv.Itoa(localPort), strconv.FormatFloat(timeout.Seconds(), 'f', 3, 64))
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &lineConn{cmd: cmd, in: in, lines: make(chan string, 16)}
+	go func() {
+		br := bufio.NewReader(out)
+		for {
+			l, err := br.ReadString('\n')
+			if l != "" {
+				c.lines <- strings.TrimSpace(l)
+			}
+			if err != nil {
+				close(c.lines)
+				return
+			}
+		}
+	}()
+	first, err := c.next(timeout + 2*time.Second)
+	if err != nil || !strings.HasPrefix(first, "connected ") {
+		c.Close()
+		return nil, fmt.Errorf("connect %s from %s: %q %v", addr, netns, first, err)
+	}
+	c.Local, _ = strconv.Atoi(strings.TrimPrefix(first, "connected "))
+	return c, nil
+}
+
+func (c *lineConn) next(d time.Duration) (string, error) {
+	select {
+	case l, ok := <-c.lines:
+		if !ok {
+			return "", io.EOF
+		}
+		return l, nil
+	case <-time.After(d):
+		return "", fmt.Errorf("no answer within %s", d)
+	}
+}
+
+// Send sends one line and returns the server's answer; an "ERROR ..." from the client (reset,
+// timeout, EOF) is returned as an error.
+func (c *lineConn) Send(msg string) (string, error) {
+	if _, err := io.WriteString(c.in, msg+"\n"); err != nil {
+		return "", err
+	}
+	l, err := c.next(30 * time.Second)
+	if err != nil {
+		return "", err
+	}
+	if strings.HasPrefix(l, "ERROR") {
+		return "", fmt.Errorf("%s", l)
+	}
+	return l, nil
+}
+
+// Close ends the client process (its connection is closed by the kernel).
+func (c *lineConn) Close() {
+	c.in.Close()
+	done := make(chan struct{})
+	go func() { _ = c.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// mustDial is dialLine that fails the test.
+func mustDial(t *testing.T, netns, addr string, localPort int, timeout time.Duration) *lineConn {
+	t.Helper()
+	c, err := dialLine(netns, addr, localPort, timeout)
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return c
+}
+
+// Field case C31 (docs/field-cases.md#c31): out-of-window ACKs injected on a live connection's
+// 4-tuple are conntrack-invalid in ZoneService. They must be dropped in br-ex: node1's host stack
+// (LOCAL, the br-ex interface) sees none of them, none leaves node1's uplink towards a pod
+// address, the client gets no RST and the connection keeps exchanging data.
+func TestC31InvalidSegmentsNeverReachHost(t *testing.T) {
+	withStreamService(t)
+	addr := fmt.Sprintf("192.0.2.11:%d", streamNodePort)
+	c := mustDial(t, "client", addr, 0, 3*time.Second)
+	r, err := c.Send("before")
+	require.NoError(t, err)
+	require.Contains(t, r, fmt.Sprintf("echo-a %s:%d before", clientIP, c.Local))
+
+	port := fmt.Sprintf("tcp port %d", c.Local)
+	host := capture(t, "node1", "br-ex", "tcp and host "+clientIP+" and "+port)
+	toPods := capture(t, "node1", "eth0", "tcp and dst net 10.244.0.0/16")
+	rsts := capture(t, "client", "eth0", "tcp[tcpflags] & tcp-rst != 0 and "+port)
+	out, err := theLab.Exec("client", "python3", "-c", injectACKs, clientIP, "192.0.2.11",
+		strconv.Itoa(c.Local), strconv.Itoa(streamNodePort), "20")
+	require.NoError(t, err, out)
+	time.Sleep(500 * time.Millisecond)
+	r, err = c.Send("after")
+	require.NoError(t, err, "the connection did not survive the injected segments")
+	assert.Contains(t, r, "after")
+	assert.Empty(t, host(), "node1's host stack (LOCAL) saw packets of the DNATed connection")
+	assert.Empty(t, toPods(), "node1 sent a packet towards a pod address out of its uplink")
+	assert.Empty(t, rsts(), "the client received a RST")
+}
