@@ -25,16 +25,21 @@ func BuildExBase(st *State) (*FlowSet, error) {
 	// +new+dnat, already translated (docs/lab-facts.md#pitfall-4).
 	newDNAT := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateNew), "+dnat")
 	invDNAT := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateInvalid), "+dnat")
+	toNode := ovs.DataLinkDestination(p.ExMAC.String())
 	rpl := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateEstablished), ovs.SetState(ovs.CTStateReply))
 	fs.Flows = []ovs.Flow{
 		// ExClassifier: Geneve to this node first (no Service entry point may capture the
-		// tunnels), then the hooks into our tables, then the installer's plumbing.
+		// tunnels), then the hooks into our tables: IP from the uplink addressed to br-ex's MAC
+		// (the node; frames for other MACs are not this node's to DNAT) and everything from our
+		// patch port. Frames to br-ex's MAC from any other port go to the host directly, so
+		// they are never flooded. Everything else keeps the installer's default forwarding,
+		// NORMAL: uplink <-> LOCAL broadcasts and any port of br-ex the agent does not own
+		// (other patch ports, VM taps) (docs/security.md, "Entry points and the host stack").
 		flow(ExClassifier, prioTunnel, ovs.ProtocolUDPv4, p.ExUplink, st.tunnelMatch(), outputLocal),
-		flow(ExClassifier, prioHook, ovs.ProtocolIPv4, p.ExUplink, nil, Goto(ExServiceLB)),
+		flow(ExClassifier, prioHook, ovs.ProtocolIPv4, p.ExUplink, []ovs.Match{toNode}, Goto(ExServiceLB)),
 		flow(ExClassifier, prioHook, "", p.ExPatch, nil, Goto(ExFromInt)),
-		flow(ExClassifier, prioLow, "", p.ExUplink, nil, outputLocal),
-		flow(ExClassifier, prioLow, "", ovs.PortLOCAL, nil, output(p.ExUplink)),
-		flow(ExClassifier, prioDefault, "", 0, nil, ovs.Drop()),
+		flow(ExClassifier, prioLow, "", 0, []ovs.Match{toNode}, outputLocal),
+		flow(ExClassifier, prioDefault, "", 0, nil, ovs.Normal()),
 		// ExServiceLB: not an entry point of an opted-in Service -> the host (P5).
 		flow(ExServiceLB, prioDefault, "", 0, nil, outputLocal),
 		// ExServiceCT: known connections continue to br-int; other packets to the host.
@@ -78,7 +83,10 @@ func BuildIntBase(st *State) (*FlowSet, error) {
 		flow(IntClassifier, prioHook, "", p.IntTunnel, []ovs.Match{ovs.TunnelID(VNIPod)}, SourceTunnelPod.Load(), Goto(IntL3Forwarding)),
 		flow(IntClassifier, prioHook, "", p.IntTunnel, []ovs.Match{ovs.TunnelID(VNIService)}, SourceTunnelSvc.Load(), Goto(IntL3Forwarding)),
 		flow(IntClassifier, prioHook, "", p.IntTunnel, []ovs.Match{ovs.TunnelID(VNIServiceReply)}, output(p.IntPatch)),
-		flow(IntClassifier, prioHook, ovs.ProtocolIPv4, p.IntPatch, nil, SourceBrEx.Load(), Goto(IntL3Forwarding)),
+		// From br-ex only what its Service tables sent, whose Ethernet destination is always
+		// br-ex's MAC (ExClassifier's hook requires it); frames NORMAL floods into the patch
+		// port (broadcasts, unknown unicast of other ports of br-ex) are dropped.
+		flow(IntClassifier, prioHook, ovs.ProtocolIPv4, p.IntPatch, []ovs.Match{ovs.DataLinkDestination(p.ExMAC.String())}, SourceBrEx.Load(), Goto(IntL3Forwarding)),
 		flow(IntClassifier, prioDefault, "", 0, nil, ovs.Drop()),
 
 		flow(IntPodEgressCT, prioMid, ovs.ProtocolIPv4, 0, rplTunnel,

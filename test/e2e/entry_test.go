@@ -2,7 +2,7 @@ package e2e
 
 // Entry points and the host stack (docs/security.md, "Entry points and the host stack";
 // docs/field-cases.md#c31): packets of a DNATed connection never reach the ingress node's host
-// stack.
+// stack, and br-ex keeps forwarding for ports the agent does not own.
 //
 // The tests use long-lived connections to a line server (python3, no third-party modules) in
 // echo-a's network namespace on port 9090, behind the Service e2e/stream (NodePort 30420, LB IP
@@ -302,4 +302,64 @@ func TestC31InvalidSegmentsNeverReachHost(t *testing.T) {
 	assert.Empty(t, host(), "node1's host stack (LOCAL) saw packets of the DNATed connection")
 	assert.Empty(t, toPods(), "node1 sent a packet towards a pod address out of its uplink")
 	assert.Empty(t, rsts(), "the client received a RST")
+}
+
+// Point 6 of issue 7: br-ex stays usable for ports the agent does not own. A "VM" (a netns on a
+// veth whose other end is an extra port of node1's br-ex, 192.0.2.50) reaches the external client
+// through the uplink and the router, and node1's host, through br-ex's default NORMAL
+// forwarding; the Service entry points on node1 keep working meanwhile. Without the NORMAL default
+// (ExClassifier ended in a drop, and sent everything from the uplink to LOCAL) the VM reaches
+// nothing.
+func TestBrExForeignPortKeepsNormalForwarding(t *testing.T) {
+	vmNS, tap := theLab.Prefix+"-vm", theLab.Prefix+"vm"
+	node1, err := theLab.Netns("node1")
+	require.NoError(t, err)
+	run := func(argv ...string) {
+		t.Helper()
+		out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+		require.NoError(t, err, "%v: %s", argv, out)
+	}
+	run("ip", "netns", "add", vmNS)
+	t.Cleanup(func() {
+		_, _ = theLab.Vsctl("node1", "--if-exists", "del-port", "br-ex", tap)
+		_ = exec.Command("ip", "netns", "del", vmNS).Run()
+	})
+	run("ip", "netns", "exec", vmNS, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1") // docs/lab-facts.md#pitfall-7
+	run("ip", "link", "add", "name", tap, "netns", node1, "type", "veth", "peer", "name", "eth0", "netns", vmNS)
+	run("ip", "-n", vmNS, "link", "set", "eth0", "address", "02:00:00:00:00:50")
+	run("ip", "-n", vmNS, "addr", "add", "192.0.2.50/24", "dev", "eth0")
+	run("ip", "-n", vmNS, "link", "set", "eth0", "up")
+	run("ip", "-n", vmNS, "link", "set", "lo", "up")
+	run("ip", "-n", vmNS, "route", "add", "default", "via", "192.0.2.1")
+	run("ip", "-n", node1, "link", "set", tap, "up")
+	run("ip", "netns", "exec", vmNS, "ethtool", "-K", "eth0", "tx", "off") // docs/lab-facts.md#pitfall-1
+	run("ip", "netns", "exec", node1, "ethtool", "-K", tap, "tx", "off")
+	_, err = theLab.Vsctl("node1", "add-port", "br-ex", tap)
+	require.NoError(t, err)
+
+	for _, dst := range []string{clientIP, "192.0.2.11", "192.0.2.1"} {
+		err := lab.WaitFor(func() error {
+			out, err := exec.Command("ip", "netns", "exec", vmNS, "ping", "-c", "1", "-W", "1", dst).CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("ping %s: %v: %s", dst, err, out)
+			}
+			return nil
+		}, 10*time.Second)
+		assert.NoError(t, err, "the VM port on br-ex cannot reach %s", dst)
+	}
+	// The host reaches the VM too.
+	out, err := theLab.Exec("node1", "ping", "-c", "1", "-W", "2", "192.0.2.50")
+	assert.NoError(t, err, "node1's host cannot reach the VM: %s", out)
+	// A frame NORMAL floods (here: to a MAC nobody has) also reaches the patch port to br-int;
+	// br-int must not route it to a pod (echo-c, 10.244.1.5, on node1).
+	run("ip", "-n", vmNS, "neigh", "replace", echoC.ip, "lladdr", "02:00:00:00:99:99", "dev", "eth0")
+	run("ip", "-n", vmNS, "route", "add", echoC.ip+"/32", "dev", "eth0")
+	pod := capture(t, echoC.pod, "eth0", "host 192.0.2.50")
+	run("ip", "netns", "exec", vmNS, "python3", "-c",
+		"import socket\ns=socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\nfor i in range(3): s.sendto(b'x', ('"+echoC.ip+"', 8080))")
+	assert.Empty(t, pod(), "a frame flooded by br-ex's NORMAL reached a pod through br-int")
+	// The Service paths are unchanged.
+	checkReply(t, waitOK(t, "tcp", "192.0.2.11:30100"), "192.0.2.11:30100", "echo-a")
+	checkReply(t, waitOK(t, "tcp", "203.0.113.110:80"), "203.0.113.110:80", "echo-a")
+	checkReply(t, waitOK(t, "tcp", "192.0.2.11:30101"), "192.0.2.11:30101", "echo-c")
 }

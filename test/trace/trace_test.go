@@ -291,3 +291,42 @@ func inetChecksum(b []byte) uint16 {
 	}
 	return ^uint16(sum)
 }
+
+// Issue 7 point 6: a port of br-ex the agent does not own (a VM tap) keeps the installer's NORMAL
+// forwarding, and so do frames from the uplink for its MAC, even IP to an entry point: only
+// frames addressed to br-ex's MAC are the node's to DNAT. Frames to br-ex's MAC from that port go
+// straight to the host, never flooded.
+func TestForeignPortKeepsNormal(t *testing.T) {
+	w := newNode(t, "node1", "10.244.1.5", web("10.244.2.5"))
+	w.sb.Vsctl(t, "add-port", "br-ex", "vm0", "--", "set", "interface", "vm0", "type=dummy", "ofport_request=7")
+	const vmMAC = "02:00:00:00:00:50"
+	for name, flow := range map[string]string{
+		"vm arp":                        "in_port=7,arp,dl_src=" + vmMAC + ",dl_dst=ff:ff:ff:ff:ff:ff,arp_op=1,arp_spa=192.0.2.50,arp_tpa=192.0.2.1",
+		"vm to the outside":             "in_port=7,tcp,dl_src=" + vmMAC + ",dl_dst=02:00:00:00:00:01,nw_src=192.0.2.50,nw_dst=198.51.100.10,tp_src=40000,tp_dst=80",
+		"uplink to the vm":              "in_port=1,tcp,dl_src=02:00:00:00:00:01,dl_dst=" + vmMAC + ",nw_src=198.51.100.10,nw_dst=192.0.2.50,tp_src=80,tp_dst=40000",
+		"uplink, entry point, vm's MAC": strings.Replace(synToNodePort, "dl_dst="+brExMAC, "dl_dst="+vmMAC, 1),
+	} {
+		out := w.trace(t, w.ex, flow)
+		require.Contains(t, out, "0. priority 0", name+": "+out)
+		require.Contains(t, out, "NORMAL", name+": "+out)
+		require.NotContains(t, out, "ct(", name+": "+out)
+		require.NotEqual(t, []string{"drop"}, datapathActions(out), name+": "+out)
+	}
+	out := w.trace(t, w.ex, "in_port=7,tcp,dl_src="+vmMAC+",dl_dst="+brExMAC+",nw_src=192.0.2.50,nw_dst=192.0.2.11,tp_src=40000,tp_dst=22")
+	require.Contains(t, out, "0. dl_dst="+brExMAC+", priority 10", out)
+	require.NotContains(t, out, "NORMAL", out)
+	require.Contains(t, out, "LOCAL", out)
+}
+
+// Frames NORMAL floods from br-ex into the patch port (broadcasts, unknown unicast of other ports)
+// do not enter br-int's pipeline: only frames to br-ex's MAC, which every packet of the Service
+// tables carries, are taken from the patch.
+func TestFloodedFrameFromPatchDropped(t *testing.T) {
+	w := newNode(t, "node1", "10.244.1.5")
+	for _, dst := range []string{"ff:ff:ff:ff:ff:ff", "02:00:00:00:00:50"} {
+		out := w.trace(t, w.in, "in_port=1,tcp,dl_src=02:00:00:00:00:01,dl_dst="+dst+",nw_src=198.51.100.10,nw_dst=10.244.1.5,tp_src=40000,tp_dst=8080")
+		require.Equal(t, []string{"drop"}, datapathActions(out), out)
+	}
+	out := w.trace(t, w.in, "in_port=1,tcp,dl_src=02:00:00:00:00:01,dl_dst="+brExMAC+",nw_src=198.51.100.10,nw_dst=10.244.1.5,tp_src=40000,tp_dst=8080")
+	require.Contains(t, out, "ct(commit,zone=64257", out)
+}
