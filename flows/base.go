@@ -78,6 +78,7 @@ func BuildIntBase(st *State) (*FlowSet, error) {
 	}
 	fs := &FlowSet{Key: Key{Kind: KindIntBase}, Bridge: BrInt}
 	rplTunnel := []ovs.Match{ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateEstablished), ovs.SetState(ovs.CTStateReply)), OriginTunnel.Match()}
+	inv := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateInvalid))
 	rplBrEx := []ovs.Match{ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateEstablished), ovs.SetState(ovs.CTStateReply)), OriginBrEx.Match()}
 	fs.Flows = []ovs.Flow{
 		flow(IntClassifier, prioHook, "", p.IntTunnel, []ovs.Match{ovs.TunnelID(VNIPod)}, SourceTunnelPod.Load(), Goto(IntL3Forwarding)),
@@ -99,16 +100,29 @@ func BuildIntBase(st *State) (*FlowSet, error) {
 		flow(IntARPResponder, prioDefault, "", 0, nil, ovs.Drop()),
 		flow(IntL3Forwarding, prioDefault, "", 0, nil, ovs.Drop()),
 
+		// Service traffic entering a pod is looked up in ZonePod before it is committed with its
+		// origin: a packet ZonePod holds invalid is dropped, so that it cannot re-point an
+		// established connection's replies (ct_label, ct_mark) to another ingress node. That
+		// happens when the same client ip:port reaches the same endpoint through a second
+		// ingress node (docs/security.md, "Entry points and the host stack"). Valid packets
+		// from a new ingress node (a route change, an LB IP picked up mid-stream) do re-point
+		// them: the replies follow the client's current path.
 		flow(IntPodIngress, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{SourceTunnelSvc.Match()},
+			CT{Zone: ZonePod, Table: tableRef(IntPodIngressCT)}),
+		flow(IntPodIngress, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{SourceBrEx.Match()},
+			CT{Zone: ZonePod, Table: tableRef(IntPodIngressCT)}),
+		flow(IntPodIngress, prioDefault, "", 0, nil, RegOutPort.Output()),
+		flow(IntPodIngressCT, prioHigh, ovs.ProtocolIPv4, 0, []ovs.Match{inv}, ovs.Drop()),
+		flow(IntPodIngressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{SourceTunnelSvc.Match()},
 			CT{Commit: true, Zone: ZonePod, Exec: []ovs.Action{
 				OriginTunnel.Load(),
 				CTLabelIngressNode.MoveFrom(nxmTunSrc),
 			}},
 			RegOutPort.Output()),
-		flow(IntPodIngress, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{SourceBrEx.Match()},
+		flow(IntPodIngressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{SourceBrEx.Match()},
 			CT{Commit: true, Zone: ZonePod, Exec: []ovs.Action{OriginBrEx.Load()}},
 			RegOutPort.Output()),
-		flow(IntPodIngress, prioDefault, "", 0, nil, RegOutPort.Output()),
+		flow(IntPodIngressCT, prioDefault, "", 0, nil, ovs.Drop()),
 	}
 	{
 		for _, c := range st.self().PodCIDRs {

@@ -31,13 +31,27 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 	if !OwnedGroup(sp.GroupID) {
 		return nil, fmt.Errorf("service port %s: group id %#x outside the agent's range", sp.Key(), sp.GroupID)
 	}
-	newConn := []ovs.Match{ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateNew))}
+	anyNew := []ovs.Match{ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateNew))}
+	newConn := anyNew
 	if sp.Protocol == TCP {
-		// Only a SYN starts a connection: mid-stream packets of the host's own connections that
-		// use a NodePort as local port are left to the host (docs/field-cases.md#c16).
-		newConn = append(newConn, ovs.TCPFlags("+syn", "-ack"))
+		// Only a SYN starts a connection on an address of this node: mid-stream packets of the
+		// host's own connections that use a NodePort as local port are left to the host
+		// (docs/field-cases.md#c16), and so are mid-stream packets of connections this node
+		// holds no state for: the host answers them with a RST (no socket).
+		newConn = append(slices.Clip(anyNew), ovs.TCPFlags("+syn", "-ack"))
 	}
 	for _, e := range sp.EntryPoints(st.NodePortAddresses) {
+		nc := newConn
+		if sp.Protocol == TCP && !st.hostAddr(e.Addr.Addr()) {
+			// A LoadBalancer IP or externalIP is no address of the host, which has no
+			// connections of its own on it. A mid-stream packet that finds no ZoneService
+			// connection (a route change moved the client's connection here from another
+			// ingress node, or this node lost its conntrack) is picked up like a new one: the
+			// select group hashes the client's ip and port over the same sorted endpoints on
+			// every node, so it continues to the connection's endpoint, whose node re-points
+			// the replies to this node (docs/security.md, "Entry points and the host stack").
+			nc = anyNew
+		}
 		if e.Protocol == UDP && e.Addr.Port() == st.Ports.tunnelUDPPort() && e.Addr.Addr() == st.self().InternalIP {
 			fs.Warnings = append(fs.Warnings, fmt.Sprintf("entry point %s is this node's Geneve tunnel endpoint: not served", e))
 			continue
@@ -46,7 +60,7 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 		lb := flow(ExServiceLB, prioEntry, proto, 0, entryMatch(e), CT{Zone: ZoneService, NAT: &NAT{}, Table: tableRef(ExServiceCT)})
 		fs.entryFlow(e, mustMatchKey(BrEx, &lb))
 		fs.Flows = append(fs.Flows, lb,
-			flow(ExServiceCT, prioEntry, proto, 0, append(append([]ovs.Match{}, newConn...), entryMatch(e)...), Group(sp.GroupID)),
+			flow(ExServiceCT, prioEntry, proto, 0, append(append([]ovs.Match{}, nc...), entryMatch(e)...), Group(sp.GroupID)),
 		)
 	}
 	g := OFGroup{ID: sp.GroupID, Type: "select", SelectionFields: fields}
@@ -72,6 +86,12 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 	slices.SortFunc(fs.Endpoints, func(a, b netip.AddrPort) int { return a.Compare(b) })
 	fs.Endpoints = slices.Compact(fs.Endpoints)
 	return fs, fs.Finish()
+}
+
+// hostAddr reports whether a is an address of this node's host stack: its InternalIP or a
+// NodePort address.
+func (st *State) hostAddr(a netip.Addr) bool {
+	return a == st.self().InternalIP || slices.Contains(st.NodePortAddresses, a)
 }
 
 func sortEntryPoints(es []EntryPoint) {

@@ -8,17 +8,20 @@ type Table int
 
 // br-ex tables.
 const (
-	// ExClassifier (br-ex table 0) holds the hooks: IP from the uplink -> ExServiceLB; anything from
-	// the patch port -> ExFromInt; the base uplink<->LOCAL plumbing at low priority.
+	// ExClassifier (br-ex table 0) holds the hooks: IP from the uplink to br-ex's MAC ->
+	// ExServiceLB; anything from the patch port -> ExFromInt; frames to br-ex's MAC -> LOCAL;
+	// everything else NORMAL (the installer's default, for ports the agent does not own).
 	ExClassifier Table = 0
 	// ExServiceLB matches the entry points (NodePort on node addresses, LB ingress IPs,
 	// externalIPs) of opted-in Service ports and sends them through ct(zone=ZoneService,nat) to
 	// ExServiceCT. Anything else goes to the host (LOCAL), untouched (path P5).
 	ExServiceLB Table = 40
 	// ExServiceCT sees entry-point packets after conntrack: established/related/already-DNATed
-	// ones go to br-int; new ones (TCP: SYN only) go to the Service port's select group, whose
-	// bucket commits the DNAT and records the client's L2 neighbour MAC in ct_label; anything else
-	// (e.g. a host connection that happens to use a NodePort as its local port) goes to LOCAL.
+	// ones go to br-int; invalid ones of a DNATed connection (+inv+dnat, C31) are dropped; new
+	// ones (TCP on a node address: SYN only; on an LB IP or externalIP: any, so that a moved
+	// connection is picked up) go to the Service port's select group, whose bucket commits the
+	// DNAT and records the client's L2 neighbour MAC in ct_label; anything else (e.g. a host
+	// connection that happens to use a NodePort as its local port) goes to LOCAL.
 	ExServiceCT Table = 41
 	// ExServiceOut receives the packet after the bucket's ct(commit,nat) and sends it to br-int.
 	ExServiceOut Table = 42
@@ -46,9 +49,13 @@ const (
 	// IntL3Forwarding routes by destination IP: local pods (rewrite MACs, RegOutPort) ->
 	// IntPodIngress; other nodes' pod CIDRs -> Geneve (VNI by source). Misses are dropped.
 	IntL3Forwarding Table = 60
-	// IntPodIngress commits connections entering a local pod from br-ex or from the service
-	// tunnel in ZonePod with their origin (ct_mark, ct_label), then outputs to RegOutPort.
+	// IntPodIngress sends packets entering a local pod from br-ex or from the service tunnel
+	// through ct(zone=ZonePod) to IntPodIngressCT; others go to RegOutPort.
 	IntPodIngress Table = 65
+	// IntPodIngressCT drops packets ZonePod holds invalid (a SYN from a second ingress node for
+	// the 4-tuple of an established connection must not take that connection's replies) and
+	// commits the others with their origin (ct_mark, ct_label), then outputs to RegOutPort.
+	IntPodIngressCT Table = 66
 )
 
 // tableNames lists every table of each bridge with its name, in pipeline order: the one place
@@ -60,7 +67,7 @@ var tableNames = map[Bridge][]struct {
 	BrEx: {{ExClassifier, "ExClassifier"}, {ExServiceLB, "ExServiceLB"}, {ExServiceCT, "ExServiceCT"},
 		{ExServiceOut, "ExServiceOut"}, {ExFromInt, "ExFromInt"}, {ExServiceReply, "ExServiceReply"}},
 	BrInt: {{IntClassifier, "IntClassifier"}, {IntPodEgressCT, "IntPodEgressCT"}, {IntARPResponder, "IntARPResponder"},
-		{IntL3Forwarding, "IntL3Forwarding"}, {IntPodIngress, "IntPodIngress"}},
+		{IntL3Forwarding, "IntL3Forwarding"}, {IntPodIngress, "IntPodIngress"}, {IntPodIngressCT, "IntPodIngressCT"}},
 }
 
 // Name returns the table's name as used in docs, goldens and srcipctl ("table<N>" when b has no

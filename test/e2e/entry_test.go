@@ -304,6 +304,105 @@ func TestC31InvalidSegmentsNeverReachHost(t *testing.T) {
 	assert.Empty(t, rsts(), "the client received a RST")
 }
 
+// routeVia points the router's route for ip/32 at node (a lab node name) until the test ends: a
+// route change that moves the client's established connections to another ingress node.
+func routeVia(t *testing.T, ip, node string) {
+	t.Helper()
+	_, err := theLab.Exec("router", "ip", "route", "replace", ip+"/32", "via", theLab.Node(node).IP.String())
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = theLab.Exec("router", "ip", "route", "del", ip+"/32") })
+}
+
+// An established connection to a LoadBalancer IP whose route moves from node1 to node2 (which
+// holds no ZoneService state for it) continues on node2: node2 picks the mid-stream segment up,
+// its select group chooses the same endpoint (same hash, same sorted buckets), and echo-a's node
+// re-points the replies to node2. The backend sees the same client ip:port throughout. Moving the
+// route back to node1 continues on node1's entry, which is still there.
+func TestEntryRouteChangeContinuesOnNewIngressNode(t *testing.T) {
+	withStreamService(t)
+	c := mustDial(t, "client", streamLBIP+":80", 0, 3*time.Second)
+	want := fmt.Sprintf("echo-a %s:%d", clientIP, c.Local)
+	r, err := c.Send("via-node1")
+	require.NoError(t, err)
+	require.Equal(t, want+" via-node1", r)
+
+	routeVia(t, streamLBIP, "node2")
+	start := time.Now()
+	r, err = c.Send("via-node2")
+	require.NoError(t, err, "the connection hung or was reset after its route moved to node2")
+	assert.Equal(t, want+" via-node2", r)
+	assert.Less(t, time.Since(start), 3*time.Second, "continuing on node2 took too long")
+	ct, err := theLab.Appctl("node2", "dpctl/dump-conntrack", "zone=64256")
+	require.NoError(t, err)
+	assert.Contains(t, ct, fmt.Sprintf("sport=%d", c.Local), "node2 holds no ZoneService entry for the moved connection")
+
+	_, err = theLab.Exec("router", "ip", "route", "del", streamLBIP+"/32")
+	require.NoError(t, err)
+	r, err = c.Send("back-on-node1")
+	require.NoError(t, err, "the connection did not survive the route moving back to node1")
+	assert.Equal(t, want+" back-on-node1", r)
+}
+
+// An established connection to a NodePort whose ZoneService entry is gone on the ingress node
+// (conntrack flushed, as after a datapath restart) gets a prompt RST from the node's host stack
+// (a mid-stream segment to the node's own address is never picked up, C16), not a silent hang.
+func TestEntryNodePortWithoutConnectionIsReset(t *testing.T) {
+	withStreamService(t)
+	c := mustDial(t, "client", fmt.Sprintf("192.0.2.11:%d", streamNodePort), 0, 5*time.Second)
+	_, err := c.Send("first")
+	require.NoError(t, err)
+	out, err := theLab.Appctl("node1", "dpctl/flush-conntrack", "zone=64256",
+		fmt.Sprintf("ct_nw_src=%s,ct_nw_proto=6,ct_tp_src=%d", clientIP, c.Local))
+	require.NoError(t, err, out)
+	start := time.Now()
+	_, err = c.Send("second")
+	require.Error(t, err, "a connection node1 no longer tracks kept working through the host")
+	assert.Contains(t, err.Error(), "ConnectionResetError", "expected a RST, got %v", err)
+	assert.Less(t, time.Since(start), 2*time.Second, "the RST took too long")
+}
+
+// The same client ip:port reaches one endpoint through two ingress nodes (node1's and node3's
+// NodePort): the pod would see one 4-tuple for two connections, which no TCP stack can hold. The
+// first connection must keep working and keep its replies on node1: echo-a's node drops the
+// second connection's SYNs, which ZonePod holds invalid, instead of committing them, which
+// re-pointed the first connection's replies to node3 (measured before the guard: ct_label
+// 0xc000020d). The second cannot be served without translating the client's port, which OVS's
+// nat() cannot do while keeping an arbitrary client IP, nor be refused from OVS without a
+// controller; its connect times out (docs/security.md, "Entry points and the host stack": left).
+func TestEntrySameClientPortTwoIngressNodesKeepsFirst(t *testing.T) {
+	withStreamService(t)
+	const lport = 45420
+	a := mustDial(t, "client", fmt.Sprintf("192.0.2.11:%d", streamNodePort), lport, 3*time.Second)
+	r, err := a.Send("a1")
+	require.NoError(t, err)
+	require.Contains(t, r, fmt.Sprintf(":%d a1", lport))
+	start := time.Now()
+	b, berr := dialLine("client", fmt.Sprintf("192.0.2.13:%d", streamNodePort), lport, 3*time.Second)
+	var bres string
+	if berr == nil {
+		defer b.Close()
+		bres, berr = b.Send("b1")
+	}
+	t.Logf("second connection (same client ip:port, via node3): %q, %v after %s", bres, berr, time.Since(start).Round(time.Millisecond))
+	// echo-a's node still sends the first connection's replies to node1 (ct_label = 192.0.2.11):
+	// the second connection's SYNs did not re-point them to node3.
+	ct, err := theLab.Appctl("node2", "dpctl/dump-conntrack", "zone=64257")
+	require.NoError(t, err)
+	found := false
+	for _, l := range strings.Split(ct, "\n") {
+		if strings.Contains(l, fmt.Sprintf("sport=%d,dport=%d", lport, streamPort)) {
+			found = true
+			assert.Contains(t, l, "labels=0xc000020b,", "the first connection's replies were re-pointed away from node1")
+		}
+	}
+	assert.True(t, found, "no ZonePod entry for the first connection on node2:\n%s", ct)
+	for _, m := range []string{"a2", "a3"} {
+		r, err = a.Send(m)
+		require.NoError(t, err, "the first connection was disturbed by the second")
+		assert.Contains(t, r, fmt.Sprintf("echo-a %s:%d %s", clientIP, lport, m))
+	}
+}
+
 // Point 6 of issue 7: br-ex stays usable for ports the agent does not own. A "VM" (a netns on a
 // veth whose other end is an extra port of node1's br-ex, 192.0.2.50) reaches the external client
 // through the uplink and the router, and node1's host, through br-ex's default NORMAL

@@ -130,10 +130,10 @@ func TestP1IngressNodeLoadBalancerIP(t *testing.T) {
 func TestP1BackendNode(t *testing.T) {
 	w := newNode(t, "node2", "10.244.2.5")
 	in := "in_port=2,tun_id=2,tun_src=192.0.2.11,tun_dst=192.0.2.12,tcp,nw_src=198.51.100.10,nw_dst=10.244.2.5,tp_src=40000,tp_dst=8080,tcp_flags=syn"
-	acts := datapathActions(w.trace(t, w.in, in))
-	require.Len(t, acts, 1)
-	require.Contains(t, acts[0], "ct(commit,zone=64257,mark=0x2/0xf,label="+ingressNodeLabel+"/0xffffffff)")
-	require.Contains(t, acts[0], "set(eth(src=0a:58:0a:f4:02:01,dst=0a:58:0a:f4:02:05))")
+	acts := datapathActions(w.trace(t, w.in, in, "trk,new"))
+	require.Len(t, acts, 2)
+	require.Contains(t, acts[0], "set(eth(src=0a:58:0a:f4:02:01,dst=0a:58:0a:f4:02:05)),ct(zone=64257),recirc(")
+	require.Contains(t, acts[1], "ct(commit,zone=64257,mark=0x2/0xf,label="+ingressNodeLabel+"/0xffffffff)")
 
 	reply := "in_port=3,dl_src=" + flows.GatewayMAC(netip.MustParseAddr("10.244.2.5")).String() +
 		",tcp,nw_src=10.244.2.5,nw_dst=198.51.100.10,tp_src=8080,tp_dst=40000,tcp_flags=syn|ack,ct_mark=0x2,ct_label=" + ingressNodeOnNode2Lbl
@@ -162,11 +162,12 @@ func TestP1IngressNodeReply(t *testing.T) {
 // its reply goes back to br-ex.
 func TestP2LocalEndpoint(t *testing.T) {
 	w := newNode(t, "node1", "10.244.1.5", web("10.244.1.5"))
-	out := w.trace(t, w.ex, synToNodePort, "trk,new", "trk,new,dnat")
+	out := w.trace(t, w.ex, synToNodePort, "trk,new", "trk,new,dnat", "trk,new")
 	acts := datapathActions(out)
-	require.Len(t, acts, 3, out)
+	require.Len(t, acts, 4, out)
 	require.Contains(t, acts[1], "nat(dst=10.244.1.5:8080)")
-	require.Contains(t, acts[2], "ct(commit,zone=64257,mark=0x1/0xf)", out)
+	require.Contains(t, acts[2], "ct(zone=64257),recirc(", out)
+	require.Contains(t, acts[3], "ct(commit,zone=64257,mark=0x1/0xf)", out)
 
 	reply := "in_port=3,dl_src=" + flows.GatewayMAC(netip.MustParseAddr("10.244.1.5")).String() +
 		",tcp,nw_src=10.244.1.5,nw_dst=198.51.100.10,tp_src=8080,tp_dst=40000,tcp_flags=syn|ack,ct_mark=0x1,ct_label=" + clientMACLabel
@@ -329,4 +330,46 @@ func TestFloodedFrameFromPatchDropped(t *testing.T) {
 	}
 	out := w.trace(t, w.in, "in_port=1,tcp,dl_src=02:00:00:00:00:01,dl_dst="+brExMAC+",nw_src=198.51.100.10,nw_dst=10.244.1.5,tp_src=40000,tp_dst=8080")
 	require.Contains(t, out, "ct(commit,zone=64257", out)
+}
+
+// The backend node does not let a packet ZonePod holds invalid re-point an established
+// connection: a SYN that a second ingress node (192.0.2.13) sends for the 4-tuple of a connection
+// that came through node1 is dropped before IntPodIngressCT's commit, which would overwrite the
+// connection's ct_label (its ingress node) and send its replies to node3. A valid packet from a
+// new ingress node (+est: a route change) is committed with the new ingress node.
+func TestBackendInvalidFromOtherIngressDropped(t *testing.T) {
+	w := newNode(t, "node2", "10.244.2.5")
+	in := "in_port=2,tun_id=2,tun_src=192.0.2.13,tun_dst=192.0.2.12,tcp,nw_src=198.51.100.10,nw_dst=10.244.2.5,tp_src=40000,tp_dst=8080,tcp_flags=syn"
+	out := w.trace(t, w.in, in, "trk,inv")
+	acts := datapathActions(out)
+	require.Len(t, acts, 2, out)
+	require.Equal(t, "drop", acts[1], out)
+	require.NotContains(t, out, "ct(commit", out)
+
+	moved := strings.Replace(in, "tcp_flags=syn", "tcp_flags=ack", 1)
+	out = w.trace(t, w.in, moved, "trk,est")
+	acts = datapathActions(out)
+	require.Len(t, acts, 2, out)
+	require.Contains(t, acts[1], "ct(commit,zone=64257,mark=0x2/0xf,label=0xc000020d/0xffffffff)", out)
+}
+
+// A connection this node holds no ZoneService state for (+new without SYN): on an LB IP it is
+// picked up - the select group chooses its endpoint, the same on every node - so a connection a
+// route change moved here continues; on a node address it goes to the host, whose RST ends it
+// (C16: the host's own connections live there).
+func TestMidStreamPickedUpOnLBIPOnly(t *testing.T) {
+	w := newNode(t, "node1", "10.244.1.5", web("10.244.2.5"))
+	ack := strings.Replace(synToNodePort, "tcp_flags=syn", "tcp_flags=ack", 1)
+	lb := strings.Replace(strings.Replace(ack, "nw_dst=192.0.2.11", "nw_dst=203.0.113.100", 1), "tp_dst=30080", "tp_dst=80", 1)
+	out := w.trace(t, w.ex, lb, "trk,new", "trk,new,dnat")
+	acts := datapathActions(out)
+	require.Len(t, acts, 3, out)
+	require.Contains(t, out, "-> using bucket 0", out)
+	require.Contains(t, acts[1], "nat(dst=10.244.2.5:8080)", out)
+
+	out = w.trace(t, w.ex, ack, "trk,new")
+	acts = datapathActions(out)
+	require.Len(t, acts, 2, out)
+	require.NotContains(t, out, "group:", out)
+	require.Contains(t, out, "41. priority 0", out)
 }
