@@ -25,6 +25,7 @@ func BuildExBase(st *State) (*FlowSet, error) {
 	// +new+dnat, already translated (docs/lab-facts.md#pitfall-4).
 	newDNAT := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateNew), "+dnat")
 	invDNAT := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateInvalid), "+dnat")
+	invRpl := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateInvalid), "+snat")
 	toNode := ovs.DataLinkDestination(p.ExMAC.String())
 	rpl := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateEstablished), ovs.SetState(ovs.CTStateReply))
 	fs.Flows = []ovs.Flow{
@@ -48,12 +49,15 @@ func BuildExBase(st *State) (*FlowSet, error) {
 		flow(ExServiceCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{newDNAT}, output(p.ExPatch)),
 		// C31 (docs/field-cases.md#c31): a segment conntrack holds invalid (e.g. far outside
 		// the TCP window) but that belongs to a ZoneService connection comes out of ct(nat)
-		// already translated (+dnat, destination = the endpoint). It is dropped here: it must
-		// neither reach the host stack (whose reset would kill the client's connection, or
-		// which would route it towards the pod address) nor the endpoint. Invalid packets
-		// without a ZoneService connection (not +dnat: the SYN-ACK of the host's own connection
-		// from a NodePort-numbered port, C16) still go to the host.
-		flow(ExServiceCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{invDNAT}, ovs.Drop()),
+		// already translated (+dnat, destination = the endpoint). It must not reach the host
+		// stack (whose reset would kill the client's connection, or which would route it
+		// towards the pod address): it goes on through the existing NAT to br-int, where the
+		// endpoint's node, the one node that sees every packet of the connection, drops it if
+		// its ZonePod holds it invalid too (IntPodIngressCT). This node's view may be stale: a
+		// route change sent part of the connection through another ingress node. Invalid
+		// packets without a ZoneService connection (not +dnat: the SYN-ACK of the host's own
+		// connection from a NodePort-numbered port, C16) still go to the host.
+		flow(ExServiceCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{invDNAT}, output(p.ExPatch)),
 		flow(ExServiceCT, prioDefault, "", 0, nil, outputLocal),
 		// ExServiceOut: after the bucket's ct(commit,nat(dst=...)).
 		flow(ExServiceOut, prioLow, ovs.ProtocolIPv4, 0, nil, output(p.ExPatch)),
@@ -61,6 +65,12 @@ func BuildExBase(st *State) (*FlowSet, error) {
 		flow(ExFromInt, prioLow, ovs.ProtocolIPv4, 0, nil, CT{Zone: ZoneService, NAT: &NAT{}, Table: tableRef(ExServiceReply)}),
 		flow(ExFromInt, prioDefault, "", 0, nil, ovs.Drop()),
 		flow(ExServiceReply, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rpl},
+			CTLabelClientMAC.MoveTo(nxmEthDst),
+			ovs.ModDataLinkSource(p.ExMAC),
+			output(p.ExUplink)),
+		// The same for replies: one that ZoneService holds invalid but un-DNATs (+inv+snat)
+		// was found +est+rpl by the endpoint's node; it goes to the client.
+		flow(ExServiceReply, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{invRpl},
 			CTLabelClientMAC.MoveTo(nxmEthDst),
 			ovs.ModDataLinkSource(p.ExMAC),
 			output(p.ExUplink)),

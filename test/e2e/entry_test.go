@@ -277,9 +277,10 @@ func mustDial(t *testing.T, netns, addr string, localPort int, timeout time.Dura
 }
 
 // Field case C31 (docs/field-cases.md#c31): out-of-window ACKs injected on a live connection's
-// 4-tuple are conntrack-invalid in ZoneService. They must be dropped in br-ex: node1's host stack
-// (LOCAL, the br-ex interface) sees none of them, none leaves node1's uplink towards a pod
-// address, the client gets no RST and the connection keeps exchanging data.
+// 4-tuple are conntrack-invalid in ZoneService. They must never reach node1's host stack (LOCAL,
+// the br-ex interface) nor leave node1's uplink towards a pod address; br-ex sends them on
+// through the existing NAT and the endpoint's node (node2), which finds them invalid in ZonePod
+// too, drops them. The client gets no RST and the connection keeps exchanging data.
 func TestC31InvalidSegmentsNeverReachHost(t *testing.T) {
 	withStreamService(t)
 	addr := fmt.Sprintf("192.0.2.11:%d", streamNodePort)
@@ -288,6 +289,19 @@ func TestC31InvalidSegmentsNeverReachHost(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, r, fmt.Sprintf("echo-a %s:%d before", clientIP, c.Local))
 
+	backendDrops := func() int {
+		out, err := theLab.DumpFlows("node2", "br-int", "table=66,ct_state=+inv+trk,ip")
+		require.NoError(t, err)
+		n := -1
+		for _, f := range strings.FieldsFunc(out, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' }) {
+			if v, ok := strings.CutPrefix(f, "n_packets="); ok {
+				n, _ = strconv.Atoi(v)
+			}
+		}
+		require.GreaterOrEqual(t, n, 0, "no ZonePod invalid-drop flow on node2:\n%s", out)
+		return n
+	}
+	dropsBefore := backendDrops()
 	port := fmt.Sprintf("tcp port %d", c.Local)
 	host := capture(t, "node1", "br-ex", "tcp and host "+clientIP+" and "+port)
 	toPods := capture(t, "node1", "eth0", "tcp and dst net 10.244.0.0/16")
@@ -302,6 +316,9 @@ func TestC31InvalidSegmentsNeverReachHost(t *testing.T) {
 	assert.Empty(t, host(), "node1's host stack (LOCAL) saw packets of the DNATed connection")
 	assert.Empty(t, toPods(), "node1 sent a packet towards a pod address out of its uplink")
 	assert.Empty(t, rsts(), "the client received a RST")
+	drops := backendDrops() - dropsBefore
+	t.Logf("node2 (echo-a's node) dropped %d of the 20 injected segments as ZonePod-invalid", drops)
+	assert.GreaterOrEqual(t, drops, 15, "the injected segments were not dropped by the endpoint's node")
 }
 
 // routeVia points the router's route for ip/32 at node (a lab node name) until the test ends: a
@@ -317,7 +334,10 @@ func routeVia(t *testing.T, ip, node string) {
 // holds no ZoneService state for it) continues on node2: node2 picks the mid-stream segment up,
 // its select group chooses the same endpoint (same hash, same sorted buckets), and echo-a's node
 // re-points the replies to node2. The backend sees the same client ip:port throughout. Moving the
-// route back to node1 continues on node1's entry, which is still there.
+// route back to node1 after 3 MB went through node2 continues on node1's entry, which is still
+// there but out of date: node1 finds the segments invalid and sends them on through its NAT, the
+// backend finds them valid and re-points the replies to node1, and node1 passes the replies it
+// finds invalid but un-DNATs (+inv+snat) to the client.
 func TestEntryRouteChangeContinuesOnNewIngressNode(t *testing.T) {
 	withStreamService(t)
 	c := mustDial(t, "client", streamLBIP+":80", 0, 3*time.Second)
@@ -336,11 +356,22 @@ func TestEntryRouteChangeContinuesOnNewIngressNode(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, ct, fmt.Sprintf("sport=%d", c.Local), "node2 holds no ZoneService entry for the moved connection")
 
+	// 3 MB each way through node2: node1's ZoneService entry falls far behind the connection's
+	// sequence numbers (its segments become +inv there, docs/field-cases.md#c31).
+	big := strings.Repeat("x", 300000)
+	for i := 0; i < 10; i++ {
+		r, err = c.Send(big)
+		require.NoError(t, err)
+		require.True(t, strings.HasSuffix(r, " "+big), "a 300 kB line via node2 came back wrong")
+	}
+
 	_, err = theLab.Exec("router", "ip", "route", "del", streamLBIP+"/32")
 	require.NoError(t, err)
+	start = time.Now()
 	r, err = c.Send("back-on-node1")
 	require.NoError(t, err, "the connection did not survive the route moving back to node1")
 	assert.Equal(t, want+" back-on-node1", r)
+	assert.Less(t, time.Since(start), 3*time.Second, "continuing on node1 again took too long")
 }
 
 // An established connection to a NodePort whose ZoneService entry is gone on the ingress node

@@ -214,17 +214,22 @@ func TestNoEndpointsDrops(t *testing.T) {
 }
 
 // C31 (docs/field-cases.md#c31): a segment of a DNATed connection that conntrack holds invalid
-// (far out of window) comes out of ct(nat) translated, ct_state +inv+trk+dnat, and is dropped in
-// ExServiceCT: it reaches neither the host (LOCAL) nor br-int. ofproto/trace refuses to model that
-// state (--ct-next allows only "trk" next to "inv"), so this case runs the dummy datapath's real
-// conntrack (docs/lab-facts.md#fact-5) on two injected frames: the connection's SYN, then an ACK
-// with sequence and acknowledgment numbers 2^31 away. The host's own SYN-ACK (+inv without +dnat,
-// C16) still goes to LOCAL (TestHostConnectionOnNodePortGoesToHost).
+// (far out of window) comes out of ct(nat) translated, ct_state +inv+trk+dnat. ExServiceCT sends it
+// on through the NAT to br-int, never to the host (LOCAL); the endpoint's node (here node1 itself,
+// P2) finds it invalid in ZonePod too and IntPodIngressCT drops it. ofproto/trace refuses to model
+// that state (--ct-next allows only "trk" next to "inv"), so this case runs the dummy datapath's
+// real conntrack (docs/lab-facts.md#fact-5) on injected frames: the connection's handshake, then an
+// ACK with sequence and acknowledgment numbers 2^31 away. The host's own SYN-ACK (+inv without
+// +dnat, C16) still goes to LOCAL (TestHostConnectionOnNodePortGoesToHost).
 func TestC31InvalidDNATedSegmentDropped(t *testing.T) {
 	w := newNode(t, "node1", "10.244.1.5", web("10.244.1.5"))
 	ack := strings.Replace(synToNodePort, "tcp_flags=syn", "tcp_flags=ack", 1)
 	_, err := w.ex.Trace(w.ctx, ack, []string{"trk,inv,dnat"})
 	require.ErrorContains(t, err, `only "trk" may also be set`, "ofproto/trace now models +inv+dnat: trace it instead")
+	// Nor the reply side (ExServiceReply's +inv+snat flow; covered by the lab test
+	// TestEntryRouteChangeContinuesOnNewIngressNode).
+	_, err = w.in.Trace(w.ctx, "in_port=2,tun_id=3,tun_src=192.0.2.12,tun_dst=192.0.2.11,tcp,nw_src=10.244.2.5,nw_dst=198.51.100.10,tp_src=8080,tp_dst=40000,tcp_flags=ack", []string{"trk,inv,snat"})
+	require.ErrorContains(t, err, `only "trk" may also be set`, "ofproto/trace now models +inv+snat: trace it instead")
 
 	// A real handshake through P2 (local endpoint 10.244.1.5 on the dummy port "pod"), then the
 	// out-of-window ACK.
@@ -240,23 +245,30 @@ func TestC31InvalidDNATedSegmentDropped(t *testing.T) {
 		w.sb.Run(t, "ovs-appctl", "netdev-dummy/receive", f.port, f.frame)
 	}
 	packets := func(match string) string {
-		out := w.sb.Run(t, "ovs-ofctl", "-O", "OpenFlow15", "dump-flows", "br-ex", "table=41")
-		for _, l := range strings.Split(out, "\n") {
-			if strings.Contains(l, match) {
-				for _, f := range strings.Split(l, ", ") {
-					if v, ok := strings.CutPrefix(strings.TrimSpace(f), "n_packets="); ok {
-						return v
-					}
-				}
-			}
-		}
-		t.Fatalf("no flow %q in table 41:\n%s", match, out)
-		return ""
+		return flowPackets(t, w.sb.Run(t, "ovs-ofctl", "-O", "OpenFlow15", "dump-flows", "br-ex", "table=41"), match)
 	}
 	require.Equal(t, "1", packets("tcp_flags=+syn-ack actions=group:"), "the SYN did not reach the group")
 	require.Equal(t, "1", packets("ct_state=+est+trk,ip actions=output:2"), "the handshake's ACK was not established")
-	require.Equal(t, "1", packets("ct_state=+inv+trk+dnat,ip actions=drop"), "the invalid segment was not dropped")
+	require.Equal(t, "1", packets("ct_state=+inv+trk+dnat,ip actions=output:2"), "the invalid segment did not go on through the NAT")
 	require.Equal(t, "0", packets("priority=0 actions=LOCAL"), "a packet of the DNATed connection reached the host")
+	require.Equal(t, "1", flowPackets(t, w.sb.Run(t, "ovs-ofctl", "-O", "OpenFlow15", "dump-flows", "br-int", "table=66"),
+		"ct_state=+inv+trk,ip actions=drop"), "the endpoint's node did not drop the invalid segment")
+}
+
+// flowPackets returns n_packets of the one flow of a dump-flows output that contains match.
+func flowPackets(t *testing.T, out, match string) string {
+	t.Helper()
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, match) {
+			for _, f := range strings.Split(l, ", ") {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(f), "n_packets="); ok {
+					return v
+				}
+			}
+		}
+	}
+	t.Fatalf("no flow %q in:\n%s", match, out)
+	return ""
 }
 
 // tcpFrame renders an Ethernet/IPv4/TCP frame (no payload, valid checksums) as hex for
