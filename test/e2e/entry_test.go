@@ -6,7 +6,7 @@ package e2e
 //
 // The tests use long-lived connections to a line server (python3, no third-party modules) in
 // echo-a's network namespace on port 9090, behind the Service e2e/stream (NodePort 30420, LB IP
-// 203.0.113.120, endpoint echo-a on node2).
+// 203.0.113.170, endpoint echo-a on node2).
 
 import (
 	"bufio"
@@ -27,12 +27,12 @@ import (
 
 const (
 	streamNodePort = 30420
-	streamLBIP     = "203.0.113.120"
+	streamLBIP     = "203.0.113.170"
 	streamPort     = 9090
 )
 
 // streamService is e2e/stream: TCP port 80 -> 9090 on echo-a (node2), NodePort 30420, LB IP
-// 203.0.113.120.
+// 203.0.113.170.
 func streamService() string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: Service
@@ -162,7 +162,7 @@ func withStreamService(t *testing.T) {
 	t.Helper()
 	startLineServer(t)
 	writeManifest(t, "entry-stream.yaml", streamService())
-	t.Cleanup(func() { removeAndWait(t, "entry-stream.yaml", fmt.Sprintf("tp_dst=%d", streamNodePort)) })
+	t.Cleanup(func() { removeStreamService(t) })
 	require.NoError(t, lab.WaitFor(func() error {
 		c, err := dialLine("client", fmt.Sprintf("192.0.2.11:%d", streamNodePort), 0, time.Second)
 		if err != nil {
@@ -172,6 +172,41 @@ func withStreamService(t *testing.T) {
 		_, err = c.Send("probe")
 		return err
 	}, 20*time.Second))
+}
+
+// removeStreamService removes e2e/stream and, so that no drain flow set of its TCP entry points
+// outlives the test (docs/field-cases.md#c01: a drain lasts while ZoneService holds a live
+// connection to the entry point, e.g. one a test moved to another node or left half-open), flushes
+// every node's ZoneService entries to them, then waits until no br-ex flow mentions them.
+func removeStreamService(t *testing.T) {
+	t.Helper()
+	writeManifest(t, "entry-stream.yaml", "")
+	tokens := []string{"nw_dst=" + streamLBIP, fmt.Sprintf("tp_dst=%d", streamNodePort)}
+	err := lab.WaitFor(func() error {
+		for _, n := range theLab.Nodes {
+			for _, orig := range []string{
+				fmt.Sprintf("ct_nw_dst=%s,ct_nw_proto=6", streamLBIP),
+				fmt.Sprintf("ct_nw_dst=%s,ct_nw_proto=6,ct_tp_dst=%d", n.IP, streamNodePort),
+			} {
+				if _, err := theLab.Appctl(n.Name, "dpctl/flush-conntrack", "zone=64256", orig); err != nil {
+					return err
+				}
+			}
+			out, err := theLab.DumpFlows(n.Name, "br-ex")
+			if err != nil {
+				return err
+			}
+			for _, tok := range tokens {
+				if strings.Contains(out, tok) {
+					return fmt.Errorf("%s still has flows with %s", n.Name, tok)
+				}
+			}
+		}
+		return nil
+	}, 20*time.Second)
+	if err != nil {
+		t.Errorf("cleanup of e2e/stream: %v", err)
+	}
 }
 
 // lineConn is one long-lived client connection (a python3 process in a client netns).
