@@ -469,17 +469,16 @@ func TestEntrySameClientPortTwoIngressNodesKeepsFirst(t *testing.T) {
 	}
 }
 
-// Point 6 of issue 7: br-ex stays usable for ports the agent does not own. A "VM" (a netns on a
-// veth whose other end is an extra port of node1's br-ex, 192.0.2.50) reaches the external client
-// through the uplink and the router, and node1's host, through br-ex's default NORMAL
-// forwarding; the Service entry points on node1 keep working meanwhile. Without the NORMAL default
-// (ExClassifier ended in a drop, and sent everything from the uplink to LOCAL) the VM reaches
-// nothing.
-func TestBrExForeignPortKeepsNormalForwarding(t *testing.T) {
+// addVM adds a "VM" to node1's br-ex: a netns <prefix>-vm with 192.0.2.50/24 (MAC
+// 02:00:00:00:00:50, default route via the router) on a veth whose other end is an extra port of
+// br-ex, which the agent does not own. It returns the netns and a function that runs a command
+// (failing the test on error). Everything is removed when the test ends.
+func addVM(t *testing.T) (vmNS string, run func(argv ...string)) {
+	t.Helper()
 	vmNS, tap := theLab.Prefix+"-vm", theLab.Prefix+"vm"
 	node1, err := theLab.Netns("node1")
 	require.NoError(t, err)
-	run := func(argv ...string) {
+	run = func(argv ...string) {
 		t.Helper()
 		out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
 		require.NoError(t, err, "%v: %s", argv, out)
@@ -487,6 +486,8 @@ func TestBrExForeignPortKeepsNormalForwarding(t *testing.T) {
 	run("ip", "netns", "add", vmNS)
 	t.Cleanup(func() {
 		_, _ = theLab.Vsctl("node1", "--if-exists", "del-port", "br-ex", tap)
+		// Deleting the veth now (the netns' own teardown is asynchronous) frees its name.
+		_ = exec.Command("ip", "-n", node1, "link", "del", tap).Run()
 		_ = exec.Command("ip", "netns", "del", vmNS).Run()
 	})
 	run("ip", "netns", "exec", vmNS, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1") // docs/lab-facts.md#pitfall-7
@@ -501,15 +502,27 @@ func TestBrExForeignPortKeepsNormalForwarding(t *testing.T) {
 	run("ip", "netns", "exec", node1, "ethtool", "-K", tap, "tx", "off")
 	_, err = theLab.Vsctl("node1", "add-port", "br-ex", tap)
 	require.NoError(t, err)
+	return vmNS, run
+}
 
+// vmPing pings dst once from the VM.
+func vmPing(vmNS, dst string) error {
+	out, err := exec.Command("ip", "netns", "exec", vmNS, "ping", "-c", "1", "-W", "1", dst).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ping %s: %v: %s", dst, err, out)
+	}
+	return nil
+}
+
+// Point 6 of issue 7: br-ex stays usable for ports the agent does not own. A "VM" on an extra port
+// of node1's br-ex (addVM) reaches the external client through the uplink and the router, and
+// node1's host, through br-ex's default NORMAL forwarding; the Service entry points on node1 keep
+// working meanwhile. Without the NORMAL default (ExClassifier ended in a drop, and sent everything
+// from the uplink to LOCAL) the VM reaches nothing.
+func TestBrExForeignPortKeepsNormalForwarding(t *testing.T) {
+	vmNS, run := addVM(t)
 	for _, dst := range []string{clientIP, "192.0.2.11", "192.0.2.1"} {
-		err := lab.WaitFor(func() error {
-			out, err := exec.Command("ip", "netns", "exec", vmNS, "ping", "-c", "1", "-W", "1", dst).CombinedOutput()
-			if err != nil {
-				return fmt.Errorf("ping %s: %v: %s", dst, err, out)
-			}
-			return nil
-		}, 10*time.Second)
+		err := lab.WaitFor(func() error { return vmPing(vmNS, dst) }, 10*time.Second)
 		assert.NoError(t, err, "the VM port on br-ex cannot reach %s", dst)
 	}
 	// The host reaches the VM too.
@@ -527,4 +540,40 @@ func TestBrExForeignPortKeepsNormalForwarding(t *testing.T) {
 	checkReply(t, waitOK(t, "tcp", "192.0.2.11:30100"), "192.0.2.11:30100", "echo-a")
 	checkReply(t, waitOK(t, "tcp", "203.0.113.110:80"), "203.0.113.110:80", "echo-a")
 	checkReply(t, waitOK(t, "tcp", "192.0.2.11:30101"), "192.0.2.11:30101", "echo-c")
+}
+
+// Field case C19 (docs/field-cases.md#c19) with br-ex's NORMAL default: node1's ovs-vswitchd
+// restarts while its agent is down. Until the agent is back, br-ex (fail_mode=secure, as the
+// lab's installer leaves it) has no flow at all and forwards nothing: neither the VM's traffic
+// nor a request to an entry point reaches the host. The NORMAL flow comes back in the same bundle
+// as the hooks, and then both work again.
+func TestBrExNormalOnlyWithAgentFlowsAfterVswitchdRestart(t *testing.T) {
+	vmNS, _ := addVM(t)
+	require.NoError(t, lab.WaitFor(func() error { return vmPing(vmNS, clientIP) }, 10*time.Second))
+	mode, err := theLab.Vsctl("node1", "get", "bridge", "br-ex", "fail_mode")
+	require.NoError(t, err)
+	require.Equal(t, "secure", strings.TrimSpace(mode), "the lab's installer leaves br-ex fail_mode=secure")
+
+	require.NoError(t, theLab.StopAgent("node1"))
+	agentBack := false
+	t.Cleanup(func() {
+		if !agentBack {
+			_ = theLab.StartAgent("node1")
+		}
+	})
+	hostSeen := capture(t, "node1", "br-ex", "tcp port 30100")
+	require.NoError(t, theLab.RestartVswitchd("node1"))
+	flowsOut, err := theLab.DumpFlows("node1", "br-ex")
+	require.NoError(t, err)
+	assert.NotContains(t, flowsOut, "cookie=", "br-ex has flows before the agent is back")
+	assert.Error(t, vmPing(vmNS, clientIP), "br-ex forwarded the VM's traffic before the agent's flows were back")
+	_, err = theLab.RequestWith("", "tcp", "192.0.2.11:30100", lab.RequestOpts{Timeout: "1s"})
+	assert.Error(t, err, "the NodePort answered before the agent's flows were back")
+	assert.Empty(t, hostSeen(), "the entry point's traffic reached node1's host before the agent's flows were back")
+
+	require.NoError(t, theLab.StartAgent("node1"))
+	agentBack = true
+	require.NoError(t, lab.WaitFor(func() error { return vmPing(vmNS, clientIP) }, 20*time.Second),
+		"the VM does not reach the client after the agent replayed its flows")
+	checkReply(t, waitOK(t, "tcp", "192.0.2.11:30100"), "192.0.2.11:30100", "echo-a")
 }
