@@ -27,18 +27,25 @@ func BuildExBase(st *State) (*FlowSet, error) {
 	// A retransmitted SYN of a committed, unanswered connection comes back from ct(nat) as
 	// +new+dnat, already translated (docs/lab-facts.md#pitfall-4).
 	newDNAT := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateNew), "+dnat")
+	invDNAT := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateInvalid), "+dnat")
+	invRpl := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateInvalid), "+snat")
+	toNode := ovs.DataLinkDestination(p.ExMAC.String())
 	rpl := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateEstablished), ovs.SetState(ovs.CTStateReply))
 	fs.Flows = []ovs.Flow{
 		// ExClassifier: Geneve to this node first (no Service entry point may capture the
 		// tunnels): from a node the cluster knows it is let in above this flow
 		// (BuildTunnelPeer), from anywhere else it is dropped here and counted by this flow's
-		// n_packets. Then the hooks into our tables, then the installer's plumbing.
+		// n_packets. Then the hooks into our tables: IP from the uplink addressed to br-ex's MAC
+		// (the node; frames for other MACs are not this node's to DNAT) and everything from our
+		// patch port. Frames to br-ex's MAC from any other port go to the host directly, so
+		// they are never flooded. Everything else keeps the installer's default forwarding,
+		// NORMAL: uplink <-> LOCAL broadcasts and any port of br-ex the agent does not own
+		// (other patch ports, VM taps) (docs/security.md, "Entry points and the host stack").
 		flow(ExClassifier, prioTunnel, ovs.ProtocolUDPv4, p.ExUplink, st.tunnelMatch(), ovs.Drop()),
-		flow(ExClassifier, prioHook, ovs.ProtocolIPv4, p.ExUplink, nil, Goto(ExServiceLB)),
+		flow(ExClassifier, prioHook, ovs.ProtocolIPv4, p.ExUplink, []ovs.Match{toNode}, Goto(ExServiceLB)),
 		flow(ExClassifier, prioHook, "", p.ExPatch, nil, Goto(ExFromInt)),
-		flow(ExClassifier, prioLow, "", p.ExUplink, nil, outputLocal),
-		flow(ExClassifier, prioLow, "", ovs.PortLOCAL, nil, output(p.ExUplink)),
-		flow(ExClassifier, prioDefault, "", 0, nil, ovs.Drop()),
+		flow(ExClassifier, prioLow, "", 0, []ovs.Match{toNode}, outputLocal),
+		flow(ExClassifier, prioDefault, "", 0, nil, ovs.Normal()),
 		// ExServiceLB: ICMP errors (destination unreachable, incl. "fragmentation needed", time
 		// exceeded, parameter problem) go through ct(zone=ZoneService,nat): one about a
 		// ZoneService connection is +rel and un-DNATed (outer destination and the inner header)
@@ -53,6 +60,17 @@ func BuildExBase(st *State) (*FlowSet, error) {
 		flow(ExServiceCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{est}, output(p.ExPatch)),
 		flow(ExServiceCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rel}, output(p.ExPatch)),
 		flow(ExServiceCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{newDNAT}, output(p.ExPatch)),
+		// C31 (docs/field-cases.md#c31): a segment conntrack holds invalid (e.g. far outside
+		// the TCP window) but that belongs to a ZoneService connection comes out of ct(nat)
+		// already translated (+dnat, destination = the endpoint). It must not reach the host
+		// stack (whose reset would kill the client's connection, or which would route it
+		// towards the pod address): it goes on through the existing NAT to br-int, where the
+		// endpoint's node, the one node that sees every packet of the connection, drops it if
+		// its ZonePod holds it invalid too (IntPodIngressCT). This node's view may be stale: a
+		// route change sent part of the connection through another ingress node. Invalid
+		// packets without a ZoneService connection (not +dnat: the SYN-ACK of the host's own
+		// connection from a NodePort-numbered port, C16) still go to the host.
+		flow(ExServiceCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{invDNAT}, output(p.ExPatch)),
 		flow(ExServiceCT, prioDefault, "", 0, nil, outputLocal),
 		// ExServiceOut: after the bucket's ct(commit,nat(dst=...)).
 		flow(ExServiceOut, prioLow, ovs.ProtocolIPv4, 0, nil, output(p.ExPatch)),
@@ -67,6 +85,12 @@ func BuildExBase(st *State) (*FlowSet, error) {
 		// unreachable) is +rel: ct(nat) un-DNATed its outer source and inner header, and it
 		// carries the connection's ct_label; it goes to the client like a reply.
 		flow(ExServiceReply, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rel},
+			CTLabelClientMAC.MoveTo(nxmEthDst),
+			ovs.ModDataLinkSource(p.ExMAC),
+			output(p.ExUplink)),
+		// The same for replies: one that ZoneService holds invalid but un-DNATs (+inv+snat)
+		// was found +est+rpl by the endpoint's node; it goes to the client.
+		flow(ExServiceReply, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{invRpl},
 			CTLabelClientMAC.MoveTo(nxmEthDst),
 			ovs.ModDataLinkSource(p.ExMAC),
 			output(p.ExUplink)),
@@ -92,7 +116,10 @@ func BuildIntBase(st *State) (*FlowSet, error) {
 		// Geneve is accepted per VNI from known nodes only (BuildNode); anything else from the
 		// tunnel port is dropped here, and counted by this flow's n_packets.
 		flow(IntClassifier, prioLow, "", p.IntTunnel, nil, ovs.Drop()),
-		flow(IntClassifier, prioHook, ovs.ProtocolIPv4, p.IntPatch, nil, SourceBrEx.Load(), Goto(IntL3Forwarding)),
+		// From br-ex only what its Service tables sent, whose Ethernet destination is always
+		// br-ex's MAC (ExClassifier's hook requires it); frames NORMAL floods into the patch
+		// port (broadcasts, unknown unicast of other ports of br-ex) are dropped.
+		flow(IntClassifier, prioHook, ovs.ProtocolIPv4, p.IntPatch, []ovs.Match{ovs.DataLinkDestination(p.ExMAC.String())}, SourceBrEx.Load(), Goto(IntL3Forwarding)),
 		flow(IntClassifier, prioDefault, "", 0, nil, ovs.Drop()),
 
 		flow(IntPodEgressCT, prioMid, ovs.ProtocolIPv4, 0, rplTunnel,
@@ -115,8 +142,11 @@ func BuildIntBase(st *State) (*FlowSet, error) {
 		// IntPodIngress -> IntPodIngressCT: connections entering a pod from the service tunnel
 		// or from br-ex are tracked in ZonePod; a new one is committed with its origin (and, from
 		// the tunnel, the ingress node in ct_label); packets of an existing connection pass
-		// without a commit, so no later packet can change what was recorded; a packet whose
-		// connection has the other origin, or that conntrack finds invalid, is dropped.
+		// without a commit, from whichever node or origin they come (an LB IP picked up by
+		// another ingress node after a route change), so no later packet can change what was
+		// recorded: replies keep going the recorded way. A packet conntrack finds invalid (e.g. a
+		// SYN from a second ingress node for the 4-tuple of an established connection) is
+		// dropped (docs/security.md).
 		flow(IntPodIngress, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{SourceTunnelSvc.Match()},
 			CT{Zone: ZonePod, Table: tableRef(IntPodIngressCT)}),
 		flow(IntPodIngress, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{SourceBrEx.Match()},
@@ -130,10 +160,8 @@ func BuildIntBase(st *State) (*FlowSet, error) {
 		flow(IntPodIngressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{SourceBrEx.Match(), trackedNew},
 			CT{Commit: true, Zone: ZonePod, Exec: []ovs.Action{OriginBrEx.Load()}},
 			RegOutPort.Output()),
-		flow(IntPodIngressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{SourceTunnelSvc.Match(), trackedEst, OriginTunnel.Match()}, RegOutPort.Output()),
-		flow(IntPodIngressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{SourceTunnelSvc.Match(), trackedRel, OriginTunnel.Match()}, RegOutPort.Output()),
-		flow(IntPodIngressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{SourceBrEx.Match(), trackedEst, OriginBrEx.Match()}, RegOutPort.Output()),
-		flow(IntPodIngressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{SourceBrEx.Match(), trackedRel, OriginBrEx.Match()}, RegOutPort.Output()),
+		flow(IntPodIngressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{trackedEst}, RegOutPort.Output()),
+		flow(IntPodIngressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{trackedRel}, RegOutPort.Output()),
 		flow(IntPodIngressCT, prioDefault, "", 0, nil, ovs.Drop()),
 		flow(IntPodIngress, prioDefault, "", 0, nil, RegOutPort.Output()),
 	}

@@ -53,14 +53,29 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 		fs.Warnings = append(fs.Warnings, fmt.Sprintf("port %s/%s declined: %s; source IP preservation needs pod endpoints, so this node programs no entry point for it and the host (kube-proxy) serves it, with SNAT", sp.PortName, sp.Protocol, fs.Declined))
 		return fs, fs.Finish()
 	}
-	newConn := []ovs.Match{ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateNew))}
+	anyNew := []ovs.Match{ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateNew))}
+	newConn := anyNew
 	if sp.Protocol == TCP {
-		// Only a SYN starts a connection: mid-stream packets of the host's own connections that
-		// use a NodePort as local port are left to the host (docs/field-cases.md#c16).
-		newConn = append(newConn, ovs.TCPFlags("+syn", "-ack"))
+		// Only a SYN starts a connection on an address of this node: mid-stream packets of the
+		// host's own connections that use a NodePort as local port are left to the host
+		// (docs/field-cases.md#c16), and so are mid-stream packets of connections this node
+		// holds no state for: the host answers them with a RST (no socket).
+		newConn = append(slices.Clip(anyNew), ovs.TCPFlags("+syn", "-ack"))
 	}
 	ranges, filter := sourceRanges(sp)
 	for _, e := range sp.EntryPoints(st.NodePortAddresses) {
+		nc := newConn
+		if sp.Protocol == TCP && !st.hostAddr(e.Addr.Addr()) {
+			// A LoadBalancer IP or externalIP is no address of the host, which has no
+			// connections of its own on it. A mid-stream packet that finds no ZoneService
+			// connection (a route change moved the client's connection here from another
+			// ingress node, or this node lost its conntrack) is picked up like a new one: the
+			// select group hashes the client's ip and port over the same bucket ids on every
+			// node, so it continues to the connection's endpoint; that node delivers it without
+			// changing the connection's recorded ingress node (docs/security.md, "Entry points
+			// and the host stack").
+			nc = anyNew
+		}
 		if e.Protocol == UDP && e.Addr.Port() == st.Ports.tunnelUDPPort() && e.Addr.Addr() == st.self().InternalIP {
 			fs.Warnings = append(fs.Warnings, fmt.Sprintf("entry point %s is this node's Geneve tunnel endpoint: not served", e))
 			continue
@@ -70,12 +85,12 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 		var ct []ovs.Flow
 		if filter && sp.sourceFiltered(e) {
 			for _, r := range ranges {
-				m := append(append(slices.Clone(newConn), ovs.NetworkSource(r.String())), entryMatch(e)...)
+				m := append(append(slices.Clone(nc), ovs.NetworkSource(r.String())), entryMatch(e)...)
 				ct = append(ct, flow(ExServiceCT, prioEntry, proto, 0, m, Group(sp.GroupID)))
 			}
-			ct = append(ct, flow(ExServiceCT, prioSourceDeny, proto, 0, append(slices.Clone(newConn), entryMatch(e)...), ovs.Drop()))
+			ct = append(ct, flow(ExServiceCT, prioSourceDeny, proto, 0, append(slices.Clone(nc), entryMatch(e)...), ovs.Drop()))
 		} else {
-			ct = append(ct, flow(ExServiceCT, prioEntry, proto, 0, append(slices.Clone(newConn), entryMatch(e)...), Group(sp.GroupID)))
+			ct = append(ct, flow(ExServiceCT, prioEntry, proto, 0, append(slices.Clone(nc), entryMatch(e)...), Group(sp.GroupID)))
 		}
 		keys := []MatchKey{mustMatchKey(BrEx, &lb)}
 		for i := range ct {
@@ -117,6 +132,12 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 	slices.SortFunc(fs.Endpoints, func(a, b netip.AddrPort) int { return a.Compare(b) })
 	fs.Endpoints = slices.Compact(fs.Endpoints)
 	return fs, fs.Finish()
+}
+
+// hostAddr reports whether a is an address of this node's host stack: its InternalIP or a
+// NodePort address.
+func (st *State) hostAddr(a netip.Addr) bool {
+	return a == st.self().InternalIP || slices.Contains(st.NodePortAddresses, a)
 }
 
 func sortEntryPoints(es []EntryPoint) {

@@ -8,24 +8,29 @@ type Table int
 
 // br-ex tables.
 const (
-	// ExClassifier (br-ex table 0) holds the hooks: IP from the uplink -> ExServiceLB; anything from
-	// the patch port -> ExFromInt; the base uplink<->LOCAL plumbing at low priority.
+	// ExClassifier (br-ex table 0) holds the hooks: IP from the uplink to br-ex's MAC ->
+	// ExServiceLB; anything from the patch port -> ExFromInt; frames to br-ex's MAC -> LOCAL;
+	// everything else NORMAL (the installer's default, for ports the agent does not own).
 	ExClassifier Table = 0
 	// ExServiceLB matches the entry points (NodePort on node addresses, LB ingress IPs,
 	// externalIPs) of opted-in Service ports and sends them through ct(zone=ZoneService,nat) to
 	// ExServiceCT. Anything else goes to the host (LOCAL), untouched (path P5).
 	ExServiceLB Table = 40
 	// ExServiceCT sees entry-point packets after conntrack: established/related/already-DNATed
-	// ones go to br-int; new ones (TCP: SYN only) go to the Service port's select group, whose
-	// bucket commits the DNAT and records the client's L2 neighbour MAC in ct_label; anything else
-	// (e.g. a host connection that happens to use a NodePort as its local port) goes to LOCAL.
+	// ones go to br-int, and so do invalid ones of a DNATed connection (+inv+dnat, C31: never
+	// the host; the endpoint's node judges them); new ones (TCP on a node address: SYN only; on
+	// an LB IP or externalIP: any, so that a moved connection is picked up) go to the Service
+	// port's select group, whose bucket commits the DNAT and records the client's L2 neighbour
+	// MAC in ct_label; anything else (e.g. a host connection that happens to use a NodePort as
+	// its local port) goes to LOCAL.
 	ExServiceCT Table = 41
 	// ExServiceOut receives the packet after the bucket's ct(commit,nat) and sends it to br-int.
 	ExServiceOut Table = 42
 	// ExFromInt takes packets coming from br-int (service replies) through ct(zone=ZoneService,nat).
 	ExFromInt Table = 45
-	// ExServiceReply sends un-DNATed replies (+est+rpl in ZoneService) out of the uplink, to the
-	// MAC the request came from (ct_label) and from br-ex's MAC. Anything else is dropped.
+	// ExServiceReply sends un-DNATed replies (+est+rpl in ZoneService, or +inv+snat: invalid
+	// here but established on the endpoint's node) out of the uplink, to the MAC the request
+	// came from (ct_label) and from br-ex's MAC. Anything else is dropped.
 	ExServiceReply Table = 46
 )
 

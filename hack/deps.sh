@@ -15,6 +15,7 @@ progs=(
 	"ethtool      ethtool"            # checksum offload off on veths
 	"ping         iputils-ping"       # TestLabUp reachability
 	"tcpdump      tcpdump"            # captures in test/e2e
+	"python3      python3"            # line server, line client and ACK injector of test/e2e/entry_test.go
 	"ovsdb-tool   openvswitch-common" # each node's own database
 	"ovsdb-server openvswitch-common"
 	"ovs-appctl   openvswitch-common" # the lab, the agent (conntrack), srcipctl trace

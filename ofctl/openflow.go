@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -297,6 +298,23 @@ func (o *OpenFlow) DumpFlows(ctx context.Context, filter string) (string, error)
 // DumpGroups returns `ovs-ofctl -O OpenFlow15 dump-groups TARGET`, for humans.
 func (o *OpenFlow) DumpGroups(ctx context.Context) (string, error) {
 	return o.output(ctx, o.ofctl("dump-groups", o.Target))
+}
+
+// LocalMAC returns the MAC of the bridge's LOCAL port (`ovs-ofctl show`, "LOCAL(...): addr:"),
+// the Ethernet destination of every frame the node receives on its uplink.
+func (o *OpenFlow) LocalMAC(ctx context.Context) (net.HardwareAddr, error) {
+	out, err := o.output(ctx, o.ofctl("show", o.Target))
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "LOCAL(") {
+			if _, a, ok := strings.Cut(l, "addr:"); ok {
+				return net.ParseMAC(strings.TrimSpace(a))
+			}
+		}
+	}
+	return nil, fmt.Errorf("%s: no LOCAL port in ovs-ofctl show", o.Bridge)
 }
 
 // Trace returns `ovs-appctl -t CTL ofproto/trace BRIDGE FLOW [--ct-next X]...` (ovs-vswitchd(8)

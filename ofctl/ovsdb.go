@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -52,6 +53,9 @@ const defaultPortWait = 30 * time.Second
 type DB struct {
 	c       client.Client
 	changes chan struct{}
+	// warnedFailMode is br-ex's fail mode EnsureIntegration last warned about ("" = none), so
+	// that the warning is logged once per change, not at every sync.
+	warnedFailMode atomic.Value
 }
 
 // Connect connects to ovsdb-server at endpoint ("unix:/path/db.sock", "tcp:IP:PORT"), starts
@@ -229,6 +233,22 @@ func (d *DB) EnsureIntegration(ctx context.Context, c IntegrationConfig) (flows.
 			return flows.Ports{}, fmt.Errorf("%s: %w", c.BrEx, ErrBridgeNotFound)
 		}
 		return flows.Ports{}, fmt.Errorf("read bridge %s: %w", c.BrEx, err)
+	}
+	if ex.FailMode == nil || *ex.FailMode != "secure" {
+		// The agent's flows end br-ex in NORMAL for ports it does not own; with fail_mode=secure
+		// that flow only exists together with the agent's hooks. In standalone mode (or unset)
+		// a restarted ovs-vswitchd forwards everything with its own NORMAL flow until the agent
+		// has replayed (docs/field-cases.md#c19). The mode belongs to the node installer.
+		mode := "standalone (unset)"
+		if ex.FailMode != nil {
+			mode = *ex.FailMode
+		}
+		if prev, _ := d.warnedFailMode.Load().(string); prev != mode {
+			d.warnedFailMode.Store(mode)
+			log.Info("Warning: the external bridge is not fail_mode=secure; after an ovs-vswitchd restart it forwards with NORMAL, Service entry points included, until the agent's flows are back (docs/field-cases.md#c19)", "failMode", mode)
+		}
+	} else {
+		d.warnedFailMode.Store("")
 	}
 	if c.Uplink == "" {
 		up, err := d.findUplink(ctx, ex, c.PatchExToInt)

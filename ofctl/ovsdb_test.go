@@ -284,3 +284,30 @@ func TestEnsureIntegrationFindsUplink(t *testing.T) {
 	require.ErrorIs(t, err, ofctl.ErrUplinkAmbiguous)
 	assert.Contains(t, err.Error(), "[eth0 eth1]")
 }
+
+// br-ex's fail mode belongs to the installer; EnsureIntegration leaves it alone but warns, once
+// per mode, when it is not secure (docs/field-cases.md#c19: a standalone br-ex forwards with
+// NORMAL after an ovs-vswitchd restart until the agent's flows are back).
+func TestEnsureIntegrationWarnsWhenBrExNotSecure(t *testing.T) {
+	_, sb, db := startNode(t)
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2), ktesting.BufferLogs(true)))
+	ctx := klog.NewContext(context.Background(), logger)
+	buf := logger.GetSink().(ktesting.Underlier).GetBuffer()
+	const warning = "not fail_mode=secure"
+
+	_, err := db.EnsureIntegration(ctx, integration)
+	require.NoError(t, err)
+	assert.NotContains(t, buf.String(), warning, "the sandbox's br-ex is secure")
+
+	sb.Vsctl(t, "set", "Bridge", "br-ex", "fail_mode=standalone")
+	require.Eventually(t, func() bool {
+		_, err := db.EnsureIntegration(ctx, integration)
+		require.NoError(t, err)
+		return strings.Contains(buf.String(), warning)
+	}, 10*time.Second, 50*time.Millisecond)
+	_, err = db.EnsureIntegration(ctx, integration)
+	require.NoError(t, err)
+	assert.Equal(t, 1, strings.Count(buf.String(), warning), "warned more than once for one mode")
+	assert.Contains(t, buf.String(), `failMode="standalone"`)
+	assert.Equal(t, "standalone", vsGet(t, sb, "Bridge", "br-ex", "fail_mode"), "br-ex's fail mode is the installer's")
+}

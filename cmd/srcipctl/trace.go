@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os/exec"
 	"path/filepath"
@@ -17,15 +18,16 @@ import (
 )
 
 // traceFlow returns the ofproto/trace flow of the first packet of a new connection from client to
-// entry arriving on the uplink (by port name), and the --ct-next states of its two recirculations:
+// entry arriving on the uplink (by port name) addressed to the node's MAC (br-ex's: ExClassifier
+// hooks only frames to it), and the --ct-next states of its two recirculations:
 // ct(nat) in ExServiceLB (a new connection) and the group bucket's ct(commit,nat) (DNATed).
-func traceFlow(uplink, proto string, client, entry netip.AddrPort) (string, []string, error) {
+func traceFlow(uplink string, nodeMAC net.HardwareAddr, proto string, client, entry netip.AddrPort) (string, []string, error) {
 	if !client.Addr().Is4() || !entry.Addr().Is4() {
 		return "", nil, fmt.Errorf("IPv4 client and entry point required (got %s, %s)", client, entry)
 	}
 	// Protocol-specific port fields: ofproto/trace rejects tp_src/tp_dst on a UDP flow.
-	f := fmt.Sprintf("in_port=%s,%s,nw_src=%s,nw_dst=%s,%s_src=%d,%s_dst=%d,nw_ttl=64",
-		uplink, proto, client.Addr(), entry.Addr(), proto, client.Port(), proto, entry.Port())
+	f := fmt.Sprintf("in_port=%s,%s,dl_dst=%s,nw_src=%s,nw_dst=%s,%s_src=%d,%s_dst=%d,nw_ttl=64",
+		uplink, proto, nodeMAC, client.Addr(), entry.Addr(), proto, client.Port(), proto, entry.Port())
 	switch proto {
 	case "tcp":
 		f += ",tcp_flags=syn"
@@ -106,7 +108,7 @@ func findUplink(ctx context.Context, db, bridge string) (string, error) {
 }
 
 func traceCommand(out io.Writer) *cobra.Command {
-	var runDir, db, bridge, uplink, proto, from, to string
+	var runDir, db, bridge, uplink, proto, from, to, dlDst string
 	var full bool
 	cmd := &cobra.Command{
 		Use:   "trace",
@@ -137,11 +139,19 @@ func traceCommand(out io.Writer) *cobra.Command {
 					return err
 				}
 			}
-			flow, ctNext, err := traceFlow(uplink, proto, client, entry)
+			of := ofctl.NewOpenFlow(bridge, ofctl.MgmtTarget(runDir, bridge))
+			var nodeMAC net.HardwareAddr
+			if dlDst != "" {
+				if nodeMAC, err = net.ParseMAC(dlDst); err != nil {
+					return fmt.Errorf("--dl-dst: %w", err)
+				}
+			} else if nodeMAC, err = of.LocalMAC(cmd.Context()); err != nil {
+				return err
+			}
+			flow, ctNext, err := traceFlow(uplink, nodeMAC, proto, client, entry)
 			if err != nil {
 				return err
 			}
-			of := ofctl.NewOpenFlow(bridge, ofctl.MgmtTarget(runDir, bridge))
 			tr, err := of.Trace(cmd.Context(), flow, ctNext)
 			if err != nil {
 				return err
@@ -162,6 +172,7 @@ func traceCommand(out io.Writer) *cobra.Command {
 	cmd.Flags().StringVar(&proto, "proto", "tcp", "tcp or udp")
 	cmd.Flags().StringVar(&from, "from", "", "the external client, IP:PORT (required)")
 	cmd.Flags().StringVar(&to, "to", "", "the entry point, IP:PORT (node address:NodePort, LB IP:port or externalIP:port)")
+	cmd.Flags().StringVar(&dlDst, "dl-dst", "", "the Ethernet destination of the packet (default: the bridge's LOCAL MAC, as the agent reads it)")
 	cmd.Flags().BoolVar(&full, "full", false, "print the whole trace")
 	_ = cmd.MarkFlagRequired("to")
 	return cmd

@@ -19,6 +19,8 @@ import (
 func TestTrace(t *testing.T) {
 	sb := ovstest.StartDummy(t)
 	sb.AddNodeBridges(t)
+	// br-ex's LOCAL MAC, which srcipctl trace reads as the packet's Ethernet destination.
+	sb.Vsctl(t, "set", "bridge", "br-ex", "other_config:hwaddr=02:00:c0:00:02:0b")
 	mac, _ := net.ParseMAC("02:00:c0:00:02:0b")
 	gids := flows.NewGroupIDs()
 	sp := flows.ServicePort{Namespace: "demo", Name: "web", PortName: "http", Protocol: flows.TCP, Port: 80, NodePort: 30080,
@@ -45,6 +47,7 @@ func TestTrace(t *testing.T) {
 	assert.Contains(t, out, "tcp_flags=syn")
 	id := flows.BucketIDs([]netip.AddrPort{netip.MustParseAddrPort("10.244.2.5:8080")})[netip.MustParseAddrPort("10.244.2.5:8080")]
 	assert.Contains(t, out, fmt.Sprintf("-> using bucket %d\n", id), "the bucket id is derived from the endpoint")
+	assert.Contains(t, out, "dl_dst=02:00:c0:00:02:0b")
 	assert.Contains(t, out, "nat(dst=10.244.2.5:8080)")
 	assert.Contains(t, out, "cookie 0x5c10", "the Service port's flows are named by their cookie")
 

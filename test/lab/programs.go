@@ -14,7 +14,8 @@ type Program struct{ Name, DebianPackage string }
 // LabPrograms are the programs the lab, the agents it runs and the tests on it execute:
 // namespaces, links and routes (ip), sysctls, checksum offload (ethtool, through sh), each node's
 // Open vSwitch (ovsdb-tool, ovsdb-server, ovs-vswitchd, ovs-vsctl; ovs-ofctl and ovs-appctl also
-// from the agent and srcipctl), captures (tcpdump, test/e2e), reachability (ping, TestLabUp) and
+// from the agent and srcipctl), captures (tcpdump, test/e2e), long-lived connections and raw
+// segments of test/e2e/entry_test.go (python3), reachability (ping, TestLabUp) and
 // a placeholder process (sleep, TestCleanup).
 var LabPrograms = []Program{
 	{"ip", "iproute2"},
@@ -24,6 +25,7 @@ var LabPrograms = []Program{
 	{"ethtool", "ethtool"},
 	{"ping", "iputils-ping"},
 	{"tcpdump", "tcpdump"},
+	{"python3", "python3"},
 	{"ovsdb-tool", "openvswitch-common"},
 	{"ovsdb-server", "openvswitch-common"},
 	{"ovs-appctl", "openvswitch-common"},

@@ -5,6 +5,8 @@ package trace
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"net"
 	"net/netip"
 	"strings"
@@ -238,9 +240,9 @@ func TestTunnelOnlyFromNodes(t *testing.T) {
 	require.Equal(t, []string{"drop"}, datapathActions(w.trace(t, w.in, base+"9")))
 }
 
-// A tunnel packet never changes the state of an existing connection: an established one of the
-// same origin is delivered without a commit (ct_label keeps the ingress node recorded by the
-// first packet), one whose connection came from br-ex, or that conntrack finds invalid, is dropped.
+// A tunnel packet never changes the state of an existing connection: a packet of an established
+// connection is delivered without a commit, whatever its origin (ct_mark and ct_label keep what
+// the first packet recorded); one that conntrack finds invalid is dropped.
 func TestTunnelPacketDoesNotRewriteConnection(t *testing.T) {
 	w := newNode(t, "node2", "10.244.2.5")
 	// A packet of an existing connection arrives by the tunnel.
@@ -249,7 +251,7 @@ func TestTunnelPacketDoesNotRewriteConnection(t *testing.T) {
 	acts := datapathActions(out)
 	require.Len(t, acts, 2, out)
 	require.NotContains(t, out, "ct(commit", "an established connection is not committed again")
-	require.Equal(t, "drop", acts[1], "ct_mark 0 (not a tunnel connection): dropped: %s", out)
+	require.NotEqual(t, "drop", acts[1], "a connection of the other origin (ct_mark 0x1) is delivered, not re-committed: %s", out)
 	out = w.trace(t, w.in, in+",ct_mark=0x2", "trk,est")
 	acts = datapathActions(out)
 	require.Len(t, acts, 2, out)
@@ -423,4 +425,177 @@ func TestUDPFragmentsGoThroughConntrack(t *testing.T) {
 	w = newNode(t, "node1", "10.244.1.5", web("10.244.2.5"))
 	out = w.trace(t, w.ex, frag)
 	require.NotContains(t, out, "ct(", out)
+}
+
+// C31 (docs/field-cases.md#c31): a segment of a DNATed connection that conntrack holds invalid
+// (far out of window) comes out of ct(nat) translated, ct_state +inv+trk+dnat. ExServiceCT sends it
+// on through the NAT to br-int, never to the host (LOCAL); the endpoint's node (here node1 itself,
+// P2) finds it invalid in ZonePod too and IntPodIngressCT drops it. ofproto/trace refuses to model
+// that state (--ct-next allows only "trk" next to "inv"), so this case runs the dummy datapath's
+// real conntrack (docs/lab-facts.md#fact-5) on injected frames: the connection's handshake, then an
+// ACK with sequence and acknowledgment numbers 2^31 away. The host's own SYN-ACK (+inv without
+// +dnat, C16) still goes to LOCAL (TestHostConnectionOnNodePortGoesToHost).
+func TestC31InvalidDNATedSegmentDropped(t *testing.T) {
+	w := newNode(t, "node1", "10.244.1.5", web("10.244.1.5"))
+	ack := strings.Replace(synToNodePort, "tcp_flags=syn", "tcp_flags=ack", 1)
+	_, err := w.ex.Trace(w.ctx, ack, []string{"trk,inv,dnat"})
+	require.ErrorContains(t, err, `only "trk" may also be set`, "ofproto/trace now models +inv+dnat: trace it instead")
+	// Nor the reply side (ExServiceReply's +inv+snat flow; covered by the lab test
+	// TestEntryRouteChangeContinuesOnNewIngressNode).
+	_, err = w.in.Trace(w.ctx, "in_port=2,tun_id=3,tun_src=192.0.2.12,tun_dst=192.0.2.11,tcp,nw_src=10.244.2.5,nw_dst=198.51.100.10,tp_src=8080,tp_dst=40000,tcp_flags=ack", []string{"trk,inv,snat"})
+	require.ErrorContains(t, err, `only "trk" may also be set`, "ofproto/trace now models +inv+snat: trace it instead")
+
+	// A real handshake through P2 (local endpoint 10.244.1.5 on the dummy port "pod"), then the
+	// out-of-window ACK.
+	client, node, pod := netip.MustParseAddr("198.51.100.10"), netip.MustParseAddr("192.0.2.11"), netip.MustParseAddr("10.244.1.5")
+	podMAC, gwMAC := flows.GatewayMAC(pod), flows.GatewayMAC(netip.MustParseAddr("10.244.1.1"))
+	const syn, synack, ackf = 0x02, 0x12, 0x10
+	for _, f := range []struct{ port, frame string }{
+		{"eth0", tcpFrame(mac(clientMAC), mac(brExMAC), client, node, 40000, 30080, 1000, 0, syn)},
+		{"pod", tcpFrame(podMAC, gwMAC, pod, client, 8080, 40000, 5000, 1001, synack)},
+		{"eth0", tcpFrame(mac(clientMAC), mac(brExMAC), client, node, 40000, 30080, 1001, 5001, ackf)},
+		{"eth0", tcpFrame(mac(clientMAC), mac(brExMAC), client, node, 40000, 30080, 1001+1<<31, 5001+1<<31, ackf)},
+	} {
+		w.sb.Run(t, "ovs-appctl", "netdev-dummy/receive", f.port, f.frame)
+	}
+	packets := func(match string) string {
+		return flowPackets(t, w.sb.Run(t, "ovs-ofctl", "-O", "OpenFlow15", "dump-flows", "br-ex", "table=41"), match)
+	}
+	require.Equal(t, "1", packets("tcp_flags=+syn-ack actions=group:"), "the SYN did not reach the group")
+	require.Equal(t, "1", packets("ct_state=+est+trk,ip actions=output:2"), "the handshake's ACK was not established")
+	require.Equal(t, "1", packets("ct_state=+inv+trk+dnat,ip actions=output:2"), "the invalid segment did not go on through the NAT")
+	require.Equal(t, "0", packets("priority=0 actions=LOCAL"), "a packet of the DNATed connection reached the host")
+	require.Equal(t, "1", flowPackets(t, w.sb.Run(t, "ovs-ofctl", "-O", "OpenFlow15", "dump-flows", "br-int", "table=66"),
+		"ct_state=+inv+trk,ip actions=drop"), "the endpoint's node did not drop the invalid segment")
+}
+
+// flowPackets returns n_packets of the one flow of a dump-flows output that contains match.
+func flowPackets(t *testing.T, out, match string) string {
+	t.Helper()
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, match) {
+			for _, f := range strings.Split(l, ", ") {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(f), "n_packets="); ok {
+					return v
+				}
+			}
+		}
+	}
+	t.Fatalf("no flow %q in:\n%s", match, out)
+	return ""
+}
+
+// tcpFrame renders an Ethernet/IPv4/TCP frame (no payload, valid checksums) as hex for
+// netdev-dummy/receive.
+func tcpFrame(smac, dmac net.HardwareAddr, src, dst netip.Addr, sport, dport uint16, seq, ack uint32, flags byte) string {
+	tcp := make([]byte, 20)
+	binary.BigEndian.PutUint16(tcp[0:], sport)
+	binary.BigEndian.PutUint16(tcp[2:], dport)
+	binary.BigEndian.PutUint32(tcp[4:], seq)
+	binary.BigEndian.PutUint32(tcp[8:], ack)
+	tcp[12], tcp[13] = 5<<4, flags
+	binary.BigEndian.PutUint16(tcp[14:], 65535)
+	s4, d4 := src.As4(), dst.As4()
+	pseudo := append(append(append([]byte{}, s4[:]...), d4[:]...), 0, 6, 0, byte(len(tcp)))
+	binary.BigEndian.PutUint16(tcp[16:], inetChecksum(append(pseudo, tcp...)))
+	ip := []byte{0x45, 0, 0, byte(20 + len(tcp)), 0, 1, 0, 0, 64, 6, 0, 0}
+	ip = append(append(ip, s4[:]...), d4[:]...)
+	binary.BigEndian.PutUint16(ip[10:], inetChecksum(ip))
+	frame := append(append(append([]byte{}, dmac...), smac...), 0x08, 0x00)
+	return hex.EncodeToString(append(append(frame, ip...), tcp...))
+}
+
+func inetChecksum(b []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		sum += uint32(b[i])<<8 | uint32(b[i+1])
+	}
+	if len(b)%2 == 1 {
+		sum += uint32(b[len(b)-1]) << 8
+	}
+	for sum>>16 != 0 {
+		sum = sum>>16 + sum&0xffff
+	}
+	return ^uint16(sum)
+}
+
+// Issue 7 point 6: a port of br-ex the agent does not own (a VM tap) keeps the installer's NORMAL
+// forwarding, and so do frames from the uplink for its MAC, even IP to an entry point: only
+// frames addressed to br-ex's MAC are the node's to DNAT. Frames to br-ex's MAC from that port go
+// straight to the host, never flooded.
+func TestForeignPortKeepsNormal(t *testing.T) {
+	w := newNode(t, "node1", "10.244.1.5", web("10.244.2.5"))
+	w.sb.Vsctl(t, "add-port", "br-ex", "vm0", "--", "set", "interface", "vm0", "type=dummy", "ofport_request=7")
+	const vmMAC = "02:00:00:00:00:50"
+	for name, flow := range map[string]string{
+		"vm arp":                        "in_port=7,arp,dl_src=" + vmMAC + ",dl_dst=ff:ff:ff:ff:ff:ff,arp_op=1,arp_spa=192.0.2.50,arp_tpa=192.0.2.1",
+		"vm to the outside":             "in_port=7,tcp,dl_src=" + vmMAC + ",dl_dst=02:00:00:00:00:01,nw_src=192.0.2.50,nw_dst=198.51.100.10,tp_src=40000,tp_dst=80",
+		"uplink to the vm":              "in_port=1,tcp,dl_src=02:00:00:00:00:01,dl_dst=" + vmMAC + ",nw_src=198.51.100.10,nw_dst=192.0.2.50,tp_src=80,tp_dst=40000",
+		"uplink, entry point, vm's MAC": strings.Replace(synToNodePort, "dl_dst="+brExMAC, "dl_dst="+vmMAC, 1),
+	} {
+		out := w.trace(t, w.ex, flow)
+		require.Contains(t, out, "0. priority 0", name+": "+out)
+		require.Contains(t, out, "NORMAL", name+": "+out)
+		require.NotContains(t, out, "ct(", name+": "+out)
+		require.NotEqual(t, []string{"drop"}, datapathActions(out), name+": "+out)
+	}
+	out := w.trace(t, w.ex, "in_port=7,tcp,dl_src="+vmMAC+",dl_dst="+brExMAC+",nw_src=192.0.2.50,nw_dst=192.0.2.11,tp_src=40000,tp_dst=22")
+	require.Contains(t, out, "0. dl_dst="+brExMAC+", priority 10", out)
+	require.NotContains(t, out, "NORMAL", out)
+	require.Contains(t, out, "LOCAL", out)
+}
+
+// Frames NORMAL floods from br-ex into the patch port (broadcasts, unknown unicast of other ports)
+// do not enter br-int's pipeline: only frames to br-ex's MAC, which every packet of the Service
+// tables carries, are taken from the patch.
+func TestFloodedFrameFromPatchDropped(t *testing.T) {
+	w := newNode(t, "node1", "10.244.1.5")
+	for _, dst := range []string{"ff:ff:ff:ff:ff:ff", "02:00:00:00:00:50"} {
+		out := w.trace(t, w.in, "in_port=1,tcp,dl_src=02:00:00:00:00:01,dl_dst="+dst+",nw_src=198.51.100.10,nw_dst=10.244.1.5,tp_src=40000,tp_dst=8080")
+		require.Equal(t, []string{"drop"}, datapathActions(out), out)
+	}
+	out := w.trace(t, w.in, "in_port=1,tcp,dl_src=02:00:00:00:00:01,dl_dst="+brExMAC+",nw_src=198.51.100.10,nw_dst=10.244.1.5,tp_src=40000,tp_dst=8080")
+	require.Contains(t, out, "ct(commit,zone=64257", out)
+}
+
+// The backend node does not let a packet ZonePod holds invalid re-point an established
+// connection: a SYN that a second ingress node (192.0.2.13) sends for the 4-tuple of a connection
+// that came through node1 is dropped before IntPodIngressCT's commit, which would overwrite the
+// connection's ct_label (its ingress node) and send its replies to node3. A valid packet from a
+// new ingress node (+est: a route change) is committed with the new ingress node.
+func TestBackendInvalidFromOtherIngressDropped(t *testing.T) {
+	w := newNode(t, "node2", "10.244.2.5")
+	in := "in_port=2,tun_id=2,tun_src=192.0.2.13,tun_dst=192.0.2.12,tcp,nw_src=198.51.100.10,nw_dst=10.244.2.5,tp_src=40000,tp_dst=8080,tcp_flags=syn"
+	out := w.trace(t, w.in, in, "trk,inv")
+	acts := datapathActions(out)
+	require.Len(t, acts, 2, out)
+	require.Equal(t, "drop", acts[1], out)
+	require.NotContains(t, out, "ct(commit", out)
+
+	moved := strings.Replace(in, "tcp_flags=syn", "tcp_flags=ack", 1)
+	out = w.trace(t, w.in, moved, "trk,est")
+	acts = datapathActions(out)
+	require.Len(t, acts, 2, out)
+	require.Contains(t, acts[1], "ct(commit,zone=64257,mark=0x2/0xf,label=0xc000020d/0xffffffff)", out)
+}
+
+// A connection this node holds no ZoneService state for (+new without SYN): on an LB IP it is
+// picked up - the select group chooses its endpoint, the same on every node - so a connection a
+// route change moved here continues; on a node address it goes to the host, whose RST ends it
+// (C16: the host's own connections live there).
+func TestMidStreamPickedUpOnLBIPOnly(t *testing.T) {
+	w := newNode(t, "node1", "10.244.1.5", web("10.244.2.5"))
+	ack := strings.Replace(synToNodePort, "tcp_flags=syn", "tcp_flags=ack", 1)
+	lb := strings.Replace(strings.Replace(ack, "nw_dst=192.0.2.11", "nw_dst=203.0.113.100", 1), "tp_dst=30080", "tp_dst=80", 1)
+	out := w.trace(t, w.ex, lb, "trk,new", "trk,new,dnat")
+	acts := datapathActions(out)
+	require.Len(t, acts, 3, out)
+	require.Contains(t, out, "-> using bucket 0", out)
+	require.Contains(t, acts[1], "nat(dst=10.244.2.5:8080)", out)
+
+	out = w.trace(t, w.ex, ack, "trk,new")
+	acts = datapathActions(out)
+	require.Len(t, acts, 2, out)
+	require.NotContains(t, out, "group:", out)
+	require.Contains(t, out, "41. priority 0", out)
 }
