@@ -28,6 +28,7 @@ demo: deps build
 
 vet:
 	$(GO) vet ./...
+	$(GO) mod tidy -diff
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 # Pure and OVS-sandbox tiers (golden files, ofproto/trace on a dummy datapath, fakes).
