@@ -25,20 +25,30 @@ const ReasonRefused = "SourceIPRefused"
 //     any Node: on node addresses only NodePorts are served;
 //   - an externalIP may not be a LoadBalancer ingress IP of another Service (opted in or not);
 //   - an externalIP must lie inside the operator's allow-list (--external-ip-cidrs; empty: no
-//     externalIP is served, as Kubernetes' DenyServiceExternalIPs advice recommends).
+//     externalIP is served, as Kubernetes' DenyServiceExternalIPs advice recommends);
+//   - a NodePort must lie in the cluster's NodePort range (--service-node-port-range, the
+//     API server's flag of that name; default 30000-32767): the API server enforces it, but a
+//     manifests directory does not, and a NodePort of 22 would capture the nodes' SSH.
 //
 // Refused addresses are left out of the Service's entry points (its other entry points are
 // served) and reported with a ReasonRefused Event. It is owned by the model.
 type admission struct {
 	externalCIDRs []netip.Prefix
+	nodePortRange [2]uint16             // inclusive; zero: DefaultNodePortRange
 	nodeAddrs     map[netip.Addr]string // every address of every Node -> the Node's name
 	lbOf          map[types.NamespacedName][]netip.Addr
 	lbOwners      map[netip.Addr]map[types.NamespacedName]bool
 	extUsers      map[types.NamespacedName]bool // Services with spec.externalIPs
 }
 
-func newAdmission(externalCIDRs []netip.Prefix) *admission {
-	return &admission{externalCIDRs: externalCIDRs, nodeAddrs: map[netip.Addr]string{},
+// DefaultNodePortRange is Kubernetes' default --service-node-port-range.
+var DefaultNodePortRange = [2]uint16{30000, 32767}
+
+func newAdmission(externalCIDRs []netip.Prefix, nodePortRange [2]uint16) *admission {
+	if nodePortRange == [2]uint16{} {
+		nodePortRange = DefaultNodePortRange
+	}
+	return &admission{externalCIDRs: externalCIDRs, nodePortRange: nodePortRange, nodeAddrs: map[netip.Addr]string{},
 		lbOf: map[types.NamespacedName][]netip.Addr{}, lbOwners: map[netip.Addr]map[types.NamespacedName]bool{},
 		extUsers: map[types.NamespacedName]bool{}}
 }
@@ -147,6 +157,10 @@ func (a *admission) admit(name types.NamespacedName, sps []flows.ServicePort) ([
 	}
 	out := make([]flows.ServicePort, 0, len(sps))
 	for _, sp := range sps {
+		if np := sp.NodePort; np != 0 && (np < a.nodePortRange[0] || np > a.nodePortRange[1]) {
+			problems = append(problems, fmt.Sprintf("nodePort %d of port %q is outside the NodePort range %d-%d (--service-node-port-range): refused", np, sp.PortName, a.nodePortRange[0], a.nodePortRange[1]))
+			sp.NodePort = 0
+		}
 		sp.LoadBalancerIPs = slices.DeleteFunc(slices.Clone(sp.LoadBalancerIPs), refusedLB)
 		sp.ExternalIPs = slices.DeleteFunc(slices.Clone(sp.ExternalIPs), refusedExt)
 		out = append(out, sp)

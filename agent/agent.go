@@ -41,6 +41,9 @@ type Config struct {
 	// ExternalIPCIDRs are the ranges externalIPs may be served from (--external-ip-cidrs);
 	// empty: no externalIP is served.
 	ExternalIPCIDRs []netip.Prefix
+	// NodePortRange is the cluster's NodePort range, inclusive (--service-node-port-range);
+	// zero: DefaultNodePortRange. NodePorts outside it are refused (see admission).
+	NodePortRange [2]uint16
 	// FullSyncPeriod is the drift-repair period (0: DefaultFullSyncPeriod).
 	FullSyncPeriod time.Duration
 	// MinSyncInterval bounds the sync rate (0: DefaultMinSyncInterval).
@@ -104,6 +107,7 @@ func New(cfg Config) (*Agent, error) {
 		Dataplane:         cfg.Dataplane,
 		NodePortCIDRs:     cfg.NodePortCIDRs,
 		ExternalIPCIDRs:   cfg.ExternalIPCIDRs,
+		NodePortRange:     cfg.NodePortRange,
 		ZoneLimitPercent:  cfg.ZoneLimitPercent,
 		HasSynced:         cfg.Source.HasSynced,
 		Events:            sourceEvents{cfg.Source},

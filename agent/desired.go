@@ -48,7 +48,7 @@ func ReadManifestDir(dir string) ([]runtime.Object, error) {
 // RenderDesired returns the bundle lines ("flow add ...", "group add_or_mod ...") a first full
 // sync of node would write into empty bridges, given cluster objects, without touching OVS: the
 // ofports are PlaceholderPorts and every Pod of the node with an IPv4 podIP gets a placeholder
-// pod port (ofport 100, 101, ... in name order). nodePortCIDRs and externalIPCIDRs are the agent's
+// pod port (ofport 100, 101, ... in name order). It fails when node is not one of the Nodes of objs. nodePortCIDRs and externalIPCIDRs are the agent's
 // --nodeport-addresses and --external-ip-cidrs. Problems are reported to events (nil: logged).
 func RenderDesired(ctx context.Context, node string, objs []runtime.Object, nodePortCIDRs, externalIPCIDRs []netip.Prefix, events EventSink) (map[flows.Bridge][]string, error) {
 	if events == nil {
@@ -56,10 +56,20 @@ func RenderDesired(ctx context.Context, node string, objs []runtime.Object, node
 	}
 	dp := &staticDataplane{ports: PlaceholderPorts}
 	var pods []*corev1.Pod
+	var nodes []string
+	found := false
 	for _, o := range objs {
 		if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName == node {
 			pods = append(pods, p)
 		}
+		if n, ok := o.(*corev1.Node); ok {
+			nodes = append(nodes, n.Name)
+			found = found || n.Name == node
+		}
+	}
+	if !found {
+		slices.Sort(nodes)
+		return nil, fmt.Errorf("node %q is not among the Nodes of the objects (%s)", node, strings.Join(nodes, ", "))
 	}
 	slices.SortFunc(pods, func(a, b *corev1.Pod) int {
 		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)

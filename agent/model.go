@@ -54,7 +54,7 @@ type model struct {
 	problems map[string]string // object key -> last reported problems
 }
 
-func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, events EventSink) *model {
+func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, nodePortRange [2]uint16, events EventSink) *model {
 	return &model{
 		node: node, npCIDRs: npCIDRs, events: events,
 		nodeChanges:  NewChangeTracker[string](nodeEqual),
@@ -71,7 +71,7 @@ func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, events Event
 		svcRaw:       map[types.NamespacedName][]flows.ServicePort{},
 		svcKeys:      map[types.NamespacedName][]flows.Key{},
 		claims:       newClaims(),
-		admit:        newAdmission(externalIPCIDRs),
+		admit:        newAdmission(externalIPCIDRs, nodePortRange),
 		groups:       flows.NewGroupIDs(),
 		problems:     map[string]string{},
 	}

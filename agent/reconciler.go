@@ -46,6 +46,9 @@ type ReconcilerConfig struct {
 	// ExternalIPCIDRs are the ranges externalIPs may be served from (--external-ip-cidrs);
 	// empty: no externalIP is served (see admission).
 	ExternalIPCIDRs []netip.Prefix
+	// NodePortRange is the cluster's NodePort range, inclusive (--service-node-port-range);
+	// zero: DefaultNodePortRange. NodePorts outside it are refused (see admission).
+	NodePortRange [2]uint16
 	// HasSynced reports whether the Source has synced (Source.HasSynced).
 	HasSynced func() bool
 	// Events receives problems with objects; nil: log only.
@@ -122,7 +125,7 @@ func NewReconciler(cfg ReconcilerConfig) *Reconciler {
 		cfg.DrainPeriod = DefaultDrainPeriod
 	}
 	r := &Reconciler{cfg: cfg, metrics: m,
-		model:  newModel(cfg.NodeName, cfg.NodePortCIDRs, cfg.ExternalIPCIDRs, cfg.Events),
+		model:  newModel(cfg.NodeName, cfg.NodePortCIDRs, cfg.ExternalIPCIDRs, cfg.NodePortRange, cfg.Events),
 		syncer: newSyncer(cfg, m)}
 	r.syncer.warn = func(fs *flows.FlowSet) {
 		reason := ReasonWarning

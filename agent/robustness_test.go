@@ -436,3 +436,17 @@ func TestPodRecreatedWhileOldPortLingers(t *testing.T) {
 	require.NoError(t, f.sync())
 	assert.Equal(t, n, f.bundles(), "removing the old port changes nothing")
 }
+
+// A NodePort outside the cluster's NodePort range (possible in a manifests directory, never through
+// the API server) is refused: it could capture a node's own port, e.g. SSH.
+func TestNodePortOutsideRangeRefused(t *testing.T) {
+	f := newFixture(t)
+	f.seedNodes(f.r)
+	f.r.OnService(nil, makeService("ns1", "ssh", 22))
+	f.r.OnService(nil, makeService("ns1", "web", 30080))
+	require.NoError(t, f.sync())
+	assert.Empty(t, f.r.Applied(flows.BrEx)[svcKey("ssh")].EntryPoints)
+	assert.Len(t, f.r.Applied(flows.BrEx)[svcKey("web")].EntryPoints, 1)
+	assert.NotContains(t, f.flowText(), "tp_dst=22,")
+	assert.Contains(t, strings.Join(f.events.msgs, "\n"), `SourceIPRefused: nodePort 22 of port "http" is outside the NodePort range 30000-32767 (--service-node-port-range): refused`)
+}

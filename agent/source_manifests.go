@@ -195,6 +195,9 @@ func (s *ManifestSource) reload(logger klog.Logger, h Handler) {
 		paths = append(paths, p)
 	}
 	slices.Sort(paths)
+	// Objects without metadata.creationTimestamp get the time this source first saw them, as an
+	// API server would set it, so that "the older Service wins" (claims) also holds here.
+	now := metav1.Now()
 	for _, p := range paths {
 		for _, o := range s.files[p].objs {
 			if pod, ok := o.(*corev1.Pod); ok && s.NodeName != "" && pod.Spec.NodeName != s.NodeName {
@@ -204,6 +207,14 @@ func (s *ManifestSource) reload(logger klog.Logger, h Handler) {
 			if _, dup := next[id]; dup {
 				logger.Info("Object defined twice; keeping the first definition", "file", p, "kind", id.kind, "object", klog.KRef(id.namespace, id.name))
 				continue
+			}
+			if m := o.(metav1.Object); m.GetCreationTimestamp().Time.IsZero() {
+				ts := now
+				if prev := s.cur[id]; prev != nil {
+					ts = prev.(metav1.Object).GetCreationTimestamp()
+				}
+				o = o.DeepCopyObject()
+				o.(metav1.Object).SetCreationTimestamp(ts)
 			}
 			next[id] = o
 		}

@@ -196,3 +196,25 @@ func TestParseManifestsErrors(t *testing.T) {
 	assert.NoError(t, err)
 	assert.Empty(t, objs)
 }
+
+// Objects without a creationTimestamp get the time the source first saw them (kept across
+// changes), so that a Service added later is younger than one already there ("the older Service
+// wins" also holds without an API server).
+func TestManifestSourceCreationTimestamps(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "a.yaml"), manifestA)
+	_, h := startManifests(t, dir)
+	web := h.service("web")
+	require.NotNil(t, web)
+	require.False(t, web.CreationTimestamp.Time.IsZero())
+	time.Sleep(1100 * time.Millisecond)
+	writeFile(t, filepath.Join(dir, "c.yaml"), stringsReplace(stringsReplace(manifestA, "name: web", "name: aaa-late"), "nodePort: 30080", "nodePort: 30082"))
+	require.Eventually(t, func() bool { return h.service("aaa-late") != nil }, 5*time.Second, 10*time.Millisecond)
+	assert.True(t, h.service("aaa-late").CreationTimestamp.After(web.CreationTimestamp.Time), "the later Service is younger")
+	writeFile(t, filepath.Join(dir, "a.yaml"), stringsReplace(manifestA, "nodePort: 30080", "nodePort: 30081"))
+	require.Eventually(t, func() bool {
+		s := h.service("web")
+		return s != nil && s.Spec.Ports[0].NodePort == 30081
+	}, 5*time.Second, 10*time.Millisecond)
+	assert.True(t, h.service("web").CreationTimestamp.Equal(&web.CreationTimestamp), "a change keeps the first-seen time")
+}

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -42,6 +43,7 @@ type options struct {
 	genevePort        int
 	nodePortAddresses []string
 	externalIPCIDRs   []string
+	nodePortRange     string
 	zoneLimitPercent  int
 	fullSyncPeriod    time.Duration
 	drainPeriod       time.Duration
@@ -90,6 +92,7 @@ LoadBalancer, or externalIPs). SIGTERM stops the agent and leaves every flow in 
 	f.IntVar(&o.genevePort, "geneve-port", ofctl.DefaultGeneveUDPPort, "UDP port of the agent's flow-based Geneve tunnel port (use another than 6081 when sharing a host with OVN)")
 	f.StringSliceVar(&o.nodePortAddresses, "nodeport-addresses", nil, "comma-separated CIDRs: serve NodePorts only on node addresses inside them (default: every InternalIP and ExternalIP of the node)")
 	f.StringSliceVar(&o.externalIPCIDRs, "external-ip-cidrs", nil, "comma-separated CIDRs: the ranges a Service's spec.externalIPs may be served from (anyone who may edit a Service can set externalIPs, CVE-2020-8554); default: none, no externalIP is served. externalIPs and LoadBalancer IPs equal to a node address, and externalIPs equal to another Service's LoadBalancer IP, are always refused (Event SourceIPRefused)")
+	f.StringVar(&o.nodePortRange, "service-node-port-range", "30000-32767", "the cluster's NodePort range (the API server's flag of that name), FIRST-LAST: NodePorts outside it are refused (Event SourceIPRefused), so that a Service in a manifests directory cannot capture a node's own port")
 	f.IntVar(&o.zoneLimitPercent, "conntrack-zone-limit-percent", 40, "bound each conntrack zone of the pipeline (service, pod) to this percentage of the datapath's conntrack maximum (ovs-appctl dpctl/ct-get-maxconns), so that a flood on one entry point cannot fill the table; set at every full sync; 0 lifts the limits")
 	f.DurationVar(&o.fullSyncPeriod, "full-sync-period", agent.DefaultFullSyncPeriod, "period of full syncs that compare the bridges with the desired flows and repair drift")
 	f.DurationVar(&o.drainPeriod, "drain-period", agent.DefaultDrainPeriod, "longest time the established TCP connections of a Service entry point that went away (annotation removed, Service or port deleted, externalTrafficPolicy changed) keep being forwarded; the drain ends earlier, at a full sync, once the service conntrack zone holds no live connection to it")
@@ -112,6 +115,10 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.zoneLimitPercent < 0 || o.zoneLimitPercent > 100 {
 		return fmt.Errorf("--conntrack-zone-limit-percent %d: want 0..100", o.zoneLimitPercent)
+	}
+	npRange, err := parsePortRange(o.nodePortRange)
+	if err != nil {
+		return fmt.Errorf("--service-node-port-range: %w", err)
 	}
 	extCIDRs, err := parseCIDRs(o.externalIPCIDRs)
 	if err != nil {
@@ -165,6 +172,7 @@ func run(ctx context.Context, o options) error {
 		},
 		NodePortCIDRs:     cidrs,
 		ExternalIPCIDRs:   extCIDRs,
+		NodePortRange:     npRange,
 		ZoneLimitPercent:  o.zoneLimitPercent,
 		FullSyncPeriod:    o.fullSyncPeriod,
 		Metrics:           agent.NewMetrics(reg),
@@ -250,4 +258,25 @@ func serveHTTP(ctx context.Context, addr string, reg *prometheus.Registry, a *ag
 		}
 	}()
 	return srv, nil
+}
+
+// parsePortRange parses "FIRST-LAST" (inclusive, 1..65535, FIRST <= LAST); "" is the zero
+// range (agent.DefaultNodePortRange).
+func parsePortRange(s string) ([2]uint16, error) {
+	if strings.TrimSpace(s) == "" {
+		return [2]uint16{}, nil
+	}
+	a, b, ok := strings.Cut(strings.TrimSpace(s), "-")
+	if !ok {
+		return [2]uint16{}, fmt.Errorf("%q: want FIRST-LAST", s)
+	}
+	lo, err1 := strconv.ParseUint(a, 10, 16)
+	hi, err2 := strconv.ParseUint(b, 10, 16)
+	if err := errors.Join(err1, err2); err != nil {
+		return [2]uint16{}, fmt.Errorf("%q: %w", s, err)
+	}
+	if lo == 0 || lo > hi {
+		return [2]uint16{}, fmt.Errorf("%q: want 1 <= FIRST <= LAST", s)
+	}
+	return [2]uint16{uint16(lo), uint16(hi)}, nil
 }

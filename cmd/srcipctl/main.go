@@ -129,7 +129,7 @@ func runDirFlag(cmd *cobra.Command, runDir *string, holds string) {
 	if d := os.Getenv("OVS_RUNDIR"); d != "" {
 		def = d
 	}
-	cmd.Flags().StringVar(runDir, "node-rundir", def, "the node's OVS run directory ("+holds+"); default $OVS_RUNDIR, else "+ofctl.DefaultRunDir)
+	cmd.Flags().StringVar(runDir, "node-rundir", def, "the node's OVS run directory ("+holds+"); the default is $OVS_RUNDIR when it is set")
 }
 
 func desiredCommand(out io.Writer) *cobra.Command {

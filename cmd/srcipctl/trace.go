@@ -171,7 +171,7 @@ func traceCommand(out io.Writer) *cobra.Command {
 	cmd.Flags().StringVar(&uplink, "uplink", "", "the uplink port name on the external bridge; empty: the only port of the bridge that is not internal, patch or a tunnel (as the agent finds it)")
 	cmd.Flags().StringVar(&proto, "proto", "tcp", "tcp or udp")
 	cmd.Flags().StringVar(&from, "from", "", "the external client, IP:PORT (required)")
-	cmd.Flags().StringVar(&to, "to", "", "the entry point, IP:PORT (node address:NodePort, LB IP:port or externalIP:port)")
+	cmd.Flags().StringVar(&to, "to", "", "the entry point, IP:PORT (node address:NodePort, LB IP:port or externalIP:port; required)")
 	cmd.Flags().StringVar(&dlDst, "dl-dst", "", "the Ethernet destination of the packet (default: the bridge's LOCAL MAC, as the agent reads it)")
 	cmd.Flags().BoolVar(&full, "full", false, "print the whole trace")
 	_ = cmd.MarkFlagRequired("to")
