@@ -148,11 +148,22 @@ func TestC33LargeGroupAndIsolation(t *testing.T) {
 	c, err := groupBuckets("node1", 30380)
 	require.NoError(t, err)
 	assert.Equal(t, n, c, "node1 keeps big's installed group")
-	log := logSince(t, "node1", off)
-	assert.Contains(t, log, "OFPGMFC_BAD_BUCKET")
-	assert.Regexp(t, `"Warning".*object="e2e/big".*reason="SourceIPRejected"`, log)
-	assert.Contains(t, metrics(t, "node1", "/metrics"), "srcip_agent_rejected_flow_sets 1\n")
-	assert.Contains(t, metrics(t, "node1", "/metrics"), `srcip_agent_rejected_flow_sets_total{kind="service-port"} 1`)
+	// The manifest source delivers the two Services one by one, so small's change may be applied in
+	// a sync before the one that tries big's: wait for big's rejection (bounded).
+	rejected := regexp.MustCompile(`"Warning".*object="e2e/big".*reason="SourceIPRejected"`)
+	require.NoError(t, lab.WaitFor(func() error {
+		if log := logSince(t, "node1", off); !strings.Contains(log, "OFPGMFC_BAD_BUCKET") || !rejected.MatchString(log) {
+			return fmt.Errorf("node1 has not reported big's rejection yet")
+		}
+		return nil
+	}, 10*time.Second))
+	require.NoError(t, lab.WaitFor(func() error {
+		m := metrics(t, "node1", "/metrics")
+		if !strings.Contains(m, "srcip_agent_rejected_flow_sets 1\n") || !strings.Contains(m, `srcip_agent_rejected_flow_sets_total{kind="service-port"} 1`) {
+			return fmt.Errorf("node1's rejection metrics not set yet")
+		}
+		return nil
+	}, 10*time.Second))
 	assert.Equal(t, "ok", strings.TrimSpace(metrics(t, "node1", "/readyz")), "node1 stays ready")
 	// No retry storm: over 4 s (two full syncs) big is tried at most once per full sync.
 	before := strings.Count(logSince(t, "node1", off), "Open vSwitch rejected the bundle")
