@@ -143,6 +143,13 @@ func serve(args []string) error {
 					}
 					logLine(b)
 					if req != streamRequest {
+						// Let the client close first (it does, once it has the answer): the
+						// server then closes passively and keeps no TIME_WAIT for the client's
+						// ip:port. A client that reaches this pod through another entry address
+						// (another node, the LB IP) from the same ip:port would otherwise meet
+						// that TIME_WAIT (PAWS) and wait for a SYN retransmission.
+						c.SetReadDeadline(time.Now().Add(time.Second))
+						_, _ = io.Copy(io.Discard, br)
 						return
 					}
 					// Streaming: answer every further request line on this connection, as it
