@@ -396,3 +396,20 @@ func sortedUnique(as []netip.Addr) []netip.Addr {
 	slices.SortFunc(as, func(a, b netip.Addr) int { return a.Compare(b) })
 	return slices.Compact(as)
 }
+
+// ParseCIDRs parses CIDR flag values (--nodeport-addresses, --external-ip-cidrs): blanks are
+// skipped, every prefix is masked.
+func ParseCIDRs(ss []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range ss {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}

@@ -42,22 +42,4 @@ func BuildNode(st *State, n Node) (*FlowSet, error) {
 	return fs, fs.Finish()
 }
 
-func nodeKeys(st *State) []Key {
-	out := make([]Key, 0, len(st.Nodes))
-	for name := range st.Nodes {
-		if name != st.Node {
-			out = append(out, Key{Kind: KindNode, Name: name})
-		}
-	}
-	return out
-}
-
-func buildNodeKey(st *State, k Key) (*FlowSet, error) {
-	n, ok := st.Nodes[k.Name]
-	if !ok || n.Name == st.Node {
-		return nil, nil
-	}
-	return BuildNode(st, n)
-}
-
 func nodeRank(st *State, k Key) Rank { return st.Nodes[k.Name].Rank }

@@ -85,3 +85,29 @@ func mustMatchKey(b Bridge, f *ovs.Flow) MatchKey {
 	}
 	return k
 }
+
+// otherNodeKeys lists one key of kind per node of st other than this one (kinds with one flow set
+// per other node: node, tunnel-peer).
+func otherNodeKeys(kind Kind) func(*State) []Key {
+	return func(st *State) []Key {
+		out := make([]Key, 0, len(st.Nodes))
+		for name := range st.Nodes {
+			if name != st.Node {
+				out = append(out, Key{Kind: kind, Name: name})
+			}
+		}
+		return out
+	}
+}
+
+// otherNodeBuild builds the flow set of the other node a key names with build; (nil, nil) when
+// st has no such node or it is this one.
+func otherNodeBuild(build func(*State, Node) (*FlowSet, error)) func(*State, Key) (*FlowSet, error) {
+	return func(st *State, k Key) (*FlowSet, error) {
+		n, ok := st.Nodes[k.Name]
+		if !ok || n.Name == st.Node {
+			return nil, nil
+		}
+		return build(st, n)
+	}
+}

@@ -23,21 +23,3 @@ func BuildTunnelPeer(st *State, n Node) (*FlowSet, error) {
 	fs.Flows = []ovs.Flow{flow(ExClassifier, prioTunnelPeer, ovs.ProtocolUDPv4, st.Ports.ExUplink, m, outputLocal)}
 	return fs, fs.Finish()
 }
-
-func tunnelPeerKeys(st *State) []Key {
-	out := make([]Key, 0, len(st.Nodes))
-	for name := range st.Nodes {
-		if name != st.Node {
-			out = append(out, Key{Kind: KindTunnelPeer, Name: name})
-		}
-	}
-	return out
-}
-
-func buildTunnelPeerKey(st *State, k Key) (*FlowSet, error) {
-	n, ok := st.Nodes[k.Name]
-	if !ok || n.Name == st.Node {
-		return nil, nil
-	}
-	return BuildTunnelPeer(st, n)
-}

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"os/signal"
 	"strconv"
@@ -109,7 +108,7 @@ func run(ctx context.Context, o options) error {
 	if o.nodeName == "" {
 		return errors.New("--node-name (or $NODE_NAME) is required")
 	}
-	cidrs, err := parseCIDRs(o.nodePortAddresses)
+	cidrs, err := agent.ParseCIDRs(o.nodePortAddresses)
 	if err != nil {
 		return fmt.Errorf("--nodeport-addresses: %w", err)
 	}
@@ -120,7 +119,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("--service-node-port-range: %w", err)
 	}
-	extCIDRs, err := parseCIDRs(o.externalIPCIDRs)
+	extCIDRs, err := agent.ParseCIDRs(o.externalIPCIDRs)
 	if err != nil {
 		return fmt.Errorf("--external-ip-cidrs: %w", err)
 	}
@@ -214,22 +213,6 @@ func kubeConfig(path string) (*rest.Config, error) {
 		return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
 	}
 	return cfg, nil
-}
-
-func parseCIDRs(ss []string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, s := range ss {
-		s = strings.TrimSpace(s)
-		if s == "" {
-			continue
-		}
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p.Masked())
-	}
-	return out, nil
 }
 
 func serveHTTP(ctx context.Context, addr string, reg *prometheus.Registry, a *agent.Agent) (*http.Server, error) {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
 	"regexp"
 	"strconv"
@@ -151,7 +150,7 @@ func desiredCommand(out io.Writer) *cobra.Command {
 			if ctx == nil {
 				ctx = context.Background()
 			}
-			extCIDRs, err := parseCIDRList(externalIPCIDRs)
+			extCIDRs, err := agent.ParseCIDRs(externalIPCIDRs)
 			if err != nil {
 				return fmt.Errorf("--external-ip-cidrs: %w", err)
 			}
@@ -176,20 +175,4 @@ func desiredCommand(out io.Writer) *cobra.Command {
 	cmd.Flags().StringVar(&bridge, "bridge", "", "only this bridge (br-ex or br-int)")
 	cmd.Flags().StringSliceVar(&externalIPCIDRs, "external-ip-cidrs", nil, "as srcip-agent --external-ip-cidrs: the ranges externalIPs may be served from (default none)")
 	return cmd
-}
-
-// parseCIDRList parses comma-separated CIDRs (flag values).
-func parseCIDRList(ss []string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, s := range ss {
-		if s = strings.TrimSpace(s); s == "" {
-			continue
-		}
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p.Masked())
-	}
-	return out, nil
 }
