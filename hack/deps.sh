@@ -35,6 +35,13 @@ progs=(
 	"sha256sum    coreutils"          # cache key
 	"od           coreutils"          # token
 	"base64       coreutils"          # kubeconfig
+	# the real-kubelet lab (test/cluster, hack/cluster): containerd runs runc; kube-proxy's
+	# nftables mode runs nft; each node's private mount namespace (nsenter, unshare, mount)
+	"runc         runc"               # Debian's 1.1.5; crun refuses hybrid cgroups
+	"nft          nftables"           # kube-proxy --proxy-mode=nftables
+	"nsenter      util-linux"         # enter a node's netns / mount namespace
+	"unshare      util-linux"         # a node's private mount namespace
+	"mount        mount"              # bind mounts inside it
 	# the Makefile
 	"git          git"                # make vet lists the Go files with git ls-files
 )

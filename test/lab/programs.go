@@ -51,6 +51,17 @@ var ControlPlanePrograms = []Program{
 	{"base64", "coreutils"},
 }
 
+// ClusterPrograms are what the real-kubelet lab (test/cluster) and hack/cluster/build.sh execute
+// besides the lab's and the control plane's: runc (containerd's runtime), nft (kube-proxy in
+// nftables mode), nsenter, unshare and mount (each node's private mount namespace).
+var ClusterPrograms = []Program{
+	{"runc", "runc"},
+	{"nft", "nftables"},
+	{"nsenter", "util-linux"},
+	{"unshare", "util-linux"},
+	{"mount", "mount"},
+}
+
 // MakePrograms are what the Makefile itself executes besides go: `make vet` lists the Go files
 // with git.
 var MakePrograms = []Program{
