@@ -75,14 +75,14 @@ func (kn *KNode) AgentPid() int {
 // installer's), so no --nic.
 func (kn *KNode) nodeSetup() error {
 	c := kn.c
-	cniSrc := filepath.Join(filepath.Dir(c.cfg.AgentBin))
 	argv := []string{c.cfg.AgentBin, "node-setup",
 		"--node-name=" + kn.Name,
 		"--kubeconfig=" + c.Kubeconfig,
 		"--cluster-cidrs=" + c.cfg.ClusterCIDR,
 		"--cni-bin-dir=/opt/cni/bin",
 		"--cni-conf-dir=/etc/cni/net.d",
-		"--cni-source-dir=" + cniSrc,
+		"--cni-source-dir=" + filepath.Join(c.dir, "cni-src"),
+		"--state-dir=" + kn.path("node-setup"),
 		"--mtu=" + strconv.Itoa(1400)}
 	_, err := kn.Exec(argv...)
 	return err

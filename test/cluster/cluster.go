@@ -77,8 +77,9 @@ type Config struct {
 	// BinDir is hack/cluster/build.sh's output; default $SRCIP_CLUSTER_BIN, else build.sh runs
 	// (a cache hit after `make cluster`).
 	BinDir string
-	// AgentBin, EchoBin and PauseBin are the repo's binaries (srcip-agent, test/echo, test/pause).
-	AgentBin, EchoBin, PauseBin string
+	// AgentBin, EchoBin, PauseBin and CNIBin are the repo's binaries (srcip-agent, test/echo,
+	// test/pause, srcip-cni).
+	AgentBin, EchoBin, PauseBin, CNIBin string
 	// CNI is CNIBridge or CNISrcip (default).
 	CNI string
 	// ClusterCIDR is kube-controller-manager's --cluster-cidr; default 10.244.0.0/16 (/24 per node).
@@ -152,9 +153,9 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if cfg.ClusterCIDR == "" {
 		cfg.ClusterCIDR = "10.244.0.0/16"
 	}
-	for name, p := range map[string]*string{"EchoBin": &cfg.EchoBin, "PauseBin": &cfg.PauseBin, "AgentBin": &cfg.AgentBin} {
+	for name, p := range map[string]*string{"EchoBin": &cfg.EchoBin, "PauseBin": &cfg.PauseBin, "AgentBin": &cfg.AgentBin, "CNIBin": &cfg.CNIBin} {
 		if *p == "" {
-			if name == "AgentBin" && cfg.CNI == CNIBridge {
+			if (name == "AgentBin" || name == "CNIBin") && cfg.CNI == CNIBridge {
 				continue
 			}
 			return nil, fmt.Errorf("cluster: Config.%s is required", name)
@@ -216,6 +217,19 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	}
 	if err := c.writeImages(); err != nil {
 		return c, err
+	}
+	if cfg.CNI == CNISrcip {
+		// What node-setup installs into each node's /opt/cni/bin (--cni-source-dir).
+		src := filepath.Join(c.dir, "cni-src")
+		if err := os.MkdirAll(src, 0o755); err != nil {
+			return c, err
+		}
+		for dst, from := range map[string]string{"srcip-cni": cfg.CNIBin,
+			"host-local": filepath.Join(c.BinDir, "cni", "host-local"), "loopback": filepath.Join(c.BinDir, "cni", "loopback")} {
+			if err := copyFile(from, filepath.Join(src, dst)); err != nil {
+				return c, err
+			}
+		}
 	}
 	for _, n := range c.Lab.Nodes {
 		c.KNodes[n.Name] = &KNode{Node: n, c: c, Dir: filepath.Join(n.Dir, "k"),

@@ -8,7 +8,7 @@ import (
 )
 
 func labConfig() lab.Config {
-	return lab.Config{ManifestsDir: "testdata/nodes"}
+	return lab.Config{ManifestsDir: "testdata/nodes", NoGateway: true}
 }
 
 func tail(s string, n int) string {

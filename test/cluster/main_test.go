@@ -12,7 +12,7 @@ import (
 
 var (
 	theCluster *Cluster
-	bins       struct{ agent, echo, pause string }
+	bins       struct{ agent, echo, pause, cni string }
 )
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
@@ -28,8 +28,8 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(tmp)
 	bins.agent, bins.echo = os.Getenv("SRCIP_AGENT"), os.Getenv("SRCIP_ECHO")
-	bins.pause = filepath.Join(tmp, "pause")
-	build := map[string]string{bins.pause: "../pause"}
+	bins.pause, bins.cni = filepath.Join(tmp, "pause"), filepath.Join(tmp, "srcip-cni")
+	build := map[string]string{bins.pause: "../pause", bins.cni: "../../cmd/srcip-cni"}
 	if bins.agent == "" || bins.echo == "" {
 		bins.agent, bins.echo = filepath.Join(tmp, "srcip-agent"), filepath.Join(tmp, "echo")
 		build[bins.agent], build[bins.echo] = "../../cmd/srcip-agent", "../echo"
@@ -55,7 +55,7 @@ func run(m *testing.M) int {
 	lc.EchoBin = bins.echo
 	theCluster, err = Start(context.Background(), Config{
 		Lab:      lc,
-		AgentBin: bins.agent, EchoBin: bins.echo, PauseBin: bins.pause,
+		AgentBin: bins.agent, EchoBin: bins.echo, PauseBin: bins.pause, CNIBin: bins.cni,
 		CNI: cni, Logf: logf,
 	})
 	if err != nil {
