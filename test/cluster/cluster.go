@@ -382,6 +382,17 @@ func (c *Cluster) WaitNodeReady(ctx context.Context, node string, timeout time.D
 	return kn, err
 }
 
+// SaveLogs copies every log of the cluster (nodes' components and pods, control plane, OVS) to
+// dir, which survives Close.
+func (c *Cluster) SaveLogs(dir string) error {
+	if _, err := c.run("cp", "-r", c.Lab.Dir, dir); err != nil {
+		return err
+	}
+	// Only logs: drop state (images, containerd content, etcd data) that is large.
+	_, err := c.run("find", dir, "-type", "f", "!", "-name", "*.log", "!", "-name", "*.yaml", "!", "-name", "*.conflist", "-delete")
+	return err
+}
+
 // LogTails returns the last n lines of every node component's log.
 func (c *Cluster) LogTails(n int) string {
 	var b strings.Builder

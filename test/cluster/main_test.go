@@ -27,12 +27,13 @@ func run(m *testing.M) int {
 		return fail("%v", err)
 	}
 	defer os.RemoveAll(tmp)
-	bins.agent, bins.echo = os.Getenv("SRCIP_AGENT"), os.Getenv("SRCIP_ECHO")
-	bins.pause, bins.cni = filepath.Join(tmp, "pause"), filepath.Join(tmp, "srcip-cni")
-	build := map[string]string{bins.pause: "../pause", bins.cni: "../../cmd/srcip-cni"}
-	if bins.agent == "" || bins.echo == "" {
-		bins.agent, bins.echo = filepath.Join(tmp, "srcip-agent"), filepath.Join(tmp, "echo")
-		build[bins.agent], build[bins.echo] = "../../cmd/srcip-agent", "../echo"
+	// echo, pause and srcip-cni go into images or onto nodes' root filesystems: always built here,
+	// static (a `make build` echo may be dynamically linked: "exec /echo: no such file or directory").
+	bins.echo, bins.pause, bins.cni = filepath.Join(tmp, "echo"), filepath.Join(tmp, "pause"), filepath.Join(tmp, "srcip-cni")
+	build := map[string]string{bins.echo: "../echo", bins.pause: "../pause", bins.cni: "../../cmd/srcip-cni"}
+	if bins.agent = os.Getenv("SRCIP_AGENT"); bins.agent == "" {
+		bins.agent = filepath.Join(tmp, "srcip-agent")
+		build[bins.agent] = "../../cmd/srcip-agent"
 	}
 	for out, pkg := range build {
 		cmd := exec.Command("go", "build", "-o", out, pkg)
@@ -68,9 +69,19 @@ func run(m *testing.M) int {
 			theCluster.NodeReady[n.Name].Round(time.Millisecond), theCluster.KNodes[n.Name].PodCIDR)
 	}
 	code := m.Run()
+	if d, err := time.ParseDuration(os.Getenv("SRCIP_CLUSTER_HOLD")); err == nil {
+		fmt.Fprintf(os.Stderr, "holding the cluster %s for %v (KUBECONFIG=%s)\n", theCluster.Lab.Prefix, d, theCluster.Kubeconfig)
+		time.Sleep(d)
+	}
 	if code != 0 {
 		fmt.Fprintf(os.Stderr, "cluster state kept in the logs under %s until Close\n", theCluster.Lab.Dir)
 		fmt.Fprint(os.Stderr, theCluster.LogTails(25))
+		keep := filepath.Join(os.TempDir(), "srcip-cluster-logs-"+theCluster.Lab.Prefix)
+		if err := theCluster.SaveLogs(keep); err != nil {
+			fmt.Fprintf(os.Stderr, "save logs: %v\n", err)
+		} else {
+			fmt.Fprintf(os.Stderr, "cluster logs kept in %s\n", keep)
+		}
 	}
 	if err := theCluster.Close(); err != nil && code == 0 {
 		code = fail("cluster close: %v", err)
