@@ -8,7 +8,8 @@ import (
 )
 
 func labConfig() lab.Config {
-	return lab.Config{ManifestsDir: "testdata/nodes", NoGateway: true}
+	// With test/lab's gateway stand-in (branch gw) add NoGateway: true: node-setup makes srcip-gw0 here.
+	return lab.Config{ManifestsDir: "testdata/nodes"}
 }
 
 func tail(s string, n int) string {
