@@ -40,6 +40,9 @@
 #   SRCIP_CP_CLUSTER_CIDR     when set, kube-controller-manager allocates node pod CIDRs from it
 #                             (--allocate-node-cidrs, /SRCIP_CP_NODE_CIDR_MASK, default 24); add
 #                             node-ipam-controller to SRCIP_CP_CONTROLLERS
+#   SRCIP_CP_SERVICE_ACCOUNTS=1  keep the ServiceAccount admission plugin (pods get projected
+#                             tokens; add serviceaccount-controller and
+#                             root-ca-certificate-publisher-controller to SRCIP_CP_CONTROLLERS)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -76,6 +79,8 @@ controllers=${SRCIP_CP_CONTROLLERS:-endpointslice-controller,endpointslice-mirro
 timeout=${SRCIP_CP_TIMEOUT:-60}
 api_addr=${SRCIP_CP_APISERVER_ADDRESS:-127.0.0.1}
 cluster_cidr=${SRCIP_CP_CLUSTER_CIDR:-}
+admission=(--disable-admission-plugins=ServiceAccount)
+if [[ ${SRCIP_CP_SERVICE_ACCOUNTS:-} == 1 ]]; then admission=(); fi
 
 # --- credentials (kept across restarts) ------------------------------------------------------
 pki=$dir/pki
@@ -153,7 +158,7 @@ write_args kube-apiserver "$bin/kube-apiserver" \
 	--service-account-key-file="$pki/sa.key" \
 	--service-account-signing-key-file="$pki/sa.key" \
 	--service-cluster-ip-range=10.96.0.0/16 \
-	--disable-admission-plugins=ServiceAccount \
+	"${admission[@]}" \
 	--shutdown-send-retry-after=true
 kcm_extra=()
 if [[ -n $cluster_cidr ]]; then

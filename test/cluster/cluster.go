@@ -58,14 +58,24 @@ const (
 	// CNIBridge is the reference bridge + host-local chain (pods on a Linux bridge cni0 in the
 	// node netns, not on OVS): proves the kubelet/containerd bring-up alone.
 	CNIBridge = "bridge"
-	// CNISrcip is srcip-cni on br-int, installed by `srcip-agent node-setup`.
+	// CNISrcip is srcip-cni on br-int, installed by `srcip-agent node-setup`, which the harness
+	// runs on each node before it starts the agent there.
 	CNISrcip = "srcip"
+	// CNIDaemonSet leaves node-setup, the agent and srcip-cni to the deploy/ DaemonSet, which the
+	// test applies: Start returns with the nodes registered but NotReady, the agent image
+	// (AgentImage) imported on every node, ServiceAccount tokens on and the "kubernetes" Service
+	// pointing at the API server.
+	CNIDaemonSet = "daemonset"
 )
 
 // Image references the nodes import (imagePullPolicy: Never).
 const (
 	PauseImage = "localhost/ovs-srcip/pause:test"
 	EchoImage  = "localhost/ovs-srcip/echo:test"
+	// AgentImage is srcip-agent, srcip-cni, host-local, loopback and the OVS and nftables tools
+	// the agent and node-setup run, with their shared libraries, laid out as deploy/Dockerfile
+	// does (CNIDaemonSet).
+	AgentImage = "localhost/ovs-srcip/srcip-agent:test"
 )
 
 // Config describes a cluster.
@@ -197,14 +207,19 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err := c.setupLink(); err != nil {
 		return c, fmt.Errorf("cluster: link to the lab: %w", err)
 	}
+	controllers := "endpointslice-controller,endpointslice-mirroring-controller,namespace-controller," +
+		"garbage-collector-controller,deployment-controller,replicaset-controller,daemonset-controller," +
+		"node-ipam-controller,node-lifecycle-controller"
+	if cfg.CNI == CNIDaemonSet {
+		controllers += ",serviceaccount-controller,root-ca-certificate-publisher-controller"
+	}
 	c.CP, err = kube.Start(ctx, kube.Options{
 		Dir:              filepath.Join(c.dir, "cp"),
 		APIServerAddress: c.linkIP.String(),
 		ClusterCIDR:      cfg.ClusterCIDR,
-		Controllers: "endpointslice-controller,endpointslice-mirroring-controller,namespace-controller," +
-			"garbage-collector-controller,deployment-controller,replicaset-controller,daemonset-controller," +
-			"node-ipam-controller,node-lifecycle-controller",
-		Logf: cfg.Logf,
+		ServiceAccounts:  cfg.CNI == CNIDaemonSet,
+		Controllers:      controllers,
+		Logf:             cfg.Logf,
 	})
 	if err != nil {
 		return c, fmt.Errorf("cluster: %w", err)
@@ -214,6 +229,11 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		filepath.Join(c.BinDir, "kube-scheduler"), "--kubeconfig="+c.Kubeconfig, "--leader-elect=false",
 		"--secure-port=0", "--v=2"); err != nil {
 		return c, err
+	}
+	if cfg.CNI == CNIDaemonSet {
+		if err := c.kubernetesService(ctx); err != nil {
+			return c, err
+		}
 	}
 	if err := c.writeImages(); err != nil {
 		return c, err
@@ -246,6 +266,10 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		mu.Lock()
 		c.NodeReady[n.Name] = d
 		mu.Unlock()
+		if cfg.CNI == CNIDaemonSet {
+			c.logf("cluster: node %s registered %v after its start (pod CIDR %s)", n.Name, d.Round(time.Millisecond), kn.PodCIDR)
+			return nil
+		}
 		c.logf("cluster: node %s Ready %v after its start (pod CIDR %s)", n.Name, d.Round(time.Millisecond), kn.PodCIDR)
 		return nil
 	}); err != nil {
@@ -357,6 +381,27 @@ func (c *Cluster) writeImages() error {
 		}
 		c.images = append(c.images, out)
 	}
+	if c.cfg.CNI != CNIDaemonSet {
+		return nil
+	}
+	files := []string{
+		c.cfg.AgentBin + "=/usr/local/bin/srcip-agent",
+		c.cfg.CNIBin + "=/usr/local/lib/ovs-srcip/cni/srcip-cni",
+		filepath.Join(c.BinDir, "cni", "host-local") + "=/usr/local/lib/ovs-srcip/cni/host-local",
+		filepath.Join(c.BinDir, "cni", "loopback") + "=/usr/local/lib/ovs-srcip/cni/loopback",
+	}
+	deps, err := withLibraries("ovs-ofctl", "ovs-appctl", "ovs-vsctl", "nft")
+	if err != nil {
+		return err
+	}
+	for _, f := range deps {
+		files = append(files, f+"="+f)
+	}
+	out := filepath.Join(dir, "srcip-agent.tar")
+	if _, err := c.run(append([]string{mk, "-ref", AgentImage, "-out", out, "-entrypoint", "/usr/local/bin/srcip-agent"}, files...)...); err != nil {
+		return err
+	}
+	c.images = append(c.images, out)
 	return nil
 }
 
@@ -560,7 +605,7 @@ func (p *proc) stop(logf func(string, ...any), timeout time.Duration) error {
 		logf("%s pid %d ignored SIGTERM for %v: SIGKILL", p.name, p.pid, timeout)
 	}
 	_ = syscall.Kill(p.pid, syscall.SIGKILL)
-	select {
+	select { // SIGKILLed
 	case <-p.done:
 		return nil
 	case <-time.After(5 * time.Second):

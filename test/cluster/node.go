@@ -59,7 +59,7 @@ func (kn *KNode) path(p ...string) string { return filepath.Join(append([]string
 
 func (kn *KNode) up(ctx context.Context) error {
 	c := kn.c
-	for _, d := range []string{"kubelet", "cni-cache", "run-containerd", "varlog", "cni-conf", "cni-bin",
+	for _, d := range []string{"kubelet", "cni-cache", "run-containerd", "varlog", "cni-conf", "cni-bin", "ovs-srcip",
 		"sysctl", "containerd/root", "containerd/state", "runc", "pod-logs", "opt"} {
 		if err := os.MkdirAll(kn.path(d), 0o755); err != nil {
 			return err
@@ -167,6 +167,8 @@ func (kn *KNode) up(ctx context.Context) error {
 		if err := kn.StartAgent(); err != nil {
 			return err
 		}
+	case CNIDaemonSet:
+		return nil // Ready once the DaemonSet's node-setup wrote the conflist
 	}
 	_, err = c.WaitNodeReady(ctx, kn.Name, 90*time.Second)
 	return err

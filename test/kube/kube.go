@@ -73,6 +73,10 @@ type Options struct {
 	// ClusterCIDR, when set, makes kube-controller-manager allocate node pod CIDRs from it (/24
 	// each); Controllers must then include node-ipam-controller.
 	ClusterCIDR string
+	// ServiceAccounts keeps the ServiceAccount admission plugin, so pods get projected tokens (the
+	// real-kubelet lab's DaemonSet install); Controllers must then include serviceaccount-controller
+	// and root-ca-certificate-publisher-controller.
+	ServiceAccounts bool
 	// ReadyTimeout bounds the wait for each component. Default 90 s.
 	ReadyTimeout time.Duration
 	// Logf receives progress lines (StartT uses t.Logf). Default: discarded.
@@ -213,6 +217,9 @@ func (cp *ControlPlane) start(ctx context.Context, hack string) error {
 	}
 	if cp.opts.APIServerAddress != "" {
 		prep.Env = append(prep.Env, "SRCIP_CP_APISERVER_ADDRESS="+cp.opts.APIServerAddress)
+	}
+	if cp.opts.ServiceAccounts {
+		prep.Env = append(prep.Env, "SRCIP_CP_SERVICE_ACCOUNTS=1")
 	}
 	if cp.opts.ClusterCIDR != "" {
 		prep.Env = append(prep.Env, "SRCIP_CP_CLUSTER_CIDR="+cp.opts.ClusterCIDR)
