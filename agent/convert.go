@@ -225,12 +225,18 @@ func dedupeEndpoints(eps []flows.Endpoint) []flows.Endpoint {
 // ConvertNode converts a Node: its first IPv4 InternalIP and its IPv4 spec.podCIDRs (spec.podCIDR
 // when podCIDRs is empty). Its collision rank (flows.Rank) is its creationTimestamp, and one tier
 // lower when it is not Ready (a stale Node object left after a re-install whose pod CIDR was
-// given to another node loses to a Ready one).
+// given to another node loses to a Ready one). It is Down when its Ready condition is present
+// and not True (False: the kubelet reports trouble; Unknown: the node stopped reporting).
 func ConvertNode(n *corev1.Node) (flows.Node, error) {
 	out := flows.Node{Name: n.Name, Rank: flows.Rank{Tier: 1, Created: n.CreationTimestamp.Time}}
 	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+		if c.Type != corev1.NodeReady {
+			continue
+		}
+		if c.Status == corev1.ConditionTrue {
 			out.Rank.Tier = 0
+		} else {
+			out.Down = true
 		}
 	}
 	for _, a := range n.Status.Addresses {

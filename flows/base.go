@@ -160,6 +160,18 @@ func BuildIntBase(st *State) (*FlowSet, error) {
 		flow(IntPodIngressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{SourceBrEx.Match(), trackedNew},
 			CT{Commit: true, Zone: ZonePod, Exec: []ovs.Action{OriginBrEx.Load()}},
 			RegOutPort.Output()),
+		// A connection recorded as entering through a node that is no longer live (no keep flow
+		// of BuildNode matched) is taken over by the ingress node its packets now come from: by
+		// tunnel, the new ingress node's tun_src is recorded; from br-ex, this node itself
+		// becomes the ingress node. Replies then follow the client's new route instead of
+		// stalling at a dead node. Only known nodes can tunnel (IntClassifier), so nothing from
+		// outside the cluster can re-point a connection, and never one of a live ingress node.
+		flow(IntPodIngressCT, prioRepoint, ovs.ProtocolIPv4, 0, []ovs.Match{SourceTunnelSvc.Match(), trackedEst, OriginTunnel.Match()},
+			CT{Commit: true, Zone: ZonePod, Exec: []ovs.Action{CTLabelIngressNode.MoveFrom(nxmTunSrc)}},
+			RegOutPort.Output()),
+		flow(IntPodIngressCT, prioRepoint, ovs.ProtocolIPv4, 0, []ovs.Match{SourceBrEx.Match(), trackedEst, OriginTunnel.Match()},
+			CT{Commit: true, Zone: ZonePod, Exec: []ovs.Action{OriginBrEx.Load()}},
+			RegOutPort.Output()),
 		flow(IntPodIngressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{trackedEst}, RegOutPort.Output()),
 		flow(IntPodIngressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{trackedRel}, RegOutPort.Output()),
 		flow(IntPodIngressCT, prioDefault, "", 0, nil, ovs.Drop()),

@@ -267,6 +267,7 @@ const (
 	prioTunnel     = 600
 	prioHook       = 500
 	prioHigh       = 300
+	prioRepoint    = 250 // below a live ingress node's keep flow (prioHigh), above plain +est (prioMid)
 	prioMid        = 200
 	prioEntry      = 100
 	prioSourceDeny = 95 // below prioEntry: new connections from outside loadBalancerSourceRanges
@@ -314,6 +315,17 @@ func Fields() []FieldDoc {
 // MoveFrom copies header field src (an NXM name, e.g. NXM_OF_ETH_SRC[]) into the label field;
 // valid only in the exec of a committing CT action.
 func (f *CTLabelField) MoveFrom(src string) ovs.Action { return ovs.Move(src, f.NXM()) }
+
+// Match matches connections whose label field holds v (ovs-fields(7) "ct_label", masked; needs a
+// preceding ct() in the pipeline).
+func (f *CTLabelField) Match(v uint64) ovs.Match {
+	width := uint(f.end-f.start) + 1
+	mask := uint64(1)<<width - 1
+	if width == 64 {
+		mask = ^uint64(0)
+	}
+	return ovs.FieldMatch("ct_label", fmt.Sprintf("0x%x/0x%x", (v&mask)<<f.start, mask<<f.start))
+}
 
 // MoveTo copies the label field into header field dst.
 func (f *CTLabelField) MoveTo(dst string) ovs.Action { return ovs.Move(f.NXM(), dst) }

@@ -13,7 +13,8 @@ import (
 // IntL3Forwarding with their RegSource mark, VNIServiceReply to br-ex; Geneve from any other
 // source matches none of these and is dropped in IntClassifier (BuildIntBase). And the route to
 // its pod CIDRs: pod traffic goes with VNIPod, DNATed external traffic from br-ex with VNIService;
-// tun_dst is that node's InternalIP.
+// tun_dst is that node's InternalIP. While the node is live, backends keep the replies of the
+// connections recorded as entering through it on it (IntPodIngressCT).
 func BuildNode(st *State, n Node) (*FlowSet, error) {
 	fs := &FlowSet{Key: Key{Kind: KindNode, Name: n.Name}, Bridge: BrInt}
 	if !n.InternalIP.Is4() {
@@ -26,6 +27,17 @@ func BuildNode(st *State, n Node) (*FlowSet, error) {
 		flow(IntClassifier, prioHook, "", st.Ports.IntTunnel, []ovs.Match{tunSrc, ovs.TunnelID(VNIService)}, SourceTunnelSvc.Load(), Goto(IntL3Forwarding)),
 		flow(IntClassifier, prioHook, "", st.Ports.IntTunnel, []ovs.Match{tunSrc, ovs.TunnelID(VNIServiceReply)}, output(st.Ports.IntPatch)),
 	)
+	if !n.Down {
+		// Connections recorded as entering through this node keep their replies on it for as
+		// long as it is live, whichever node or origin a later packet comes from: the packet is
+		// delivered without a commit (a route change that moved the client elsewhere leaves the
+		// replies asymmetric; an injected packet changes nothing). When the node is no longer
+		// live this flow goes, and BuildIntBase's re-point flows hand its connections to the
+		// ingress node their packets now arrive through.
+		fs.Flows = append(fs.Flows, flow(IntPodIngressCT, prioHigh, ovs.ProtocolIPv4, 0,
+			[]ovs.Match{ctEstablished(), OriginTunnel.Match(), CTLabelIngressNode.Match(ipv4Value(n.InternalIP))},
+			RegOutPort.Output()))
+	}
 	for _, c := range n.PodCIDRs {
 		if !c.Addr().Is4() {
 			continue

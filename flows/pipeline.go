@@ -25,6 +25,17 @@ func flow(t Table, prio int, proto ovs.Protocol, inPort int, m []ovs.Match, a ..
 
 func ctState(s ...string) ovs.Match { return ovs.ConnectionTrackingState(s...) }
 
+// ctEstablished matches ct_state=+trk+est.
+func ctEstablished() ovs.Match {
+	return ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateEstablished))
+}
+
+// ipv4Value returns an IPv4 address as the integer a 32-bit field holds (network byte order).
+func ipv4Value(a netip.Addr) uint64 {
+	b := a.As4()
+	return uint64(b[0])<<24 | uint64(b[1])<<16 | uint64(b[2])<<8 | uint64(b[3])
+}
+
 func output(port int) ovs.Action { return ovs.Output(port) }
 
 func macHex(m net.HardwareAddr) string {

@@ -101,6 +101,11 @@ type Node struct {
 	// Rank orders this node's flow set against others that render the same flow (a Node that is
 	// not Ready, e.g. a stale object whose pod CIDR was given to another node, loses).
 	Rank Rank
+	// Down is true when the Node's Ready condition is present and not True (the node or its
+	// kubelet is gone or unreachable): connections recorded as entering through it may be taken
+	// over by the ingress node their packets now come from (BuildIntBase, BuildNode). A Node
+	// without a Ready condition (a manifest) is not down.
+	Down bool
 }
 
 // Pod is a pod attached to this node's br-int, found through OVSDB Interface.external_ids.

@@ -57,8 +57,10 @@ const (
 	IntPodIngress Table = 65
 	// IntPodIngressCT commits a new connection from br-ex or the service tunnel in ZonePod with
 	// its origin (ct_mark, and the ingress node in ct_label) and outputs it to RegOutPort; packets
-	// of an existing connection of the same origin are output without a commit (nothing a later
-	// packet carries can change the recorded origin); anything else is dropped.
+	// of an existing connection are output without a commit while its recorded ingress node is
+	// live (nothing a later packet carries can change the recorded origin); a connection whose
+	// ingress node is down is re-pointed to the node its packets now come through; anything else
+	// is dropped.
 	IntPodIngressCT Table = 66
 )
 
