@@ -264,16 +264,23 @@ const (
 // Priorities used across tables.
 const (
 	prioTunnelPeer = 610 // above prioTunnel: Geneve from a known node
-	prioTunnel     = 600
-	prioHook       = 500
-	prioHigh       = 300
-	prioRepoint    = 250 // below a live ingress node's keep flow (prioHigh), above plain +est (prioMid)
-	prioMid        = 200
-	prioEntry      = 100
-	prioSourceDeny = 95 // below prioEntry: new connections from outside loadBalancerSourceRanges
-	prioDrain      = 90 // below prioEntry: a live entry point wins over a draining one
-	prioLow        = 10
-	prioDefault    = 0
+
+	// resetLearnTimeout is the hard timeout, in seconds, of the flow ResetLearn learns: the
+	// pod's RST follows the SYN within microseconds.
+	resetLearnTimeout = 2
+	prioTunnel        = 600
+	prioHook          = 500
+	prioPortZero      = 400 // above the pods' spoof guard (prioHigh), below tunnel and patch input
+	prioCollisionOK   = 320 // a SYN retransmitted through the recorded ingress node
+	prioCollision     = 310 // a SYN for an established 4-tuple from elsewhere: refused
+	prioHigh          = 300
+	prioRepoint       = 250 // below a live ingress node's keep flow (prioHigh), above plain +est (prioMid)
+	prioMid           = 200
+	prioEntry         = 100
+	prioSourceDeny    = 95 // below prioEntry: new connections from outside loadBalancerSourceRanges
+	prioDrain         = 90 // below prioEntry: a live entry point wins over a draining one
+	prioLow           = 10
+	prioDefault       = 0
 )
 
 // FieldDoc is one row of the pipeline's field reference (docs/pipeline.md).

@@ -34,9 +34,23 @@ func BuildNode(st *State, n Node) (*FlowSet, error) {
 		// replies asymmetric; an injected packet changes nothing). When the node is no longer
 		// live this flow goes, and BuildIntBase's re-point flows hand its connections to the
 		// ingress node their packets now arrive through.
-		fs.Flows = append(fs.Flows, flow(IntPodIngressCT, prioHigh, ovs.ProtocolIPv4, 0,
-			[]ovs.Match{ctEstablished(), OriginTunnel.Match(), CTLabelIngressNode.Match(ipv4Value(n.InternalIP))},
-			RegOutPort.Output()))
+		recorded := CTLabelIngressNode.Match(ipv4Value(n.InternalIP))
+		syn := ovs.TCPFlags("+syn", "-ack")
+		fs.Flows = append(fs.Flows,
+			flow(IntPodIngressCT, prioHigh, ovs.ProtocolIPv4, 0,
+				[]ovs.Match{ctEstablished(), OriginTunnel.Match(), recorded},
+				RegOutPort.Output()),
+			// A SYN of the established connection is a retransmission from the client (its
+			// SYN-ACK was lost on the way) when it comes through the recorded node, and the SYN
+			// of a second connection from the same client ip:port through another ingress node
+			// when it does not: that one is refused (resetCollision).
+			flow(IntPodIngressCT, prioCollisionOK, ovs.ProtocolTCPv4, 0,
+				[]ovs.Match{ctEstablished(), OriginTunnel.Match(), recorded, syn, SourceTunnelSvc.Match(), tunSrc},
+				RegOutPort.Output()),
+			flow(IntPodIngressCT, prioCollision, ovs.ProtocolTCPv4, 0,
+				[]ovs.Match{ctEstablished(), OriginTunnel.Match(), recorded, syn},
+				resetCollision()...),
+		)
 	}
 	for _, c := range n.PodCIDRs {
 		if !c.Addr().Is4() {

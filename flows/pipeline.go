@@ -122,3 +122,11 @@ func otherNodeBuild(build func(*State, Node) (*FlowSet, error)) func(*State, Key
 		return build(st, n)
 	}
 }
+
+// resetCollision refuses a SYN that would open a second connection on the 4-tuple of an
+// established one (the same client ip:port through two ingress nodes): the SYN goes to the pod's
+// port 0, where no socket can be, and the flow ResetLearn learns brings the kernel's RST back to
+// the SYN's ingress node as a reply; nothing is committed.
+func resetCollision() []ovs.Action {
+	return []ovs.Action{ResetLearn{HardTimeout: resetLearnTimeout}, ovs.SetField("0", "tcp_dst"), RegOutPort.Output()}
+}

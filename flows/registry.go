@@ -31,6 +31,10 @@ const (
 	// KindUDPFragments sends every UDP fragment to one address with UDP entry points through
 	// ct(zone=ZoneService,nat), which reassembles the datagram (key: the address).
 	KindUDPFragments Kind = 0x12
+	// KindLearnedReset marks the short-lived flows that IntPodIngressCT's collision flow learns
+	// (ResetLearn): they are no flow set of the agent's; the agent never deletes or repairs
+	// them (Cookie.Learned), their hard timeout ends them.
+	KindLearnedReset Kind = 0x20
 )
 
 // Trigger says which changes make the flow sets of a kind dirty (to be rebuilt by a partial

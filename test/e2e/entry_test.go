@@ -439,14 +439,23 @@ func TestEntryNodePortWithoutConnectionIsReset(t *testing.T) {
 
 // The same client ip:port reaches one endpoint through two ingress nodes (node1's and node3's
 // NodePort): the pod would see one 4-tuple for two connections, which no TCP stack can hold. The
-// first connection must keep working and keep its replies on node1: echo-a's node drops the
-// second connection's SYNs, which ZonePod holds invalid, instead of committing them, which
-// re-pointed the first connection's replies to node3 (measured before the guard: ct_label
-// 0xc000020d). The second cannot be served without translating the client's port, which OVS's
-// nat() cannot do while keeping an arbitrary client IP, nor be refused from OVS without a
-// controller; its connect times out (docs/security.md, "Entry points and the host stack": left).
+// first connection must keep working and keep its replies on node1 (committing the second's SYN
+// re-pointed them to node3: ct_label 0xc000020d measured before the guard); the second is refused
+// promptly: echo-a's node sends its SYN to the pod's port 0 and the pod's RST back through node3
+// (docs/security.md, "Entry points and the host stack").
 func TestEntrySameClientPortTwoIngressNodesKeepsFirst(t *testing.T) {
 	withStreamService(t)
+	// node3's NodePort answers (its flows are in, the router knows node3's MAC): the time below
+	// is the refusal's alone.
+	require.NoError(t, lab.WaitFor(func() error {
+		c, err := dialLine("client", fmt.Sprintf("192.0.2.13:%d", streamNodePort), 0, time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Send("probe")
+		return err
+	}, 20*time.Second))
 	const lport = 45420
 	a := mustDial(t, "client", fmt.Sprintf("192.0.2.11:%d", streamNodePort), lport, 3*time.Second)
 	r, err := a.Send("a1")
@@ -459,7 +468,14 @@ func TestEntrySameClientPortTwoIngressNodesKeepsFirst(t *testing.T) {
 		defer b.Close()
 		bres, berr = b.Send("b1")
 	}
-	t.Logf("second connection (same client ip:port, via node3): %q, %v after %s", bres, berr, time.Since(start).Round(time.Millisecond))
+	took := time.Since(start)
+	t.Logf("second connection (same client ip:port, via node3): %q, %v after %s", bres, berr, took.Round(time.Millisecond))
+	require.Error(t, berr, "the second connection cannot be served")
+	assert.Contains(t, berr.Error(), "ConnectionRefusedError", "the second connection must be refused (RST), not black-holed")
+	// OVS installs the flow the first SYN learns after that SYN's own actions ran: the pod's
+	// first RST finds no flow yet and is dropped; the client's SYN retransmission (1 s) is
+	// refused.
+	assert.Less(t, took, 2500*time.Millisecond, "the refusal took too long")
 	// echo-a's node still sends the first connection's replies to node1 (ct_label = 192.0.2.11):
 	// the second connection's SYNs did not re-point them to node3.
 	ct, err := theLab.Appctl("node2", "dpctl/dump-conntrack", "zone=64257")

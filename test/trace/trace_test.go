@@ -571,22 +571,37 @@ func TestFloodedFrameFromPatchDropped(t *testing.T) {
 	require.Contains(t, out, "ct(commit,zone=64257", out)
 }
 
-// The backend node does not let a packet re-point an established connection: a SYN that another
-// ingress node sends for the 4-tuple of an established connection is invalid in ZonePod and
-// dropped (committed, it would overwrite the connection's ct_label and send its replies there); a
-// valid packet of the connection from another ingress node (+est: a route change) is delivered
-// without a commit, so the recorded ingress node stays.
-func TestBackendInvalidFromOtherIngressDropped(t *testing.T) {
+// The backend node does not let a packet re-point an established connection whose ingress node
+// is live. A SYN that another ingress node sends for the 4-tuple of an established connection
+// (invalid in ZonePod, or established) is refused, never committed (committed, it would overwrite
+// the connection's ct_label and send its replies there): it goes to the pod's port 0 and the flow
+// it learns carries the pod's RST back to its ingress node. A SYN through the recorded ingress node
+// is the client's retransmission and is delivered. A valid packet of the connection from another
+// ingress node (+est: a route change) is delivered without a commit, so the recorded ingress node
+// stays.
+func TestBackendInvalidFromOtherIngressRefused(t *testing.T) {
 	w := newNode(t, "node2", "10.244.2.5")
-	in := "in_port=2,tun_id=2,tun_src=192.0.2.11,tun_dst=192.0.2.12,tcp,nw_src=198.51.100.10,nw_dst=10.244.2.5,tp_src=40000,tp_dst=8080,tcp_flags=syn"
-	out := w.trace(t, w.in, in, "trk,inv")
+	in := "in_port=2,tun_id=2,tun_src=192.0.2.13,tun_dst=192.0.2.12,tcp,nw_src=198.51.100.10,nw_dst=10.244.2.5,tp_src=40000,tp_dst=8080,tcp_flags=syn"
+	refused := func(out string) {
+		t.Helper()
+		acts := datapathActions(out)
+		require.Len(t, acts, 2, out)
+		require.NotContains(t, out, "ct(commit", out)
+		require.Contains(t, out, "learn(table=0", out)
+		require.Contains(t, acts[1], "set(tcp(dst=0))", out)
+	}
+	refused(w.trace(t, w.in, in, "trk,inv"))
+	refused(w.trace(t, w.in, in+",ct_mark=0x2,ct_label=0xc000020b", "trk,est"))
+	// The same SYN through the recorded node (node3) is a retransmission: delivered as it is.
+	out := w.trace(t, w.in, in+",ct_mark=0x2,ct_label=0xc000020d", "trk,est")
 	acts := datapathActions(out)
 	require.Len(t, acts, 2, out)
-	require.Equal(t, "drop", acts[1], out)
+	require.NotContains(t, out, "learn(", out)
 	require.NotContains(t, out, "ct(commit", out)
+	require.NotEqual(t, "drop", acts[1], out)
 
 	moved := strings.Replace(in, "tcp_flags=syn", "tcp_flags=ack", 1)
-	out = w.trace(t, w.in, moved, "trk,est")
+	out = w.trace(t, w.in, moved+",ct_mark=0x2,ct_label=0xc000020b", "trk,est")
 	acts = datapathActions(out)
 	require.Len(t, acts, 2, out)
 	require.NotContains(t, out, "ct(commit", out)
