@@ -153,4 +153,6 @@ func (l ResetLearn) MarshalText() ([]byte, error) {
 }
 
 // GoString implements ovs.Action.
-func (l ResetLearn) GoString() string { return fmt.Sprintf("flows.ResetLearn{HardTimeout: %d}", l.HardTimeout) }
+func (l ResetLearn) GoString() string {
+	return fmt.Sprintf("flows.ResetLearn{HardTimeout: %d}", l.HardTimeout)
+}
