@@ -294,6 +294,10 @@ func TestCNILifecycle(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, flows, "nw_src=10.244.1.2", "the pod's spoof guard flows:\n%s", flows)
 	assert.Equal(t, int64(podMTU), mtuOf(t, e.node.Netns, hostA), "the host end's MTU")
+	// The lab's br-int is on the userspace datapath: transmit checksum offload is off on both
+	// ends (docs/lab-facts.md pitfall 1), else no TCP segment from the pod would pass.
+	assert.Contains(t, inNetns(t, nsA, "ethtool", "-k", "eth0"), "tx-checksumming: off")
+	assert.Contains(t, inNetns(t, e.node.Netns, "ethtool", "-k", hostA), "tx-checksumming: off")
 
 	resB := e.mustAdd("ctr-b", nsB, "b", "uid-b")
 	ipB := resB.IPs[0].Address.IP.String()
