@@ -99,9 +99,12 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 
 	// 2. The veth and the pod's interface.
 	hostName := hostVethName(args.ContainerID, args.IfName)
+	// Leftovers of an earlier ADD of this attachment that did not finish (a killed runtime).
 	if _, lerr := netlink.LinkByName(hostName); lerr == nil {
-		// A leftover of an earlier ADD of this attachment that did not finish (killed runtime).
 		_ = ip.DelLinkByName(hostName)
+	}
+	if derr := db.DetachPorts(ctx, conf.Bridge, hostName); derr != nil {
+		return fmt.Errorf("srcip-cni: remove the leftover port %s from %s: %w", hostName, conf.Bridge, derr)
 	}
 	var hostIf, contIf net.Interface
 	err = netns.Do(func(hostNS ns.NetNS) error {
@@ -208,8 +211,11 @@ func ipAddresses(res *current.Result) string {
 	return strings.Join(out, ",")
 }
 
-// cmdDel removes the pod's port, veth and address. It succeeds when any of them is already gone:
-// a missing network namespace, a missing port, a repeated call (CNI spec DEL).
+// cmdDel removes the pod's veth, port and address. It succeeds when any of them is already gone:
+// a missing network namespace, a missing port, a repeated call (CNI spec DEL). The veth goes
+// first: a port left without its device has no ofport, so the agent never programs it, and the
+// address can be released even when ovsdb-server cannot be reached (that error is still returned,
+// and the runtime's retry removes the port).
 func cmdDel(args *skel.CmdArgs) error {
 	conf, err := parseConf(args.StdinData, true)
 	if err != nil {
@@ -217,9 +223,6 @@ func cmdDel(args *skel.CmdArgs) error {
 	}
 	ctx := context.Background()
 	var errs []error
-	if err := ipam.ExecDel(conf.IPAM.Type, args.StdinData); err != nil {
-		errs = append(errs, fmt.Errorf("srcip-cni: release the address with IPAM plugin %q: %w", conf.IPAM.Type, err))
-	}
 	if args.Netns != "" {
 		err := ns.WithNetNSPath(args.Netns, func(ns.NetNS) error {
 			if err := ip.DelLinkByName(args.IfName); err != nil && !errors.Is(err, ip.ErrLinkNotFound) {
@@ -238,14 +241,16 @@ func cmdDel(args *skel.CmdArgs) error {
 	if err := ip.DelLinkByName(hostVethName(args.ContainerID, args.IfName)); err != nil && !errors.Is(err, ip.ErrLinkNotFound) {
 		errs = append(errs, fmt.Errorf("srcip-cni: delete host veth: %w", err))
 	}
-	db, err := connect(ctx, conf)
-	if err != nil {
+	if db, err := connect(ctx, conf); err != nil {
 		errs = append(errs, err)
 	} else {
-		defer db.Close()
 		if _, err := db.DetachContainer(ctx, conf.Bridge, args.ContainerID, args.IfName); err != nil {
 			errs = append(errs, fmt.Errorf("srcip-cni: remove the port of container %s from %s: %w", args.ContainerID, conf.Bridge, err))
 		}
+		db.Close()
+	}
+	if err := ipam.ExecDel(conf.IPAM.Type, args.StdinData); err != nil {
+		errs = append(errs, fmt.Errorf("srcip-cni: release the address with IPAM plugin %q: %w", conf.IPAM.Type, err))
 	}
 	return errors.Join(errs...)
 }
