@@ -141,6 +141,13 @@ func (l *Lab) setup() error {
 		return err
 	}
 
+	// 7b. Each node's gateway port, address, route and masquerade (the node set-up step's part).
+	if !l.cfg.NoGateway {
+		if err := parallel(l.Nodes, func(n *Node) error { return l.SetupGateway(n.Name) }); err != nil {
+			return err
+		}
+	}
+
 	// 8. Echo servers.
 	if l.cfg.EchoBin != "" {
 		if err := parallel(l.Pods, l.startEcho); err != nil {
@@ -351,5 +358,11 @@ func (l *Lab) RestartVswitchd(node string) error {
 		return wrap(err)
 	}
 	_ = l.txOff(n.Netns, "br-ex")
+	if !l.cfg.NoGateway {
+		// srcip-gw0 is a tap of the userspace datapath too: its address and route went with it.
+		if err := l.SetupGateway(n.Name); err != nil {
+			return wrap(err)
+		}
+	}
 	return l.SeedTunnelNeighbours(n.Name)
 }
