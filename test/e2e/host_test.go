@@ -59,14 +59,19 @@ func gatewayIP(t *testing.T, node string) string {
 	return n.Gateway.String()
 }
 
-// hostEcho runs an echo server (TCP and UDP on hostPort) in the netns of name (a node or a
-// client) for the test's duration.
-func hostEcho(t *testing.T, name string) {
+// hostEcho runs an echo server in the netns of name (a node or a client) for the test's duration:
+// TCP on hostPort, UDP on hostPort of each of udpAddrs (a UDP socket bound to the wildcard
+// address answers from the address the route to the client prefers, e.g. the gateway address
+// for a local pod, whatever address the client sent to; "" is the wildcard).
+func hostEcho(t *testing.T, name string, udpAddrs ...string) {
 	t.Helper()
 	ns, err := theLab.Netns(name)
 	require.NoError(t, err)
-	cmd := exec.Command("ip", "netns", "exec", ns, theLab.EchoBin(), "serve", "--name", name, "--node", name,
-		"--tcp", ":"+hostPort, "--udp", ":"+hostPort)
+	args := []string{"ip", "netns", "exec", ns, theLab.EchoBin(), "serve", "--name", name, "--node", name, "--tcp", ":" + hostPort}
+	for _, a := range udpAddrs {
+		args = append(args, "--udp", a+":"+hostPort)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
@@ -133,9 +138,9 @@ func TestHostToPods(t *testing.T) {
 // pod), another node's host (masqueraded to the node address) and the outside world (the client
 // netns behind the router: masqueraded to the node address).
 func TestPodToHostsAndOutside(t *testing.T) {
-	hostEcho(t, "node1")
-	hostEcho(t, "node2")
-	hostEcho(t, "client")
+	hostEcho(t, "node1", "192.0.2.11", gatewayIP(t, "node1"))
+	hostEcho(t, "node2", "192.0.2.12")
+	hostEcho(t, "client", "")
 	for _, proto := range []string{"tcp", "udp"} {
 		request(t, "echo-c", proto, "192.0.2.11:"+hostPort, "node1", echoC.ip)
 		request(t, "echo-c", proto, gatewayIP(t, "node1")+":"+hostPort, "node1", echoC.ip)
