@@ -292,7 +292,14 @@ func (l *Lab) setupPod(p *Pod) error {
 	if err := l.txOff(p.Netns, "eth0"); err != nil {
 		return wrap(err)
 	}
-	if err := l.ipBatch(n.Netns, "link set "+p.HostPort+" mtu 1400", "link set "+p.HostPort+" up"); err != nil {
+	// The userspace datapath reads the veth's host end with a packet socket, so the node's kernel
+	// sees the pod's frames too: it must neither answer the pod's ARP for the gateway address (the
+	// node holds it on srcip-gw0; the pod would then send to this veth's MAC, past OVS) nor
+	// forward what arrives here (docs/lab-facts.md#pitfall-12).
+	if err := l.ipBatch(n.Netns, "link set "+p.HostPort+" mtu 1400 arp off", "link set "+p.HostPort+" up"); err != nil {
+		return wrap(err)
+	}
+	if _, err := l.nsExec(n.Netns, "sysctl", "-q", "-w", "net.ipv4.conf."+p.HostPort+".forwarding=0"); err != nil {
 		return wrap(err)
 	}
 	if err := l.txOff(n.Netns, p.HostPort); err != nil {
