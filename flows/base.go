@@ -2,6 +2,7 @@ package flows
 
 import (
 	"fmt"
+	"net"
 
 	"github.com/digitalocean/go-openvswitch/ovs"
 )
@@ -207,16 +208,25 @@ func BuildIntBase(st *State) (*FlowSet, error) {
 			// gateway through br-int's L3 forwarding.
 			fs.Flows = append(fs.Flows, flow(IntARPResponder, prioEntry, ovs.ProtocolARP, 0,
 				[]ovs.Match{ovs.ARPOperation(arpOpRequest), ovs.ARPTargetProtocolAddress(c.Masked().String())},
-				ovs.Move(nxmEthSrc, nxmEthDst),
-				ovs.ModDataLinkSource(gwMAC),
-				ovs.Load(fmt.Sprintf("%#x", arpOpReply), nxmARPOp),
-				ovs.Move(nxmARPSHA, nxmARPTHA),
-				ovs.Load(macHex(gwMAC), nxmARPSHA),
-				RegScratch.MoveFrom(nxmARPTPA),
-				ovs.Move(nxmARPSPA, nxmARPTPA),
-				RegScratch.MoveTo(nxmARPSPA),
-				outputInPort))
+				arpReply(gwMAC)...))
 		}
 	}
 	return fs, fs.Finish()
+}
+
+// arpReply turns an ARP request into the reply "the target address is at mac" and sends it back
+// where it came from (ovs-actions(7) "move", "load", "output"; ovs-fields(7) "arp_op", "arp_sha",
+// "arp_spa", "arp_tha", "arp_tpa").
+func arpReply(mac net.HardwareAddr) []ovs.Action {
+	return []ovs.Action{
+		ovs.Move(nxmEthSrc, nxmEthDst),
+		ovs.ModDataLinkSource(mac),
+		ovs.Load(fmt.Sprintf("%#x", arpOpReply), nxmARPOp),
+		ovs.Move(nxmARPSHA, nxmARPTHA),
+		ovs.Load(macHex(mac), nxmARPSHA),
+		RegScratch.MoveFrom(nxmARPTPA),
+		ovs.Move(nxmARPSPA, nxmARPTPA),
+		RegScratch.MoveTo(nxmARPSPA),
+		outputInPort,
+	}
 }

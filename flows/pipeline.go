@@ -2,8 +2,11 @@ package flows
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
+	"slices"
+	"strings"
 
 	"github.com/digitalocean/go-openvswitch/ovs"
 )
@@ -51,6 +54,13 @@ func (p Ports) validate() error {
 		return fmt.Errorf("incomplete ports %+v: need uplink, both patch ports, the Geneve port and br-ex's MAC", p)
 	}
 	return nil
+}
+
+// sortedNodes returns st's nodes by name.
+func sortedNodes(st *State) []Node {
+	out := slices.Collect(maps.Values(st.Nodes))
+	slices.SortFunc(out, func(a, b Node) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // self returns this node (zero Node if it is not in st.Nodes).

@@ -16,6 +16,7 @@ progs=(
 	"ping         iputils-ping"       # TestLabUp reachability
 	"tcpdump      tcpdump"            # captures in test/e2e
 	"python3      python3"            # line server, line client and ACK injector of test/e2e/entry_test.go
+	"nft          nftables"           # the lab's node set-up stand-in (masquerade), test/e2e/host_test.go's ClusterIP DNAT
 	"ovsdb-tool   openvswitch-common" # each node's own database
 	"ovsdb-server openvswitch-common"
 	"ovs-appctl   openvswitch-common" # the lab, the agent (conntrack), srcipctl trace

@@ -15,7 +15,8 @@ type Program struct{ Name, DebianPackage string }
 // namespaces, links and routes (ip), sysctls, checksum offload (ethtool, through sh), each node's
 // Open vSwitch (ovsdb-tool, ovsdb-server, ovs-vswitchd, ovs-vsctl; ovs-ofctl and ovs-appctl also
 // from the agent and srcipctl), captures (tcpdump, test/e2e), long-lived connections and raw
-// segments of test/e2e/entry_test.go (python3), reachability (ping, TestLabUp) and
+// segments of test/e2e/entry_test.go (python3), each node's masquerade and test/e2e's ClusterIP
+// DNAT (nft), reachability (ping, TestLabUp) and
 // a placeholder process (sleep, TestCleanup).
 var LabPrograms = []Program{
 	{"ip", "iproute2"},
@@ -26,6 +27,7 @@ var LabPrograms = []Program{
 	{"ping", "iputils-ping"},
 	{"tcpdump", "tcpdump"},
 	{"python3", "python3"},
+	{"nft", "nftables"},
 	{"ovsdb-tool", "openvswitch-common"},
 	{"ovsdb-server", "openvswitch-common"},
 	{"ovs-appctl", "openvswitch-common"},
