@@ -22,6 +22,8 @@ progs=(
 	"ovs-ofctl    openvswitch-common" # the lab, the agent (bundles)
 	"ovs-vsctl    openvswitch-switch" # the lab, srcipctl trace
 	"ovs-vswitchd openvswitch-switch" # userspace datapath; no kernel module needed
+	"nft          nftables"           # srcip-agent node-setup's masquerade (knftables runs nft)
+	"nsenter      util-linux"         # test/nodesetup runs node-setup inside a node namespace
 	# hack/controlplane/{build,start,stop}.sh (test/kube, make controlplane)
 	"bash         bash"
 	"flock        util-linux"         # one build per cache entry

@@ -27,9 +27,14 @@ type State struct {
 	NICMAC string `json:"nicMAC"`
 	// ARPOffSet: node-setup turned ARP off on the NIC (userspace datapath only: the node's
 	// kernel still sees the NIC's frames there, docs/lab-facts.md pitfall 2).
-	ARPOffSet bool         `json:"arpOffSet,omitempty"`
-	Addrs     []SavedAddr  `json:"addrs"`
-	Routes    []SavedRoute `json:"routes"`
+	ARPOffSet bool `json:"arpOffSet,omitempty"`
+	// RPFilter is the NIC's net.ipv4.conf.<nic>.rp_filter before node-setup set it to 1 (strict),
+	// userspace datapath only: the node's kernel also receives the NIC's frames there, and
+	// without the reverse-path check it would take every packet to the node twice (once from the
+	// NIC, once from br-ex). Empty: not changed.
+	RPFilter string       `json:"rpFilter,omitempty"`
+	Addrs    []SavedAddr  `json:"addrs"`
+	Routes   []SavedRoute `json:"routes"`
 }
 
 // SavedAddr is one IPv4 address of the NIC.
@@ -316,6 +321,24 @@ func (r *run) setupBrEx(ctx context.Context) (int, error) {
 		}
 		r.changed("ARP off on %s (userspace datapath: the kernel still sees its frames)", nic)
 	}
+	if dpType == "netdev" {
+		old, err := readSysctl(rpFilterPath(nic))
+		if err != nil {
+			return 0, err
+		}
+		if old != "1" {
+			if st.RPFilter == "" {
+				st.RPFilter = old
+				if err := c.writeState(st); err != nil {
+					return 0, err
+				}
+			}
+			if err := writeSysctl(rpFilterPath(nic), "1"); err != nil {
+				return 0, err
+			}
+			r.changed("net.ipv4.conf.%s.rp_filter=1 (userspace datapath: the kernel would take the NIC's copy of each packet too)", nic)
+		}
+	}
 
 	// The quick sequence: the NIC into br-ex, the addresses onto br-ex, the routes replaced
 	// (same destination and metric: the kernel moves them), the addresses off the NIC.
@@ -493,6 +516,11 @@ func (r *run) restoreNIC(ctx context.Context, st *State) error {
 			return fmt.Errorf("arp on %s: %w", st.NIC, err)
 		}
 	}
+	if st.RPFilter != "" {
+		if err := writeSysctl(rpFilterPath(st.NIC), st.RPFilter); err != nil {
+			return err
+		}
+	}
 	if err := netlink.LinkSetUp(nic); err != nil {
 		return fmt.Errorf("set %s up: %w", st.NIC, err)
 	}
@@ -554,5 +582,22 @@ func (r *run) teardownBrEx(ctx context.Context) error {
 		return err
 	}
 	r.changed("removed %s", c.statePath())
+	return nil
+}
+
+func rpFilterPath(nic string) string { return "/proc/sys/net/ipv4/conf/" + nic + "/rp_filter" }
+
+func readSysctl(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+func writeSysctl(path, v string) error {
+	if err := os.WriteFile(path, []byte(v+"\n"), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w (node-setup must run privileged: /proc/sys is read-only otherwise)", path, err)
+	}
 	return nil
 }

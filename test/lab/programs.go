@@ -16,7 +16,8 @@ type Program struct{ Name, DebianPackage string }
 // Open vSwitch (ovsdb-tool, ovsdb-server, ovs-vswitchd, ovs-vsctl; ovs-ofctl and ovs-appctl also
 // from the agent and srcipctl), captures (tcpdump, test/e2e), long-lived connections and raw
 // segments of test/e2e/entry_test.go (python3), reachability (ping, TestLabUp) and
-// a placeholder process (sleep, TestCleanup).
+// a placeholder process (sleep, TestCleanup); srcip-agent node-setup's nftables table (nft, through
+// knftables) and test/nodesetup, which runs it in a node namespace (nsenter).
 var LabPrograms = []Program{
 	{"ip", "iproute2"},
 	{"sh", "dash"},
@@ -32,6 +33,8 @@ var LabPrograms = []Program{
 	{"ovs-ofctl", "openvswitch-common"},
 	{"ovs-vsctl", "openvswitch-switch"},
 	{"ovs-vswitchd", "openvswitch-switch"},
+	{"nft", "nftables"},
+	{"nsenter", "util-linux"},
 }
 
 // ControlPlanePrograms are what hack/controlplane/{build,start,stop}.sh execute besides coreutils
