@@ -511,16 +511,6 @@ func (r *run) restoreNIC(ctx context.Context, st *State) error {
 			return fmt.Errorf("address %s on %s: %w", sa.CIDR, st.NIC, err)
 		}
 	}
-	if st.ARPOffSet {
-		if err := netlink.LinkSetARPOn(nic); err != nil {
-			return fmt.Errorf("arp on %s: %w", st.NIC, err)
-		}
-	}
-	if st.RPFilter != "" {
-		if err := writeSysctl(rpFilterPath(st.NIC), st.RPFilter); err != nil {
-			return err
-		}
-	}
 	if err := netlink.LinkSetUp(nic); err != nil {
 		return fmt.Errorf("set %s up: %w", st.NIC, err)
 	}
@@ -538,8 +528,32 @@ func (r *run) restoreNIC(ctx context.Context, st *State) error {
 			return err
 		}
 	}
-	if err := verifyGateways(ctx, nic, st, c.VerifyTimeout); err != nil {
-		return err
+	if st.RPFilter != "" {
+		if err := writeSysctl(rpFilterPath(st.NIC), st.RPFilter); err != nil {
+			return err
+		}
+	}
+	// ARP back on only once ovs-vswitchd has let the NIC go: when it closes the NIC it writes
+	// back the interface flags it read when it opened it (NOARP included), in the same
+	// reconfiguration that deletes br-ex's device, in no fixed order. So: set, verify through the
+	// gateway, and set again if the flag came back meanwhile.
+	for try := 0; ; try++ {
+		if st.ARPOffSet {
+			if err := ensureARPOn(st.NIC); err != nil {
+				return err
+			}
+		}
+		err := verifyGateways(ctx, nic, st, c.VerifyTimeout)
+		if st.ARPOffSet && try < 3 {
+			time.Sleep(200 * time.Millisecond)
+			if l, lerr := netlink.LinkByName(st.NIC); lerr == nil && l.Attrs().RawFlags&unix.IFF_NOARP != 0 {
+				continue
+			}
+		}
+		if err != nil {
+			return err
+		}
+		break
 	}
 	r.changed("%s has its %d addresses and %d routes back; the gateway answers", st.NIC, len(st.Addrs), len(st.Routes))
 	return nil
@@ -598,6 +612,20 @@ func readSysctl(path string) (string, error) {
 func writeSysctl(path, v string) error {
 	if err := os.WriteFile(path, []byte(v+"\n"), 0o644); err != nil {
 		return fmt.Errorf("write %s: %w (node-setup must run privileged: /proc/sys is read-only otherwise)", path, err)
+	}
+	return nil
+}
+
+func ensureARPOn(name string) error {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("NIC %s: %w", name, err)
+	}
+	if l.Attrs().RawFlags&unix.IFF_NOARP == 0 {
+		return nil
+	}
+	if err := netlink.LinkSetARPOn(l); err != nil {
+		return fmt.Errorf("arp on %s: %w", name, err)
 	}
 	return nil
 }
