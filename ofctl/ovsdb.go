@@ -113,9 +113,9 @@ func Connect(ctx context.Context, endpoint string) (*DB, error) {
 	)
 	mon := c.NewMonitor(
 		client.WithTable(&o, &o.Bridges),
-		client.WithTable(&b, &b.Name, &b.DatapathType, &b.FailMode, &b.Protocols, &b.Ports, &b.FlowTables),
+		client.WithTable(&b, &b.Name, &b.DatapathType, &b.FailMode, &b.Protocols, &b.Ports, &b.FlowTables, &b.OtherConfig),
 		client.WithTable(&p, &p.Name, &p.Interfaces),
-		client.WithTable(&i, &i.Name, &i.Type, &i.Options, &i.ExternalIDs, &i.OFPort, &i.MACInUse, &i.Error),
+		client.WithTable(&i, &i.Name, &i.Type, &i.Options, &i.ExternalIDs, &i.OFPort, &i.MACInUse, &i.Error, &i.MTURequest),
 		client.WithTable(&ft, &ft.Name),
 	)
 	if _, err := c.Monitor(ctx, mon); err != nil {
@@ -471,7 +471,13 @@ func (d *DB) ensurePort(ctx context.Context, t *txn, br *bridgeRow, brIsNew bool
 // createPort adds the operations that create a Port with one Interface, both called name, on
 // br. A bridge created in the same transaction (brIsNew) gets the port in its Ports column.
 func (d *DB) createPort(t *txn, br *bridgeRow, brIsNew bool, name, typ string, opts map[string]string) error {
-	iface := &ifaceRow{UUID: t.name(), Name: name, Type: typ, Options: opts}
+	return d.createPortRow(t, br, brIsNew, &ifaceRow{Name: name, Type: typ, Options: opts})
+}
+
+// createPortRow is createPort for an interface row with more columns set (its UUID is set here).
+func (d *DB) createPortRow(t *txn, br *bridgeRow, brIsNew bool, iface *ifaceRow) error {
+	name := iface.Name
+	iface.UUID = t.name()
 	port := &portRow{UUID: t.name(), Name: name, Interfaces: []string{iface.UUID}}
 	if err := t.add(d.c.Create(iface, port)); err != nil {
 		return fmt.Errorf("create port %s: %w", name, err)

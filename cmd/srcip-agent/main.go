@@ -100,6 +100,7 @@ LoadBalancer, or externalIPs). SIGTERM stops the agent and leaves every flow in 
 	f.DurationVar(&o.repairPeriod, "repair-period", 10*time.Minute, "period of the deep repair: a full sync re-sends every flow of the agent with modify_strict (restores flows edited in place, keeps their counters) and every group with add_or_mod, in one bundle per bridge; it costs one bundle as large as the whole pipeline (about 6 flows per Service port, e.g. 60k lines and about a second of ovs-vswitchd time for 10k Service ports). 0 disables it")
 	f.IntVar(&o.bucketsPerMessage, "group-buckets-per-message", flows.DefaultBucketsPerMessage, "most select-group buckets in one OpenFlow message: a Service port with more endpoints is written as one group add_or_mod plus insert_bucket messages in the same bundle (an OpenFlow message is at most 64 KiB; a Service bucket is 88 bytes)")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:9464", `address of the HTTP server for /metrics, /healthz (process up, OVSDB reachable) and /readyz (first full sync done, syncs not failing); "0" disables it`)
+	cmd.AddCommand(newNodeSetupCommand(), newNodeTeardownCommand())
 	gofs := goflag.NewFlagSet("klog", goflag.ContinueOnError)
 	klog.InitFlags(gofs)
 	f.AddGoFlagSet(gofs)

@@ -16,8 +16,9 @@ type Program struct{ Name, DebianPackage string }
 // Open vSwitch (ovsdb-tool, ovsdb-server, ovs-vswitchd, ovs-vsctl; ovs-ofctl and ovs-appctl also
 // from the agent and srcipctl), captures (tcpdump, test/e2e), long-lived connections and raw
 // segments of test/e2e/entry_test.go (python3), each node's masquerade and test/e2e's ClusterIP
-// DNAT (nft), reachability (ping, TestLabUp) and
-// a placeholder process (sleep, TestCleanup).
+// DNAT (nft; also srcip-agent node-setup's nftables table, through knftables), reachability
+// (ping, TestLabUp), a placeholder process (sleep, TestCleanup) and test/nodesetup, which runs
+// node-setup in a node namespace (nsenter).
 var LabPrograms = []Program{
 	{"ip", "iproute2"},
 	{"sh", "dash"},
@@ -34,6 +35,7 @@ var LabPrograms = []Program{
 	{"ovs-ofctl", "openvswitch-common"},
 	{"ovs-vsctl", "openvswitch-switch"},
 	{"ovs-vswitchd", "openvswitch-switch"},
+	{"nsenter", "util-linux"},
 }
 
 // ControlPlanePrograms are what hack/controlplane/{build,start,stop}.sh execute besides coreutils
