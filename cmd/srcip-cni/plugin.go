@@ -148,6 +148,9 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 		if err := txChecksumOff(hostName); err != nil {
 			return fmt.Errorf("srcip-cni: %w", err)
 		}
+		if err := hostEndQuiet(hostName); err != nil {
+			return fmt.Errorf("srcip-cni: %w", err)
+		}
 	}
 
 	// 3. The port on the bridge.
@@ -412,4 +415,23 @@ func cmdGC(args *skel.CmdArgs) error {
 		errs = append(errs, fmt.Errorf("srcip-cni: GC of IPAM plugin %q: %w", conf.IPAM.Type, err))
 	}
 	return errors.Join(errs...)
+}
+
+// hostEndQuiet keeps the node's own IP stack out of the pod's traffic on the userspace datapath,
+// where the kernel also receives every frame of the veth's host end (OVS reads it through a packet
+// socket): ARP off, so the node never answers the pod's ARP for the gateway address it holds on
+// srcip-gw0 itself, and IPv4 forwarding off on the device (docs/lab-facts.md pitfall 12).
+func hostEndQuiet(name string) error {
+	link, err := netlink.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("host end %s: %w", name, err)
+	}
+	if err := netlink.LinkSetARPOff(link); err != nil {
+		return fmt.Errorf("host end %s: arp off: %w", name, err)
+	}
+	p := "/proc/sys/net/ipv4/conf/" + name + "/forwarding"
+	if err := os.WriteFile(p, []byte("0"), 0o644); err != nil {
+		return fmt.Errorf("host end %s: %s: %w", name, p, err)
+	}
+	return nil
 }

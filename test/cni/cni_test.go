@@ -298,6 +298,12 @@ func TestCNILifecycle(t *testing.T) {
 	// ends (docs/lab-facts.md pitfall 1), else no TCP segment from the pod would pass.
 	assert.Contains(t, inNetns(t, nsA, "ethtool", "-k", "eth0"), "tx-checksumming: off")
 	assert.Contains(t, inNetns(t, e.node.Netns, "ethtool", "-k", hostA), "tx-checksumming: off")
+	// ... and the node's own IP stack keeps out of the pod's frames, which it also receives there:
+	// no ARP answers (the node holds the gateway address on srcip-gw0), no forwarding.
+	linkOut, err := exec.Command("ip", "-n", e.node.Netns, "link", "show", "dev", hostA).CombinedOutput()
+	require.NoError(t, err, "%s", linkOut)
+	assert.Contains(t, string(linkOut), "NOARP", "ARP off on the host end")
+	assert.Equal(t, "0", strings.TrimSpace(inNetns(t, e.node.Netns, "cat", "/proc/sys/net/ipv4/conf/"+hostA+"/forwarding")))
 
 	resB := e.mustAdd("ctr-b", nsB, "b", "uid-b")
 	ipB := resB.IPs[0].Address.IP.String()
