@@ -21,6 +21,9 @@ build:
 	$(GO) build -o $(BIN)/srcip-agent ./cmd/srcip-agent
 	$(GO) build -o $(BIN)/srcipctl ./cmd/srcipctl
 	$(GO) build -o $(BIN)/echo ./test/echo
+	$(GO) build -o $(BIN)/srcip-cni ./cmd/srcip-cni
+	$(GO) build -o $(BIN)/host-local github.com/containernetworking/plugins/plugins/ipam/host-local
+	$(GO) build -o $(BIN)/loopback github.com/containernetworking/plugins/plugins/main/loopback
 
 demo: deps build
 	$(GO) build -o $(BIN)/demo ./test/demo

@@ -225,12 +225,18 @@ func dedupeEndpoints(eps []flows.Endpoint) []flows.Endpoint {
 // ConvertNode converts a Node: its first IPv4 InternalIP and its IPv4 spec.podCIDRs (spec.podCIDR
 // when podCIDRs is empty). Its collision rank (flows.Rank) is its creationTimestamp, and one tier
 // lower when it is not Ready (a stale Node object left after a re-install whose pod CIDR was
-// given to another node loses to a Ready one).
+// given to another node loses to a Ready one). It is Down when its Ready condition is present
+// and not True (False: the kubelet reports trouble; Unknown: the node stopped reporting).
 func ConvertNode(n *corev1.Node) (flows.Node, error) {
 	out := flows.Node{Name: n.Name, Rank: flows.Rank{Tier: 1, Created: n.CreationTimestamp.Time}}
 	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+		if c.Type != corev1.NodeReady {
+			continue
+		}
+		if c.Status == corev1.ConditionTrue {
 			out.Rank.Tier = 0
+		} else {
+			out.Down = true
 		}
 	}
 	for _, a := range n.Status.Addresses {
@@ -288,8 +294,10 @@ func NodePortAddresses(n *corev1.Node, allowed []netip.Prefix) []netip.Addr {
 // LocalPod joins an OVSDB pod port with its Pod object (nil when unknown). The port's own IPs win;
 // otherwise the Pod's IPv4 status.podIPs are used. ok is false when the pod has no usable IP yet.
 // Its collision rank (flows.Rank): tier 0 when the Pod's status lists every IP of the port, 1 when
-// the Pod exists but does not confirm them, 2 without a Pod object (a stale port of a crashed CNI,
-// a hostile OVSDB writer); Created is the Pod's creationTimestamp.
+// the Pod exists but does not confirm them (yet: srcip-cni's ADD waits for the flows, the kubelet
+// writes status.podIPs after it), 2 without a Pod object; Created is the Pod's creationTimestamp.
+// The model programs no port without a Pod object (a stale port of a crashed CNI, a hostile
+// OVSDB writer).
 func LocalPod(pp PodPort, pod *corev1.Pod) (p flows.Pod, ok bool, problems []string) {
 	p = flows.Pod{Namespace: pp.Namespace, Name: pp.Name, MAC: pp.MAC, OFPort: pp.OFPort}
 	defer func() {

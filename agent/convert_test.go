@@ -316,3 +316,24 @@ func TestChoosePodPort(t *testing.T) {
 	assert.Equal(t, "veth-new", pp.Interface)
 	assert.Empty(t, ignored)
 }
+
+// A Node whose Ready condition is present and not True is Down (its connections may be taken
+// over by another ingress node, flows.BuildNode); without a Ready condition it is not. A change
+// of the Ready status alone is not a no-op update (nodeEqual), a heartbeat is.
+func TestConvertNodeDown(t *testing.T) {
+	n := makeNode("node2", "192.168.0.2", "10.244.2.0/24")
+	c, err := ConvertNode(n)
+	require.NoError(t, err)
+	assert.False(t, c.Down, "no Ready condition: not down")
+	for status, down := range map[corev1.ConditionStatus]bool{corev1.ConditionTrue: false, corev1.ConditionFalse: true, corev1.ConditionUnknown: true} {
+		m := n.DeepCopy()
+		m.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status}}
+		c, err := ConvertNode(m)
+		require.NoError(t, err)
+		assert.Equal(t, down, c.Down, "Ready=%s", status)
+		assert.False(t, nodeEqual(n, m), "Ready=%s after no condition must not be a no-op update", status)
+		hb := m.DeepCopy()
+		hb.Status.Conditions[0].LastHeartbeatTime = metav1.Now()
+		assert.True(t, nodeEqual(m, hb), "a heartbeat is a no-op update")
+	}
+}

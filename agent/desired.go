@@ -17,8 +17,10 @@ import (
 )
 
 // PlaceholderPorts are the ofports and MAC RenderDesired uses instead of OVSDB's.
+// A node has its gateway port (srcip-gw0, ofport 3), as the node set-up step leaves it.
 var PlaceholderPorts = flows.Ports{ExUplink: 1, ExPatch: 2, IntPatch: 1, IntTunnel: 2,
-	ExMAC: net.HardwareAddr{0x02, 0x00, 0x00, 0x00, 0x00, 0x01}}
+	ExMAC: net.HardwareAddr{0x02, 0x00, 0x00, 0x00, 0x00, 0x01}, IntGateway: 3,
+	GatewayMAC: net.HardwareAddr{0x02, 0x00, 0x00, 0x00, 0x00, 0x02}}
 
 // ReadManifestDir parses every manifest file of dir (see ManifestSource) and fails on the first
 // file that does not parse.

@@ -11,9 +11,21 @@ import (
 // the fields conversion reads, so status heartbeats and metadata churn never cause a sync.
 
 func nodeEqual(a, b *corev1.Node) bool {
-	return equality.Semantic.DeepEqual(a.Status.Addresses, b.Status.Addresses) &&
+	return nodeReady(a) == nodeReady(b) && a.CreationTimestamp.Equal(&b.CreationTimestamp) &&
+		equality.Semantic.DeepEqual(a.Status.Addresses, b.Status.Addresses) &&
 		equality.Semantic.DeepEqual(a.Spec.PodCIDRs, b.Spec.PodCIDRs) &&
 		a.Spec.PodCIDR == b.Spec.PodCIDR
+}
+
+// nodeReady is the status of n's Ready condition ("" without one): ConvertNode's rank and Down
+// depend on it, the heartbeat times of the conditions do not.
+func nodeReady(n *corev1.Node) corev1.ConditionStatus {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status
+		}
+	}
+	return ""
 }
 
 func serviceEqual(a, b *corev1.Service) bool {

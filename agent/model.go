@@ -274,6 +274,14 @@ func (m *model) updatePods(logger klog.Logger, names map[types.NamespacedName]bo
 		if !ok {
 			continue
 		}
+		if pod == nil {
+			// A port without its Pod object (a port the CNI left behind, a hostile OVSDB writer,
+			// or a Pod the source has not delivered yet) gets no flows: the identity in
+			// external_ids is only trusted with the Pod that names this node (and, when the port
+			// carries one, the same UID: ChoosePodPort). status.podIPs is not needed.
+			logger.V(2).Info("Pod port without a Pod object, skipped", "pod", klog.KRef(name.Namespace, name.Name), "interface", pp.Interface)
+			continue
+		}
 		p, ok, problems := LocalPod(pp, pod)
 		if pod != nil {
 			m.report(pod, "pod/"+name.String(), ReasonInvalid, problems)

@@ -192,9 +192,11 @@ func TestDrainPeriodAndStaleDrainCookie(t *testing.T) {
 }
 
 // Two pod ports with one IP: the one whose Pod object lists the IP wins, whatever the arrival
-// order; the loser is not programmed at all, nothing is rewritten in steady state or after a
+// order, over one whose Pod object does not list it yet (status.podIPs is written after the CNI
+// ADD); the loser is not programmed at all, nothing is rewritten in steady state or after a
 // restart, and the loser gets its flows when the winner goes away.
 func TestDuplicatePodIP(t *testing.T) {
+	evilPod := &corev1.Pod{ObjectMeta: metaNS("ns1", "evil"), Spec: corev1.PodSpec{NodeName: thisNode}}
 	evil := PodPort{Namespace: "ns1", Name: "evil", Interface: "evil0", OFPort: 11,
 		MAC: []byte{0x0a, 0x58, 10, 244, 1, 99}, IPs: []netip.Addr{addr("10.244.1.5")}}
 	final := map[bool]string{}
@@ -207,6 +209,7 @@ func TestDuplicatePodIP(t *testing.T) {
 			f.dp.podPorts = []PodPort{real}
 		}
 		f.seedNodes(f.r)
+		f.r.OnPod(nil, evilPod)
 		require.NoError(t, f.sync())
 		f.dp.podPorts = []PodPort{real, evil}
 		f.r.RequestFullSync()
@@ -215,7 +218,6 @@ func TestDuplicatePodIP(t *testing.T) {
 		assert.Contains(t, in, "load:0xa->NXM_NX_REG1[]", "the confirmed pod is delivered to")
 		assert.NotContains(t, in, "in_port=11", "the unconfirmed pod is not programmed")
 		assert.NotContains(t, in, "load:0xb->NXM_NX_REG1[]")
-		// evil has no Pod object: no Event, but the conflict is logged (checked by the e2e test).
 		final[evilFirst] = in
 
 		n := f.bundles()
@@ -223,6 +225,7 @@ func TestDuplicatePodIP(t *testing.T) {
 		require.NoError(t, f.sync())
 		f.r = f.newReconciler()
 		f.seedNodes(f.r)
+		f.r.OnPod(nil, evilPod)
 		require.NoError(t, f.sync())
 		assert.Equal(t, n, f.bundles(), "steady state or restart rewrote flows")
 
@@ -449,4 +452,31 @@ func TestNodePortOutsideRangeRefused(t *testing.T) {
 	assert.Len(t, f.r.Applied(flows.BrEx)[svcKey("web")].EntryPoints, 1)
 	assert.NotContains(t, f.flowText(), "tp_dst=22,")
 	assert.Contains(t, strings.Join(f.events.msgs, "\n"), `SourceIPRefused: nodePort 22 of port "http" is outside the NodePort range 30000-32767 (--service-node-port-range): refused`)
+}
+
+// A pod port is programmed from its external_ids (ip_addresses) as soon as its Pod object exists,
+// before status.podIPs is written (srcip-cni's ADD waits for these flows, the kubelet writes the
+// status after it); a port without a Pod object, or whose UID is not the Pod's, gets no flows.
+func TestPodPortNeedsPodObjectNotPodIPs(t *testing.T) {
+	f := newFixture(t)
+	cni := PodPort{Namespace: "ns1", Name: "new", Interface: "srcipabc", OFPort: 12, UID: "uid-new",
+		MAC: []byte{0x0a, 0x58, 10, 244, 1, 7}, IPs: []netip.Addr{addr("10.244.1.7")}}
+	f.dp.podPorts = append(f.dp.podPorts, cni)
+	f.seedNodes(f.r)
+	require.NoError(t, f.sync())
+	assert.NotContains(t, strings.Join(f.in.Flows(), "\n"), "in_port=12", "a port without a Pod object got flows")
+
+	wrong := &corev1.Pod{ObjectMeta: metaNS("ns1", "new"), Spec: corev1.PodSpec{NodeName: thisNode}}
+	wrong.UID = "uid-other"
+	f.r.OnPod(nil, wrong)
+	require.NoError(t, f.sync())
+	assert.NotContains(t, strings.Join(f.in.Flows(), "\n"), "in_port=12", "a port of another UID got flows")
+
+	pod := wrong.DeepCopy()
+	pod.UID = "uid-new"
+	f.r.OnPod(wrong, pod)
+	require.NoError(t, f.sync())
+	in := strings.Join(f.in.Flows(), "\n")
+	assert.Contains(t, in, "in_port=12", "the pod is not programmed without status.podIPs")
+	assert.Contains(t, in, "nw_src=10.244.1.7")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -91,13 +92,13 @@ func convert[T any](t *testing.T, u *unstructured.Unstructured) *T {
 }
 
 // agentFlags returns the long flag names srcip-agent accepts, from its --help.
-func agentFlags(t *testing.T) map[string]bool {
+func agentFlags(t *testing.T, subcommand ...string) map[string]bool {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "srcip-agent")
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/srcip-agent").CombinedOutput(); err != nil {
 		t.Fatalf("go build srcip-agent: %v\n%s", err, out)
 	}
-	out, err := exec.Command(bin, "--help").CombinedOutput()
+	out, err := exec.Command(bin, append(subcommand, "--help")...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("srcip-agent --help: %v\n%s", err, out)
 	}
@@ -105,7 +106,7 @@ func agentFlags(t *testing.T) map[string]bool {
 	for _, m := range regexp.MustCompile(`(?m)^\s+(?:-\w, )?--([a-z0-9_-]+)`).FindAllStringSubmatch(string(out), -1) {
 		flags[m[1]] = true
 	}
-	if !flags["node-name"] || !flags["metrics-bind-address"] {
+	if !flags["node-name"] || (len(subcommand) == 0 && !flags["metrics-bind-address"]) {
 		t.Fatalf("could not parse srcip-agent --help:\n%s", out)
 	}
 	return flags
@@ -115,13 +116,19 @@ func agentFlags(t *testing.T) map[string]bool {
 func TestManifests(t *testing.T) {
 	objs := build(t)
 	var got []string
+	var setupCM *unstructured.Unstructured
 	for _, u := range objs {
-		got = append(got, u.GetKind()+"/"+u.GetName())
+		name := u.GetName()
+		if u.GetKind() == "ConfigMap" && strings.HasPrefix(name, "srcip-node-setup-") {
+			// configMapGenerator appends a hash of the content.
+			name, setupCM = "srcip-node-setup-<hash>", u
+		}
+		got = append(got, u.GetKind()+"/"+name)
 	}
 	want := []string{
 		"Namespace/ovs-srcip", "CustomResourceDefinition/" + crdName, "ServiceAccount/srcip-agent",
 		"ClusterRole/srcip-agent", "ClusterRoleBinding/srcip-agent", "Role/srcip-agent-leases",
-		"RoleBinding/srcip-agent-leases", "DaemonSet/srcip-agent",
+		"RoleBinding/srcip-agent-leases", "DaemonSet/srcip-agent", "ConfigMap/srcip-node-setup-<hash>",
 	}
 	slices.Sort(got)
 	slices.Sort(want)
@@ -207,22 +214,35 @@ func TestManifests(t *testing.T) {
 	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
 		t.Errorf("resources %+v", c.Resources)
 	}
-	var ovsRun bool
+	// hostPath volumes: OVS's sockets must exist (Directory); the rest belong to node-setup.
+	hostPaths := map[string]corev1.HostPathType{
+		"/var/run/openvswitch": corev1.HostPathDirectory,
+		"/var/lib/ovs-srcip":   corev1.HostPathDirectoryOrCreate,
+		"/opt/cni/bin":         corev1.HostPathDirectoryOrCreate,
+		"/etc/cni/net.d":       corev1.HostPathDirectoryOrCreate,
+		"/var/lib/cni":         corev1.HostPathDirectoryOrCreate,
+	}
+	volPath := map[string]string{}
 	for _, v := range ps.Volumes {
-		if v.HostPath != nil {
-			if v.HostPath.Path != "/var/run/openvswitch" || v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathDirectory {
-				t.Errorf("hostPath volume %+v", v)
-			}
-			for _, m := range c.VolumeMounts {
-				if m.Name == v.Name && m.MountPath == "/var/run/openvswitch" {
-					ovsRun = true
-				}
-			}
+		if v.HostPath == nil {
+			continue
+		}
+		want, ok := hostPaths[v.HostPath.Path]
+		if !ok || v.HostPath.Type == nil || *v.HostPath.Type != want {
+			t.Errorf("hostPath volume %+v", v)
+		}
+		volPath[v.Name] = v.HostPath.Path
+	}
+	// The agent mounts only OVS's run directory, read-only, at the same path.
+	for _, m := range c.VolumeMounts {
+		if p, ok := volPath[m.Name]; ok && (p != "/var/run/openvswitch" || m.MountPath != p || !m.ReadOnly) {
+			t.Errorf("agent mounts hostPath %s at %s (readOnly %v)", p, m.MountPath, m.ReadOnly)
 		}
 	}
-	if !ovsRun {
+	if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return volPath[m.Name] == "/var/run/openvswitch" }) {
 		t.Error("no hostPath /var/run/openvswitch mounted at /var/run/openvswitch")
 	}
+	checkNodeSetup(t, ps, volPath, hostPaths, setupCM)
 
 	// RBAC: no wildcard, no Secrets or ConfigMaps, no write verb outside the allowed ones.
 	writes := map[string][]string{
@@ -265,6 +285,72 @@ func TestManifests(t *testing.T) {
 		}
 		if len(subjects) != 1 || subjects[0].Kind != "ServiceAccount" || subjects[0].Name != serviceAccount || subjects[0].Namespace != namespace {
 			t.Errorf("%s subjects %+v", kind, subjects)
+		}
+	}
+}
+
+// checkNodeSetup checks the init container that runs srcip-agent node-setup: privileged, every
+// hostPath node-setup writes mounted at the node's own path, every argument a node-setup flag, its
+// settings from the generated ConfigMap.
+func checkNodeSetup(t *testing.T, ps corev1.PodSpec, volPath map[string]string, hostPaths map[string]corev1.HostPathType, cm *unstructured.Unstructured) {
+	t.Helper()
+	if len(ps.InitContainers) != 1 {
+		t.Fatalf("%d init containers, want node-setup", len(ps.InitContainers))
+	}
+	ic := ps.InitContainers[0]
+	if ic.Name != "node-setup" || ic.Image != image || len(ic.Args) == 0 || ic.Args[0] != "node-setup" {
+		t.Errorf("init container %s image %q args %v, want node-setup from %s", ic.Name, ic.Image, ic.Args, image)
+	}
+	if sc := ic.SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged {
+		t.Errorf("node-setup securityContext %+v, want privileged", sc)
+	}
+	mounted := map[string]bool{}
+	for _, m := range ic.VolumeMounts {
+		if p, ok := volPath[m.Name]; ok {
+			if m.MountPath != p || m.ReadOnly {
+				t.Errorf("node-setup mounts hostPath %s at %s (readOnly %v)", p, m.MountPath, m.ReadOnly)
+			}
+			mounted[p] = true
+		}
+	}
+	for p := range hostPaths {
+		if !mounted[p] {
+			t.Errorf("node-setup does not mount hostPath %s", p)
+		}
+	}
+	flags := agentFlags(t, "node-setup")
+	args := map[string]string{}
+	for _, a := range ic.Args[1:] {
+		name, val, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if !strings.HasPrefix(a, "--") || !flags[name] {
+			t.Errorf("argument %q is not a srcip-agent node-setup flag", a)
+		}
+		args[name] = val
+	}
+	for k, v := range map[string]string{
+		"node-name": "$(NODE_NAME)", "nic": "$(NIC)", "cluster-cidrs": "$(CLUSTER_CIDRS)",
+		"datapath-type": "$(DATAPATH_TYPE)", "mtu": "$(MTU)",
+		"ovsdb": "unix:/var/run/openvswitch/db.sock", "ovs-rundir": "/var/run/openvswitch",
+		"state-dir": "/var/lib/ovs-srcip", "cni-bin-dir": "/opt/cni/bin", "cni-conf-dir": "/etc/cni/net.d",
+		"cni-data-dir": "/var/lib/cni/networks", "cni-source-dir": "/usr/local/lib/ovs-srcip/cni",
+	} {
+		if args[k] != v {
+			t.Errorf("node-setup --%s=%q, want %q", k, args[k], v)
+		}
+	}
+	if cm == nil {
+		t.Fatal("no ConfigMap srcip-node-setup")
+	}
+	data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
+	wantData := map[string]string{"NIC": "auto", "CLUSTER_CIDRS": "10.244.0.0/16", "DATAPATH_TYPE": "system", "MTU": "0"}
+	if !maps.Equal(data, wantData) {
+		t.Errorf("ConfigMap %s data %v, want %v", cm.GetName(), data, wantData)
+	}
+	for _, e := range ic.Env {
+		if r := e.ValueFrom; r != nil && r.ConfigMapKeyRef != nil {
+			if r.ConfigMapKeyRef.Name != cm.GetName() || data[r.ConfigMapKeyRef.Key] == "" && r.ConfigMapKeyRef.Key != "MTU" {
+				t.Errorf("env %s from ConfigMap %s key %s: not in the generated ConfigMap %s", e.Name, r.ConfigMapKeyRef.Name, r.ConfigMapKeyRef.Key, cm.GetName())
+			}
 		}
 	}
 }

@@ -110,3 +110,49 @@ var (
 	outputLocal  ovs.Action = rawAction("LOCAL")
 	outputInPort ovs.Action = rawAction("IN_PORT")
 )
+
+// ResetLearn is the learn action (ovs-actions(7) "The learn action") of the collision reset: run
+// on a TCP SYN that the backend delivers to a local pod's closed port 0 instead of its Service
+// port, it learns the flow that carries the pod's answer (the kernel's RST to a SYN for a port
+// without a socket) back the way the SYN came, as a reply of the SYN's own connection:
+//
+//	table=IntClassifier, priority=prioTunnelPeer, hard_timeout=HardTimeout, cookie=KindLearnedReset
+//	tcp, in_port=<the pod's port (RegOutPort)>, nw_src=<SYN's nw_dst>, nw_dst=<SYN's nw_src>,
+//	tp_src=0, tp_dst=<SYN's tp_src>
+//	actions: tp_src=<SYN's tp_dst>, tun_dst=<SYN's tun_src>, tun_id=VNIServiceReply,
+//	         output:<SYN's in_port> (the Geneve port, or the patch port to br-ex)
+//
+// It must run before the SYN's tp_dst is rewritten.
+type ResetLearn struct {
+	// HardTimeout bounds the learned flow's life, in seconds.
+	HardTimeout int
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (l ResetLearn) MarshalText() ([]byte, error) {
+	if l.HardTimeout <= 0 {
+		return nil, fmt.Errorf("learn: hard timeout %d s must be positive", l.HardTimeout)
+	}
+	spec := []string{
+		fmt.Sprintf("table=%d", int(IntClassifier)),
+		fmt.Sprintf("priority=%d", prioTunnelPeer),
+		fmt.Sprintf("hard_timeout=%d", l.HardTimeout),
+		fmt.Sprintf("cookie=%s", NewCookie(KindLearnedReset, 0)),
+		"eth_type=0x800", "nw_proto=6",
+		"NXM_OF_IN_PORT[]=" + fmt.Sprintf("NXM_NX_REG%d[0..15]", RegOutPort.reg),
+		"NXM_OF_IP_SRC[]=NXM_OF_IP_DST[]",
+		"NXM_OF_IP_DST[]=NXM_OF_IP_SRC[]",
+		"NXM_OF_TCP_SRC[]=0",
+		"NXM_OF_TCP_DST[]=NXM_OF_TCP_SRC[]",
+		"load:NXM_OF_TCP_DST[]->NXM_OF_TCP_SRC[]",
+		"load:NXM_NX_TUN_IPV4_SRC[]->NXM_NX_TUN_IPV4_DST[]",
+		fmt.Sprintf("load:%#x->NXM_NX_TUN_ID[]", VNIServiceReply),
+		"output:NXM_OF_IN_PORT[]",
+	}
+	return []byte("learn(" + strings.Join(spec, ",") + ")"), nil
+}
+
+// GoString implements ovs.Action.
+func (l ResetLearn) GoString() string {
+	return fmt.Sprintf("flows.ResetLearn{HardTimeout: %d}", l.HardTimeout)
+}

@@ -2,6 +2,7 @@ package flows
 
 import (
 	"fmt"
+	"net"
 
 	"github.com/digitalocean/go-openvswitch/ovs"
 )
@@ -111,6 +112,7 @@ func BuildIntBase(st *State) (*FlowSet, error) {
 	trackedNew := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateNew))
 	trackedEst := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateEstablished))
 	trackedRel := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateRelated))
+	trackedInv := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateInvalid))
 	rplBrEx := []ovs.Match{ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateEstablished), ovs.SetState(ovs.CTStateReply)), OriginBrEx.Match()}
 	fs.Flows = []ovs.Flow{
 		// Geneve is accepted per VNI from known nodes only (BuildNode); anything else from the
@@ -121,6 +123,9 @@ func BuildIntBase(st *State) (*FlowSet, error) {
 		// port (broadcasts, unknown unicast of other ports of br-ex) are dropped.
 		flow(IntClassifier, prioHook, ovs.ProtocolIPv4, p.IntPatch, []ovs.Match{ovs.DataLinkDestination(p.ExMAC.String())}, SourceBrEx.Load(), Goto(IntL3Forwarding)),
 		flow(IntClassifier, prioDefault, "", 0, nil, ovs.Drop()),
+		// TCP source port 0 is never a real connection's: a pod's RST from port 0 (the answer to
+		// a refused collision SYN, resetCollision) leaves only by the flow ResetLearn learned.
+		flow(IntClassifier, prioPortZero, ovs.ProtocolTCPv4, 0, []ovs.Match{ovs.TransportSourcePort(0)}, ovs.Drop()),
 
 		flow(IntPodEgressCT, prioMid, ovs.ProtocolIPv4, 0, rplTunnel,
 			CTLabelIngressNode.MoveTo(nxmTunIPv4),
@@ -160,8 +165,36 @@ func BuildIntBase(st *State) (*FlowSet, error) {
 		flow(IntPodIngressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{SourceBrEx.Match(), trackedNew},
 			CT{Commit: true, Zone: ZonePod, Exec: []ovs.Action{OriginBrEx.Load()}},
 			RegOutPort.Output()),
+		// A connection recorded as entering through a node that is no longer live (no keep flow
+		// of BuildNode matched) is taken over by the ingress node its packets now come from: by
+		// tunnel, the new ingress node's tun_src is recorded; from br-ex, this node itself
+		// becomes the ingress node. Replies then follow the client's new route instead of
+		// stalling at a dead node. Only known nodes can tunnel (IntClassifier), so nothing from
+		// outside the cluster can re-point a connection, and never one of a live ingress node.
+		flow(IntPodIngressCT, prioRepoint, ovs.ProtocolIPv4, 0, []ovs.Match{SourceTunnelSvc.Match(), trackedEst, OriginTunnel.Match()},
+			CT{Commit: true, Zone: ZonePod, Exec: []ovs.Action{CTLabelIngressNode.MoveFrom(nxmTunSrc)}},
+			RegOutPort.Output()),
+		flow(IntPodIngressCT, prioRepoint, ovs.ProtocolIPv4, 0, []ovs.Match{SourceBrEx.Match(), trackedEst, OriginTunnel.Match()},
+			CT{Commit: true, Zone: ZonePod, Exec: []ovs.Action{OriginBrEx.Load()}},
+			RegOutPort.Output()),
 		flow(IntPodIngressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{trackedEst}, RegOutPort.Output()),
 		flow(IntPodIngressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{trackedRel}, RegOutPort.Output()),
+		// The same client ip:port through a second ingress node to the endpoint of an
+		// established connection: its SYN is invalid in ZonePod (the pod could hold only one of
+		// the two). It is refused promptly instead of black-holed: delivered to the pod's port 0
+		// (never a socket), whose kernel answers with a RST; the flow learned here carries that
+		// RST back to the SYN's ingress node as a reply of the second connection, which it
+		// un-DNATs to the client (connection refused). The established connection is not
+		// touched: nothing is committed.
+		// Conntrack finds the second connection's SYN invalid, or established (then BuildNode's
+		// flows tell a retransmission through the recorded node from a collision; a connection
+		// that came from br-ex is here, and a SYN for it by tunnel is a collision).
+		flow(IntPodIngressCT, prioMid, ovs.ProtocolTCPv4, 0, []ovs.Match{SourceTunnelSvc.Match(), trackedInv, ovs.TCPFlags("+syn", "-ack")},
+			resetCollision()...),
+		flow(IntPodIngressCT, prioMid, ovs.ProtocolTCPv4, 0, []ovs.Match{SourceBrEx.Match(), trackedInv, ovs.TCPFlags("+syn", "-ack")},
+			resetCollision()...),
+		flow(IntPodIngressCT, prioCollision, ovs.ProtocolTCPv4, 0, []ovs.Match{SourceTunnelSvc.Match(), trackedEst, OriginBrEx.Match(), ovs.TCPFlags("+syn", "-ack")},
+			resetCollision()...),
 		flow(IntPodIngressCT, prioDefault, "", 0, nil, ovs.Drop()),
 		flow(IntPodIngress, prioDefault, "", 0, nil, RegOutPort.Output()),
 	}
@@ -175,16 +208,25 @@ func BuildIntBase(st *State) (*FlowSet, error) {
 			// gateway through br-int's L3 forwarding.
 			fs.Flows = append(fs.Flows, flow(IntARPResponder, prioEntry, ovs.ProtocolARP, 0,
 				[]ovs.Match{ovs.ARPOperation(arpOpRequest), ovs.ARPTargetProtocolAddress(c.Masked().String())},
-				ovs.Move(nxmEthSrc, nxmEthDst),
-				ovs.ModDataLinkSource(gwMAC),
-				ovs.Load(fmt.Sprintf("%#x", arpOpReply), nxmARPOp),
-				ovs.Move(nxmARPSHA, nxmARPTHA),
-				ovs.Load(macHex(gwMAC), nxmARPSHA),
-				RegScratch.MoveFrom(nxmARPTPA),
-				ovs.Move(nxmARPSPA, nxmARPTPA),
-				RegScratch.MoveTo(nxmARPSPA),
-				outputInPort))
+				arpReply(gwMAC)...))
 		}
 	}
 	return fs, fs.Finish()
+}
+
+// arpReply turns an ARP request into the reply "the target address is at mac" and sends it back
+// where it came from (ovs-actions(7) "move", "load", "output"; ovs-fields(7) "arp_op", "arp_sha",
+// "arp_spa", "arp_tha", "arp_tpa").
+func arpReply(mac net.HardwareAddr) []ovs.Action {
+	return []ovs.Action{
+		ovs.Move(nxmEthSrc, nxmEthDst),
+		ovs.ModDataLinkSource(mac),
+		ovs.Load(fmt.Sprintf("%#x", arpOpReply), nxmARPOp),
+		ovs.Move(nxmARPSHA, nxmARPTHA),
+		ovs.Load(macHex(mac), nxmARPSHA),
+		RegScratch.MoveFrom(nxmARPTPA),
+		ovs.Move(nxmARPSPA, nxmARPTPA),
+		RegScratch.MoveTo(nxmARPSPA),
+		outputInPort,
+	}
 }

@@ -133,7 +133,7 @@ func FullDiff(b Bridge, desired []*FlowSet, inv Inventory) Plan {
 		}
 	}
 	for c := range inv.Flows {
-		if c.Owned() && !wantCookie[c] {
+		if c.Owned() && !c.Learned() && !wantCookie[c] {
 			p.DeleteCookies = append(p.DeleteCookies, c)
 		}
 	}

@@ -223,6 +223,7 @@ var (
 	SourceBrEx      = NewRegMark(RegSource, 2, "from the patch port (DNATed external traffic)")
 	SourceTunnelPod = NewRegMark(RegSource, 3, "from Geneve, VNI VNIPod (pod to pod)")
 	SourceTunnelSvc = NewRegMark(RegSource, 4, "from Geneve, VNI VNIService (external traffic from an ingress node)")
+	SourceGateway   = NewRegMark(RegSource, 5, "from the gateway port (the node's host stack)")
 )
 
 // ct_mark fields and values (ZonePod).
@@ -236,6 +237,11 @@ var (
 	// OriginTunnel: the connection entered the pod over Geneve from an ingress node (path P1); its
 	// replies go back over Geneve to the address in CTLabelIngressNode.
 	OriginTunnel = NewCTMark(CTMarkOrigin, 2, "came by tunnel (P1): replies go back over Geneve to CTLabelIngressNode")
+	// OriginGateway: the connection entered br-int from the gateway port (the host: kubelet
+	// probes, kube-proxy's DNAT of a ClusterIP or NodePort, host processes). It is committed on
+	// the node where it entered; its replies, from a local pod or back over Geneve from another
+	// node, go out the gateway port, so the host sees both directions and undoes its DNAT.
+	OriginGateway = NewCTMark(CTMarkOrigin, 4, "came from the gateway port (the host, e.g. after kube-proxy's DNAT): replies, also those tunnelled back from another node, go out the gateway port")
 )
 
 // ct_label fields.
@@ -264,15 +270,23 @@ const (
 // Priorities used across tables.
 const (
 	prioTunnelPeer = 610 // above prioTunnel: Geneve from a known node
-	prioTunnel     = 600
-	prioHook       = 500
-	prioHigh       = 300
-	prioMid        = 200
-	prioEntry      = 100
-	prioSourceDeny = 95 // below prioEntry: new connections from outside loadBalancerSourceRanges
-	prioDrain      = 90 // below prioEntry: a live entry point wins over a draining one
-	prioLow        = 10
-	prioDefault    = 0
+
+	// resetLearnTimeout is the hard timeout, in seconds, of the flow ResetLearn learns: the
+	// pod's RST follows the SYN within microseconds.
+	resetLearnTimeout = 2
+	prioTunnel        = 600
+	prioHook          = 500
+	prioPortZero      = 400 // above the pods' spoof guard (prioHigh), below tunnel and patch input
+	prioCollisionOK   = 320 // a SYN retransmitted through the recorded ingress node
+	prioCollision     = 310 // a SYN for an established 4-tuple from elsewhere: refused
+	prioHigh          = 300
+	prioRepoint       = 250 // below a live ingress node's keep flow (prioHigh), above plain +est (prioMid)
+	prioMid           = 200
+	prioEntry         = 100
+	prioSourceDeny    = 95 // below prioEntry: new connections from outside loadBalancerSourceRanges
+	prioDrain         = 90 // below prioEntry: a live entry point wins over a draining one
+	prioLow           = 10
+	prioDefault       = 0
 )
 
 // FieldDoc is one row of the pipeline's field reference (docs/pipeline.md).
@@ -297,12 +311,12 @@ func Fields() []FieldDoc {
 		{"conntrack zone `ZoneService`", fmt.Sprintf("%d (%#x)", ZoneService, ZoneService), "br-ex, ingress node: the DNAT of external Service traffic. Only group buckets commit into it."},
 		{"conntrack zone `ZonePod`", fmt.Sprintf("%d (%#x)", ZonePod, ZonePod), "br-int: connections to and from local pods."},
 		{fmt.Sprintf("`%s` `%s` (ZonePod)", CTMarkOrigin.name, CTMarkOrigin.Ref()),
-			fmt.Sprintf("%d `OriginBrEx`, %d `OriginTunnel`", OriginBrEx.value, OriginTunnel.value),
-			"where a connection entered the pod: " + OriginBrEx.doc + "; " + OriginTunnel.doc},
+			fmt.Sprintf("%d `OriginBrEx`, %d `OriginTunnel`, %d `OriginGateway`", OriginBrEx.value, OriginTunnel.value, OriginGateway.value),
+			"where a connection entered br-int: " + OriginBrEx.doc + "; " + OriginTunnel.doc + "; " + OriginGateway.doc + ". 0: a connection a pod opened towards the gateway port (committed on its way out, so the host's answers are tracked)"},
 		{fmt.Sprintf("`%s` `%s` (ZoneService)", CTLabelClientMAC.name, CTLabelClientMAC.Ref()), "MAC", CTLabelClientMAC.doc},
 		{fmt.Sprintf("`%s` `%s` (ZonePod)", CTLabelIngressNode.name, CTLabelIngressNode.Ref()), "IPv4", CTLabelIngressNode.doc},
 		{fmt.Sprintf("`%s` `%s` (br-int)", RegSource.name, RegSource.Ref()),
-			marks(SourcePod, SourceBrEx, SourceTunnelPod, SourceTunnelSvc), "where the packet entered br-int"},
+			marks(SourcePod, SourceBrEx, SourceTunnelPod, SourceTunnelSvc, SourceGateway), "where the packet entered br-int"},
 		{fmt.Sprintf("`%s` `%s` (br-int)", RegOutPort.name, RegOutPort.Ref()), "ofport", "output port chosen by IntL3Forwarding"},
 		{fmt.Sprintf("`%s` `%s` (br-int)", RegScratch.name, RegScratch.Ref()), "scratch", "ARP responder address swap"},
 		{"Geneve VNI `VNIPod`", fmt.Sprint(VNIPod), "pod to pod (P3)"},
@@ -314,6 +328,17 @@ func Fields() []FieldDoc {
 // MoveFrom copies header field src (an NXM name, e.g. NXM_OF_ETH_SRC[]) into the label field;
 // valid only in the exec of a committing CT action.
 func (f *CTLabelField) MoveFrom(src string) ovs.Action { return ovs.Move(src, f.NXM()) }
+
+// Match matches connections whose label field holds v (ovs-fields(7) "ct_label", masked; needs a
+// preceding ct() in the pipeline).
+func (f *CTLabelField) Match(v uint64) ovs.Match {
+	width := uint(f.end-f.start) + 1
+	mask := uint64(1)<<width - 1
+	if width == 64 {
+		mask = ^uint64(0)
+	}
+	return ovs.FieldMatch("ct_label", fmt.Sprintf("0x%x/0x%x", (v&mask)<<f.start, mask<<f.start))
+}
 
 // MoveTo copies the label field into header field dst.
 func (f *CTLabelField) MoveTo(dst string) ovs.Action { return ovs.Move(f.NXM(), dst) }

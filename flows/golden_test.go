@@ -122,6 +122,14 @@ func TestGolden(t *testing.T) {
 	host := webTCP()
 	host.Endpoints = append(host.Endpoints, Endpoint{IP: ip("192.0.2.12"), Port: 8080, NodeName: "node2"})
 	cases["node1-hostnetwork-endpoint"] = testState(host)
+	// Host connectivity: the node has its gateway port srcip-gw0 (ofport 4).
+	withGW := func(st *State) *State {
+		st.Ports.IntGateway = 4
+		st.Ports.GatewayMAC = mustMAC("02:00:0a:f4:01:01")
+		return st
+	}
+	cases["node1-gateway"] = withGW(testState())
+	cases["node1-gateway-web-tcp-udp"] = withGW(testState(webTCP(), webUDP()))
 	for name, st := range cases {
 		t.Run(name, func(t *testing.T) {
 			d, err := Build(st)

@@ -13,7 +13,11 @@ import (
 // IntL3Forwarding with their RegSource mark, VNIServiceReply to br-ex; Geneve from any other
 // source matches none of these and is dropped in IntClassifier (BuildIntBase). And the route to
 // its pod CIDRs: pod traffic goes with VNIPod, DNATed external traffic from br-ex with VNIService;
-// tun_dst is that node's InternalIP.
+// tun_dst is that node's InternalIP. While the node is live, backends keep the replies of the
+// connections recorded as entering through it on it (IntPodIngressCT). With a gateway port
+// (Ports.HasGateway) the host's traffic from it goes with VNIPod too, and VNIPod packets from that
+// node are looked up in ZonePod (ovs-actions(7) "ct", no commit) and go to IntTunnelCT, which
+// sends replies of the host's connections back to the gateway port (BuildGateway).
 func BuildNode(st *State, n Node) (*FlowSet, error) {
 	fs := &FlowSet{Key: Key{Kind: KindNode, Name: n.Name}, Bridge: BrInt}
 	if !n.InternalIP.Is4() {
@@ -21,11 +25,45 @@ func BuildNode(st *State, n Node) (*FlowSet, error) {
 		return fs, fs.Finish()
 	}
 	tunSrc := ovs.FieldMatch("tun_src", n.InternalIP.String())
+	gw := st.Ports.HasGateway()
+	if gw {
+		// With a gateway port, pod traffic from that node is looked up in ZonePod (no commit):
+		// replies of connections the host sent out the gateway port go back to it (IntTunnelCT).
+		fs.Flows = append(fs.Flows, flow(IntClassifier, prioHook, ovs.ProtocolIPv4, st.Ports.IntTunnel, []ovs.Match{tunSrc, ovs.TunnelID(VNIPod)},
+			SourceTunnelPod.Load(), CT{Zone: ZonePod, Table: tableRef(IntTunnelCT)}))
+	} else {
+		fs.Flows = append(fs.Flows, flow(IntClassifier, prioHook, "", st.Ports.IntTunnel, []ovs.Match{tunSrc, ovs.TunnelID(VNIPod)},
+			SourceTunnelPod.Load(), Goto(IntL3Forwarding)))
+	}
 	fs.Flows = append(fs.Flows,
-		flow(IntClassifier, prioHook, "", st.Ports.IntTunnel, []ovs.Match{tunSrc, ovs.TunnelID(VNIPod)}, SourceTunnelPod.Load(), Goto(IntL3Forwarding)),
 		flow(IntClassifier, prioHook, "", st.Ports.IntTunnel, []ovs.Match{tunSrc, ovs.TunnelID(VNIService)}, SourceTunnelSvc.Load(), Goto(IntL3Forwarding)),
 		flow(IntClassifier, prioHook, "", st.Ports.IntTunnel, []ovs.Match{tunSrc, ovs.TunnelID(VNIServiceReply)}, output(st.Ports.IntPatch)),
 	)
+	if !n.Down {
+		// Connections recorded as entering through this node keep their replies on it for as
+		// long as it is live, whichever node or origin a later packet comes from: the packet is
+		// delivered without a commit (a route change that moved the client elsewhere leaves the
+		// replies asymmetric; an injected packet changes nothing). When the node is no longer
+		// live this flow goes, and BuildIntBase's re-point flows hand its connections to the
+		// ingress node their packets now arrive through.
+		recorded := CTLabelIngressNode.Match(ipv4Value(n.InternalIP))
+		syn := ovs.TCPFlags("+syn", "-ack")
+		fs.Flows = append(fs.Flows,
+			flow(IntPodIngressCT, prioHigh, ovs.ProtocolIPv4, 0,
+				[]ovs.Match{ctEstablished(), OriginTunnel.Match(), recorded},
+				RegOutPort.Output()),
+			// A SYN of the established connection is a retransmission from the client (its
+			// SYN-ACK was lost on the way) when it comes through the recorded node, and the SYN
+			// of a second connection from the same client ip:port through another ingress node
+			// when it does not: that one is refused (resetCollision).
+			flow(IntPodIngressCT, prioCollisionOK, ovs.ProtocolTCPv4, 0,
+				[]ovs.Match{ctEstablished(), OriginTunnel.Match(), recorded, syn, SourceTunnelSvc.Match(), tunSrc},
+				RegOutPort.Output()),
+			flow(IntPodIngressCT, prioCollision, ovs.ProtocolTCPv4, 0,
+				[]ovs.Match{ctEstablished(), OriginTunnel.Match(), recorded, syn},
+				resetCollision()...),
+		)
+	}
 	for _, c := range n.PodCIDRs {
 		if !c.Addr().Is4() {
 			continue
@@ -38,6 +76,11 @@ func BuildNode(st *State, n Node) (*FlowSet, error) {
 			flow(IntL3Forwarding, prioEntry, ovs.ProtocolIPv4, 0, []ovs.Match{SourceBrEx.Match(), dst},
 				tunDst, ovs.SetTunnel(VNIService), output(st.Ports.IntTunnel)),
 		)
+		if gw {
+			// The host (through the gateway port) reaches that node's pods like a pod does.
+			fs.Flows = append(fs.Flows, flow(IntL3Forwarding, prioEntry, ovs.ProtocolIPv4, 0, []ovs.Match{SourceGateway.Match(), dst},
+				tunDst, ovs.SetTunnel(VNIPod), output(st.Ports.IntTunnel)))
+		}
 	}
 	return fs, fs.Finish()
 }

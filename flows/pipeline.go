@@ -2,8 +2,11 @@ package flows
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
+	"slices"
+	"strings"
 
 	"github.com/digitalocean/go-openvswitch/ovs"
 )
@@ -25,6 +28,17 @@ func flow(t Table, prio int, proto ovs.Protocol, inPort int, m []ovs.Match, a ..
 
 func ctState(s ...string) ovs.Match { return ovs.ConnectionTrackingState(s...) }
 
+// ctEstablished matches ct_state=+trk+est.
+func ctEstablished() ovs.Match {
+	return ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateEstablished))
+}
+
+// ipv4Value returns an IPv4 address as the integer a 32-bit field holds (network byte order).
+func ipv4Value(a netip.Addr) uint64 {
+	b := a.As4()
+	return uint64(b[0])<<24 | uint64(b[1])<<16 | uint64(b[2])<<8 | uint64(b[3])
+}
+
 func output(port int) ovs.Action { return ovs.Output(port) }
 
 func macHex(m net.HardwareAddr) string {
@@ -40,6 +54,13 @@ func (p Ports) validate() error {
 		return fmt.Errorf("incomplete ports %+v: need uplink, both patch ports, the Geneve port and br-ex's MAC", p)
 	}
 	return nil
+}
+
+// sortedNodes returns st's nodes by name.
+func sortedNodes(st *State) []Node {
+	out := slices.Collect(maps.Values(st.Nodes))
+	slices.SortFunc(out, func(a, b Node) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // self returns this node (zero Node if it is not in st.Nodes).
@@ -110,4 +131,12 @@ func otherNodeBuild(build func(*State, Node) (*FlowSet, error)) func(*State, Key
 		}
 		return build(st, n)
 	}
+}
+
+// resetCollision refuses a SYN that would open a second connection on the 4-tuple of an
+// established one (the same client ip:port through two ingress nodes): the SYN goes to the pod's
+// port 0, where no socket can be, and the flow ResetLearn learns brings the kernel's RST back to
+// the SYN's ingress node as a reply; nothing is committed.
+func resetCollision() []ovs.Action {
+	return []ovs.Action{ResetLearn{HardTimeout: resetLearnTimeout}, ovs.SetField("0", "tcp_dst"), RegOutPort.Output()}
 }

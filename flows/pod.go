@@ -27,6 +27,11 @@ func BuildPod(st *State, p Pod) (*FlowSet, error) {
 			fs.Warnings = append(fs.Warnings, fmt.Sprintf("pod %s/%s: IP %s is outside this node's pod CIDRs", p.Namespace, p.Name, ip))
 			continue
 		}
+		if ip == GatewayIP(cidr) {
+			// The gateway address is the host's (the gateway port's) and br-int's ARP answer.
+			fs.Warnings = append(fs.Warnings, fmt.Sprintf("pod %s/%s: IP %s is the pod gateway address of %s", p.Namespace, p.Name, ip, cidr))
+			continue
+		}
 		gwMAC := GatewayMAC(GatewayIP(cidr))
 		fs.Flows = append(fs.Flows,
 			flow(IntClassifier, prioHigh, ovs.ProtocolIPv4, p.OFPort, []ovs.Match{mac, ovs.NetworkSource(ip.String())},

@@ -21,6 +21,8 @@ const (
 	KindPod Kind = 0x04
 	// KindTunnelPeer lets Geneve from one other node's InternalIP into this node (br-ex).
 	KindTunnelPeer Kind = 0x05
+	// KindGateway is host connectivity through the gateway port (srcip-gw0), when the node has one.
+	KindGateway Kind = 0x06
 	// KindServicePort is one opted-in Service port: entry points, select group.
 	KindServicePort Kind = 0x10
 	// KindServiceDrain is one entry point (VIP:port/protocol) of a Service port that went away
@@ -31,6 +33,10 @@ const (
 	// KindUDPFragments sends every UDP fragment to one address with UDP entry points through
 	// ct(zone=ZoneService,nat), which reassembles the datagram (key: the address).
 	KindUDPFragments Kind = 0x12
+	// KindLearnedReset marks the short-lived flows that IntPodIngressCT's collision flow learns
+	// (ResetLearn): they are no flow set of the agent's; the agent never deletes or repairs
+	// them (Cookie.Learned), their hard timeout ends them.
+	KindLearnedReset Kind = 0x20
 )
 
 // Trigger says which changes make the flow sets of a kind dirty (to be rebuilt by a partial
@@ -91,6 +97,8 @@ var registry = []KindSpec{
 		Tier: 1, Triggers: OwnObject, Keys: podKeys, Build: buildPodKey, Rank: podRank, Object: "Pod", AllOrNothing: true},
 	{Kind: KindTunnelPeer, Name: "tunnel-peer", Doc: "Geneve from one other node's InternalIP, let into this node (all other Geneve is dropped)", Bridge: BrEx,
 		Tier: 1, Triggers: OwnObject, Keys: otherNodeKeys(KindTunnelPeer), Build: otherNodeBuild(BuildTunnelPeer), Rank: nodeRank, Object: "Node"},
+	{Kind: KindGateway, Name: "gateway", Doc: "host connectivity through the gateway port (srcip-gw0), when the node has one: host <-> pods, pods -> node addresses, ClusterIPs and the outside world, replies of what the host sent in go back to it", Bridge: BrInt,
+		Tier: 0, Triggers: EverySync, Keys: gatewayKeys, Build: buildGatewayKey},
 	{Kind: KindServicePort, Name: "service-port", Doc: "one opted-in Service port: entry points and its select group", Bridge: BrEx,
 		Tier: 1, Triggers: OwnObject | PodCIDRs, Keys: servicePortKeys, Build: buildServicePortKey, Rank: servicePortRank, Object: "Service"},
 	{Kind: KindServiceDrain, Name: "service-drain", Doc: "one TCP entry point of a Service port that went away, while connections to it remain (key: `ip:port/TCP`; its cookie depends only on the entry point)", Bridge: BrEx,

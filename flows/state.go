@@ -77,7 +77,17 @@ type Ports struct {
 	// Tunnel packets addressed to this node are handed to the host before any Service entry point
 	// is looked at, so no Service can capture them.
 	TunnelUDPPort int
+	// IntGateway is the ofport on br-int of the gateway port (an internal port, srcip-gw0, that
+	// holds the pod gateway address on the host: docs/pipeline.md, "Host connectivity"); 0 when
+	// the node has none: the pipeline then has no host connectivity flows.
+	IntGateway int
+	// GatewayMAC is the gateway port's MAC address (Interface.mac_in_use): the Ethernet
+	// destination of every packet br-int hands to the host.
+	GatewayMAC net.HardwareAddr
 }
+
+// HasGateway reports whether the node's gateway port is known (ofport and MAC).
+func (p Ports) HasGateway() bool { return p.IntGateway > 0 && len(p.GatewayMAC) == 6 }
 
 // DefaultTunnelUDPPort is the IANA Geneve port (RFC 8926).
 const DefaultTunnelUDPPort = 6081
@@ -101,6 +111,11 @@ type Node struct {
 	// Rank orders this node's flow set against others that render the same flow (a Node that is
 	// not Ready, e.g. a stale object whose pod CIDR was given to another node, loses).
 	Rank Rank
+	// Down is true when the Node's Ready condition is present and not True (the node or its
+	// kubelet is gone or unreachable): connections recorded as entering through it may be taken
+	// over by the ingress node their packets now come from (BuildIntBase, BuildNode). A Node
+	// without a Ready condition (a manifest) is not down.
+	Down bool
 }
 
 // Pod is a pod attached to this node's br-int, found through OVSDB Interface.external_ids.

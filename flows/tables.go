@@ -39,17 +39,34 @@ const (
 	// IntClassifier (br-int table 0) sets the packet-source register (RegSource) by in_port and
 	// Geneve VNI, applies the pod spoof guard and sends pod IP traffic through
 	// ct(zone=ZonePod) to IntPodEgressCT; pod ARP goes to IntARPResponder; service replies
-	// arriving by tunnel (VNI VNIServiceReply) go straight to br-ex.
+	// arriving by tunnel (VNI VNIServiceReply) go straight to br-ex. With a gateway port, IP from
+	// it goes through ct(zone=ZonePod) to IntGatewayCT and pod traffic from Geneve to
+	// IntTunnelCT; ARP requests from it go to IntARPResponder.
 	IntClassifier Table = 0
 	// IntPodEgressCT sees pod packets after conntrack: replies of connections that came in by
 	// tunnel go back over Geneve to the ingress node (tun_dst from ct_label); replies of
-	// connections that came in from br-ex go to br-ex; everything else goes to IntL3Forwarding.
+	// connections that came in from br-ex go to br-ex; replies of connections that came from the
+	// gateway port go to IntGatewayOut; everything else goes to IntL3Forwarding.
 	IntPodEgressCT Table = 50
+	// IntTunnelCT sees pod traffic that arrived by Geneve (VNI VNIPod) after a ct(zone=ZonePod)
+	// lookup, when the node has a gateway port: replies of connections that entered br-int from
+	// the gateway port (OriginGateway; e.g. a pod's connection to a ClusterIP that the host
+	// DNATed to a pod on another node) go to IntGatewayOut, so the host un-DNATs them; everything
+	// else goes to IntL3Forwarding.
+	IntTunnelCT Table = 51
+	// IntGatewayCT sees what the host sent into br-int through the gateway port, after a
+	// ct(zone=ZonePod) lookup: a new connection is committed with OriginGateway, established and
+	// related packets pass, both to IntL3Forwarding; invalid ones are dropped.
+	IntGatewayCT Table = 52
 	// IntARPResponder answers ARP requests for addresses in this node's pod CIDRs (the pod gateway
-	// address among them) with the gateway MAC.
+	// address among them) with the gateway MAC; with a gateway port, the host's requests for
+	// addresses in any node's pod CIDRs too.
 	IntARPResponder Table = 55
 	// IntL3Forwarding routes by destination IP: local pods (rewrite MACs, RegOutPort) ->
-	// IntPodIngress; other nodes' pod CIDRs -> Geneve (VNI by source). Misses are dropped.
+	// IntPodIngress; other nodes' pod CIDRs -> Geneve (VNI by source). With a gateway port, a
+	// local pod's packet for anything else (node addresses, ClusterIPs, the outside world) and a
+	// remote pod's packet for this node's gateway address go to IntGatewayOut; other misses are
+	// dropped.
 	IntL3Forwarding Table = 60
 	// IntPodIngress sends connections entering a local pod from br-ex or from the service tunnel
 	// through ct(zone=ZonePod) to IntPodIngressCT; other packets (pod to pod) are output to
@@ -57,9 +74,15 @@ const (
 	IntPodIngress Table = 65
 	// IntPodIngressCT commits a new connection from br-ex or the service tunnel in ZonePod with
 	// its origin (ct_mark, and the ingress node in ct_label) and outputs it to RegOutPort; packets
-	// of an existing connection of the same origin are output without a commit (nothing a later
-	// packet carries can change the recorded origin); anything else is dropped.
+	// of an existing connection are output without a commit while its recorded ingress node is
+	// live (nothing a later packet carries can change the recorded origin); a connection whose
+	// ingress node is down is re-pointed to the node its packets now come through; anything else
+	// is dropped.
 	IntPodIngressCT Table = 66
+	// IntGatewayOut hands a packet to the host through the gateway port: a new connection (a pod
+	// or a remote pod opening one to a node address, a ClusterIP, the outside world) is committed
+	// in ZonePod first, so that the host's answers are +est; eth_dst := the gateway port's MAC.
+	IntGatewayOut Table = 70
 )
 
 // tableNames lists every table of each bridge with its name, in pipeline order: the one place
@@ -70,9 +93,10 @@ var tableNames = map[Bridge][]struct {
 }{
 	BrEx: {{ExClassifier, "ExClassifier"}, {ExServiceLB, "ExServiceLB"}, {ExServiceCT, "ExServiceCT"},
 		{ExServiceOut, "ExServiceOut"}, {ExFromInt, "ExFromInt"}, {ExServiceReply, "ExServiceReply"}},
-	BrInt: {{IntClassifier, "IntClassifier"}, {IntPodEgressCT, "IntPodEgressCT"}, {IntARPResponder, "IntARPResponder"},
+	BrInt: {{IntClassifier, "IntClassifier"}, {IntPodEgressCT, "IntPodEgressCT"}, {IntTunnelCT, "IntTunnelCT"},
+		{IntGatewayCT, "IntGatewayCT"}, {IntARPResponder, "IntARPResponder"},
 		{IntL3Forwarding, "IntL3Forwarding"}, {IntPodIngress, "IntPodIngress"},
-		{IntPodIngressCT, "IntPodIngressCT"}},
+		{IntPodIngressCT, "IntPodIngressCT"}, {IntGatewayOut, "IntGatewayOut"}},
 }
 
 // Name returns the table's name as used in docs, goldens and srcipctl ("table<N>" when b has no

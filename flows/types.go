@@ -124,6 +124,10 @@ func NewCookie(kind Kind, fingerprint uint64) Cookie {
 // Owned reports whether the cookie carries this agent's owner byte.
 func (c Cookie) Owned() bool { return uint8(c>>56) == Owner }
 
+// Learned reports whether the cookie is that of flows OVS learns at run time (KindLearnedReset):
+// owned, but no flow set's; the agent leaves them to their timeouts.
+func (c Cookie) Learned() bool { return c.Owned() && c.Kind() == KindLearnedReset }
+
 // Kind returns the cookie's kind byte.
 func (c Cookie) Kind() Kind { return Kind(c >> 48) }
 

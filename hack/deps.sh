@@ -16,12 +16,14 @@ progs=(
 	"ping         iputils-ping"       # TestLabUp reachability
 	"tcpdump      tcpdump"            # captures in test/e2e
 	"python3      python3"            # line server, line client and ACK injector of test/e2e/entry_test.go
+	"nft          nftables"           # the lab's node set-up stand-in (masquerade), test/e2e/host_test.go's ClusterIP DNAT, node-setup (knftables)
 	"ovsdb-tool   openvswitch-common" # each node's own database
 	"ovsdb-server openvswitch-common"
 	"ovs-appctl   openvswitch-common" # the lab, the agent (conntrack), srcipctl trace
 	"ovs-ofctl    openvswitch-common" # the lab, the agent (bundles)
 	"ovs-vsctl    openvswitch-switch" # the lab, srcipctl trace
 	"ovs-vswitchd openvswitch-switch" # userspace datapath; no kernel module needed
+	"nsenter      util-linux"         # test/nodesetup runs node-setup inside a node namespace
 	# hack/controlplane/{build,start,stop}.sh (test/kube, make controlplane)
 	"bash         bash"
 	"flock        util-linux"         # one build per cache entry
@@ -35,11 +37,9 @@ progs=(
 	"sha256sum    coreutils"          # cache key
 	"od           coreutils"          # token
 	"base64       coreutils"          # kubeconfig
-	# the real-kubelet lab (test/cluster, hack/cluster): containerd runs runc; kube-proxy's
-	# nftables mode runs nft; each node's private mount namespace (nsenter, unshare, mount)
+	# the real-kubelet lab (test/cluster, hack/cluster): containerd runs runc; each node's private
+	# mount namespace (unshare, mount; nsenter and kube-proxy's nft are above)
 	"runc         runc"               # Debian's 1.1.5; crun refuses hybrid cgroups
-	"nft          nftables"           # kube-proxy --proxy-mode=nftables
-	"nsenter      util-linux"         # enter a node's netns / mount namespace
 	"unshare      util-linux"         # a node's private mount namespace
 	"mount        mount"              # bind mounts inside it
 	# the Makefile

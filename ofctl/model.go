@@ -32,6 +32,8 @@ type bridgeRow struct {
 	Ports     []string `ovsdb:"ports"`
 	// FlowTables maps an OpenFlow table id to a Flow_Table row.
 	FlowTables map[int]string `ovsdb:"flow_tables"`
+	// OtherConfig holds hwaddr (the bridge's MAC, set by the node set-up step on br-ex).
+	OtherConfig map[string]string `ovsdb:"other_config"`
 }
 
 // portRow is a row of the Port table.
@@ -54,6 +56,9 @@ type ifaceRow struct {
 	MACInUse *string `ovsdb:"mac_in_use"`
 	// Error is ovs-vswitchd's explanation of a port that could not be added.
 	Error *string `ovsdb:"error"`
+	// MTURequest is the MTU ovs-vswitchd gives the interface (the node set-up step sets it on
+	// the gateway port).
+	MTURequest *int `ovsdb:"mtu_request"`
 }
 
 // flowTableRow is a row of the Flow_Table table.

@@ -41,6 +41,9 @@ const (
 	DefaultGenevePort = "srcip-geneve0"
 	// DefaultGeneveUDPPort is the IANA Geneve port (RFC 8926), also used by OVN.
 	DefaultGeneveUDPPort = 6081
+	// DefaultGatewayPort is the internal port on br-int that holds the pod gateway address on the
+	// host (created by the node set-up step, never by the agent).
+	DefaultGatewayPort = "srcip-gw0"
 )
 
 // defaultPortWait bounds how long EnsureIntegration waits for ovs-vswitchd to assign ofports.
@@ -56,6 +59,9 @@ type DB struct {
 	// warnedFailMode is br-ex's fail mode EnsureIntegration last warned about ("" = none), so
 	// that the warning is logged once per change, not at every sync.
 	warnedFailMode atomic.Value
+	// gatewayState is what EnsureIntegration last logged about the gateway port ("" = nothing
+	// yet), so that its absence is logged once, not at every full sync.
+	gatewayState atomic.Value
 }
 
 // Connect connects to ovsdb-server at endpoint ("unix:/path/db.sock", "tcp:IP:PORT"), starts
@@ -107,9 +113,9 @@ func Connect(ctx context.Context, endpoint string) (*DB, error) {
 	)
 	mon := c.NewMonitor(
 		client.WithTable(&o, &o.Bridges),
-		client.WithTable(&b, &b.Name, &b.DatapathType, &b.FailMode, &b.Protocols, &b.Ports, &b.FlowTables),
+		client.WithTable(&b, &b.Name, &b.DatapathType, &b.FailMode, &b.Protocols, &b.Ports, &b.FlowTables, &b.OtherConfig),
 		client.WithTable(&p, &p.Name, &p.Interfaces),
-		client.WithTable(&i, &i.Name, &i.Type, &i.Options, &i.ExternalIDs, &i.OFPort, &i.MACInUse, &i.Error),
+		client.WithTable(&i, &i.Name, &i.Type, &i.Options, &i.ExternalIDs, &i.OFPort, &i.MACInUse, &i.Error, &i.MTURequest),
 		client.WithTable(&ft, &ft.Name),
 	)
 	if _, err := c.Monitor(ctx, mon); err != nil {
@@ -160,6 +166,11 @@ type IntegrationConfig struct {
 	// GeneveUDPPort is the Geneve UDP destination port (options:dst_port); use another port than
 	// 6081 when the host also runs OVN.
 	GeneveUDPPort int
+	// GatewayPort is the internal port on BrInt that holds the pod gateway address on the host
+	// (created by the node set-up step). It is optional: when it is missing EnsureIntegration
+	// returns Ports without it (IntGateway 0) and the pipeline has no host connectivity flows.
+	// "-" disables the lookup.
+	GatewayPort string
 	// PortWait bounds the wait for ovs-vswitchd to assign ofports (0: 30 s).
 	PortWait time.Duration
 }
@@ -185,6 +196,9 @@ func (c *IntegrationConfig) defaults() error {
 	}
 	if c.PortWait == 0 {
 		c.PortWait = defaultPortWait
+	}
+	if c.GatewayPort == "" {
+		c.GatewayPort = DefaultGatewayPort
 	}
 	return nil
 }
@@ -457,7 +471,13 @@ func (d *DB) ensurePort(ctx context.Context, t *txn, br *bridgeRow, brIsNew bool
 // createPort adds the operations that create a Port with one Interface, both called name, on
 // br. A bridge created in the same transaction (brIsNew) gets the port in its Ports column.
 func (d *DB) createPort(t *txn, br *bridgeRow, brIsNew bool, name, typ string, opts map[string]string) error {
-	iface := &ifaceRow{UUID: t.name(), Name: name, Type: typ, Options: opts}
+	return d.createPortRow(t, br, brIsNew, &ifaceRow{Name: name, Type: typ, Options: opts})
+}
+
+// createPortRow is createPort for an interface row with more columns set (its UUID is set here).
+func (d *DB) createPortRow(t *txn, br *bridgeRow, brIsNew bool, iface *ifaceRow) error {
+	name := iface.Name
+	iface.UUID = t.name()
 	port := &portRow{UUID: t.name(), Name: name, Interfaces: []string{iface.UUID}}
 	if err := t.add(d.c.Create(iface, port)); err != nil {
 		return fmt.Errorf("create port %s: %w", name, err)
@@ -536,7 +556,16 @@ func (d *DB) waitPorts(ctx context.Context, c IntegrationConfig) (flows.Ports, e
 			pending = append(pending, c.BrEx+" mac_in_use")
 		}
 		if len(pending) == 0 {
-			return p, nil
+			gw, state, wait := d.gatewayPort(ctx, c)
+			if !wait {
+				p.IntGateway, p.GatewayMAC = gw.ofport, gw.mac
+				if prev, _ := d.gatewayState.Load().(string); prev != state {
+					d.gatewayState.Store(state)
+					klog.FromContext(ctx).Info(gatewayLog[gw.ofport > 0], "port", c.GatewayPort, "bridge", c.BrInt, "state", state)
+				}
+				return p, nil
+			}
+			pending = append(pending, c.GatewayPort)
 		}
 		select {
 		case <-ctx.Done():
@@ -545,6 +574,55 @@ func (d *DB) waitPorts(ctx context.Context, c IntegrationConfig) (flows.Ports, e
 		case <-tick.C:
 		}
 	}
+}
+
+// gatewayLog is the log line about the gateway port, by whether it was found.
+var gatewayLog = map[bool]string{
+	false: "No gateway port on the integration bridge: no host connectivity for pods (kubelet probes, ClusterIPs, the outside world) until the node set-up step creates it",
+	true:  "Found the gateway port: host connectivity for pods",
+}
+
+type gatewayFacts struct {
+	ofport int
+	mac    net.HardwareAddr
+}
+
+// gatewayPort looks up the optional gateway port: its ofport and Interface.mac_in_use when it is
+// an interface of c.BrInt with both; zero facts and a description of why not otherwise. wait is
+// true while the port exists but ovs-vswitchd has not yet given it an ofport or a MAC.
+func (d *DB) gatewayPort(ctx context.Context, c IntegrationConfig) (gw gatewayFacts, state string, wait bool) {
+	if c.GatewayPort == "-" {
+		return gw, "disabled", false
+	}
+	br, err := d.portBridge(ctx, c.GatewayPort)
+	if err != nil {
+		return gw, "absent", false
+	}
+	if br != c.BrInt {
+		return gw, "on bridge " + br, false
+	}
+	i := &ifaceRow{Name: c.GatewayPort}
+	if err := d.c.Get(ctx, i); err != nil {
+		return gw, "no interface", false
+	}
+	if i.Type != "internal" {
+		return gw, "type " + i.Type + ", not internal", false
+	}
+	if i.OFPort != nil && *i.OFPort < 0 {
+		msg := "ofport -1"
+		if i.Error != nil {
+			msg += " (" + *i.Error + ")"
+		}
+		return gw, msg, false
+	}
+	if i.OFPort == nil || *i.OFPort == 0 || i.MACInUse == nil {
+		return gw, "", true
+	}
+	mac, err := net.ParseMAC(*i.MACInUse)
+	if err != nil || len(mac) != 6 {
+		return gw, "bad mac_in_use " + *i.MACInUse, false
+	}
+	return gatewayFacts{ofport: *i.OFPort, mac: mac}, fmt.Sprintf("ofport %d, MAC %s", *i.OFPort, mac), false
 }
 
 // NameTables names OpenFlow tables of bridge through OVSDB Flow_Table rows (Bridge.flow_tables,

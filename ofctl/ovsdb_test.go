@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/ovs-srcip/ovs-srcip/flows"
 	"github.com/ovs-srcip/ovs-srcip/ofctl"
 	"github.com/ovs-srcip/ovs-srcip/ofctl/ovstest"
 )
@@ -310,4 +311,47 @@ func TestEnsureIntegrationWarnsWhenBrExNotSecure(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(buf.String(), warning), "warned more than once for one mode")
 	assert.Contains(t, buf.String(), `failMode="standalone"`)
 	assert.Equal(t, "standalone", vsGet(t, sb, "Bridge", "br-ex", "fail_mode"), "br-ex's fail mode is the installer's")
+}
+
+// The gateway port (issue 8: created by the node set-up step) is optional: without it Ports has
+// no IntGateway and the absence is logged once; once it exists on br-int its ofport and
+// mac_in_use are returned; an internal port of that name on another bridge does not count.
+func TestEnsureIntegrationGatewayPort(t *testing.T) {
+	_, sb, db := startNode(t)
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2), ktesting.BufferLogs(true)))
+	ctx := klog.NewContext(context.Background(), logger)
+	buf := logger.GetSink().(ktesting.Underlier).GetBuffer()
+	const absent = "No gateway port on the integration bridge"
+
+	for range 2 {
+		ports, err := db.EnsureIntegration(ctx, integration)
+		require.NoError(t, err)
+		assert.False(t, ports.HasGateway())
+		assert.Zero(t, ports.IntGateway)
+	}
+	assert.Equal(t, 1, strings.Count(buf.String(), absent), "the absence is logged once")
+
+	sb.Vsctl(t, "add-port", "br-int", ofctl.DefaultGatewayPort, "--", "set", "Interface", ofctl.DefaultGatewayPort, "type=internal")
+	var ports flows.Ports
+	require.Eventually(t, func() bool {
+		var err error
+		ports, err = db.EnsureIntegration(ctx, integration)
+		require.NoError(t, err)
+		return ports.HasGateway()
+	}, 10*time.Second, 50*time.Millisecond)
+	assert.Equal(t, vsGet(t, sb, "Interface", ofctl.DefaultGatewayPort, "ofport"), strconv.Itoa(ports.IntGateway))
+	mac, err := net.ParseMAC(vsGet(t, sb, "Interface", ofctl.DefaultGatewayPort, "mac_in_use"))
+	require.NoError(t, err)
+	assert.Equal(t, mac, ports.GatewayMAC)
+	assert.Contains(t, buf.String(), "Found the gateway port")
+
+	// Moved to br-ex: not a gateway port of br-int.
+	sb.Vsctl(t, "del-port", ofctl.DefaultGatewayPort, "--", "add-port", "br-ex", ofctl.DefaultGatewayPort,
+		"--", "set", "Interface", ofctl.DefaultGatewayPort, "type=internal")
+	require.Eventually(t, func() bool {
+		ports, err := db.EnsureIntegration(ctx, integration)
+		require.NoError(t, err)
+		return !ports.HasGateway()
+	}, 10*time.Second, 50*time.Millisecond)
+	assert.Contains(t, buf.String(), `state="on bridge br-ex"`)
 }

@@ -40,6 +40,7 @@ type options struct {
 	bridgeInt         string
 	uplink            string
 	genevePort        int
+	gatewayPort       string
 	nodePortAddresses []string
 	externalIPCIDRs   []string
 	nodePortRange     string
@@ -88,6 +89,7 @@ LoadBalancer, or externalIPs). SIGTERM stops the agent and leaves every flow in 
 	f.StringVar(&o.bridgeEx, "bridge-ex", "br-ex", "the node's external bridge (must exist; holds the uplink and the node IP)")
 	f.StringVar(&o.bridgeInt, "bridge-int", "br-int", "the pod (integration) bridge; created when missing")
 	f.StringVar(&o.uplink, "uplink", "", "the uplink port on the external bridge; empty: the only port of the external bridge that is not internal, patch or a tunnel (the agent fails clearly if there is not exactly one)")
+	f.StringVar(&o.gatewayPort, "gateway-port", ofctl.DefaultGatewayPort, "internal port on the integration bridge that holds the pod gateway address on the host (created by the node set-up step); when it is missing pods have no host connectivity (logged once); \"-\": never look")
 	f.IntVar(&o.genevePort, "geneve-port", ofctl.DefaultGeneveUDPPort, "UDP port of the agent's flow-based Geneve tunnel port (use another than 6081 when sharing a host with OVN)")
 	f.StringSliceVar(&o.nodePortAddresses, "nodeport-addresses", nil, "comma-separated CIDRs: serve NodePorts only on node addresses inside them (default: every InternalIP and ExternalIP of the node)")
 	f.StringSliceVar(&o.externalIPCIDRs, "external-ip-cidrs", nil, "comma-separated CIDRs: the ranges a Service's spec.externalIPs may be served from (anyone who may edit a Service can set externalIPs, CVE-2020-8554); default: none, no externalIP is served. externalIPs and LoadBalancer IPs equal to a node address, and externalIPs equal to another Service's LoadBalancer IP, are always refused (Event SourceIPRefused)")
@@ -98,6 +100,7 @@ LoadBalancer, or externalIPs). SIGTERM stops the agent and leaves every flow in 
 	f.DurationVar(&o.repairPeriod, "repair-period", 10*time.Minute, "period of the deep repair: a full sync re-sends every flow of the agent with modify_strict (restores flows edited in place, keeps their counters) and every group with add_or_mod, in one bundle per bridge; it costs one bundle as large as the whole pipeline (about 6 flows per Service port, e.g. 60k lines and about a second of ovs-vswitchd time for 10k Service ports). 0 disables it")
 	f.IntVar(&o.bucketsPerMessage, "group-buckets-per-message", flows.DefaultBucketsPerMessage, "most select-group buckets in one OpenFlow message: a Service port with more endpoints is written as one group add_or_mod plus insert_bucket messages in the same bundle (an OpenFlow message is at most 64 KiB; a Service bucket is 88 bytes)")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:9464", `address of the HTTP server for /metrics, /healthz (process up, OVSDB reachable) and /readyz (first full sync done, syncs not failing); "0" disables it`)
+	cmd.AddCommand(newNodeSetupCommand(), newNodeTeardownCommand())
 	gofs := goflag.NewFlagSet("klog", goflag.ContinueOnError)
 	klog.InitFlags(gofs)
 	f.AddGoFlagSet(gofs)
@@ -152,7 +155,7 @@ func run(ctx context.Context, o options) error {
 	dp := &dataplane{
 		db: db,
 		cfg: ofctl.IntegrationConfig{
-			BrEx: o.bridgeEx, BrInt: o.bridgeInt, Uplink: o.uplink, GeneveUDPPort: o.genevePort,
+			BrEx: o.bridgeEx, BrInt: o.bridgeInt, Uplink: o.uplink, GeneveUDPPort: o.genevePort, GatewayPort: o.gatewayPort,
 		},
 		bridges: map[flows.Bridge]string{flows.BrEx: o.bridgeEx, flows.BrInt: o.bridgeInt},
 		changes: mergeChanges(ctx, db.Changes(), ofctl.WatchVswitchd(ctx, o.ovsRunDir, time.Second)),

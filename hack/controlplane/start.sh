@@ -17,6 +17,8 @@
 #   DIR/logs/<component>.log
 #   DIR/etcd-data/                 removed by stop.sh
 #
+# kube-apiserver gets --allow-privileged=true, as kubeadm sets it: the DaemonSet's node-setup init
+# container is privileged (deploy/deploy_test.go applies it).
 # kube-apiserver gets --shutdown-send-retry-after=true: without it SIGTERM waits up to 60 s
 # (--request-timeout) for open watch connections; with it, it exits ~2 s later.
 #
@@ -159,6 +161,7 @@ write_args kube-apiserver "$bin/kube-apiserver" \
 	--service-account-signing-key-file="$pki/sa.key" \
 	--service-cluster-ip-range=10.96.0.0/16 \
 	"${admission[@]}" \
+	--allow-privileged=true \
 	--shutdown-send-retry-after=true
 kcm_extra=()
 if [[ -n $cluster_cidr ]]; then

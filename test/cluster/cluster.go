@@ -154,7 +154,7 @@ func (c *Cluster) logf(format string, args ...any) {
 // kube-proxy and (CNISrcip) the node set-up and the agent; it returns once every Node is Ready.
 // On error everything already started is stopped.
 func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
-	if err := lab.CheckPrograms(append(append([]lab.Program{}, lab.ClusterPrograms...), lab.ControlPlanePrograms...)); err != nil {
+	if err := lab.CheckPrograms(append(append(append([]lab.Program{}, lab.ClusterPrograms...), lab.ControlPlanePrograms...), lab.LabPrograms...)); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	if cfg.CNI == "" {

@@ -8,8 +8,8 @@ import (
 )
 
 func labConfig() lab.Config {
-	// With test/lab's gateway stand-in (branch gw) add NoGateway: true: node-setup makes srcip-gw0 here.
-	return lab.Config{ManifestsDir: "testdata/nodes"}
+	// No gateway stand-in: srcip-agent node-setup makes srcip-gw0 with the allocated pod CIDR.
+	return lab.Config{ManifestsDir: "testdata/nodes", NoGateway: true}
 }
 
 func tail(s string, n int) string {

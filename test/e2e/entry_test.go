@@ -12,7 +12,10 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -375,11 +378,11 @@ func routeVia(t *testing.T, ip, node string) {
 // An established connection to a LoadBalancer IP whose route moves from node1 to node2 (which
 // holds no ZoneService state for it) continues on node2: node2 picks the mid-stream segment up,
 // its select group chooses the same endpoint (same hash, same sorted buckets), and echo-a's node
-// re-points the replies to node2. The backend sees the same client ip:port throughout. Moving the
-// route back to node1 after 3 MB went through node2 continues on node1's entry, which is still
-// there but out of date: node1 finds the segments invalid and sends them on through its NAT, the
-// backend finds them valid and re-points the replies to node1, and node1 passes the replies it
-// finds invalid but un-DNATs (+inv+snat) to the client.
+// keeps the replies on node1 (still live), which un-DNATs them. The backend sees the same client
+// ip:port throughout. Moving the route back to node1 after 3 MB went through node2 continues on
+// node1's entry, which is still there but out of date: node1 finds the segments invalid and sends
+// them on through its NAT, the backend finds them valid and delivers them, and node1 passes the
+// replies it finds invalid but un-DNATs (+inv+snat) to the client.
 func TestEntryRouteChangeContinuesOnNewIngressNode(t *testing.T) {
 	withStreamService(t)
 	c := mustDial(t, "client", streamLBIP+":80", 0, 3*time.Second)
@@ -436,14 +439,23 @@ func TestEntryNodePortWithoutConnectionIsReset(t *testing.T) {
 
 // The same client ip:port reaches one endpoint through two ingress nodes (node1's and node3's
 // NodePort): the pod would see one 4-tuple for two connections, which no TCP stack can hold. The
-// first connection must keep working and keep its replies on node1: echo-a's node drops the
-// second connection's SYNs, which ZonePod holds invalid, instead of committing them, which
-// re-pointed the first connection's replies to node3 (measured before the guard: ct_label
-// 0xc000020d). The second cannot be served without translating the client's port, which OVS's
-// nat() cannot do while keeping an arbitrary client IP, nor be refused from OVS without a
-// controller; its connect times out (docs/security.md, "Entry points and the host stack": left).
+// first connection must keep working and keep its replies on node1 (committing the second's SYN
+// re-pointed them to node3: ct_label 0xc000020d measured before the guard); the second is refused
+// promptly: echo-a's node sends its SYN to the pod's port 0 and the pod's RST back through node3
+// (docs/security.md, "Entry points and the host stack").
 func TestEntrySameClientPortTwoIngressNodesKeepsFirst(t *testing.T) {
 	withStreamService(t)
+	// node3's NodePort answers (its flows are in, the router knows node3's MAC): the time below
+	// is the refusal's alone.
+	require.NoError(t, lab.WaitFor(func() error {
+		c, err := dialLine("client", fmt.Sprintf("192.0.2.13:%d", streamNodePort), 0, time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Send("probe")
+		return err
+	}, 20*time.Second))
 	const lport = 45420
 	a := mustDial(t, "client", fmt.Sprintf("192.0.2.11:%d", streamNodePort), lport, 3*time.Second)
 	r, err := a.Send("a1")
@@ -456,7 +468,14 @@ func TestEntrySameClientPortTwoIngressNodesKeepsFirst(t *testing.T) {
 		defer b.Close()
 		bres, berr = b.Send("b1")
 	}
-	t.Logf("second connection (same client ip:port, via node3): %q, %v after %s", bres, berr, time.Since(start).Round(time.Millisecond))
+	took := time.Since(start)
+	t.Logf("second connection (same client ip:port, via node3): %q, %v after %s", bres, berr, took.Round(time.Millisecond))
+	require.Error(t, berr, "the second connection cannot be served")
+	assert.Contains(t, berr.Error(), "ConnectionRefusedError", "the second connection must be refused (RST), not black-holed")
+	// OVS installs the flow the first SYN learns after that SYN's own actions ran: the pod's
+	// first RST finds no flow yet and is dropped; the client's SYN retransmission (1 s) is
+	// refused.
+	assert.Less(t, took, 2500*time.Millisecond, "the refusal took too long")
 	// echo-a's node still sends the first connection's replies to node1 (ct_label = 192.0.2.11):
 	// the second connection's SYNs did not re-point them to node3.
 	ct, err := theLab.Appctl("node2", "dpctl/dump-conntrack", "zone=64257")
@@ -583,4 +602,72 @@ func TestBrExNormalOnlyWithAgentFlowsAfterVswitchdRestart(t *testing.T) {
 	require.NoError(t, lab.WaitFor(func() error { return vmPing(vmNS, clientIP) }, 20*time.Second),
 		"the VM does not reach the client after the agent replayed its flows")
 	checkReply(t, waitOK(t, "tcp", "192.0.2.11:30100"), "192.0.2.11:30100", "echo-a")
+}
+
+// Issue 7 point 3, the ingress node dies: an established connection to a LoadBalancer IP enters
+// through node1 to echo-a on node2; then node1 goes down (its Node turns NotReady and its br-int
+// drops everything that arrives by Geneve, so the replies node2 tunnels to it are lost) and the
+// route moves to node3. node3 picks the connection up (same endpoint on every node) and, because
+// the recorded ingress node is no longer live, node2 re-points the connection's replies to node3
+// (ct_label = 192.0.2.13) instead of tunnelling them into the dead node: the connection continues.
+// While node1 was Ready, nothing re-pointed it (TestTunnelPacketKeepsRecordedIngressNode,
+// TestEntrySameClientPortTwoIngressNodesKeepsFirst).
+func TestEntryIngressNodeDownConnectionMovesOn(t *testing.T) {
+	withStreamService(t)
+	c := mustDial(t, "client", streamLBIP+":80", 0, 3*time.Second)
+	want := fmt.Sprintf("echo-a %s:%d", clientIP, c.Local)
+	r, err := c.Send("via-node1")
+	require.NoError(t, err)
+	require.Equal(t, want+" via-node1", r)
+	label := func() string {
+		ct, err := theLab.Appctl("node2", "dpctl/dump-conntrack", "zone="+zonePod)
+		require.NoError(t, err)
+		m := regexp.MustCompile(fmt.Sprintf(`sport=%d,dport=%d.*labels=(0x[0-9a-f]+)`, c.Local, streamPort)).FindStringSubmatch(ct)
+		require.NotNil(t, m, "node2's ZonePod entry of the connection:\n%s", ct)
+		return m[1]
+	}
+	require.Equal(t, "0xc000020b", label(), "node1 (192.0.2.11) recorded as the ingress node")
+
+	// node1 goes NotReady: node2's keep flow for connections entering through node1 goes away.
+	nodesYAML := filepath.Join(dir, "nodes.yaml")
+	orig, err := os.ReadFile(nodesYAML)
+	require.NoError(t, err)
+	down := strings.Replace(string(orig), "status: \"True\"", "status: \"Unknown\"", 1) // node1 is the first Node
+	require.NotEqual(t, string(orig), down)
+	writeManifest(t, "nodes.yaml", down)
+	t.Cleanup(func() { writeManifest(t, "nodes.yaml", string(orig)) })
+	require.NoError(t, lab.WaitFor(func() error {
+		out, err := theLab.DumpFlows("node2", "br-int", "table=66")
+		if err != nil {
+			return err
+		}
+		if strings.Contains(out, "ct_label=0xc000020b/0xffffffff") {
+			return fmt.Errorf("node2 still keeps replies on node1:\n%s", out)
+		}
+		return nil
+	}, 20*time.Second))
+
+	// node1's datapath stops taking anything from the tunnel: the replies node2 would still send
+	// it are lost there.
+	tun, err := theLab.Vsctl("node1", "get", "Interface", "srcip-geneve0", "ofport")
+	require.NoError(t, err)
+	tun = strings.TrimSpace(tun)
+	_, err = theLab.Ofctl("node1", "add-flow", "br-int", "table=0,priority=65000,in_port="+tun+",actions=drop")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = theLab.Ofctl("node1", "--strict", "del-flows", "br-int", "table=0,priority=65000,in_port="+tun)
+	})
+
+	routeVia(t, streamLBIP, "node3")
+	start := time.Now()
+	r, err = c.Send("via-node3")
+	require.NoError(t, err, "the connection stalled after its ingress node went down and its route moved to node3")
+	assert.Equal(t, want+" via-node3", r)
+	assert.Less(t, time.Since(start), 3*time.Second, "continuing on node3 took too long")
+	assert.Equal(t, "0xc000020d", label(), "node2 did not re-point the replies to node3 (192.0.2.13)")
+	for _, m := range []string{"again-1", "again-2"} {
+		r, err = c.Send(m)
+		require.NoError(t, err)
+		assert.Equal(t, want+" "+m, r)
+	}
 }

@@ -3,7 +3,7 @@
 // client network namespace. It needs root and Open vSwitch; `make test` provides both.
 //
 // Topology (test/manifests/demo nodes and pods): node1 192.0.2.11 (pods 10.244.1.0/24, echo-c
-// 10.244.1.5) is the ingress node: the router sends 203.0.113.0/24 to it. node2 192.0.2.12
+// 10.244.1.5, and echo-d 10.244.1.6 added by host_test.go) is the ingress node: the router sends 203.0.113.0/24 to it. node2 192.0.2.12
 // (echo-a 10.244.2.5), node3 192.0.2.13 (echo-b 10.244.3.5). The clients are 198.51.100.10
 // ("client", the default) and 198.51.100.11 ("client2").
 package e2e
@@ -68,6 +68,11 @@ func run(m *testing.M) int {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
+	}
+	// echo-d: a second pod on node1, the same-node endpoint of host_test.go's ClusterIP.
+	if err := os.WriteFile(filepath.Join(dir, "hostpods.yaml"), []byte(echoDPod), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
 	if err := os.WriteFile(filepath.Join(dir, "services.yaml"), []byte(baseServices()), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -55,6 +55,11 @@ type Config struct {
 	// IngressNode is the node the default route above points to; default
 	// the first node by name.
 	IngressNode string
+	// ClusterCIDR is the cluster's pod CIDR (every node's pod CIDR is inside it), routed by each
+	// node's host into its gateway port; default 10.244.0.0/16.
+	ClusterCIDR string
+	// NoGateway leaves out the gateway port srcip-gw0 and the masquerade (SetupGateway).
+	NoGateway bool
 	// GenevePort is passed to the agent as --geneve-port; default 6081.
 	GenevePort int
 	// AgentVerbosity is passed as --v; default 2.
@@ -95,7 +100,7 @@ type Node struct {
 	IP      netip.Addr   // InternalIP, on br-ex
 	MAC     string       // br-ex other_config:hwaddr, 02:00:<ip bytes>
 	PodCIDR netip.Prefix // spec.podCIDRs[0]
-	Gateway netip.Addr   // first address of PodCIDR (answered by the agent)
+	Gateway netip.Addr   // first address of PodCIDR: the host's address on srcip-gw0 (SetupGateway)
 	Netns   string
 	// Dir is OVS_RUNDIR = OVS_DBDIR = OVS_LOGDIR of this node.
 	Dir string
@@ -200,6 +205,9 @@ func New(cfg Config) (l *Lab, err error) {
 	}
 	if len(cfg.Clients) == 0 {
 		cfg.Clients = []ClientSpec{{Name: "client", IP: "198.51.100.10"}}
+	}
+	if cfg.ClusterCIDR == "" {
+		cfg.ClusterCIDR = "10.244.0.0/16"
 	}
 	if cfg.GenevePort == 0 {
 		cfg.GenevePort = 6081

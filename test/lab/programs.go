@@ -15,8 +15,10 @@ type Program struct{ Name, DebianPackage string }
 // namespaces, links and routes (ip), sysctls, checksum offload (ethtool, through sh), each node's
 // Open vSwitch (ovsdb-tool, ovsdb-server, ovs-vswitchd, ovs-vsctl; ovs-ofctl and ovs-appctl also
 // from the agent and srcipctl), captures (tcpdump, test/e2e), long-lived connections and raw
-// segments of test/e2e/entry_test.go (python3), reachability (ping, TestLabUp) and
-// a placeholder process (sleep, TestCleanup).
+// segments of test/e2e/entry_test.go (python3), each node's masquerade and test/e2e's ClusterIP
+// DNAT (nft; also srcip-agent node-setup's nftables table, through knftables), reachability
+// (ping, TestLabUp), a placeholder process (sleep, TestCleanup) and test/nodesetup, which runs
+// node-setup in a node namespace (nsenter).
 var LabPrograms = []Program{
 	{"ip", "iproute2"},
 	{"sh", "dash"},
@@ -26,12 +28,14 @@ var LabPrograms = []Program{
 	{"ping", "iputils-ping"},
 	{"tcpdump", "tcpdump"},
 	{"python3", "python3"},
+	{"nft", "nftables"},
 	{"ovsdb-tool", "openvswitch-common"},
 	{"ovsdb-server", "openvswitch-common"},
 	{"ovs-appctl", "openvswitch-common"},
 	{"ovs-ofctl", "openvswitch-common"},
 	{"ovs-vsctl", "openvswitch-switch"},
 	{"ovs-vswitchd", "openvswitch-switch"},
+	{"nsenter", "util-linux"},
 }
 
 // ControlPlanePrograms are what hack/controlplane/{build,start,stop}.sh execute besides coreutils
@@ -52,12 +56,11 @@ var ControlPlanePrograms = []Program{
 }
 
 // ClusterPrograms are what the real-kubelet lab (test/cluster) and hack/cluster/build.sh execute
-// besides the lab's and the control plane's: runc (containerd's runtime), nft (kube-proxy in
-// nftables mode), nsenter, unshare and mount (each node's private mount namespace).
+// besides the lab's (nft also for kube-proxy in nftables mode, nsenter also to enter a node's
+// mount namespace) and the control plane's: runc (containerd's runtime), unshare and mount (each
+// node's private mount namespace).
 var ClusterPrograms = []Program{
 	{"runc", "runc"},
-	{"nft", "nftables"},
-	{"nsenter", "util-linux"},
 	{"unshare", "util-linux"},
 	{"mount", "mount"},
 }

@@ -141,6 +141,13 @@ func (l *Lab) setup() error {
 		return err
 	}
 
+	// 7b. Each node's gateway port, address, route and masquerade (the node set-up step's part).
+	if !l.cfg.NoGateway {
+		if err := parallel(l.Nodes, func(n *Node) error { return l.SetupGateway(n.Name) }); err != nil {
+			return err
+		}
+	}
+
 	// 8. Echo servers.
 	if l.cfg.EchoBin != "" {
 		if err := parallel(l.Pods, l.startEcho); err != nil {
@@ -285,7 +292,14 @@ func (l *Lab) setupPod(p *Pod) error {
 	if err := l.txOff(p.Netns, "eth0"); err != nil {
 		return wrap(err)
 	}
-	if err := l.ipBatch(n.Netns, "link set "+p.HostPort+" mtu 1400", "link set "+p.HostPort+" up"); err != nil {
+	// The userspace datapath reads the veth's host end with a packet socket, so the node's kernel
+	// sees the pod's frames too: it must neither answer the pod's ARP for the gateway address (the
+	// node holds it on srcip-gw0; the pod would then send to this veth's MAC, past OVS) nor
+	// forward what arrives here (docs/lab-facts.md#pitfall-12).
+	if err := l.ipBatch(n.Netns, "link set "+p.HostPort+" mtu 1400 arp off", "link set "+p.HostPort+" up"); err != nil {
+		return wrap(err)
+	}
+	if _, err := l.nsExec(n.Netns, "sysctl", "-q", "-w", "net.ipv4.conf."+p.HostPort+".forwarding=0"); err != nil {
 		return wrap(err)
 	}
 	if err := l.txOff(n.Netns, p.HostPort); err != nil {
@@ -351,5 +365,11 @@ func (l *Lab) RestartVswitchd(node string) error {
 		return wrap(err)
 	}
 	_ = l.txOff(n.Netns, "br-ex")
+	if !l.cfg.NoGateway {
+		// srcip-gw0 is a tap of the userspace datapath too: its address and route went with it.
+		if err := l.SetupGateway(n.Name); err != nil {
+			return wrap(err)
+		}
+	}
 	return l.SeedTunnelNeighbours(n.Name)
 }

@@ -48,6 +48,9 @@ func newNode(t *testing.T, node string, podIP string, svcs ...flows.ServicePort)
 	nodes := []flows.Node{
 		{Name: "node1", InternalIP: netip.MustParseAddr("192.0.2.11"), PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}},
 		{Name: "node2", InternalIP: netip.MustParseAddr("192.0.2.12"), PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24")}},
+		{Name: "node3", InternalIP: netip.MustParseAddr("192.0.2.13"), PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.3.0/24")}},
+		// node4's Ready condition is Unknown (agent.ConvertNode): not live.
+		{Name: "node4", InternalIP: netip.MustParseAddr("192.0.2.14"), PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.4.0/24")}, Down: true},
 	}
 	self := map[string]string{"node1": "192.0.2.11", "node2": "192.0.2.12"}[node]
 	gids := flows.NewGroupIDs()
@@ -240,9 +243,10 @@ func TestTunnelOnlyFromNodes(t *testing.T) {
 	require.Equal(t, []string{"drop"}, datapathActions(w.trace(t, w.in, base+"9")))
 }
 
-// A tunnel packet never changes the state of an existing connection: a packet of an established
-// connection is delivered without a commit, whatever its origin (ct_mark and ct_label keep what
-// the first packet recorded); one that conntrack finds invalid is dropped.
+// A tunnel packet never changes the state of an existing connection whose ingress node is live: a
+// packet of an established connection is delivered without a commit, whatever its origin (ct_mark
+// and ct_label keep what the first packet recorded); one that conntrack finds invalid is dropped.
+// Only a connection recorded as entering through a node that is no longer live is re-pointed.
 func TestTunnelPacketDoesNotRewriteConnection(t *testing.T) {
 	w := newNode(t, "node2", "10.244.2.5")
 	// A packet of an existing connection arrives by the tunnel.
@@ -252,12 +256,21 @@ func TestTunnelPacketDoesNotRewriteConnection(t *testing.T) {
 	require.Len(t, acts, 2, out)
 	require.NotContains(t, out, "ct(commit", "an established connection is not committed again")
 	require.NotEqual(t, "drop", acts[1], "a connection of the other origin (ct_mark 0x1) is delivered, not re-committed: %s", out)
-	out = w.trace(t, w.in, in+",ct_mark=0x2", "trk,est")
+	// Recorded as entering through node3 (live): a packet from node1 changes nothing.
+	out = w.trace(t, w.in, in+",ct_mark=0x2,ct_label=0xc000020d", "trk,est")
 	acts = datapathActions(out)
 	require.Len(t, acts, 2, out)
 	require.NotContains(t, out, "ct(commit", out)
 	require.NotEqual(t, "drop", acts[1], out)
 	require.Contains(t, out, "output:NXM_NX_REG1[]", out)
+	// Recorded as entering through a node that is not live (node4, Ready=Unknown; 192.0.2.99, no
+	// such Node any more): the packet re-points the connection to the node it came from (node1).
+	for _, label := range []string{"0xc000020e", "0xc0000263"} {
+		out = w.trace(t, w.in, in+",ct_mark=0x2,ct_label="+label, "trk,est")
+		acts = datapathActions(out)
+		require.Len(t, acts, 2, out)
+		require.Contains(t, acts[1], "ct(commit,zone=64257,label=0xc000020b/0xffffffff)", out)
+	}
 	out = w.trace(t, w.in, in, "trk,inv")
 	require.Equal(t, "drop", datapathActions(out)[1], out)
 }
@@ -558,22 +571,37 @@ func TestFloodedFrameFromPatchDropped(t *testing.T) {
 	require.Contains(t, out, "ct(commit,zone=64257", out)
 }
 
-// The backend node does not let a packet re-point an established connection: a SYN that another
-// ingress node sends for the 4-tuple of an established connection is invalid in ZonePod and
-// dropped (committed, it would overwrite the connection's ct_label and send its replies there); a
-// valid packet of the connection from another ingress node (+est: a route change) is delivered
-// without a commit, so the recorded ingress node stays.
-func TestBackendInvalidFromOtherIngressDropped(t *testing.T) {
+// The backend node does not let a packet re-point an established connection whose ingress node
+// is live. A SYN that another ingress node sends for the 4-tuple of an established connection
+// (invalid in ZonePod, or established) is refused, never committed (committed, it would overwrite
+// the connection's ct_label and send its replies there): it goes to the pod's port 0 and the flow
+// it learns carries the pod's RST back to its ingress node. A SYN through the recorded ingress node
+// is the client's retransmission and is delivered. A valid packet of the connection from another
+// ingress node (+est: a route change) is delivered without a commit, so the recorded ingress node
+// stays.
+func TestBackendInvalidFromOtherIngressRefused(t *testing.T) {
 	w := newNode(t, "node2", "10.244.2.5")
-	in := "in_port=2,tun_id=2,tun_src=192.0.2.11,tun_dst=192.0.2.12,tcp,nw_src=198.51.100.10,nw_dst=10.244.2.5,tp_src=40000,tp_dst=8080,tcp_flags=syn"
-	out := w.trace(t, w.in, in, "trk,inv")
+	in := "in_port=2,tun_id=2,tun_src=192.0.2.13,tun_dst=192.0.2.12,tcp,nw_src=198.51.100.10,nw_dst=10.244.2.5,tp_src=40000,tp_dst=8080,tcp_flags=syn"
+	refused := func(out string) {
+		t.Helper()
+		acts := datapathActions(out)
+		require.Len(t, acts, 2, out)
+		require.NotContains(t, out, "ct(commit", out)
+		require.Contains(t, out, "learn(table=0", out)
+		require.Contains(t, acts[1], "set(tcp(dst=0))", out)
+	}
+	refused(w.trace(t, w.in, in, "trk,inv"))
+	refused(w.trace(t, w.in, in+",ct_mark=0x2,ct_label=0xc000020b", "trk,est"))
+	// The same SYN through the recorded node (node3) is a retransmission: delivered as it is.
+	out := w.trace(t, w.in, in+",ct_mark=0x2,ct_label=0xc000020d", "trk,est")
 	acts := datapathActions(out)
 	require.Len(t, acts, 2, out)
-	require.Equal(t, "drop", acts[1], out)
+	require.NotContains(t, out, "learn(", out)
 	require.NotContains(t, out, "ct(commit", out)
+	require.NotEqual(t, "drop", acts[1], out)
 
 	moved := strings.Replace(in, "tcp_flags=syn", "tcp_flags=ack", 1)
-	out = w.trace(t, w.in, moved, "trk,est")
+	out = w.trace(t, w.in, moved+",ct_mark=0x2,ct_label=0xc000020b", "trk,est")
 	acts = datapathActions(out)
 	require.Len(t, acts, 2, out)
 	require.NotContains(t, out, "ct(commit", out)

@@ -1,0 +1,161 @@
+package nodesetup
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Conflist is the CNI network configuration list node-setup writes (CNI spec 1.1).
+type Conflist struct {
+	CNIVersion string         `json:"cniVersion"`
+	Name       string         `json:"name"`
+	Plugins    []PluginConfig `json:"plugins"`
+}
+
+// PluginConfig is srcip-cni's entry of the conflist.
+type PluginConfig struct {
+	Type      string     `json:"type"`
+	Bridge    string     `json:"bridge"`
+	OVSDB     string     `json:"ovsdb"`
+	OVSRunDir string     `json:"ovsRunDir"`
+	MTU       int        `json:"mtu"`
+	FlowWait  string     `json:"flowWait"`
+	IPAM      IPAMConfig `json:"ipam"`
+}
+
+// IPAMConfig is host-local's configuration: one range set with a range per pod CIDR.
+type IPAMConfig struct {
+	Type    string        `json:"type"`
+	Ranges  [][]IPAMRange `json:"ranges"`
+	Routes  []IPAMRoute   `json:"routes"`
+	DataDir string        `json:"dataDir"`
+}
+
+// IPAMRange is one host-local range.
+type IPAMRange struct {
+	Subnet  string `json:"subnet"`
+	Gateway string `json:"gateway"`
+}
+
+// IPAMRoute is one route host-local returns for the pod.
+type IPAMRoute struct {
+	Dst string `json:"dst"`
+}
+
+// RenderConflist returns the conflist for the node's pod CIDRs (the gateway of each is its
+// first address, held by the host on the gateway port).
+func RenderConflist(bridge, ovsdb, ovsRunDir string, mtu int, flowWait time.Duration, dataDir string, podCIDRs []netip.Prefix) ([]byte, error) {
+	var rs []IPAMRange
+	for _, p := range podCIDRs {
+		rs = append(rs, IPAMRange{Subnet: p.Masked().String(), Gateway: GatewayPrefix(p).Addr().String()})
+	}
+	cl := Conflist{CNIVersion: "1.1.0", Name: NetworkName, Plugins: []PluginConfig{{
+		Type: "srcip-cni", Bridge: bridge, OVSDB: ovsdb, OVSRunDir: ovsRunDir, MTU: mtu,
+		FlowWait: flowWait.String(),
+		IPAM: IPAMConfig{Type: "host-local", Ranges: [][]IPAMRange{rs},
+			Routes: []IPAMRoute{{Dst: "0.0.0.0/0"}}, DataDir: dataDir},
+	}}}
+	b, err := json.MarshalIndent(cl, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+func (r *run) installCNI() error {
+	c := r.cfg
+	if err := os.MkdirAll(c.CNIBinDir, 0o755); err != nil {
+		return err
+	}
+	for _, name := range CNIPlugins {
+		src := filepath.Join(c.CNISourceDir, name)
+		want, err := os.ReadFile(src)
+		if err != nil {
+			return fmt.Errorf("plugin %s: %w (--cni-source-dir must hold %v; the image has them in %s)", name, err, CNIPlugins, DefaultCNISourceDir)
+		}
+		dst := filepath.Join(c.CNIBinDir, name)
+		if have, err := os.ReadFile(dst); err == nil && bytes.Equal(have, want) {
+			r.unchanged("%s", dst)
+			continue
+		}
+		// A new file renamed over the old one: a running plugin process keeps its binary, and
+		// the runtime never executes a half-written file.
+		tmp, err := os.CreateTemp(c.CNIBinDir, "."+name+".tmp-")
+		if err != nil {
+			return fmt.Errorf("%w (--cni-bin-dir must be writable)", err)
+		}
+		_, werr := tmp.Write(want)
+		serr := tmp.Sync()
+		cerr := tmp.Close()
+		if err := errors.Join(werr, serr, cerr, os.Chmod(tmp.Name(), 0o755)); err != nil {
+			os.Remove(tmp.Name())
+			return fmt.Errorf("write %s: %w", dst, err)
+		}
+		if err := os.Rename(tmp.Name(), dst); err != nil {
+			os.Remove(tmp.Name())
+			return err
+		}
+		r.changed("installed %s", dst)
+	}
+
+	conf, err := RenderConflist(c.BridgeInt, c.OVSDB, c.OVSRunDir, c.MTU, c.FlowWait, c.CNIDataDir, c.PodCIDRs)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(c.CNIConfDir, 0o755); err != nil {
+		return err
+	}
+	path := filepath.Join(c.CNIConfDir, ConflistName)
+	if have, err := os.ReadFile(path); err == nil && bytes.Equal(have, conf) {
+		r.unchanged("%s", path)
+		return nil
+	}
+	// In place (open, truncate, write), never renamed: containerd's watcher of the CNI config
+	// directory ignores a file renamed into it.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("%w (--cni-conf-dir must be writable)", err)
+	}
+	_, werr := io.Copy(f, bytes.NewReader(conf))
+	if err := errors.Join(werr, f.Sync(), f.Close()); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	r.changed("wrote %s (pod CIDRs %v, MTU %d)", path, c.PodCIDRs, c.MTU)
+	return nil
+}
+
+// removeCNI removes the conflist, the three plugins and host-local's allocations of the network.
+func (r *run) removeCNI() error {
+	c := r.cfg
+	var errs []error
+	paths := []string{filepath.Join(c.CNIConfDir, ConflistName)}
+	for _, name := range CNIPlugins {
+		paths = append(paths, filepath.Join(c.CNIBinDir, name))
+	}
+	for _, p := range paths {
+		switch err := os.Remove(p); {
+		case err == nil:
+			r.changed("removed %s", p)
+		case errors.Is(err, os.ErrNotExist):
+			r.unchanged("no %s", p)
+		default:
+			errs = append(errs, err)
+		}
+	}
+	data := filepath.Join(c.CNIDataDir, NetworkName)
+	if _, err := os.Stat(data); err == nil {
+		if err := os.RemoveAll(data); err != nil {
+			errs = append(errs, err)
+		} else {
+			r.changed("removed host-local's allocations %s", data)
+		}
+	}
+	return errors.Join(errs...)
+}

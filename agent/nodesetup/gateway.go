@@ -1,0 +1,145 @@
+package nodesetup
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/ovs-srcip/ovs-srcip/ofctl"
+)
+
+// setupGateway makes br-int (br-ex's datapath type) with the internal port srcip-gw0 holding the
+// gateway address of each pod CIDR at the pod MTU, up, and the cluster CIDRs routed through it
+// from the first gateway address.
+func (r *run) setupGateway(ctx context.Context) error {
+	c := r.cfg
+	_, dpType, err := r.db.Bridge(ctx, c.BridgeEx)
+	if err != nil {
+		return err
+	}
+	changes, err := r.db.EnsureBridge(ctx, ofctl.BridgeSpec{Name: c.BridgeInt, DatapathType: dpType,
+		InternalPorts: map[string]int{c.GatewayPort: c.MTU}})
+	if err != nil {
+		return err
+	}
+	for _, ch := range changes {
+		r.changed("%s", ch)
+	}
+	if len(changes) == 0 {
+		r.unchanged("%s with internal port %s (mtu_request %d)", c.BridgeInt, c.GatewayPort, c.MTU)
+	}
+	if _, _, err := r.db.WaitInterface(ctx, c.GatewayPort, true, 30*time.Second); err != nil {
+		return err
+	}
+	link, err := waitLink(ctx, c.GatewayPort, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	if link.Attrs().MTU != c.MTU {
+		if err := netlink.LinkSetMTU(link, c.MTU); err != nil {
+			return fmt.Errorf("MTU %d on %s: %w", c.MTU, c.GatewayPort, err)
+		}
+		r.changed("MTU %d on %s", c.MTU, c.GatewayPort)
+	}
+	if link.Attrs().Flags&net.FlagUp == 0 {
+		if err := netlink.LinkSetUp(link); err != nil {
+			return fmt.Errorf("set %s up: %w", c.GatewayPort, err)
+		}
+		r.changed("%s up", c.GatewayPort)
+	}
+
+	// Addresses: exactly the gateway addresses.
+	want := map[netip.Prefix]bool{}
+	for _, p := range c.PodCIDRs {
+		want[GatewayPrefix(p)] = true
+	}
+	have, err := netlink.AddrList(link, unix.AF_INET)
+	if err != nil {
+		return fmt.Errorf("addresses of %s: %w", c.GatewayPort, err)
+	}
+	for _, a := range have {
+		p := ipNetPrefix(a.IPNet)
+		if want[p] {
+			delete(want, p)
+			r.unchanged("address %s on %s", p, c.GatewayPort)
+			continue
+		}
+		if err := netlink.AddrDel(link, &a); err != nil {
+			return fmt.Errorf("remove stale address %s from %s: %w", p, c.GatewayPort, err)
+		}
+		r.changed("removed stale address %s from %s", p, c.GatewayPort)
+	}
+	for _, p := range sortedPrefixes(want) {
+		if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: prefixIPNet(p)}); err != nil {
+			return fmt.Errorf("address %s on %s: %w", p, c.GatewayPort, err)
+		}
+		r.changed("address %s on %s", p, c.GatewayPort)
+	}
+
+	// Routes: each cluster CIDR dev srcip-gw0 src <first gateway>.
+	src := GatewayPrefix(c.PodCIDRs[0]).Addr()
+	for _, cc := range c.ClusterCIDRs {
+		want := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: prefixIPNet(cc.Masked()), Src: net.IP(src.AsSlice()),
+			Scope: netlink.SCOPE_LINK, Table: unix.RT_TABLE_MAIN, Protocol: unix.RTPROT_STATIC, Family: unix.AF_INET}
+		routes, err := netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Dst: want.Dst, Table: unix.RT_TABLE_MAIN},
+			netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
+		if err != nil {
+			return fmt.Errorf("routes to %s: %w", cc, err)
+		}
+		if slices.ContainsFunc(routes, func(rt netlink.Route) bool {
+			return rt.LinkIndex == want.LinkIndex && rt.Src.Equal(want.Src) && rt.Gw == nil && rt.Priority == 0
+		}) {
+			r.unchanged("route %s dev %s src %s", cc, c.GatewayPort, src)
+			continue
+		}
+		if err := netlink.RouteReplace(want); err != nil {
+			return fmt.Errorf("route %s dev %s src %s: %w", cc, c.GatewayPort, src, err)
+		}
+		r.changed("route %s dev %s src %s", cc, c.GatewayPort, src)
+	}
+	return nil
+}
+
+// teardownGateway deletes br-int, with srcip-gw0 (its addresses and routes go with the device)
+// and every other port on it.
+func (r *run) teardownGateway(ctx context.Context) error {
+	c := r.cfg
+	deleted, err := r.db.DeleteBridge(ctx, c.BridgeInt)
+	if err != nil {
+		return err
+	}
+	if !deleted {
+		r.unchanged("no %s", c.BridgeInt)
+		return nil
+	}
+	r.changed("deleted %s with %s", c.BridgeInt, c.GatewayPort)
+	if _, err := waitLinkGone(ctx, c.GatewayPort, 10*time.Second); err != nil {
+		return err
+	}
+	return nil
+}
+
+func ipNetPrefix(n *net.IPNet) netip.Prefix {
+	a, _ := netip.AddrFromSlice(n.IP)
+	bits, _ := n.Mask.Size()
+	return netip.PrefixFrom(a.Unmap(), bits)
+}
+
+func prefixIPNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+func sortedPrefixes(m map[netip.Prefix]bool) []netip.Prefix {
+	var out []netip.Prefix
+	for p := range m {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	return out
+}

@@ -1,0 +1,217 @@
+// Package nodesetup is the node set-up step of ovs-srcip (srcip-agent node-setup and
+// node-teardown, the DaemonSet's init container): br-ex built from a plain NIC (the NIC's IPv4
+// addresses and routes moved onto br-ex's internal port), br-int with the host's gateway port
+// srcip-gw0 and the route to the cluster's pod CIDRs, the nftables masquerade of pod traffic
+// leaving the cluster, and the CNI install (plugin binaries and the conflist). Every step is
+// idempotent: a second run changes nothing and says so. Teardown undoes all of it.
+//
+// OVS is reached only through package ofctl; links, addresses and routes through netlink;
+// nftables through knftables (the nft binary).
+package nodesetup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/ovs-srcip/ovs-srcip/ofctl"
+)
+
+// Defaults of Config.
+const (
+	DefaultBridgeEx    = "br-ex"
+	DefaultBridgeInt   = "br-int"
+	DefaultGatewayPort = "srcip-gw0"
+	DefaultStateDir    = "/var/lib/ovs-srcip"
+	DefaultCNIBinDir   = "/opt/cni/bin"
+	DefaultCNIConfDir  = "/etc/cni/net.d"
+	DefaultCNIDataDir  = "/var/lib/cni/networks"
+	// DefaultCNISourceDir is where the image keeps srcip-cni, host-local and loopback.
+	DefaultCNISourceDir = "/usr/local/lib/ovs-srcip/cni"
+	// ConflistName is the conflist's file name in the CNI config directory.
+	ConflistName = "10-ovs-srcip.conflist"
+	// NetworkName is the conflist's network name (also host-local's directory under dataDir).
+	NetworkName = "ovs-srcip"
+	// NFTable is the nftables table (family ip) of the masquerade.
+	NFTable = "ovs-srcip"
+	// StateFile is the file in StateDir that records what the br-ex step moved.
+	StateFile = "node-setup.json"
+	// GeneveOverhead is what Geneve adds to each packet (docs/field-cases.md#c09): the pod MTU
+	// is the underlay MTU minus this.
+	GeneveOverhead = 50
+	// NICAuto as Config.NIC picks the interface of the IPv4 default route.
+	NICAuto = "auto"
+)
+
+// CNIPlugins are the binaries the CNI install copies from CNISourceDir into CNIBinDir:
+// the plugin, its IPAM and the loopback plugin containerd runs for every sandbox.
+var CNIPlugins = []string{"srcip-cni", "host-local", "loopback"}
+
+// Config is what node-setup and node-teardown act on.
+type Config struct {
+	// NIC is the plain NIC to build br-ex from; "" when br-ex already exists (then it must);
+	// NICAuto: the interface of the IPv4 default route (nothing to do when that is br-ex).
+	NIC string
+	// BridgeEx, BridgeInt and GatewayPort name br-ex, br-int and the host's gateway port.
+	BridgeEx, BridgeInt, GatewayPort string
+	// DatapathType is br-ex's datapath_type when node-setup creates it ("system" or "netdev");
+	// br-int always gets br-ex's.
+	DatapathType string
+	// OVSDB is ovsdb-server's endpoint; OVSRunDir holds <bridge>.mgmt.
+	OVSDB, OVSRunDir string
+	// StateDir keeps the state file of the br-ex step.
+	StateDir string
+	// ClusterCIDRs are the cluster's pod CIDRs (routed to the gateway port; never masqueraded).
+	ClusterCIDRs []netip.Prefix
+	// PodCIDRs are this node's pod CIDRs (IPv4): the gateway addresses and the IPAM ranges.
+	PodCIDRs []netip.Prefix
+	// MTU is the pod MTU (gateway port and conflist); 0: the underlay's MTU - GeneveOverhead.
+	MTU int
+	// FlowWait is srcip-cni's bound on the wait for the agent's flows (conflist flowWait).
+	FlowWait time.Duration
+	// CNISourceDir, CNIBinDir, CNIConfDir and CNIDataDir: where the plugins come from and go,
+	// where the conflist goes, host-local's dataDir.
+	CNISourceDir, CNIBinDir, CNIConfDir, CNIDataDir string
+	// VerifyTimeout bounds the check that the default gateway still answers after a move
+	// (0: 10 s).
+	VerifyTimeout time.Duration
+	// Logf reports each step's outcome (nil: discarded).
+	Logf func(format string, args ...any)
+}
+
+func (c *Config) defaults() {
+	if c.BridgeEx == "" {
+		c.BridgeEx = DefaultBridgeEx
+	}
+	if c.BridgeInt == "" {
+		c.BridgeInt = DefaultBridgeInt
+	}
+	if c.GatewayPort == "" {
+		c.GatewayPort = DefaultGatewayPort
+	}
+	if c.OVSRunDir == "" {
+		c.OVSRunDir = ofctl.DefaultRunDir
+	}
+	if c.StateDir == "" {
+		c.StateDir = DefaultStateDir
+	}
+	if c.CNIBinDir == "" {
+		c.CNIBinDir = DefaultCNIBinDir
+	}
+	if c.CNIConfDir == "" {
+		c.CNIConfDir = DefaultCNIConfDir
+	}
+	if c.CNIDataDir == "" {
+		c.CNIDataDir = DefaultCNIDataDir
+	}
+	if c.CNISourceDir == "" {
+		c.CNISourceDir = DefaultCNISourceDir
+	}
+	if c.FlowWait == 0 {
+		c.FlowWait = 20 * time.Second
+	}
+	if c.VerifyTimeout == 0 {
+		c.VerifyTimeout = 10 * time.Second
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+}
+
+// Result counts what a run changed; Changes == 0 means the node was already set up (or torn
+// down).
+type Result struct{ Changes int }
+
+type run struct {
+	cfg *Config
+	db  *ofctl.DB
+	res Result
+}
+
+func (r *run) changed(format string, args ...any) {
+	r.res.Changes++
+	r.cfg.Logf("changed: "+format, args...)
+}
+
+func (r *run) unchanged(format string, args ...any) {
+	r.cfg.Logf("unchanged: "+format, args...)
+}
+
+// Setup runs every step of the node set-up. It stops at the first error, which says what to do.
+func Setup(ctx context.Context, cfg Config) (Result, error) {
+	cfg.defaults()
+	if len(cfg.PodCIDRs) == 0 {
+		return Result{}, errors.New("no pod CIDR: give --pod-cidr, or --node-name with a Node whose spec.podCIDRs is set (kube-controller-manager --allocate-node-cidrs)")
+	}
+	for _, p := range cfg.PodCIDRs {
+		if !p.Addr().Is4() || p.Bits() > 30 {
+			return Result{}, fmt.Errorf("pod CIDR %s: want an IPv4 network of at most /30", p)
+		}
+	}
+	if len(cfg.ClusterCIDRs) == 0 {
+		return Result{}, errors.New("no cluster CIDR: give --cluster-cidrs (kube-controller-manager's --cluster-cidr, e.g. 10.244.0.0/16)")
+	}
+	db, err := ofctl.Connect(ctx, cfg.OVSDB)
+	if err != nil {
+		return Result{}, fmt.Errorf("%w (is Open vSwitch running, and %s its database socket?)", err, cfg.OVSDB)
+	}
+	defer db.Close()
+	r := &run{cfg: &cfg, db: db}
+	underlayMTU, err := r.setupBrEx(ctx)
+	if err != nil {
+		return r.res, fmt.Errorf("br-ex: %w", err)
+	}
+	if cfg.MTU == 0 {
+		cfg.MTU = underlayMTU - GeneveOverhead
+	}
+	if err := r.setupGateway(ctx); err != nil {
+		return r.res, fmt.Errorf("gateway port: %w", err)
+	}
+	if err := r.setupNFT(ctx); err != nil {
+		return r.res, fmt.Errorf("nftables: %w", err)
+	}
+	if err := r.setupForwarding(); err != nil {
+		return r.res, err
+	}
+	if err := r.installCNI(); err != nil {
+		return r.res, fmt.Errorf("CNI install: %w", err)
+	}
+	return r.res, nil
+}
+
+// Teardown undoes Setup: the CNI files, the nftables table, br-int with the gateway port, and
+// br-ex when node-setup built it (the NIC gets its addresses and routes back). It goes on after
+// an error and returns them all.
+func Teardown(ctx context.Context, cfg Config) (Result, error) {
+	cfg.defaults()
+	r := &run{cfg: &cfg}
+	var errs []error
+	if err := r.removeCNI(); err != nil {
+		errs = append(errs, fmt.Errorf("CNI files: %w", err))
+	}
+	if err := r.teardownNFT(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("nftables: %w", err))
+	}
+	db, err := ofctl.Connect(ctx, cfg.OVSDB)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("%w (is Open vSwitch running, and %s its database socket?)", err, cfg.OVSDB))
+		return r.res, errors.Join(errs...)
+	}
+	defer db.Close()
+	r.db = db
+	if err := r.teardownGateway(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("gateway port: %w", err))
+	}
+	if err := r.teardownBrEx(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("br-ex: %w", err))
+	}
+	return r.res, errors.Join(errs...)
+}
+
+// GatewayPrefix is the host's gateway address of pod CIDR p: its first address, with p's length
+// (10.244.1.0/24 -> 10.244.1.1/24).
+func GatewayPrefix(p netip.Prefix) netip.Prefix {
+	return netip.PrefixFrom(p.Masked().Addr().Next(), p.Bits())
+}

@@ -1,0 +1,52 @@
+package nodesetup
+
+import (
+	"encoding/json"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestGatewayPrefix(t *testing.T) {
+	for in, want := range map[string]string{
+		"10.244.1.0/24": "10.244.1.1/24", "10.244.1.77/24": "10.244.1.1/24", "172.16.0.0/16": "172.16.0.1/16",
+	} {
+		assert.Equal(t, want, GatewayPrefix(netip.MustParsePrefix(in)).String(), in)
+	}
+}
+
+// The conflist has the contract's fields, one host-local range per pod CIDR in one range set.
+func TestRenderConflist(t *testing.T) {
+	b, err := RenderConflist("br-int", "unix:/var/run/openvswitch/db.sock", "/var/run/openvswitch", 1450, 20*time.Second,
+		"/var/lib/cni/networks", []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("10.245.0.0/25")})
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"cniVersion": "1.1.0", "name": "ovs-srcip", "plugins": [
+		{"type": "srcip-cni", "bridge": "br-int", "ovsdb": "unix:/var/run/openvswitch/db.sock",
+		 "ovsRunDir": "/var/run/openvswitch", "mtu": 1450, "flowWait": "20s",
+		 "ipam": {"type": "host-local",
+		          "ranges": [[{"subnet": "10.244.1.0/24", "gateway": "10.244.1.1"}, {"subnet": "10.245.0.0/25", "gateway": "10.245.0.1"}]],
+		          "routes": [{"dst": "0.0.0.0/0"}], "dataDir": "/var/lib/cni/networks"}}]}`, string(b))
+	var v any
+	require.NoError(t, json.Unmarshal(b, &v))
+}
+
+// The rules' comments carry a hash of the whole table: the same inputs give the same comments,
+// any change of CIDRs or port gives others (that is how a run sees that the table is current).
+func TestNFTObjectsFingerprint(t *testing.T) {
+	pod := []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}
+	cluster := []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
+	chains, rules := nftObjects(pod, cluster, "srcip-gw0")
+	require.Len(t, chains, 2)
+	require.Len(t, rules, 3)
+	assert.Equal(t, "ip saddr { 10.244.1.0/24 } ip daddr != { 10.244.0.0/16 } masquerade", rules[0].Rule)
+	assert.Equal(t, `iifname "srcip-gw0" accept`, rules[1].Rule)
+	_, again := nftObjects(pod, cluster, "srcip-gw0")
+	assert.Equal(t, *rules[0].Comment, *again[0].Comment)
+	_, other := nftObjects(pod, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, "srcip-gw0")
+	assert.NotEqual(t, *rules[0].Comment, *other[0].Comment)
+	_, other = nftObjects(pod, cluster, "gw1")
+	assert.NotEqual(t, *rules[1].Comment, *other[1].Comment)
+}

@@ -1,0 +1,52 @@
+package nodesetup
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// PodCIDRsFromNode returns the IPv4 entries of Node node's spec.podCIDRs, waiting (polling
+// every 2 s, at most wait) until kube-controller-manager has allocated them.
+func PodCIDRsFromNode(ctx context.Context, cs kubernetes.Interface, node string, wait time.Duration, logf func(string, ...any)) ([]netip.Prefix, error) {
+	deadline := time.Now().Add(wait)
+	var last string
+	for {
+		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		switch {
+		case err != nil:
+			last = err.Error()
+		default:
+			var out []netip.Prefix
+			for _, s := range n.Spec.PodCIDRs {
+				p, err := netip.ParsePrefix(s)
+				if err != nil {
+					return nil, fmt.Errorf("node %s: spec.podCIDRs %q: %w", node, s, err)
+				}
+				if p.Addr().Is4() {
+					out = append(out, p.Masked())
+				}
+			}
+			if len(out) > 0 {
+				return out, nil
+			}
+			last = "spec.podCIDRs has no IPv4 CIDR yet"
+			if len(n.Spec.PodCIDRs) > 0 {
+				last = fmt.Sprintf("spec.podCIDRs %v has no IPv4 CIDR (ovs-srcip is IPv4 only)", n.Spec.PodCIDRs)
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("node %s: no IPv4 pod CIDR after %s (%s): is kube-controller-manager running with --allocate-node-cidrs=true --cluster-cidr? Or give --pod-cidr", node, wait, last)
+		}
+		logf("waiting for node %s's spec.podCIDRs: %s", node, last)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+}

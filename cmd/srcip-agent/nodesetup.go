@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ovs-srcip/ovs-srcip/agent"
+	"github.com/ovs-srcip/ovs-srcip/agent/nodesetup"
+	"github.com/ovs-srcip/ovs-srcip/ofctl"
+)
+
+type nodeSetupOptions struct {
+	cfg          nodesetup.Config
+	clusterCIDRs []string
+	podCIDRs     []string
+	nodeName     string
+	kubeconfig   string
+	podCIDRWait  time.Duration
+}
+
+// commonNodeFlags are the flags node-setup and node-teardown share.
+func commonNodeFlags(f *pflag.FlagSet, o *nodeSetupOptions) {
+	f.StringVar(&o.cfg.BridgeEx, "bridge-ex", nodesetup.DefaultBridgeEx, "the external bridge")
+	f.StringVar(&o.cfg.BridgeInt, "bridge-int", nodesetup.DefaultBridgeInt, "the pod (integration) bridge")
+	f.StringVar(&o.cfg.GatewayPort, "gateway-port", nodesetup.DefaultGatewayPort, "the host's internal port on the pod bridge, holding the pod gateway address")
+	f.StringVar(&o.cfg.OVSDB, "ovsdb", "unix:/var/run/openvswitch/db.sock", "OVSDB endpoint of the node's ovsdb-server")
+	f.StringVar(&o.cfg.OVSRunDir, "ovs-rundir", ofctl.DefaultRunDir, "OVS run directory (<bridge>.mgmt sockets)")
+	f.StringVar(&o.cfg.StateDir, "state-dir", nodesetup.DefaultStateDir, "directory of the state file that records what was moved from the NIC (node-teardown puts it back)")
+	f.StringVar(&o.cfg.CNIBinDir, "cni-bin-dir", nodesetup.DefaultCNIBinDir, "the node's CNI plugin directory")
+	f.StringVar(&o.cfg.CNIConfDir, "cni-conf-dir", nodesetup.DefaultCNIConfDir, "the node's CNI configuration directory (the conflist is "+nodesetup.ConflistName+")")
+	f.StringVar(&o.cfg.CNIDataDir, "cni-data-dir", nodesetup.DefaultCNIDataDir, "host-local's dataDir (its allocations of network "+nodesetup.NetworkName+" are under it)")
+	f.DurationVar(&o.cfg.VerifyTimeout, "verify-timeout", 10*time.Second, "how long the default gateway has to answer ARP after the NIC's addresses moved (else the move is rolled back)")
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stdout, format+"\n", args...)
+}
+
+func newNodeSetupCommand() *cobra.Command {
+	o := &nodeSetupOptions{}
+	cmd := &cobra.Command{
+		Use:   "node-setup",
+		Short: "Prepare this node for ovs-srcip (br-ex, br-int + srcip-gw0, masquerade, CNI install); idempotent",
+		Long: `node-setup prepares the node, idempotently (a second run changes nothing and says so):
+ 1. br-ex from a plain NIC (--nic; nothing to do when br-ex already holds it): creates br-ex
+    (--datapath-type, fail_mode=secure with a NORMAL flow until the agent's flows replace it) with
+    the NIC's MAC, adds the NIC and moves its IPv4 addresses and routes onto br-ex in one quick
+    sequence, then checks that the default gateway answers through br-ex (else it rolls back).
+    What was moved is saved in --state-dir for node-teardown.
+ 2. br-int with the internal port srcip-gw0 holding the first address of each pod CIDR, at the
+    pod MTU, and the cluster CIDRs routed through it.
+ 3. nftables table ip ovs-srcip: pod traffic to outside the cluster CIDRs is masqueraded;
+    forwarding through srcip-gw0 accepted; net.ipv4.ip_forward=1.
+ 4. CNI: srcip-cni, host-local and loopback copied from --cni-source-dir into --cni-bin-dir, the
+    conflist written in place into --cni-conf-dir.
+The pod CIDR comes from --pod-cidr or from the Node object (--node-name), waiting for
+spec.podCIDRs. It runs as the DaemonSet's init container (privileged, host network).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			return runNodeSetup(ctx, o)
+		},
+	}
+	f := cmd.Flags()
+	commonNodeFlags(f, o)
+	f.StringVar(&o.cfg.NIC, "nic", "", `the plain NIC to build br-ex from ("auto": the interface of the IPv4 default route); empty: br-ex must exist already`)
+	f.StringVar(&o.cfg.DatapathType, "datapath-type", "system", `datapath_type of a br-ex that node-setup creates: "system" (the openvswitch kernel module) or "netdev" (userspace); br-int gets br-ex's`)
+	f.StringSliceVar(&o.clusterCIDRs, "cluster-cidrs", nil, "comma-separated pod CIDRs of the whole cluster (kube-controller-manager --cluster-cidr), routed to srcip-gw0 and never masqueraded; required")
+	f.StringSliceVar(&o.podCIDRs, "pod-cidr", nil, "this node's pod CIDR(s); default: the Node's spec.podCIDRs (--node-name)")
+	f.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's Node object, for spec.podCIDRs; default $NODE_NAME")
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the Kubernetes API; empty inside a Pod: the in-cluster config")
+	f.DurationVar(&o.podCIDRWait, "pod-cidr-wait", 5*time.Minute, "how long to wait for the Node's spec.podCIDRs")
+	f.IntVar(&o.cfg.MTU, "mtu", 0, "pod MTU (srcip-gw0 and the conflist); 0: the underlay's (br-ex's) MTU - 50 (Geneve)")
+	f.DurationVar(&o.cfg.FlowWait, "flow-wait", 20*time.Second, "srcip-cni's bound on the wait for the agent's flows (conflist flowWait)")
+	f.StringVar(&o.cfg.CNISourceDir, "cni-source-dir", nodesetup.DefaultCNISourceDir, "directory holding srcip-cni, host-local and loopback to install")
+	return cmd
+}
+
+func newNodeTeardownCommand() *cobra.Command {
+	o := &nodeSetupOptions{}
+	cmd := &cobra.Command{
+		Use:   "node-teardown",
+		Short: "Undo node-setup: CNI files, nftables table, br-int with srcip-gw0, br-ex (the NIC gets its addresses and routes back); idempotent",
+		Long: `node-teardown undoes node-setup, idempotently: removes the conflist, srcip-cni, host-local
+and loopback and host-local's allocations of the network, deletes the nftables table ip ovs-srcip,
+deletes br-int (with srcip-gw0 and every pod port on it), and, when node-setup built br-ex from a
+NIC (its state file in --state-dir), deletes br-ex and puts the NIC's addresses and routes back,
+then checks that the default gateway answers. net.ipv4.ip_forward is left at 1 (kube-proxy needs
+it). Stop the DaemonSet on the node first (the agent would re-create br-int).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			o.cfg.Logf = logf
+			res, err := nodesetup.Teardown(ctx, o.cfg)
+			if err != nil {
+				return err
+			}
+			summary("node-teardown", res)
+			return nil
+		},
+	}
+	commonNodeFlags(cmd.Flags(), o)
+	return cmd
+}
+
+func summary(what string, res nodesetup.Result) {
+	if res.Changes == 0 {
+		logf("%s: nothing changed, the node was already in the wanted state", what)
+	} else {
+		logf("%s: done, %d changes", what, res.Changes)
+	}
+}
+
+func runNodeSetup(ctx context.Context, o *nodeSetupOptions) error {
+	o.cfg.Logf = logf
+	var err error
+	if o.cfg.ClusterCIDRs, err = parsePrefixes(o.clusterCIDRs); err != nil {
+		return fmt.Errorf("--cluster-cidrs: %w", err)
+	}
+	if o.cfg.PodCIDRs, err = parsePrefixes(o.podCIDRs); err != nil {
+		return fmt.Errorf("--pod-cidr: %w", err)
+	}
+	if len(o.cfg.PodCIDRs) == 0 {
+		if o.nodeName == "" {
+			return fmt.Errorf("give --pod-cidr, or --node-name (or $NODE_NAME) to read the Node's spec.podCIDRs")
+		}
+		cfg, err := kubeConfig(o.kubeconfig)
+		if err != nil {
+			return err
+		}
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("kubernetes client: %w", err)
+		}
+		if o.cfg.PodCIDRs, err = nodesetup.PodCIDRsFromNode(ctx, cs, o.nodeName, o.podCIDRWait, logf); err != nil {
+			return err
+		}
+		logf("node %s: pod CIDRs %v", o.nodeName, o.cfg.PodCIDRs)
+	}
+	res, err := nodesetup.Setup(ctx, o.cfg)
+	if err != nil {
+		return err
+	}
+	summary("node-setup", res)
+	return nil
+}
+
+func parsePrefixes(ss []string) ([]netip.Prefix, error) {
+	cidrs, err := agent.ParseCIDRs(ss)
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Prefix
+	for _, p := range cidrs {
+		if !p.Addr().Is4() {
+			return nil, fmt.Errorf("%s: ovs-srcip is IPv4 only", p)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}

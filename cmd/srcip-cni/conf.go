@@ -1,0 +1,129 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/version"
+)
+
+// Defaults of NetConf (the paths of a host's Open vSwitch, ovs-vswitchd.conf.db(5); the MTU of
+// a 1500-byte underlay minus Geneve's 50 bytes).
+const (
+	DefaultBridge    = "br-int"
+	DefaultOVSDB     = "unix:/var/run/openvswitch/db.sock"
+	DefaultOVSRunDir = "/var/run/openvswitch"
+	DefaultMTU       = 1450
+	DefaultFlowWait  = 20 * time.Second
+)
+
+// NetConf is srcip-cni's network configuration: the plugin's entry of the conflist (CNI spec
+// "Network configuration"), e.g.
+//
+//	{"type": "srcip-cni", "bridge": "br-int", "ovsdb": "unix:/var/run/openvswitch/db.sock",
+//	 "ovsRunDir": "/var/run/openvswitch", "mtu": 1450, "flowWait": "20s",
+//	 "ipam": {"type": "host-local", ...}}
+type NetConf struct {
+	types.PluginConf
+	// Bridge is the integration bridge pods are attached to (default DefaultBridge).
+	Bridge string `json:"bridge,omitempty"`
+	// OVSDB is the ovsdb-server endpoint, "unix:PATH" or "tcp:IP:PORT" (default DefaultOVSDB).
+	OVSDB string `json:"ovsdb,omitempty"`
+	// OVSRunDir is OVS_RUNDIR, where <bridge>.mgmt is (default DefaultOVSRunDir).
+	OVSRunDir string `json:"ovsRunDir,omitempty"`
+	// MTU of the pod's interface and the host end, in bytes: at most the underlay MTU - 50
+	// (Geneve). Default DefaultMTU.
+	MTU int `json:"mtu,omitempty"`
+	// FlowWaitRaw is how long ADD waits for srcip-agent to program the pod, a Go duration
+	// ("20s"; default DefaultFlowWait). Parsed into FlowWait.
+	FlowWaitRaw string `json:"flowWait,omitempty"`
+	// FlowWait is FlowWaitRaw parsed.
+	FlowWait time.Duration `json:"-"`
+}
+
+// parseConf parses and validates stdin's network configuration and fills the defaults. The
+// "ipam" section with a "type" is required for ADD, DEL and CHECK (needIPAM); a prevResult is
+// parsed into PrevResult when present.
+func parseConf(stdin []byte, needIPAM bool) (*NetConf, error) {
+	c := &NetConf{}
+	if err := json.Unmarshal(stdin, c); err != nil {
+		return nil, fmt.Errorf("srcip-cni: parse network configuration: %w", err)
+	}
+	if c.Bridge == "" {
+		c.Bridge = DefaultBridge
+	}
+	if c.OVSDB == "" {
+		c.OVSDB = DefaultOVSDB
+	}
+	if !strings.HasPrefix(c.OVSDB, "unix:") && !strings.HasPrefix(c.OVSDB, "tcp:") && !strings.HasPrefix(c.OVSDB, "ssl:") {
+		return nil, fmt.Errorf("srcip-cni: \"ovsdb\" %q: want unix:PATH, tcp:IP:PORT or ssl:IP:PORT", c.OVSDB)
+	}
+	if c.OVSRunDir == "" {
+		c.OVSRunDir = DefaultOVSRunDir
+	}
+	if c.MTU == 0 {
+		c.MTU = DefaultMTU
+	}
+	if c.MTU < 576 || c.MTU > 65535 {
+		return nil, fmt.Errorf("srcip-cni: \"mtu\" %d out of range 576-65535 (use the underlay MTU - 50)", c.MTU)
+	}
+	c.FlowWait = DefaultFlowWait
+	if c.FlowWaitRaw != "" {
+		d, err := time.ParseDuration(c.FlowWaitRaw)
+		if err != nil {
+			return nil, fmt.Errorf("srcip-cni: \"flowWait\" %q: %w", c.FlowWaitRaw, err)
+		}
+		if d <= 0 {
+			return nil, fmt.Errorf("srcip-cni: \"flowWait\" %q must be positive", c.FlowWaitRaw)
+		}
+		c.FlowWait = d
+	}
+	if needIPAM && c.IPAM.Type == "" {
+		return nil, errors.New("srcip-cni: the network configuration has no \"ipam\" section with a \"type\" (e.g. host-local with the node's pod CIDR)")
+	}
+	if c.RawPrevResult != nil {
+		if err := version.ParsePrevResult(&c.PluginConf); err != nil {
+			return nil, fmt.Errorf("srcip-cni: parse prevResult: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// K8sArgs are the CNI_ARGS a Kubernetes runtime passes (KEY=VALUE;...); unknown keys are
+// ignored.
+type K8sArgs struct {
+	types.CommonArgs
+	K8S_POD_NAMESPACE          types.UnmarshallableString //nolint:revive // CNI_ARGS key
+	K8S_POD_NAME               types.UnmarshallableString //nolint:revive // CNI_ARGS key
+	K8S_POD_UID                types.UnmarshallableString //nolint:revive // CNI_ARGS key
+	K8S_POD_INFRA_CONTAINER_ID types.UnmarshallableString //nolint:revive // CNI_ARGS key
+}
+
+// parseArgs parses CNI_ARGS. The pod namespace and name are required (srcip-agent finds the pod
+// by them); the UID is optional (kubelet passes it; without it a recreated pod of the same name
+// cannot be told from its predecessor).
+func parseArgs(s string) (*K8sArgs, error) {
+	a := &K8sArgs{}
+	a.IgnoreUnknown = true
+	if err := types.LoadArgs(s, a); err != nil {
+		return nil, fmt.Errorf("srcip-cni: parse CNI_ARGS: %w", err)
+	}
+	if a.K8S_POD_NAMESPACE == "" || a.K8S_POD_NAME == "" {
+		return nil, fmt.Errorf("srcip-cni: CNI_ARGS %q lacks K8S_POD_NAMESPACE or K8S_POD_NAME: srcip-cni attaches Kubernetes pods only", s)
+	}
+	return a, nil
+}
+
+// hostVethName returns the name of the pod veth's host end for a container id and interface
+// name: "srcip" + the first 10 hex digits of sha256(containerID "/" ifName), 15 bytes (the
+// kernel's IFNAMSIZ - 1), stable across retries of the same attachment.
+func hostVethName(containerID, ifName string) string {
+	sum := sha256.Sum256([]byte(containerID + "/" + ifName))
+	return "srcip" + hex.EncodeToString(sum[:])[:10]
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const contractConf = `{"cniVersion": "1.1.0", "name": "ovs-srcip", "type": "srcip-cni",
+ "bridge": "br-int", "ovsdb": "unix:/var/run/openvswitch/db.sock",
+ "ovsRunDir": "/var/run/openvswitch", "mtu": 1450, "flowWait": "20s",
+ "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.1.0/24", "gateway": "10.244.1.1"}]],
+          "routes": [{"dst": "0.0.0.0/0"}], "dataDir": "/var/lib/cni/networks"}}`
+
+// The conflist entry of the contract (issue 8) parses as written.
+func TestParseConfContract(t *testing.T) {
+	c, err := parseConf([]byte(contractConf), true)
+	require.NoError(t, err)
+	assert.Equal(t, "br-int", c.Bridge)
+	assert.Equal(t, "unix:/var/run/openvswitch/db.sock", c.OVSDB)
+	assert.Equal(t, "/var/run/openvswitch", c.OVSRunDir)
+	assert.Equal(t, 1450, c.MTU)
+	assert.Equal(t, 20*time.Second, c.FlowWait)
+	assert.Equal(t, "host-local", c.IPAM.Type)
+	assert.Equal(t, "1.1.0", c.CNIVersion)
+	assert.Nil(t, c.PrevResult)
+}
+
+func TestParseConfDefaults(t *testing.T) {
+	c, err := parseConf([]byte(`{"cniVersion":"1.0.0","name":"n","type":"srcip-cni","ipam":{"type":"host-local"}}`), true)
+	require.NoError(t, err)
+	assert.Equal(t, DefaultBridge, c.Bridge)
+	assert.Equal(t, DefaultOVSDB, c.OVSDB)
+	assert.Equal(t, DefaultOVSRunDir, c.OVSRunDir)
+	assert.Equal(t, DefaultMTU, c.MTU)
+	assert.Equal(t, DefaultFlowWait, c.FlowWait)
+}
+
+func TestParseConfErrors(t *testing.T) {
+	for _, tc := range []struct{ conf, want string }{
+		{`{`, "parse network configuration"},
+		{`{"type":"srcip-cni"}`, `no "ipam" section`},
+		{`{"type":"srcip-cni","ipam":{"type":"host-local"},"mtu":100}`, `"mtu" 100 out of range`},
+		{`{"type":"srcip-cni","ipam":{"type":"host-local"},"flowWait":"soon"}`, `"flowWait" "soon"`},
+		{`{"type":"srcip-cni","ipam":{"type":"host-local"},"flowWait":"-1s"}`, "must be positive"},
+		{`{"type":"srcip-cni","ipam":{"type":"host-local"},"ovsdb":"/var/run/openvswitch/db.sock"}`, "want unix:PATH"},
+		{`{"cniVersion":"1.1.0","type":"srcip-cni","ipam":{"type":"host-local"},"prevResult":{"ips":"x"}}`, "parse prevResult"},
+	} {
+		_, err := parseConf([]byte(tc.conf), true)
+		if assert.Error(t, err, tc.conf) {
+			assert.Contains(t, err.Error(), tc.want, tc.conf)
+		}
+	}
+	// STATUS-like callers may go without ipam.
+	_, err := parseConf([]byte(`{"type":"srcip-cni"}`), false)
+	assert.NoError(t, err)
+}
+
+// CHECK's prevResult is parsed into a 1.x result.
+func TestParseConfPrevResult(t *testing.T) {
+	conf := strings.TrimSuffix(contractConf, "}") + `, "prevResult": {"cniVersion": "1.1.0",
+	 "interfaces": [{"name": "srcip0123456789", "mac": "02:00:00:00:00:01"}, {"name": "eth0", "mac": "02:00:00:00:00:02", "sandbox": "/var/run/netns/x"}],
+	 "ips": [{"address": "10.244.1.5/24", "gateway": "10.244.1.1", "interface": 1}],
+	 "routes": [{"dst": "0.0.0.0/0", "gw": "10.244.1.1"}]}}`
+	c, err := parseConf([]byte(conf), true)
+	require.NoError(t, err)
+	res, err := current.NewResultFromResult(c.PrevResult)
+	require.NoError(t, err)
+	assert.Equal(t, "10.244.1.5/24", ipAddresses(res))
+	require.Len(t, res.Routes, 1)
+}
+
+func TestParseArgs(t *testing.T) {
+	a, err := parseArgs("IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web-0;K8S_POD_INFRA_CONTAINER_ID=abc;K8S_POD_UID=1234-5678;OTHER=x")
+	require.NoError(t, err)
+	assert.Equal(t, "ns", string(a.K8S_POD_NAMESPACE))
+	assert.Equal(t, "web-0", string(a.K8S_POD_NAME))
+	assert.Equal(t, "1234-5678", string(a.K8S_POD_UID))
+
+	_, err = parseArgs("K8S_POD_NAMESPACE=ns")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "lacks K8S_POD_NAMESPACE or K8S_POD_NAME")
+	_, err = parseArgs("")
+	assert.Error(t, err)
+}
+
+// Host-end names fit IFNAMSIZ, are stable, and differ per container and per interface.
+func TestHostVethName(t *testing.T) {
+	n := hostVethName("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", "eth0")
+	assert.Len(t, n, 15)
+	assert.True(t, strings.HasPrefix(n, "srcip"))
+	assert.Equal(t, n, hostVethName("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", "eth0"))
+	assert.NotEqual(t, n, hostVethName("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", "net1"))
+	assert.NotEqual(t, n, hostVethName("1123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", "eth0"))
+}
+
+// A result without a default route gets one via the IPv4 gateway; an existing one is kept.
+func TestAddDefaultRoute(t *testing.T) {
+	res := &current.Result{}
+	require.NoError(t, json.Unmarshal([]byte(`{"ips":[{"address":"10.244.1.5/24","gateway":"10.244.1.1"}]}`), res))
+	addDefaultRoute(res)
+	require.Len(t, res.Routes, 1)
+	assert.Equal(t, "0.0.0.0/0", res.Routes[0].Dst.String())
+	assert.Equal(t, "10.244.1.1", res.Routes[0].GW.String())
+	addDefaultRoute(res)
+	assert.Len(t, res.Routes, 1)
+}

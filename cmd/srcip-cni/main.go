@@ -1,0 +1,24 @@
+// Command srcip-cni is the CNI plugin of ovs-srcip (CNI spec 1.0 and 1.1): it puts a pod on the
+// node's integration bridge. ADD creates the pod's veth (the pod end is CNI_IFNAME, the host end
+// is named from the container id), gets the pod's addresses from the IPAM plugin of the "ipam"
+// section (host-local with the node's pod CIDR), sets the MTU and the default route via the pod
+// gateway, attaches the host end to the bridge with the pod's identity in Interface.external_ids
+// (pod-namespace, pod-name, pod-uid, attached-mac, ip_addresses, srcip-cni-container,
+// srcip-cni-ifname) and returns once srcip-agent has programmed the pod (bounded by "flowWait").
+// DEL is idempotent; CHECK, STATUS and GC are supported. Configuration: see NetConf.
+package main
+
+import (
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/version"
+)
+
+func main() {
+	skel.PluginMainFuncs(skel.CNIFuncs{
+		Add:    cmdAdd,
+		Del:    cmdDel,
+		Check:  cmdCheck,
+		Status: cmdStatus,
+		GC:     cmdGC,
+	}, version.PluginSupports("0.4.0", "1.0.0", "1.1.0"), "srcip-cni: ovs-srcip's CNI plugin (pods on br-int)")
+}

@@ -1,0 +1,62 @@
+package lab
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// GatewayPort is the name of each node's gateway port on br-int (the agent's --gateway-port
+// default).
+const GatewayPort = "srcip-gw0"
+
+// SetupGateway does, idempotently, what the node set-up step does for host connectivity on node
+// (kept in this one function so that the lab can call the real step instead): the gateway port
+// srcip-gw0, an OVS internal port on br-int (br-int is created here when the agent has not yet
+// done it, with the settings the agent gives it), holding the node's pod gateway address with the
+// pod CIDR's length and the pod MTU; the route of the cluster CIDR into it from the gateway
+// address; IPv4 forwarding; and the masquerade of pod traffic leaving the cluster, in nftables
+// table `ip ovs-srcip`.
+func (l *Lab) SetupGateway(node string) error {
+	n := l.Node(node)
+	if n == nil {
+		return fmt.Errorf("lab: no node %q", node)
+	}
+	wrap := func(err error) error { return fmt.Errorf("node %s: gateway port: %w", n.Name, err) }
+	n.mu.Lock()
+	_, err := l.Vsctl(n.Name,
+		"--may-exist", "add-br", "br-int",
+		"--", "set", "bridge", "br-int", "datapath_type=netdev", "fail_mode=secure",
+		"protocols=OpenFlow10,OpenFlow13,OpenFlow15",
+		"--", "--may-exist", "add-port", "br-int", GatewayPort,
+		"--", "set", "interface", GatewayPort, "type=internal")
+	n.mu.Unlock()
+	if err != nil {
+		return wrap(err)
+	}
+	gw := n.Gateway.String()
+	if err := l.ipBatch(n.Netns,
+		"link set "+GatewayPort+" mtu 1400 up", // the pod MTU (docs/lab-facts.md#pitfall-3)
+		"addr replace "+gw+"/"+strconv.Itoa(n.PodCIDR.Bits())+" dev "+GatewayPort,
+		"route replace "+l.cfg.ClusterCIDR+" dev "+GatewayPort+" src "+gw,
+	); err != nil {
+		return wrap(err)
+	}
+	_ = l.txOff(n.Netns, GatewayPort) // a tap of the userspace datapath; harmless if unsupported
+	if _, err := l.nsExec(n.Netns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"); err != nil {
+		return wrap(err)
+	}
+	// Replace the table whole (add + delete + define), so that a second call leaves one rule.
+	nft := fmt.Sprintf(`add table ip ovs-srcip
+delete table ip ovs-srcip
+table ip ovs-srcip {
+	chain postrouting {
+		type nat hook postrouting priority srcnat; policy accept;
+		ip saddr %s ip daddr != %s masquerade
+	}
+}
+`, n.PodCIDR.Masked(), l.cfg.ClusterCIDR)
+	if _, err := l.run(runOpts{stdin: nft}, "ip", "netns", "exec", n.Netns, "nft", "-f", "-"); err != nil {
+		return wrap(err)
+	}
+	return nil
+}

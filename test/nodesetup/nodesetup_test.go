@@ -1,0 +1,313 @@
+// Package nodesetup_test runs `srcip-agent node-setup` and `node-teardown` (the real binary) in
+// a "node" network namespace with its own ovsdb-server and ovs-vswitchd (userspace datapath): a
+// veth eth0 with 192.0.2.10/24 and a default route via a peer namespace's 192.0.2.1.
+package nodesetup_test
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ovs-srcip/ovs-srcip/agent/nodesetup"
+	"github.com/ovs-srcip/ovs-srcip/test/lab"
+)
+
+const (
+	nodeIP = "192.0.2.10"
+	peerIP = "192.0.2.1"
+)
+
+func run(t *testing.T, env []string, argv ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
+	out, err := cmd.CombinedOutput()
+	t.Logf("$ %s\n%s", strings.Join(argv, " "), strings.TrimRight(string(out), "\n"))
+	if err != nil {
+		return string(out), fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, out)
+	}
+	return string(out), nil
+}
+
+func must(t *testing.T, env []string, argv ...string) string {
+	t.Helper()
+	out, err := run(t, env, argv...)
+	require.NoError(t, err)
+	return out
+}
+
+// agentBinary is $SRCIP_AGENT (make test-e2e) or a fresh build.
+func agentBinary(t *testing.T) string {
+	if p := os.Getenv("SRCIP_AGENT"); p != "" {
+		return p
+	}
+	bin := filepath.Join(t.TempDir(), "srcip-agent")
+	must(t, nil, "go", "build", "-o", bin, "../../cmd/srcip-agent")
+	return bin
+}
+
+type node struct {
+	netns, peer, dir string
+}
+
+func (n *node) ovsEnv() []string {
+	return []string{"OVS_RUNDIR=" + n.dir, "OVS_DBDIR=" + n.dir, "OVS_LOGDIR=" + n.dir}
+}
+
+func (n *node) vsctl(t *testing.T, args ...string) (string, error) {
+	return run(t, nil, append([]string{"ovs-vsctl", "--db=unix:" + n.dir + "/db.sock", "--timeout=10"}, args...)...)
+}
+
+func (n *node) ns(t *testing.T, argv ...string) (string, error) {
+	return run(t, nil, append([]string{"ip", "netns", "exec", n.netns}, argv...)...)
+}
+
+func pidOf(t *testing.T, path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
+}
+
+// startNode builds the two namespaces and the node's OVS; everything goes in t.Cleanup.
+func startNode(t *testing.T) *node {
+	require.NoError(t, lab.CheckPrograms(lab.LabPrograms))
+	b := make([]byte, 2)
+	_, _ = rand.Read(b)
+	prefix := "nsu" + hex.EncodeToString(b)
+	// Not t.TempDir(): unix socket paths must stay under 108 bytes.
+	dir, err := os.MkdirTemp("", prefix)
+	require.NoError(t, err)
+	n := &node{netns: prefix + "n", peer: prefix + "p", dir: dir}
+	t.Cleanup(func() {
+		for _, d := range []string{"ovs-vswitchd", "ovsdb-server"} {
+			pid := pidOf(t, filepath.Join(dir, d+".pid"))
+			if pid == 0 {
+				continue
+			}
+			args := []string{"ovs-appctl", "-t", filepath.Join(dir, fmt.Sprintf("%s.%d.ctl", d, pid)), "exit"}
+			if d == "ovs-vswitchd" {
+				args = append(args, "--cleanup")
+			}
+			_, _ = run(t, nil, args...)
+			for i := 0; i < 50 && lab.PidAlive(pid); i++ {
+				time.Sleep(100 * time.Millisecond)
+			}
+			if lab.PidAlive(pid) {
+				if p, err := os.FindProcess(pid); err == nil {
+					_ = p.Kill()
+				}
+			}
+		}
+		_, _ = run(t, nil, "ip", "netns", "del", n.netns)
+		_, _ = run(t, nil, "ip", "netns", "del", n.peer)
+		os.RemoveAll(dir)
+	})
+	for _, ns := range []string{n.netns, n.peer} {
+		must(t, nil, "ip", "netns", "add", ns)
+		must(t, nil, "ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
+		must(t, nil, "ip", "-n", ns, "link", "set", "lo", "up")
+	}
+	must(t, nil, "ip", "link", "add", "name", "eth0", "netns", n.netns, "type", "veth", "peer", "name", "p0", "netns", n.peer)
+	must(t, nil, "ip", "-n", n.peer, "addr", "add", peerIP+"/24", "dev", "p0")
+	must(t, nil, "ip", "-n", n.peer, "link", "set", "p0", "up")
+	must(t, nil, "ip", "-n", n.netns, "addr", "add", nodeIP+"/24", "dev", "eth0")
+	must(t, nil, "ip", "-n", n.netns, "link", "set", "eth0", "up")
+	must(t, nil, "ip", "-n", n.netns, "route", "add", "default", "via", peerIP, "metric", "50")
+	// A second, static route through eth0 (with its own src), moved and restored like the default.
+	must(t, nil, "ip", "-n", n.netns, "route", "add", "198.51.100.0/24", "via", peerIP, "src", nodeIP, "metric", "7")
+
+	db := filepath.Join(dir, "conf.db")
+	must(t, nil, "ovsdb-tool", "create", db, "/usr/share/openvswitch/vswitch.ovsschema")
+	must(t, n.ovsEnv(), "ip", "netns", "exec", n.netns, "ovsdb-server", db, "--remote=punix:"+dir+"/db.sock",
+		"--pidfile", "--detach", "--no-chdir", "--log-file", "-vconsole:off")
+	_, err = n.vsctl(t, "--no-wait", "init")
+	require.NoError(t, err)
+	must(t, n.ovsEnv(), "ip", "netns", "exec", n.netns, "ovs-vswitchd", "unix:"+dir+"/db.sock",
+		"--pidfile", "--detach", "--no-chdir", "--log-file", "-vconsole:off")
+	return n
+}
+
+func (n *node) agent(t *testing.T, bin string, args ...string) (string, error) {
+	return run(t, nil, append([]string{"nsenter", "--net=/run/netns/" + n.netns, bin}, args...)...)
+}
+
+func (n *node) ping(t *testing.T) {
+	t.Helper()
+	out, err := n.ns(t, "ping", "-c", "3", "-i", "0.2", "-W", "2", peerIP)
+	require.NoError(t, err, "ping %s from the node", peerIP)
+	assert.Contains(t, out, " 0% packet loss")
+	assert.NotContains(t, out, "DUP!", "duplicate replies")
+}
+
+func TestNodeSetupAndTeardown(t *testing.T) {
+	bin := agentBinary(t)
+	n := startNode(t)
+	n.ping(t)
+
+	// Whatever files are in the source directory are installed (srcip-cni is another branch's).
+	src := filepath.Join(n.dir, "cni-src")
+	require.NoError(t, os.MkdirAll(src, 0o755))
+	for _, p := range nodesetup.CNIPlugins {
+		require.NoError(t, os.WriteFile(filepath.Join(src, p), []byte("#!/bin/sh\necho "+p+"\n"), 0o755))
+	}
+	binDir, confDir, dataDir := filepath.Join(n.dir, "bin"), filepath.Join(n.dir, "net.d"), filepath.Join(n.dir, "cni-data")
+	common := []string{"--ovsdb=unix:" + n.dir + "/db.sock", "--ovs-rundir=" + n.dir, "--state-dir=" + filepath.Join(n.dir, "state"),
+		"--cni-bin-dir=" + binDir, "--cni-conf-dir=" + confDir, "--cni-data-dir=" + dataDir}
+	setup := append([]string{"node-setup", "--nic=auto", "--datapath-type=netdev", "--cluster-cidrs=10.244.0.0/16",
+		"--pod-cidr=10.244.1.0/24", "--cni-source-dir=" + src}, common...)
+
+	start := time.Now()
+	out, err := n.agent(t, bin, setup...)
+	require.NoError(t, err)
+	t.Logf("first node-setup took %s", time.Since(start).Round(time.Millisecond))
+	assert.Contains(t, out, "changed: moved eth0 into br-ex")
+
+	n.ping(t)
+	addrs := must(t, nil, "ip", "-n", n.netns, "-4", "-o", "addr", "show")
+	assert.Contains(t, addrs, "br-ex    inet "+nodeIP+"/24")
+	assert.NotContains(t, addrs, "eth0    inet")
+	assert.Contains(t, addrs, "srcip-gw0    inet 10.244.1.1/24")
+	routes := must(t, nil, "ip", "-n", n.netns, "-4", "route", "show")
+	assert.Contains(t, routes, "default via "+peerIP+" dev br-ex")
+	assert.Contains(t, routes, "metric 50")
+	assert.Contains(t, routes, "198.51.100.0/24 via "+peerIP+" dev br-ex")
+	assert.Contains(t, routes, "10.244.0.0/16 dev srcip-gw0 proto static scope link src 10.244.1.1")
+	assert.NotContains(t, routes, "dev eth0")
+	link := must(t, nil, "ip", "-n", n.netns, "-o", "link", "show", "srcip-gw0")
+	assert.Contains(t, link, "mtu 1450")
+	assert.Contains(t, link, ",UP")
+	nodeEth0 := must(t, nil, "ip", "-n", n.netns, "-o", "link", "show", "eth0")
+	brEx := must(t, nil, "ip", "-n", n.netns, "-o", "link", "show", "br-ex")
+	assert.Equal(t, macOf(nodeEth0), macOf(brEx), "br-ex has the NIC's MAC")
+	ports, err := n.vsctl(t, "list-ports", "br-ex")
+	require.NoError(t, err)
+	assert.Equal(t, "eth0", strings.TrimSpace(ports))
+	ports, err = n.vsctl(t, "list-ports", "br-int")
+	require.NoError(t, err)
+	assert.Equal(t, "srcip-gw0", strings.TrimSpace(ports))
+	dp, err := n.vsctl(t, "get", "bridge", "br-int", "datapath_type")
+	require.NoError(t, err)
+	assert.Equal(t, "netdev", strings.TrimSpace(dp))
+
+	nft, err := n.ns(t, "nft", "list", "table", "ip", "ovs-srcip")
+	require.NoError(t, err)
+	assert.Contains(t, nft, "ip saddr 10.244.1.0/24 ip daddr != 10.244.0.0/16 masquerade")
+	assert.Contains(t, nft, `iifname "srcip-gw0" accept`)
+	assert.Contains(t, nft, `oifname "srcip-gw0" accept`)
+	assert.Equal(t, "net.ipv4.ip_forward = 1", strings.TrimSpace(must(t, nil, "ip", "netns", "exec", n.netns, "sysctl", "net.ipv4.ip_forward")))
+
+	conf, err := os.ReadFile(filepath.Join(confDir, nodesetup.ConflistName))
+	require.NoError(t, err)
+	var cl map[string]any
+	require.NoError(t, json.Unmarshal(conf, &cl))
+	plugin := cl["plugins"].([]any)[0].(map[string]any)
+	assert.Equal(t, "srcip-cni", plugin["type"])
+	assert.Equal(t, "br-int", plugin["bridge"])
+	assert.Equal(t, "unix:"+n.dir+"/db.sock", plugin["ovsdb"])
+	assert.Equal(t, n.dir, plugin["ovsRunDir"])
+	assert.EqualValues(t, 1450, plugin["mtu"])
+	assert.Equal(t, "20s", plugin["flowWait"])
+	assert.JSONEq(t, `{"type": "host-local", "ranges": [[{"subnet": "10.244.1.0/24", "gateway": "10.244.1.1"}]],
+		"routes": [{"dst": "0.0.0.0/0"}], "dataDir": "`+dataDir+`"}`, mustJSON(t, plugin["ipam"]))
+	for _, p := range nodesetup.CNIPlugins {
+		st, err := os.Stat(filepath.Join(binDir, p))
+		require.NoError(t, err)
+		assert.Equal(t, os.FileMode(0o755), st.Mode().Perm(), p)
+	}
+	confIno := inode(t, filepath.Join(confDir, nodesetup.ConflistName))
+
+	// Again: nothing changes, and it says so.
+	out, err = n.agent(t, bin, setup...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "node-setup: nothing changed")
+	assert.NotRegexp(t, `(?m)^changed: `, out)
+	n.ping(t)
+
+	// A changed MTU is written into the same conflist file (in place, same inode).
+	out, err = n.agent(t, bin, append(setup, "--mtu=1400")...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "changed: wrote "+filepath.Join(confDir, nodesetup.ConflistName))
+	assert.Equal(t, confIno, inode(t, filepath.Join(confDir, nodesetup.ConflistName)), "conflist rewritten in place")
+	assert.Contains(t, must(t, nil, "ip", "-n", n.netns, "-o", "link", "show", "srcip-gw0"), "mtu 1400")
+
+	// Teardown: everything back, twice.
+	require.NoError(t, os.MkdirAll(filepath.Join(dataDir, nodesetup.NetworkName), 0o755))
+	out, err = n.agent(t, bin, append([]string{"node-teardown"}, common...)...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "changed: eth0 has its 1 addresses and 2 routes back")
+	n.ping(t)
+	addrs = must(t, nil, "ip", "-n", n.netns, "-4", "-o", "addr", "show")
+	assert.Contains(t, addrs, "eth0    inet "+nodeIP+"/24")
+	routes = must(t, nil, "ip", "-n", n.netns, "-4", "route", "show")
+	assert.Contains(t, routes, "default via "+peerIP+" dev eth0")
+	assert.Contains(t, routes, "metric 50")
+	assert.Contains(t, routes, "198.51.100.0/24 via "+peerIP+" dev eth0")
+	assert.Contains(t, routes, "src "+nodeIP+" metric 7")
+	assert.NotContains(t, routes, "br-ex")
+	assert.NotContains(t, routes, "srcip-gw0")
+	assert.NotContains(t, must(t, nil, "ip", "-n", n.netns, "-o", "link", "show", "eth0"), "NOARP")
+	assert.Equal(t, "net.ipv4.conf.eth0.rp_filter = 0", strings.TrimSpace(must(t, nil, "ip", "netns", "exec", n.netns, "sysctl", "net.ipv4.conf.eth0.rp_filter")))
+	bridges, err := n.vsctl(t, "list-br")
+	require.NoError(t, err)
+	assert.Empty(t, strings.TrimSpace(bridges))
+	links := must(t, nil, "ip", "-n", n.netns, "-o", "link", "show")
+	assert.NotContains(t, links, "br-ex")
+	assert.NotContains(t, links, "srcip-gw0")
+	_, err = n.ns(t, "nft", "list", "table", "ip", "ovs-srcip")
+	assert.Error(t, err, "nft table left")
+	for _, p := range append([]string{filepath.Join(confDir, nodesetup.ConflistName), filepath.Join(n.dir, "state", nodesetup.StateFile),
+		filepath.Join(dataDir, nodesetup.NetworkName)}, pluginPaths(binDir)...) {
+		_, err := os.Stat(p)
+		assert.ErrorIs(t, err, os.ErrNotExist, p)
+	}
+	out, err = n.agent(t, bin, append([]string{"node-teardown"}, common...)...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "node-teardown: nothing changed")
+	n.ping(t)
+}
+
+func pluginPaths(dir string) []string {
+	var out []string
+	for _, p := range nodesetup.CNIPlugins {
+		out = append(out, filepath.Join(dir, p))
+	}
+	return out
+}
+
+func macOf(ipLinkLine string) string {
+	f := strings.Fields(ipLinkLine)
+	for i, w := range f {
+		if w == "link/ether" && i+1 < len(f) {
+			return f[i+1]
+		}
+	}
+	return ""
+}
+
+func mustJSON(t *testing.T, v any) string {
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return string(b)
+}
+
+func inode(t *testing.T, path string) uint64 {
+	st, err := os.Stat(path)
+	require.NoError(t, err)
+	return statIno(st)
+}
