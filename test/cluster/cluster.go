@@ -39,7 +39,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -605,12 +604,10 @@ func (p *proc) stop(logf func(string, ...any), timeout time.Duration) error {
 		logf("%s pid %d ignored SIGTERM for %v: SIGKILL", p.name, p.pid, timeout)
 	}
 	_ = syscall.Kill(p.pid, syscall.SIGKILL)
-	select { // SIGKILLed
+	select {
 	case <-p.done:
 		return nil
 	case <-time.After(5 * time.Second):
 		return fmt.Errorf("%s pid %d did not exit after SIGKILL", p.name, p.pid)
 	}
 }
-
-func itoa(i int) string { return strconv.Itoa(i) }
