@@ -53,8 +53,13 @@ cluster:
 # with the agents reading manifests (test/e2e) or watching a live API server (test/kubee2e), and the
 # deploy/ manifests applied to a live API server, and the real-kubelet lab (test/cluster: kubelet,
 # containerd, kube-proxy per node, pods from Deployments on srcip-cni).
+# test/cluster runs verbose (without the === lines) so that its figures are printed: the build or
+# cache hit of hack/cluster, each node's Ready time, the pods' Ready time, what each test saw.
 test-e2e: deps build controlplane cluster
-	SRCIP_AGENT=$(BIN)/srcip-agent SRCIP_ECHO=$(BIN)/echo $(GO) test -count=1 -p 1 -timeout 40m ./test/... ./deploy/...
+	SRCIP_AGENT=$(BIN)/srcip-agent SRCIP_ECHO=$(BIN)/echo $(GO) test -count=1 -p 1 -timeout 40m \
+		$$($(GO) list ./test/... ./deploy/... | grep -v /test/cluster)
+	set -o pipefail; SRCIP_AGENT=$(BIN)/srcip-agent $(GO) test -count=1 -p 1 -timeout 20m -v ./test/cluster/... \
+		| grep -v '^=== '
 
 test: deps vet build test-unit test-e2e
 
