@@ -96,20 +96,8 @@ func BuildGateway(st *State) (*FlowSet, error) {
 		fs.Flows = append(fs.Flows, flow(IntL3Forwarding, prioHigh, ovs.ProtocolIPv4, 0, []ovs.Match{SourceTunnelPod.Match(), m}, toHost))
 	}
 	// The host routes the cluster's pod CIDRs into the gateway port and asks for each destination
-	// by ARP: answered for other nodes' pod CIDRs here (this node's by BuildIntBase's responder).
-	for _, n := range sortedNodes(st) {
-		if n.Name == st.Node {
-			continue
-		}
-		for _, c := range n.PodCIDRs {
-			if !c.Addr().Is4() {
-				continue
-			}
-			fs.Flows = append(fs.Flows, flow(IntARPResponder, prioEntry, ovs.ProtocolARP, p.IntGateway,
-				[]ovs.Match{ovs.ARPOperation(arpOpRequest), ovs.ARPTargetProtocolAddress(c.Masked().String())},
-				arpReply(gwMAC)...))
-		}
-	}
+	// by ARP: answered for this node's pod CIDRs by BuildIntBase's responder, for other nodes' by
+	// their BuildNode flow sets (so a node added or removed changes only its own flow set).
 	return fs, fs.Finish()
 }
 

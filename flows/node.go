@@ -35,6 +35,19 @@ func BuildNode(st *State, n Node) (*FlowSet, error) {
 		fs.Flows = append(fs.Flows, flow(IntClassifier, prioHook, "", st.Ports.IntTunnel, []ovs.Match{tunSrc, ovs.TunnelID(VNIPod)},
 			SourceTunnelPod.Load(), Goto(IntL3Forwarding)))
 	}
+	if gw {
+		// The host asks for that node's pods by ARP on the gateway port (it routes the cluster's
+		// pod CIDRs there): answered with this node's pod gateway MAC.
+		if gwMAC := selfGatewayMAC(st); gwMAC != nil {
+			for _, c := range n.PodCIDRs {
+				if c.Addr().Is4() {
+					fs.Flows = append(fs.Flows, flow(IntARPResponder, prioEntry, ovs.ProtocolARP, st.Ports.IntGateway,
+						[]ovs.Match{ovs.ARPOperation(arpOpRequest), ovs.ARPTargetProtocolAddress(c.Masked().String())},
+						arpReply(gwMAC)...))
+				}
+			}
+		}
+	}
 	fs.Flows = append(fs.Flows,
 		flow(IntClassifier, prioHook, "", st.Ports.IntTunnel, []ovs.Match{tunSrc, ovs.TunnelID(VNIService)}, SourceTunnelSvc.Load(), Goto(IntL3Forwarding)),
 		flow(IntClassifier, prioHook, "", st.Ports.IntTunnel, []ovs.Match{tunSrc, ovs.TunnelID(VNIServiceReply)}, output(st.Ports.IntPatch)),

@@ -140,3 +140,14 @@ func otherNodeBuild(build func(*State, Node) (*FlowSet, error)) func(*State, Key
 func resetCollision() []ovs.Action {
 	return []ovs.Action{ResetLearn{HardTimeout: resetLearnTimeout}, ovs.SetField("0", "tcp_dst"), RegOutPort.Output()}
 }
+
+// selfGatewayMAC is the MAC this node answers with for its pod gateway address: that of the
+// gateway of its first IPv4 pod CIDR; nil without one.
+func selfGatewayMAC(st *State) net.HardwareAddr {
+	for _, c := range st.self().PodCIDRs {
+		if c.Addr().Is4() {
+			return GatewayMAC(GatewayIP(c))
+		}
+	}
+	return nil
+}

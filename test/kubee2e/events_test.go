@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -71,3 +72,69 @@ func TestBadInputRecordsEvent(t *testing.T) {
 		assert.True(t, running, "agent %s: %v", n.Name, exitErr)
 	}
 }
+
+// C34 against a live API server: a Service whose only endpoint is a hostNetwork address (node2's
+// InternalIP, outside every node's pod CIDRs, from a selector-less Service's own EndpointSlice)
+// cannot keep the client's address on our path; the agents decline it with a Warning Event
+// SourceIPDeclined on the Service that names the endpoint, program no entry point for it (its
+// NodePort is left to the host, i.e. kube-proxy), and the other Services keep working.
+func TestHostNetworkEndpointDeclinedWithEvent(t *testing.T) {
+	ctx := context.Background()
+	healthy := newService("healthy", 30232, "echo-a")
+	_, err := cs.CoreV1().Services(ns).Create(ctx, healthy, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cs.CoreV1().Services(ns).Delete(ctx, "healthy", metav1.DeleteOptions{}) })
+	eventually(t, "healthy programmed", has("tp_dst=30232"))
+	svc := newService("hostnet", 30231)
+	svc.Spec.Selector = nil
+	_, err = cs.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cs.CoreV1().Services(ns).Delete(ctx, "hostnet", metav1.DeleteOptions{}) })
+	port, proto, ready := int32(8080), corev1.ProtocolTCP, true
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "hostnet-manual", Namespace: ns,
+			Labels: map[string]string{discoveryv1.LabelServiceName: "hostnet", discoveryv1.LabelManagedBy: "ovs-srcip-test"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"192.0.2.12"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptrTo("http"), Port: &port, Protocol: &proto}},
+	}
+	_, err = cs.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cs.DiscoveryV1().EndpointSlices(ns).Delete(ctx, "hostnet-manual", metav1.DeleteOptions{}) })
+
+	var ev corev1.Event
+	require.NoError(t, lab.WaitFor(func() error {
+		list, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
+			"involvedObject.kind": "Service", "involvedObject.name": "hostnet"}.String()})
+		if err != nil {
+			return err
+		}
+		for _, e := range list.Items {
+			if e.Type == corev1.EventTypeWarning && e.Reason == "SourceIPDeclined" && strings.Contains(e.Message, "192.0.2.12:8080") {
+				ev = e
+				return nil
+			}
+		}
+		return fmt.Errorf("no SourceIPDeclined Event on the Service yet (%d events)", len(list.Items))
+	}, followTimeout))
+	t.Logf("event: %s %s: %s (from %s)", ev.Type, ev.Reason, ev.Message, ev.Source.Host)
+	// Until its EndpointSlice arrives the Service has no endpoints (its entry point is programmed
+	// to refuse); then every node declines it and removes the entry point.
+	require.NoError(t, lab.WaitFor(func() error {
+		for _, n := range theLab.Nodes {
+			out, err := theLab.DumpFlows(n.Name, "br-ex")
+			if err != nil {
+				return err
+			}
+			if strings.Contains(out, "tp_dst=30231") {
+				return fmt.Errorf("node %s still has an entry point for the declined Service", n.Name)
+			}
+		}
+		return nil
+	}, followTimeout))
+	r := waitOK(t, "tcp", "192.0.2.11:30232")
+	assert.Equal(t, clientIP, r.ClientIP())
+	assert.Equal(t, "echo-a", r.Pod)
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -82,6 +82,9 @@ func run(m *testing.M) int {
 	for _, f := range []string{"nodes.yaml", "pods.yaml"} {
 		b, err := os.ReadFile(filepath.Join(topo, f))
 		if err == nil {
+			// The pods live in the test's namespace (createTopology), and their ports must say so:
+			// the agents program a port only with its Pod object.
+			b = []byte(strings.ReplaceAll(string(b), "namespace: demo", "namespace: "+ns))
 			err = os.WriteFile(filepath.Join(dir, f), b, 0o644)
 		}
 		if err != nil {

@@ -264,11 +264,11 @@ func TestNodeAddedAndRemoved(t *testing.T) {
 	}
 	require.NoError(t, lab.WaitFor(routed(true), followTimeout), "node added")
 	settle()
-	assertOnlyChanged(t, before, snapshots(t), "nw_dst=10.244.4.0/24", "nw_src=192.0.2.14")
+	assertOnlyChanged(t, before, snapshots(t), "nw_dst=10.244.4.0/24", "nw_src=192.0.2.14", "arp_tpa=10.244.4.0/24")
 	require.NoError(t, cs.CoreV1().Nodes().Delete(ctx, "node4", metav1.DeleteOptions{}))
 	require.NoError(t, lab.WaitFor(routed(false), followTimeout), "node removed")
 	settle()
-	assertOnlyChanged(t, before, snapshots(t), "nw_dst=10.244.4.0/24", "nw_src=192.0.2.14")
+	assertOnlyChanged(t, before, snapshots(t), "nw_dst=10.244.4.0/24", "nw_src=192.0.2.14", "arp_tpa=10.244.4.0/24")
 }
 
 // The API server goes away: the dataplane is unchanged and keeps serving; when it is back the
