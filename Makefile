@@ -7,7 +7,7 @@ GO    ?= go
 BIN   := $(CURDIR)/bin
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: all build deps demo test test-unit test-e2e golden bench bench-api vet fmt clean controlplane cluster
+.PHONY: all build deps demo test test-unit test-e2e golden bench bench-go bench-api vet fmt clean controlplane cluster
 
 # Extra flags for the demo, e.g. `make demo DEMO_ARGS=--keep` keeps the lab up for poking.
 DEMO_ARGS ?=
@@ -66,7 +66,20 @@ test: deps vet build test-unit test-e2e
 golden:
 	$(GO) test ./flows -update
 
-bench:
+# srcip-agent side by side with the OVS floor and kube-proxy (nftables) at 1k and 10k opted-in
+# Services x 10 endpoints over 50 nodes, through a live API server (test/perf; docs/performance.md).
+# Prints the table (and progress on stderr), writes bin/bench/results.json and the plot
+# bin/bench/performance.png. About 15 minutes on 2 cores once the control plane and hack/cluster
+# are cached. BENCH_ARGS adds test/perf flags, e.g. BENCH_ARGS=-sizes=100,1000.
+BENCH_ARGS ?=
+bench: deps build controlplane cluster
+	$(GO) build -o $(BIN)/perf ./test/perf
+	$(BIN)/perf -agent $(BIN)/srcip-agent -kube-proxy "$$(hack/cluster/build.sh 2>/dev/null | tail -1)/kube-proxy" \
+		-out $(BIN)/bench/results.json $(BENCH_ARGS)
+	cd test/perf/plot && $(GO) run . -in $(BIN)/bench/results.json -out $(BIN)/bench/performance.png
+
+# Go micro-benchmarks of the pure and OVS-sandbox tiers.
+bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem ./flows/... ./ofctl/... ./agent/...
 
 # EndpointSlice write -> bucket in OVS, p50/p99 over 200 changes at 100 and 1,000 Services.

@@ -36,6 +36,7 @@
 #                             (default: endpointslice, endpointslice mirroring, namespace,
 #                             garbage collector)
 #   SRCIP_CP_TIMEOUT          seconds to wait for readiness (default 60)
+#   SRCIP_CP_NODE_PORT_RANGE    kube-apiserver --service-node-port-range (default 30000-32767)
 #   SRCIP_CP_APISERVER_ADDRESS  address kube-apiserver binds to and advertises, put in its
 #                             certificate and in DIR/kubeconfig (default 127.0.0.1); the
 #                             real-kubelet lab (test/cluster) uses its root<->lab link address
@@ -160,6 +161,7 @@ write_args kube-apiserver "$bin/kube-apiserver" \
 	--service-account-key-file="$pki/sa.key" \
 	--service-account-signing-key-file="$pki/sa.key" \
 	--service-cluster-ip-range=10.96.0.0/16 \
+	--service-node-port-range="${SRCIP_CP_NODE_PORT_RANGE:-30000-32767}" \
 	"${admission[@]}" \
 	--allow-privileged=true \
 	--shutdown-send-retry-after=true

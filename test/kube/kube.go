@@ -77,6 +77,8 @@ type Options struct {
 	// real-kubelet lab's DaemonSet install); Controllers must then include serviceaccount-controller
 	// and root-ca-certificate-publisher-controller.
 	ServiceAccounts bool
+	// NodePortRange is kube-apiserver --service-node-port-range, FIRST-LAST. Default 30000-32767.
+	NodePortRange string
 	// ReadyTimeout bounds the wait for each component. Default 90 s.
 	ReadyTimeout time.Duration
 	// Logf receives progress lines (StartT uses t.Logf). Default: discarded.
@@ -217,6 +219,9 @@ func (cp *ControlPlane) start(ctx context.Context, hack string) error {
 	}
 	if cp.opts.APIServerAddress != "" {
 		prep.Env = append(prep.Env, "SRCIP_CP_APISERVER_ADDRESS="+cp.opts.APIServerAddress)
+	}
+	if cp.opts.NodePortRange != "" {
+		prep.Env = append(prep.Env, "SRCIP_CP_NODE_PORT_RANGE="+cp.opts.NodePortRange)
 	}
 	if cp.opts.ServiceAccounts {
 		prep.Env = append(prep.Env, "SRCIP_CP_SERVICE_ACCOUNTS=1")

@@ -1,0 +1,283 @@
+// Command perf is `make bench`: srcip-agent side by side with the OVS floor and kube-proxy
+// (nftables mode) on one synthetic cluster behind a live API server (test/kube), on one emulated
+// node's Open vSwitch (test/lab). It prints a table and writes the figures as JSON (-out), from
+// which test/perf/plot draws docs/performance.png.
+//
+// For each cluster size (-sizes; opted-in NodePort Services x -endpoints ready endpoints over
+// -nodes Nodes), in order:
+//  1. srcip-agent cold start: the bridges hold none of its flows; from the process start to
+//     /readyz (first full sync applied), then its flows and groups counted in OVS, its RSS and
+//     CPU seconds;
+//  2. one EndpointSlice change at a time (-changes at the largest size, -small-changes at the
+//     others): from the API write (its round trip included) to the Service's flows changing in
+//     OVS, seen by one `ovs-ofctl monitor` (no polling); then a burst of -burst changes at the
+//     largest size: time until every one of them is in OVS;
+//  3. the floor: the agent's flows and groups of both bridges (dumped from OVS) written as one
+//     pre-encoded OpenFlow bundle per bridge over the switch socket; `ovs-ofctl --bundle
+//     add-groups` + `--bundle replace-flows` of the whole bridge into empty bridges, and
+//     replace-flows again with one flow changed (what OVN-Kubernetes does on every sync);
+//  4. kube-proxy (hack/cluster's build of k8s.io/kubernetes) in nftables mode, in a network
+//     namespace of its own, on the same objects: initial sync (process start to its first sync
+//     of all rules, from its metrics), RSS, CPU, and API write -> rule in nftables (`nft
+//     monitor`), changes spaced by more than its 1 s minimum sync period.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/ovs-srcip/ovs-srcip/test/kube"
+	"github.com/ovs-srcip/ovs-srcip/test/lab"
+)
+
+var (
+	agentBin     = flag.String("agent", "bin/srcip-agent", "srcip-agent binary")
+	kubeProxyBin = flag.String("kube-proxy", "", "kube-proxy binary (hack/cluster/build.sh); empty: skip kube-proxy")
+	sizesFlag    = flag.String("sizes", "1000,10000", "cluster sizes: opted-in Services")
+	endpoints    = flag.Int("endpoints", 10, "ready endpoints per Service")
+	nodes        = flag.Int("nodes", 50, "Nodes")
+	changes      = flag.Int("changes", 500, "single changes at the largest size")
+	smallChanges = flag.Int("small-changes", 200, "single changes at the other sizes")
+	spacing      = flag.Duration("spacing", 150*time.Millisecond, "time between single changes (above the agent's 100 ms minimum sync interval)")
+	burst        = flag.Int("burst", 1000, "changes of the burst at the largest size")
+	kpChanges    = flag.Int("kp-changes", 100, "kube-proxy single changes at the largest size (a quarter at the others)")
+	kpSpacing    = flag.Duration("kp-spacing", 1100*time.Millisecond, "time between kube-proxy changes (its minimum sync period is 1 s)")
+	outFile      = flag.String("out", "bin/bench/results.json", "figures as JSON")
+)
+
+const nodePortRange = "20000-32767" // 10k NodePorts do not fit the default range
+
+// Result is one cluster size's figures.
+type Result struct {
+	Services, Endpoints, Nodes int
+
+	AgentReadyS     float64 // process start -> first full sync applied (/readyz)
+	AgentFlows      int     // in OVS, br-ex + br-int, agent cookies
+	AgentGroups     int
+	AgentFlowsLater int // 3 s later (must equal AgentFlows)
+	AgentAtReady    usage
+	AgentAfter      usage // after the changes
+	Change          latencyStats
+	BurstN          int
+	BurstS          float64 // first write -> last change in OVS
+	BurstWritesS    float64 // first write -> last API write returned
+
+	FloorBundleS      float64 // pre-encoded bundles (both bridges)
+	FloorMessages     int
+	OfctlReplaceColdS float64 // ovs-ofctl --bundle add-groups + replace-flows, empty bridges
+	OfctlReplaceOneS  float64 // replace-flows again with one flow changed
+
+	KubeProxySyncS    float64
+	KubeProxyRules    int // service chains in nftables
+	KubeProxyAtSync   usage
+	KubeProxyChange   latencyStats
+	KubeProxySyncMetS float64 // its own sync duration metric (first sync)
+}
+
+func main() {
+	flag.Parse()
+	if err := mainErr(); err != nil {
+		fmt.Fprintln(os.Stderr, "perf:", err)
+		os.Exit(1)
+	}
+}
+
+type bench struct {
+	lab      *lab.Lab
+	cp       *kube.ControlPlane
+	cl       *cluster
+	node     *lab.Node
+	env      []string // OVS_RUNDIR of node1
+	metrics  string   // agent metrics address
+	kpNS     string
+	kpIP     string
+	nextPort int32
+	results  []*Result
+}
+
+func mainErr() error {
+	var sizes []int
+	for _, s := range strings.Split(*sizesFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			return fmt.Errorf("-sizes: %v", err)
+		}
+		sizes = append(sizes, n)
+	}
+	agent, err := filepath.Abs(*agentBin)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	tmp, err := os.MkdirTemp("", "srcip-perf")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	b := &bench{nextPort: 40000}
+	rb := make([]byte, 2)
+	_, _ = rand.Read(rb)
+	prefix := "pf" + hex.EncodeToString(rb)
+
+	// kube-proxy's network namespace, linked to the root namespace, where the API server listens
+	// on the root end of the link (so the agent, in the root namespace, and kube-proxy reach it).
+	b.kpNS = prefix + "-kp"
+	rootIP := fmt.Sprintf("169.254.%d.%d", 100+int(rb[0])%100, 1+int(rb[1])%60*4)
+	b.kpIP = rootIP[:strings.LastIndexByte(rootIP, '.')+1] + strconv.Itoa(atoiLast(rootIP)+1)
+	cleanupNS, err := linkNetns(b.kpNS, prefix, rootIP, b.kpIP)
+	defer cleanupNS()
+	if err != nil {
+		return err
+	}
+
+	logf("starting the control plane (kube-apiserver on %s, NodePorts %s)", rootIP, nodePortRange)
+	b.cp, err = kube.Start(ctx, kube.Options{APIServerAddress: rootIP, NodePortRange: nodePortRange})
+	if err != nil {
+		return fmt.Errorf("control plane: %w", err)
+	}
+	defer b.cp.Stop()
+
+	// The lab: one node (node1), whose agent watches the API server.
+	mdir := filepath.Join(tmp, "manifests")
+	if err := os.MkdirAll(mdir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(mdir, "nodes.yaml"), []byte(node1YAML), 0o644); err != nil {
+		return err
+	}
+	b.metrics = fmt.Sprintf("127.0.0.1:%d", 19000+int(rb[1])%1000)
+	b.lab, err = lab.New(lab.Config{ManifestsDir: mdir, AgentBin: agent, Kubeconfig: b.cp.Kubeconfig, Prefix: prefix,
+		AgentArgs: []string{"--service-node-port-range=" + nodePortRange, "--v=0", "--metrics-bind-address=" + b.metrics}})
+	if err != nil {
+		return fmt.Errorf("lab: %w", err)
+	}
+	defer b.lab.Close()
+	b.node = b.lab.Node("node1")
+	b.env = append(os.Environ(), "OVS_RUNDIR="+b.node.Dir)
+
+	cfg := rest.CopyConfig(b.cp.RESTConfig)
+	cfg.QPS, cfg.Burst = 5000, 10000
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	b.cl = &cluster{c: c, nodes: *nodes, endpoints: *endpoints}
+	if err := b.cl.createNodes(ctx, &b.lab.Manifests.Nodes[0]); err != nil {
+		return err
+	}
+
+	for i, n := range sizes {
+		largest := i == len(sizes)-1
+		r := &Result{Services: n, Endpoints: *endpoints, Nodes: *nodes}
+		b.results = append(b.results, r)
+		t := time.Now()
+		if err := b.cl.grow(ctx, n); err != nil {
+			return fmt.Errorf("create Services: %w", err)
+		}
+		logf("%d Services x %d endpoints over %d nodes in the API (%.1f s to write)", n, *endpoints, *nodes, time.Since(t).Seconds())
+		if err := b.agentPhase(ctx, r, largest); err != nil {
+			return fmt.Errorf("srcip-agent at %d Services: %w", n, err)
+		}
+		if err := b.floorPhase(ctx, r, tmp); err != nil {
+			return fmt.Errorf("floor at %d Services: %w", n, err)
+		}
+		if *kubeProxyBin != "" {
+			nc := *kpChanges
+			if !largest {
+				nc /= 4
+			}
+			if err := b.kubeProxyPhase(ctx, r, nc, tmp); err != nil {
+				return fmt.Errorf("kube-proxy at %d Services: %w", n, err)
+			}
+		}
+		if err := writeResults(b.results); err != nil {
+			return err
+		}
+	}
+	printTable(b.results)
+	return nil
+}
+
+func atoiLast(ip string) int {
+	n, _ := strconv.Atoi(ip[strings.LastIndexByte(ip, '.')+1:])
+	return n
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+func writeResults(rs []*Result) error {
+	if err := os.MkdirAll(filepath.Dir(*outFile), 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(rs, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(*outFile, b, 0o644)
+}
+
+// linkNetns creates netns ns with a veth to the root namespace: rootIP/30 at the root end,
+// nsIP/30 inside. The returned function removes both.
+func linkNetns(ns, prefix, rootIP, nsIP string) (func(), error) {
+	rootDev, nsDev := prefix+"r", prefix+"n"
+	cleanup := func() {
+		_ = exec.Command("ip", "link", "del", rootDev).Run()
+		_ = exec.Command("ip", "netns", "del", ns).Run()
+	}
+	for _, argv := range [][]string{
+		{"ip", "netns", "add", ns},
+		{"ip", "link", "add", rootDev, "type", "veth", "peer", "name", nsDev},
+		{"ip", "link", "set", nsDev, "netns", ns},
+		{"ip", "addr", "add", rootIP + "/30", "dev", rootDev},
+		{"ip", "link", "set", rootDev, "up"},
+		{"ip", "netns", "exec", ns, "ip", "addr", "add", nsIP + "/30", "dev", nsDev},
+		{"ip", "netns", "exec", ns, "ip", "link", "set", nsDev, "up"},
+		{"ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"},
+	} {
+		if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+			return cleanup, fmt.Errorf("%s: %v: %s", strings.Join(argv, " "), err, out)
+		}
+	}
+	return cleanup, nil
+}
+
+const node1YAML = `apiVersion: v1
+kind: Node
+metadata:
+  name: node1
+  labels:
+    kubernetes.io/hostname: node1
+    kubernetes.io/os: linux
+spec:
+  podCIDR: 10.244.1.0/24
+  podCIDRs: [10.244.1.0/24]
+status:
+  addresses:
+  - type: InternalIP
+    address: 192.0.2.11
+  - type: Hostname
+    address: node1
+  conditions:
+  - type: Ready
+    status: "True"
+    reason: KubeletReady
+`

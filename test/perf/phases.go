@@ -1,0 +1,566 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+const ownedCookies = "cookie=0x5c00000000000000/0xff00000000000000"
+
+var bridges = []string{"br-int", "br-ex"}
+
+func (b *bench) ofctl(args ...string) (string, error) {
+	return run(b.env, append([]string{"ovs-ofctl", "-O", "OpenFlow15", "--no-names"}, args...)...)
+}
+
+func (b *bench) target(br string) string { return "unix:" + filepath.Join(b.node.Dir, br+".mgmt") }
+
+// clearAgentFlows removes the agent's flows and every group from both bridges: a cold start.
+func (b *bench) clearAgentFlows() error {
+	for _, br := range bridges {
+		if _, err := b.ofctl("del-groups", b.target(br)); err != nil {
+			return err
+		}
+		if _, err := b.ofctl("del-flows", b.target(br), ownedCookies); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var flowCountRE = regexp.MustCompile(`flow_count=(\d+)`)
+
+// counts returns the agent's flows and the groups on both bridges, as OVS holds them.
+func (b *bench) counts() (flows, groups int, err error) {
+	for _, br := range bridges {
+		out, err := b.ofctl("dump-aggregate", b.target(br), ownedCookies)
+		if err != nil {
+			return 0, 0, err
+		}
+		m := flowCountRE.FindStringSubmatch(out)
+		if m == nil {
+			return 0, 0, fmt.Errorf("dump-aggregate: %q", out)
+		}
+		n, _ := strconv.Atoi(m[1])
+		flows += n
+		out, err = b.ofctl("dump-group-stats", b.target(br))
+		if err != nil {
+			return 0, 0, err
+		}
+		groups += strings.Count(out, "group_id=")
+	}
+	return flows, groups, nil
+}
+
+func (b *bench) agentPhase(ctx context.Context, r *Result, largest bool) error {
+	if err := b.clearAgentFlows(); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := b.lab.StartAgent("node1"); err != nil {
+		return err
+	}
+	defer b.lab.StopAgent("node1")
+	ready, err := httpOK("http://"+b.metrics+"/readyz", 5*time.Millisecond, 10*time.Minute)
+	if err != nil {
+		return err
+	}
+	r.AgentReadyS = ready.Sub(start).Seconds()
+	pid := b.lab.AgentPid("node1")
+	if r.AgentAtReady, err = procUsage(pid); err != nil {
+		return err
+	}
+	if r.AgentFlows, r.AgentGroups, err = b.counts(); err != nil {
+		return err
+	}
+	logf("srcip-agent: cold start -> all flows in OVS %.2f s: %d flows, %d groups, RSS %.0f MB, CPU %.2f s",
+		r.AgentReadyS, r.AgentFlows, r.AgentGroups, r.AgentAtReady.RSSMB, r.AgentAtReady.CPUSeconds)
+	time.Sleep(3 * time.Second)
+	if r.AgentFlowsLater, _, err = b.counts(); err != nil {
+		return err
+	}
+	if r.AgentFlowsLater != r.AgentFlows {
+		logf("WARNING: %d agent flows at /readyz, %d three seconds later", r.AgentFlows, r.AgentFlowsLater)
+	}
+
+	n := *smallChanges
+	if largest {
+		n = *changes
+	}
+	if err := b.agentChanges(ctx, r, n); err != nil {
+		return err
+	}
+	if largest && *burst > 0 {
+		if err := b.agentBurst(ctx, r, *burst); err != nil {
+			return err
+		}
+	}
+	r.AgentAfter, err = procUsage(pid)
+	return err
+}
+
+// ofMonitor watches br-ex's flow table; it keeps the lines that carry a NodePort match.
+func (b *bench) ofMonitor() (<-chan event, func(), error) {
+	return monitor([]string{"stdbuf", "-oL", "ovs-ofctl", "-O", "OpenFlow15", "--no-names", "monitor", b.target("br-ex"), "watch:!initial"}, b.env, true,
+		func(l string) bool { return strings.Contains(l, "tp_dst=") })
+}
+
+var tpDstRE = regexp.MustCompile(`tp_dst=(\d+)`)
+
+func nodePortOf(l string) int32 {
+	m := tpDstRE.FindStringSubmatch(l)
+	if m == nil {
+		return -1
+	}
+	n, _ := strconv.Atoi(m[1])
+	return int32(n)
+}
+
+func (b *bench) port() int32 {
+	b.nextPort++
+	if b.nextPort > 65000 {
+		b.nextPort = 40001
+	}
+	return b.nextPort
+}
+
+// agentChanges writes n EndpointSlice changes one at a time and measures API write -> flows of
+// that Service changed in br-ex (one bundle changes the group and the flows that point to it).
+func (b *bench) agentChanges(ctx context.Context, r *Result, n int) error {
+	ch, stop, err := b.ofMonitor()
+	if err != nil {
+		return err
+	}
+	defer stop()
+	time.Sleep(200 * time.Millisecond)
+	size := len(b.cl.svcs)
+	lat := make([]time.Duration, 0, n)
+	for i := 0; i < n; i++ {
+		time.Sleep(*spacing)
+		idx := (i * 7919) % size
+		np := b.cl.svcs[idx].nodePort
+		p := b.port()
+		drain(ch)
+		t0 := time.Now()
+		if err := b.cl.setPort(ctx, idx, p); err != nil {
+			return err
+		}
+		timeout := time.After(30 * time.Second)
+	wait:
+		for {
+			select {
+			case e := <-ch:
+				if nodePortOf(e.line) == np {
+					lat = append(lat, e.at.Sub(t0))
+					break wait
+				}
+			case <-timeout:
+				return fmt.Errorf("change %d (Service %s, NodePort %d, port %d) never reached br-ex", i, b.cl.svcs[idx].name, np, p)
+			}
+		}
+		if i%100 == 0 {
+			// The change itself (not only some flow of the Service) is in OVS: the new port is in
+			// the group's buckets.
+			out, err := b.ofctl("dump-groups", b.target("br-ex"))
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(out, fmt.Sprintf(":%d)", p)) {
+				return fmt.Errorf("change %d: flows of NodePort %d changed but port %d is in no group", i, np, p)
+			}
+		}
+	}
+	r.Change = stats(lat)
+	logf("srcip-agent: one EndpointSlice change, API write -> flows in OVS over %d changes at %d Services: p50 %.1f ms, p99 %.1f ms, max %.3f s",
+		n, size, r.Change.P50ms, r.Change.P99ms, r.Change.Maxs)
+	return nil
+}
+
+// agentBurst writes n changes to n different Services as fast as 16 writers can and measures
+// the time from the first write until every one of them changed br-ex.
+func (b *bench) agentBurst(ctx context.Context, r *Result, n int) error {
+	size := len(b.cl.svcs)
+	n = min(n, size)
+	ch, stop, err := b.ofMonitor()
+	if err != nil {
+		return err
+	}
+	defer stop()
+	time.Sleep(time.Second)
+	drain(ch)
+	pending := map[int32]bool{}
+	idxs := make([]int, n)
+	ports := make([]int32, n)
+	for i := range idxs {
+		idxs[i] = (i * size) / n
+		pending[b.cl.svcs[idxs[i]].nodePort] = true
+		ports[i] = b.port()
+	}
+	work := make(chan int)
+	var wg sync.WaitGroup
+	var werr error
+	var mu sync.Mutex
+	start := time.Now()
+	var writesDone time.Time
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				if err := b.cl.setPort(ctx, idxs[i], ports[i]); err != nil {
+					mu.Lock()
+					werr = err
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	go func() {
+		for i := range idxs {
+			work <- i
+		}
+		close(work)
+		wg.Wait()
+		mu.Lock()
+		writesDone = time.Now()
+		mu.Unlock()
+	}()
+	var last time.Time
+	timeout := time.After(5 * time.Minute)
+	for len(pending) > 0 {
+		select {
+		case e := <-ch:
+			if np := nodePortOf(e.line); pending[np] {
+				delete(pending, np)
+				last = e.at
+			}
+		case <-timeout:
+			return fmt.Errorf("burst: %d of %d changes never reached br-ex", len(pending), n)
+		}
+	}
+	wg.Wait()
+	time.Sleep(100 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if werr != nil {
+		return werr
+	}
+	out, err := b.ofctl("dump-groups", b.target("br-ex"))
+	if err != nil {
+		return err
+	}
+	missing := 0
+	for _, p := range ports {
+		if !strings.Contains(out, fmt.Sprintf(":%d)", p)) {
+			missing++
+		}
+	}
+	if missing > 0 {
+		return fmt.Errorf("burst: %d of %d new ports are in no group", missing, n)
+	}
+	r.BurstN, r.BurstS, r.BurstWritesS = n, last.Sub(start).Seconds(), writesDone.Sub(start).Seconds()
+	logf("srcip-agent: burst of %d changes at %d Services: all in OVS %.2f s after the first write (last write returned at %.2f s)",
+		n, size, r.BurstS, r.BurstWritesS)
+	return nil
+}
+
+// floorPhase (the agent stopped, its flows in OVS): the same flows and groups, dumped, as one
+// pre-encoded bundle per bridge, and through ovs-ofctl as OVN-Kubernetes writes its bridges.
+func (b *bench) floorPhase(ctx context.Context, r *Result, tmp string) error {
+	type dump struct{ groups, flows, allFlows string }
+	dumps := map[string]dump{}
+	streams := map[string][]byte{}
+	for _, br := range bridges {
+		var d dump
+		var err error
+		if d.groups, err = b.ofctl("dump-groups", b.target(br)); err != nil {
+			return err
+		}
+		if d.flows, err = b.ofctl("dump-flows", "--no-stats", b.target(br), ownedCookies); err != nil {
+			return err
+		}
+		if d.allFlows, err = b.ofctl("dump-flows", "--no-stats", b.target(br)); err != nil {
+			return err
+		}
+		dumps[br] = d
+		text, _, _ := bundleFromDumps(d.groups, d.flows)
+		f := filepath.Join(tmp, br+".bundle")
+		if err := os.WriteFile(f, []byte(text), 0o644); err != nil {
+			return err
+		}
+		s, nmsg, err := capture(ctx, tmp, f)
+		if err != nil {
+			return fmt.Errorf("%s: %w", br, err)
+		}
+		streams[br] = s
+		r.FloorMessages += nmsg
+	}
+	// Pre-encoded bundles into empty bridges.
+	if err := b.clearAgentFlows(); err != nil {
+		return err
+	}
+	for _, br := range bridges {
+		d, err := replay(filepath.Join(b.node.Dir, br+".mgmt"), streams[br])
+		if err != nil {
+			return fmt.Errorf("replay %s: %w", br, err)
+		}
+		r.FloorBundleS += d.Seconds()
+	}
+	if f, g, err := b.counts(); err != nil {
+		return err
+	} else if f != r.AgentFlowsLater || g != r.AgentGroups {
+		return fmt.Errorf("floor: %d flows and %d groups after the pre-encoded bundles, the agent had %d and %d", f, g, r.AgentFlowsLater, r.AgentGroups)
+	}
+	// ovs-ofctl, whole bridge: groups, then replace-flows, into empty bridges.
+	if err := b.clearAgentFlows(); err != nil {
+		return err
+	}
+	var oneChanged []string
+	start := time.Now()
+	for _, br := range bridges {
+		d := dumps[br]
+		gtext, _, _ := bundleFromDumps(d.groups, "")
+		gf, ff := filepath.Join(tmp, br+".groups"), filepath.Join(tmp, br+".flows")
+		if err := os.WriteFile(gf, []byte(strings.ReplaceAll(gtext, "group add ", "")), 0o644); err != nil {
+			return err
+		}
+		if err := os.WriteFile(ff, []byte(d.allFlows), 0o644); err != nil {
+			return err
+		}
+		if _, err := b.ofctl("--bundle", "add-groups", b.target(br), gf); err != nil {
+			return err
+		}
+		if _, err := b.ofctl("--bundle", "replace-flows", b.target(br), ff); err != nil {
+			return err
+		}
+		// The same file with its last flow left out: one flow differs from the bridge.
+		lines := strings.Split(strings.TrimRight(d.allFlows, "\n"), "\n")
+		one := filepath.Join(tmp, br+".flows-1")
+		if err := os.WriteFile(one, []byte(strings.Join(lines[:len(lines)-1], "\n")+"\n"), 0o644); err != nil {
+			return err
+		}
+		oneChanged = append(oneChanged, one)
+	}
+	r.OfctlReplaceColdS = time.Since(start).Seconds()
+	start = time.Now()
+	for i, br := range bridges {
+		if _, err := b.ofctl("--bundle", "replace-flows", b.target(br), oneChanged[i]); err != nil {
+			return err
+		}
+	}
+	r.OfctlReplaceOneS = time.Since(start).Seconds()
+	logf("floor: pre-encoded bundles %.2f s (%d messages); ovs-ofctl add-groups + replace-flows %.2f s; replace-flows with one flow changed %.2f s",
+		r.FloorBundleS, r.FloorMessages, r.OfctlReplaceColdS, r.OfctlReplaceOneS)
+	return b.clearAgentFlows()
+}
+
+// kubeProxyPhase runs kube-proxy in nftables mode in its namespace against the same API server.
+func (b *bench) kubeProxyPhase(ctx context.Context, r *Result, nChanges int, tmp string) error {
+	nsEnv := os.Environ()
+	nft := func(args ...string) (string, error) {
+		return run(nsEnv, append([]string{"ip", "netns", "exec", b.kpNS, "nft"}, args...)...)
+	}
+	_, _ = nft("flush", "ruleset")
+	logPath := filepath.Join(tmp, "kube-proxy.log")
+	lf, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer lf.Close()
+	metricsAddr := b.kpIP + ":10249"
+	cmd := exec.Command("ip", "netns", "exec", b.kpNS, *kubeProxyBin,
+		"--kubeconfig="+b.cp.Kubeconfig, "--proxy-mode=nftables", "--hostname-override=node1",
+		"--cluster-cidr=10.244.0.0/16", "--metrics-bind-address="+metricsAddr,
+		"--healthz-bind-address="+b.kpIP+":10256", "--conntrack-max-per-core=0", "--v=0")
+	cmd.Stdout, cmd.Stderr = lf, lf
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		_, _ = nft("flush", "ruleset")
+	}
+	defer stop()
+	// The first sync of all rules: kube-proxy syncs only once its Service and EndpointSlice
+	// informers have synced; the metric counts completed syncs.
+	syncedAt, metricDur, err := waitKubeProxySync(metricsAddr, 10*time.Minute)
+	if err != nil {
+		out, _ := os.ReadFile(logPath)
+		return fmt.Errorf("%w\n%s", err, tailLines(string(out), 20))
+	}
+	r.KubeProxySyncS = syncedAt.Sub(start).Seconds()
+	r.KubeProxySyncMetS = metricDur
+	if r.KubeProxyAtSync, err = procUsage(cmd.Process.Pid); err != nil {
+		return err
+	}
+	out, err := nft("list", "chains", "ip")
+	if err != nil {
+		return err
+	}
+	r.KubeProxyRules = strings.Count(out, "chain service-")
+	logf("kube-proxy (nftables): initial sync %.2f s (its own sync metric %.2f s), %d service chains, RSS %.0f MB, CPU %.2f s",
+		r.KubeProxySyncS, metricDur, r.KubeProxyRules, r.KubeProxyAtSync.RSSMB, r.KubeProxyAtSync.CPUSeconds)
+
+	// One change at a time: the endpoint chains with the new port appear in one transaction.
+	mon, stopMon, err := monitor([]string{"ip", "netns", "exec", b.kpNS, "stdbuf", "-oL", "nft", "monitor", "rules"}, nsEnv, false,
+		func(l string) bool { return strings.Contains(l, "dnat") })
+	if err != nil {
+		return err
+	}
+	defer stopMon()
+	time.Sleep(500 * time.Millisecond)
+	size := len(b.cl.svcs)
+	lat := make([]time.Duration, 0, nChanges)
+	for i := 0; i < nChanges; i++ {
+		time.Sleep(*kpSpacing)
+		idx := (i*7919 + 13) % size
+		p := b.port()
+		// kube-proxy 1.37 writes a Service's endpoints into its service chain's dnat map
+		// ("dnat ip to numgen random mod N map { 0 : IP . PORT, ... }").
+		want := fmt.Sprintf(" . %d", p)
+		drain(mon)
+		t0 := time.Now()
+		if err := b.cl.setPort(ctx, idx, p); err != nil {
+			return err
+		}
+		timeout := time.After(60 * time.Second)
+	wait:
+		for {
+			select {
+			case e := <-mon:
+				if strings.Contains(e.line, want+",") || strings.Contains(e.line, want+" ") {
+					lat = append(lat, e.at.Sub(t0))
+					break wait
+				}
+			case <-timeout:
+				rs, _ := nft("list", "ruleset")
+				var seen []string
+				for _, l := range strings.Split(rs, "\n") {
+					if strings.Contains(l, want) {
+						seen = append(seen, strings.TrimSpace(l))
+					}
+				}
+				lg, _ := os.ReadFile(logPath)
+				return fmt.Errorf("kube-proxy change %d (port %d) never seen by nft monitor; ruleset lines with it: %q\n%s", i, p, seen, tailLines(string(lg), 15))
+			}
+		}
+	}
+	r.KubeProxyChange = stats(lat)
+	logf("kube-proxy (nftables): one EndpointSlice change, API write -> rule over %d changes at %d Services: p50 %.1f ms, p99 %.1f ms",
+		nChanges, size, r.KubeProxyChange.P50ms, r.KubeProxyChange.P99ms)
+	return nil
+}
+
+var (
+	syncCountRE = regexp.MustCompile(`(?m)^kubeproxy_sync_proxy_rules_duration_seconds_count(?:\{[^}]*\})? (\S+)`)
+	syncSumRE   = regexp.MustCompile(`(?m)^kubeproxy_sync_proxy_rules_duration_seconds_sum(?:\{[^}]*\})? (\S+)`)
+)
+
+func waitKubeProxySync(addr string, timeout time.Duration) (time.Time, float64, error) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		out, err := run(nil, "curl", "-s", "-m", "2", "http://"+addr+"/metrics")
+		if err == nil {
+			if m := syncCountRE.FindStringSubmatch(out); m != nil && m[1] != "0" {
+				at := time.Now()
+				var sum float64
+				if s := syncSumRE.FindStringSubmatch(out); s != nil {
+					sum, _ = strconv.ParseFloat(s[1], 64)
+				}
+				return at, sum, nil
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Time{}, 0, fmt.Errorf("kube-proxy did not sync within %v", timeout)
+}
+
+func tailLines(s string, n int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}
+
+func printTable(rs []*Result) {
+	w := os.Stdout
+	fmt.Fprintf(w, "\nsrcip-agent vs the OVS floor vs kube-proxy (nftables); one emulated node, live API server\n")
+	fmt.Fprintf(w, "(shared 2-core machine: compare ratios within this run, not with other machines)\n\n")
+	row := func(name string, f func(r *Result) string) {
+		fmt.Fprintf(w, "%-58s", name)
+		for _, r := range rs {
+			fmt.Fprintf(w, " %16s", f(r))
+		}
+		fmt.Fprintln(w)
+	}
+	row("Services x endpoints (nodes)", func(r *Result) string { return fmt.Sprintf("%dx%d (%d)", r.Services, r.Endpoints, r.Nodes) })
+	row("agent: cold start -> all flows in OVS (s)", func(r *Result) string { return f2(r.AgentReadyS) })
+	row("agent: flows / groups in OVS", func(r *Result) string { return fmt.Sprintf("%d/%d", r.AgentFlows, r.AgentGroups) })
+	row("agent: RSS at sync / after changes (MB)", func(r *Result) string {
+		return fmt.Sprintf("%.0f/%.0f", r.AgentAtReady.RSSMB, r.AgentAfter.RSSMB)
+	})
+	row("agent: CPU seconds to first sync", func(r *Result) string { return f2(r.AgentAtReady.CPUSeconds) })
+	row("floor: pre-encoded bundles (s)", func(r *Result) string { return f2(r.FloorBundleS) })
+	row("floor: ovs-ofctl add-groups + replace-flows (s)", func(r *Result) string { return f2(r.OfctlReplaceColdS) })
+	row("ovs-ofctl replace-flows, one flow changed (s)", func(r *Result) string { return f2(r.OfctlReplaceOneS) })
+	row("ratio agent / pre-encoded floor", func(r *Result) string { return ratio(r.AgentReadyS, r.FloorBundleS) })
+	row("ratio agent / ovs-ofctl replace-flows", func(r *Result) string { return ratio(r.AgentReadyS, r.OfctlReplaceColdS) })
+	row("agent: one change, API write -> OVS p50/p99 (ms)", func(r *Result) string {
+		return fmt.Sprintf("%.1f/%.1f", r.Change.P50ms, r.Change.P99ms)
+	})
+	row("agent: changes measured", func(r *Result) string { return strconv.Itoa(r.Change.N) })
+	row("agent: burst, all in OVS (s) [changes]", func(r *Result) string {
+		if r.BurstN == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f [%d]", r.BurstS, r.BurstN)
+	})
+	if rs[0].KubeProxySyncS > 0 {
+		row("kube-proxy nftables: initial sync (s)", func(r *Result) string { return f2(r.KubeProxySyncS) })
+		row("kube-proxy: service chains", func(r *Result) string { return strconv.Itoa(r.KubeProxyRules) })
+		row("kube-proxy: RSS (MB) / CPU s at first sync", func(r *Result) string {
+			return fmt.Sprintf("%.0f/%.1f", r.KubeProxyAtSync.RSSMB, r.KubeProxyAtSync.CPUSeconds)
+		})
+		row("kube-proxy: one change, API write -> rule p50/p99 (ms)", func(r *Result) string {
+			return fmt.Sprintf("%.0f/%.0f", r.KubeProxyChange.P50ms, r.KubeProxyChange.P99ms)
+		})
+		row("kube-proxy: changes measured", func(r *Result) string { return strconv.Itoa(r.KubeProxyChange.N) })
+		row("ratio kube-proxy / agent, initial sync", func(r *Result) string { return ratio(r.KubeProxySyncS, r.AgentReadyS) })
+		row("ratio kube-proxy / agent, change p50", func(r *Result) string { return ratio(r.KubeProxyChange.P50ms, r.Change.P50ms) })
+		row("ratio kube-proxy / agent, change p99", func(r *Result) string { return ratio(r.KubeProxyChange.P99ms, r.Change.P99ms) })
+		row("ratio kube-proxy / agent, RSS", func(r *Result) string { return ratio(r.KubeProxyAtSync.RSSMB, r.AgentAtReady.RSSMB) })
+	}
+}
+
+func f2(v float64) string { return fmt.Sprintf("%.2f", v) }
+
+func ratio(a, b float64) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", a/b)
+}
