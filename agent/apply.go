@@ -292,6 +292,11 @@ func (s *syncer) setApplied(b flows.Bridge, k flows.Key, fs *flows.FlowSet) {
 		s.metrics.AppliedFlows.WithLabelValues(bl).Sub(float64(s.appliedSize[b][k]))
 		s.metrics.AppliedGroups.WithLabelValues(bl).Sub(float64(len(old.Groups)))
 		s.kindCount[k.Kind]--
+		if m := s.appliedByKind[k.Kind]; m[k] <= 1 {
+			delete(m, k)
+		} else {
+			m[k]--
+		}
 		delete(s.applied[b], k)
 		delete(s.appliedSize[b], k)
 	}
@@ -306,6 +311,10 @@ func (s *syncer) setApplied(b flows.Bridge, k flows.Key, fs *flows.FlowSet) {
 		s.metrics.AppliedFlows.WithLabelValues(bl).Add(float64(len(fs.FlowLines())))
 		s.metrics.AppliedGroups.WithLabelValues(bl).Add(float64(len(fs.Groups)))
 		s.kindCount[k.Kind]++
+		if s.appliedByKind[k.Kind] == nil {
+			s.appliedByKind[k.Kind] = map[flows.Key]int{}
+		}
+		s.appliedByKind[k.Kind][k]++
 	}
 	if fs != nil && fs.Declined != "" {
 		s.declined[k] = true

@@ -23,3 +23,8 @@ func (t *ChangeTracker[K, V]) Pending() int {
 
 // Reads returns how many times the directory has been read.
 func (s *ManifestSource) Reads() int64 { return s.reads.Load() }
+
+func init() {
+	// Every test's syncs (two dirty keys or more) take the parallel build path, under -race too.
+	parallelBuildMin = 2
+}

@@ -3,6 +3,10 @@ package agent
 import (
 	"context"
 	"fmt"
+	"maps"
+	"runtime"
+	"slices"
+	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -26,6 +30,9 @@ type syncer struct {
 	applied     map[flows.Bridge]map[flows.Key]flows.Applied
 	appliedSize map[flows.Bridge]map[flows.Key]int
 	kindCount   map[flows.Kind]int
+	// appliedByKind counts, per kind and key, the bridges that have the key applied (so that a
+	// partial sync finds the applied keys of one kind without a walk over every applied key).
+	appliedByKind map[flows.Kind]map[flows.Key]int
 	// liveEPs counts the applied service-port flow sets that program each entry point.
 	liveEPs map[flows.EntryPoint]int
 	// declined holds the applied service-port flow sets that decline their port (C34).
@@ -47,13 +54,14 @@ type syncer struct {
 
 func newSyncer(cfg ReconcilerConfig, m *Metrics) *syncer {
 	s := &syncer{cfg: cfg, metrics: m, conflicts: flows.NewConflicts(),
-		applied:     map[flows.Bridge]map[flows.Key]flows.Applied{},
-		appliedSize: map[flows.Bridge]map[flows.Key]int{},
-		kindCount:   map[flows.Kind]int{},
-		liveEPs:     map[flows.EntryPoint]int{},
-		declined:    map[flows.Key]bool{},
-		drains:      map[flows.EntryPoint]time.Time{},
-		rejected:    map[flows.Bridge]map[flows.Key]flows.Cookie{},
+		applied:       map[flows.Bridge]map[flows.Key]flows.Applied{},
+		appliedSize:   map[flows.Bridge]map[flows.Key]int{},
+		kindCount:     map[flows.Kind]int{},
+		appliedByKind: map[flows.Kind]map[flows.Key]int{},
+		liveEPs:       map[flows.EntryPoint]int{},
+		declined:      map[flows.Key]bool{},
+		drains:        map[flows.EntryPoint]time.Time{},
+		rejected:      map[flows.Bridge]map[flows.Key]flows.Cookie{},
 	}
 	for _, b := range applyOrder {
 		s.rejected[b] = map[flows.Key]flows.Cookie{}
@@ -108,7 +116,7 @@ func (s *syncer) run(ctx context.Context, st *flows.State, ch changes) ([]flows.
 // dirtyKeys returns the keys a sync rebuilds: every key of every kind (a full sync, drains aside:
 // the drain step builds them), or the keys whose own object changed plus every key of the kinds
 // whose triggers fired (flows.KindSpec.Triggers), and the applied keys of EverySync kinds.
-func dirtyKeys(p *pass, applied map[flows.Bridge]map[flows.Key]flows.Applied) map[flows.Key]bool {
+func dirtyKeys(p *pass, appliedByKind map[flows.Kind]map[flows.Key]int) map[flows.Key]bool {
 	keys := map[flows.Key]bool{}
 	for _, spec := range flows.Kinds() {
 		all := spec.Triggers&flows.EverySync != 0 || (p.ch.podCIDRs && spec.Triggers&flows.PodCIDRs != 0)
@@ -123,12 +131,8 @@ func dirtyKeys(p *pass, applied map[flows.Bridge]map[flows.Key]flows.Applied) ma
 		}
 		if spec.Triggers&flows.EverySync != 0 {
 			// A key State no longer calls for is built too, so that it goes away (gone).
-			for _, m := range applied {
-				for k := range m {
-					if k.Kind == spec.Kind {
-						keys[k] = true
-					}
-				}
+			for k := range appliedByKind[spec.Kind] {
+				keys[k] = true
 			}
 		}
 	}
@@ -144,6 +148,11 @@ func dirtyKeys(p *pass, applied map[flows.Bridge]map[flows.Key]flows.Applied) ma
 // left out: a partial sync keeps the installed one, a full sync deletes it (FullDiff).
 func (s *syncer) buildKey(p *pass, k flows.Key) {
 	fs, err := flows.BuildKey(p.st, k)
+	s.record(p, k, fs, err)
+}
+
+// record puts the outcome of building k into p.built or p.gone (see buildKey).
+func (s *syncer) record(p *pass, k flows.Key, fs *flows.FlowSet, err error) {
 	switch {
 	case err != nil:
 		p.logger.Error(err, "Flow set could not be built; left out (a partial sync keeps the installed one)", "key", k.String())
@@ -154,9 +163,41 @@ func (s *syncer) buildKey(p *pass, k flows.Key) {
 	}
 }
 
+// parallelBuildMin is the number of dirty keys from which build spreads flows.BuildKey (pure: it
+// only reads State) over GOMAXPROCS goroutines: a full sync of 10k Service ports builds in about
+// half the time on two cores.
+var parallelBuildMin = 512
+
 func (s *syncer) build(_ context.Context, p *pass) error {
-	for k := range dirtyKeys(p, s.applied) {
-		s.buildKey(p, k)
+	dirty := dirtyKeys(p, s.appliedByKind)
+	workers := runtime.GOMAXPROCS(0)
+	if len(dirty) < parallelBuildMin || workers < 2 {
+		for k := range dirty {
+			s.buildKey(p, k)
+		}
+		return nil
+	}
+	type result struct {
+		fs  *flows.FlowSet
+		err error
+	}
+	keys := slices.Collect(maps.Keys(dirty))
+	results := make([]result, len(keys))
+	var wg sync.WaitGroup
+	chunk := (len(keys) + workers - 1) / workers
+	for lo := 0; lo < len(keys); lo += chunk {
+		hi := min(lo+chunk, len(keys))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := lo; i < hi; i++ {
+				results[i].fs, results[i].err = flows.BuildKey(p.st, keys[i])
+			}
+		}()
+	}
+	wg.Wait()
+	for i, k := range keys {
+		s.record(p, k, results[i].fs, results[i].err)
 	}
 	return nil
 }

@@ -33,10 +33,12 @@ func BuildUDPFragments(addr netip.Addr) (*FlowSet, error) {
 // LoadBalancer ingress IPs and externalIPs of UDP Service ports.
 func udpEntryAddrs(st *State) []netip.Addr {
 	seen := map[netip.Addr]bool{}
-	for _, sp := range st.Services {
-		if sp.Protocol != UDP {
+	// Runs in every sync: look at the keys (no copy of each ServicePort) and read the UDP ones.
+	for k := range st.Services {
+		if k.Protocol != UDP {
 			continue
 		}
+		sp := st.Services[k]
 		for _, e := range sp.EntryPoints(st.NodePortAddresses) {
 			if e.Addr.Port() == st.Ports.tunnelUDPPort() && e.Addr.Addr() == st.self().InternalIP {
 				continue // not served (BuildServicePort)

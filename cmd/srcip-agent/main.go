@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strconv"
@@ -50,6 +51,7 @@ type options struct {
 	repairPeriod      time.Duration
 	bucketsPerMessage int
 	metricsAddr       string
+	profiling         bool
 }
 
 func main() {
@@ -99,6 +101,7 @@ LoadBalancer, or externalIPs). SIGTERM stops the agent and leaves every flow in 
 	f.DurationVar(&o.drainPeriod, "drain-period", agent.DefaultDrainPeriod, "longest time the established TCP connections of a Service entry point that went away (annotation removed, Service or port deleted, externalTrafficPolicy changed) keep being forwarded; the drain ends earlier, at a full sync, once the service conntrack zone holds no live connection to it")
 	f.DurationVar(&o.repairPeriod, "repair-period", 10*time.Minute, "period of the deep repair: a full sync re-sends every flow of the agent with modify_strict (restores flows edited in place, keeps their counters) and every group with add_or_mod, in one bundle per bridge; it costs one bundle as large as the whole pipeline (about 6 flows per Service port, e.g. 60k lines and about a second of ovs-vswitchd time for 10k Service ports). 0 disables it")
 	f.IntVar(&o.bucketsPerMessage, "group-buckets-per-message", flows.DefaultBucketsPerMessage, "most select-group buckets in one OpenFlow message: a Service port with more endpoints is written as one group add_or_mod plus insert_bucket messages in the same bundle (an OpenFlow message is at most 64 KiB; a Service bucket is 88 bytes)")
+	f.BoolVar(&o.profiling, "profiling", false, "serve Go's /debug/pprof/ on the metrics address (CPU and heap profiles; make bench, performance work)")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:9464", `address of the HTTP server for /metrics, /healthz (process up, OVSDB reachable) and /readyz (first full sync done, syncs not failing); "0" disables it`)
 	cmd.AddCommand(newNodeSetupCommand(), newNodeTeardownCommand())
 	gofs := goflag.NewFlagSet("klog", goflag.ContinueOnError)
@@ -187,7 +190,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	if o.metricsAddr != "0" && o.metricsAddr != "" {
-		srv, err := serveHTTP(ctx, o.metricsAddr, reg, a)
+		srv, err := serveHTTP(ctx, o.metricsAddr, reg, a, o.profiling)
 		if err != nil {
 			return err
 		}
@@ -218,8 +221,14 @@ func kubeConfig(path string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-func serveHTTP(ctx context.Context, addr string, reg *prometheus.Registry, a *agent.Agent) (*http.Server, error) {
+func serveHTTP(ctx context.Context, addr string, reg *prometheus.Registry, a *agent.Agent, profiling bool) (*http.Server, error) {
 	mux := http.NewServeMux()
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	check := func(f func() error) http.HandlerFunc {
 		return func(w http.ResponseWriter, _ *http.Request) {

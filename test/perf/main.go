@@ -57,6 +57,7 @@ var (
 	burst        = flag.Int("burst", 1000, "changes of the burst at the largest size")
 	kpChanges    = flag.Int("kp-changes", 100, "kube-proxy single changes at the largest size (a quarter at the others)")
 	kpSpacing    = flag.Duration("kp-spacing", 1100*time.Millisecond, "time between kube-proxy changes (its minimum sync period is 1 s)")
+	profileDir   = flag.String("profile", "", "directory: run the agent with --profiling and save a CPU profile of each cold start (cpu-N.pprof) and a heap profile after it (heap-N.pprof)")
 	outFile      = flag.String("out", "bin/bench/results.json", "figures as JSON")
 )
 
@@ -163,8 +164,11 @@ func mainErr() error {
 		return err
 	}
 	b.metrics = fmt.Sprintf("127.0.0.1:%d", 19000+int(rb[1])%1000)
-	b.lab, err = lab.New(lab.Config{ManifestsDir: mdir, AgentBin: agent, Kubeconfig: b.cp.Kubeconfig, Prefix: prefix,
-		AgentArgs: []string{"--service-node-port-range=" + nodePortRange, "--v=0", "--metrics-bind-address=" + b.metrics}})
+	agentArgs := []string{"--service-node-port-range=" + nodePortRange, "--v=0", "--metrics-bind-address=" + b.metrics}
+	if *profileDir != "" {
+		agentArgs = append(agentArgs, "--profiling")
+	}
+	b.lab, err = lab.New(lab.Config{ManifestsDir: mdir, AgentBin: agent, Kubeconfig: b.cp.Kubeconfig, Prefix: prefix, AgentArgs: agentArgs})
 	if err != nil {
 		return fmt.Errorf("lab: %w", err)
 	}

@@ -70,6 +70,22 @@ func (b *bench) agentPhase(ctx context.Context, r *Result, largest bool) error {
 		return err
 	}
 	defer b.lab.StopAgent("node1")
+	var profDone chan struct{}
+	if *profileDir != "" {
+		profDone = make(chan struct{})
+		go func() {
+			defer close(profDone)
+			if _, err := httpOK("http://"+b.metrics+"/healthz", 2*time.Millisecond, time.Minute); err != nil {
+				logf("profile: %v", err)
+				return
+			}
+			secs := 3 + len(b.cl.svcs)/2000
+			if err := fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", b.metrics, secs),
+				filepath.Join(*profileDir, fmt.Sprintf("cpu-%d.pprof", len(b.cl.svcs)))); err != nil {
+				logf("profile: %v", err)
+			}
+		}()
+	}
 	ready, err := httpOK("http://"+b.metrics+"/readyz", 5*time.Millisecond, 10*time.Minute)
 	if err != nil {
 		return err
@@ -85,6 +101,12 @@ func (b *bench) agentPhase(ctx context.Context, r *Result, largest bool) error {
 	logf("srcip-agent: cold start -> all flows in OVS %.2f s: %d flows, %d groups, RSS %.0f MB, CPU %.2f s",
 		r.AgentReadyS, r.AgentFlows, r.AgentGroups, r.AgentAtReady.RSSMB, r.AgentAtReady.CPUSeconds)
 	time.Sleep(3 * time.Second)
+	if profDone != nil {
+		<-profDone
+		if err := fetch("http://"+b.metrics+"/debug/pprof/heap?gc=1", filepath.Join(*profileDir, fmt.Sprintf("heap-%d.pprof", len(b.cl.svcs)))); err != nil {
+			logf("profile: %v", err)
+		}
+	}
 	if r.AgentFlowsLater, _, err = b.counts(); err != nil {
 		return err
 	}
@@ -143,6 +165,15 @@ func (b *bench) agentChanges(ctx context.Context, r *Result, n int) error {
 	defer stop()
 	time.Sleep(200 * time.Millisecond)
 	size := len(b.cl.svcs)
+	if *profileDir != "" {
+		secs := int((time.Duration(n) * (*spacing + 20*time.Millisecond)).Seconds())
+		prof := filepath.Join(*profileDir, fmt.Sprintf("cpu-changes-%d.pprof", size))
+		go func() {
+			if err := fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", b.metrics, max(secs, 1)), prof); err != nil {
+				logf("profile: %v", err)
+			}
+		}()
+	}
 	lat := make([]time.Duration, 0, n)
 	for i := 0; i < n; i++ {
 		time.Sleep(*spacing)
