@@ -13,9 +13,12 @@ import (
 	"github.com/ovs-srcip/ovs-srcip/flows"
 )
 
+// AnnotationPrefix is the prefix of every annotation the agent reads (the informers keep no other).
+const AnnotationPrefix = "ovs-srcip.io/"
+
 // AnnotationPreserveSourceIP is the Service annotation that opts a Service in; its value must be
 // "true".
-const AnnotationPreserveSourceIP = "ovs-srcip.io/preserve-source-ip"
+const AnnotationPreserveSourceIP = AnnotationPrefix + "preserve-source-ip"
 
 // OptIn reports whether svc gets flows: it carries AnnotationPreserveSourceIP "true", its
 // externalTrafficPolicy is Cluster (or unset) and it is reachable from outside (type NodePort or

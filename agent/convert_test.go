@@ -337,3 +337,37 @@ func TestConvertNodeDown(t *testing.T) {
 		assert.True(t, nodeEqual(m, hb), "a heartbeat is a no-op update")
 	}
 }
+
+func TestTrimObjectKeepsWhatTheAgentReads(t *testing.T) {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "demo",
+		Annotations: map[string]string{AnnotationPreserveSourceIP: "true", "kubectl.kubernetes.io/last-applied-configuration": "{...}"},
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}}}
+	if _, err := TrimObject(svc); err != nil {
+		t.Fatal(err)
+	}
+	if len(svc.Annotations) != 1 || svc.Annotations[AnnotationPreserveSourceIP] != "true" || svc.ManagedFields != nil {
+		t.Errorf("trimmed Service: %+v", svc.ObjectMeta)
+	}
+	node := "node2"
+	sl := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{
+		discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: "x", "app": "web"}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.244.2.5"}, NodeName: &node, Zone: &node,
+			TargetRef: &corev1.ObjectReference{Name: "p"}}}}
+	if _, err := TrimObject(sl); err != nil {
+		t.Fatal(err)
+	}
+	if len(sl.Labels) != 1 || sl.Labels[discoveryv1.LabelServiceName] != "web" {
+		t.Errorf("trimmed EndpointSlice labels: %v", sl.Labels)
+	}
+	if e := sl.Endpoints[0]; e.Zone != nil || e.TargetRef != nil || *e.NodeName != "node2" || e.Addresses[0] != "10.244.2.5" {
+		t.Errorf("trimmed endpoint: %+v", e)
+	}
+	n := &corev1.Node{Status: corev1.NodeStatus{Images: []corev1.ContainerImage{{Names: []string{"a"}}},
+		Conditions: []corev1.NodeCondition{{Type: corev1.NodeMemoryPressure}, {Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+	if _, err := TrimObject(n); err != nil {
+		t.Fatal(err)
+	}
+	if n.Status.Images != nil || len(n.Status.Conditions) != 1 || nodeReady(n) != corev1.ConditionTrue {
+		t.Errorf("trimmed Node status: %+v", n.Status)
+	}
+}

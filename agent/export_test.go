@@ -28,3 +28,4 @@ func init() {
 	// Every test's syncs (two dirty keys or more) take the parallel build path, under -race too.
 	parallelBuildMin = 2
 }
+var TrimObject = trimObject

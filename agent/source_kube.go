@@ -3,9 +3,12 @@ package agent
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -39,7 +42,7 @@ func NewKubeSource(client kubernetes.Interface, nodeName string) *KubeSource {
 
 // Start implements Source.
 func (s *KubeSource) Start(ctx context.Context, h Handler) error {
-	strip := informers.WithTransform(stripManagedFields)
+	strip := informers.WithTransform(trimObject)
 	all := informers.NewSharedInformerFactoryWithOptions(s.client, 0, strip)
 	local := informers.NewSharedInformerFactoryWithOptions(s.client, 0, strip,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -152,10 +155,48 @@ func (logEvents) Warn(obj runtime.Object, reason, message string) {
 	logger.Info("Warning", "reason", reason, "message", message)
 }
 
-// stripManagedFields drops metadata.managedFields from cached objects: the agent never reads it.
-func stripManagedFields(obj any) (any, error) {
-	if m, ok := obj.(metav1.Object); ok {
-		m.SetManagedFields(nil)
+// trimObject is the informers' transform: it drops from every cached object what the agent never
+// reads, before the object enters the cache, so that the caches (the agent's largest memory at 10k
+// Services) hold only the fields used: metadata.managedFields and ownerReferences, annotations other
+// than ovs-srcip.io/*, an EndpointSlice's labels other than kubernetes.io/service-name and its
+// endpoints' hostname, targetRef, zone, hints and deprecatedTopology, a Node's images, node info,
+// capacity, allocatable, volumes and conditions other than Ready. Conversions (convert.go), the
+// equality checks (equal.go) and the Events' object references read nothing of it.
+func trimObject(obj any) (any, error) {
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return obj, nil // a tombstone: its object was trimmed when it was cached
+	}
+	m.SetManagedFields(nil)
+	m.SetOwnerReferences(nil)
+	if a := m.GetAnnotations(); len(a) > 0 {
+		var keep map[string]string
+		for k, v := range a {
+			if strings.HasPrefix(k, AnnotationPrefix) {
+				if keep == nil {
+					keep = map[string]string{}
+				}
+				keep[k] = v
+			}
+		}
+		m.SetAnnotations(keep)
+	}
+	switch o := obj.(type) {
+	case *discoveryv1.EndpointSlice:
+		if svc, ok := o.Labels[discoveryv1.LabelServiceName]; ok {
+			o.Labels = map[string]string{discoveryv1.LabelServiceName: svc}
+		} else {
+			o.Labels = nil
+		}
+		for i := range o.Endpoints {
+			e := &o.Endpoints[i]
+			e.Hostname, e.TargetRef, e.Zone, e.Hints, e.DeprecatedTopology = nil, nil, nil, nil, nil
+		}
+	case *corev1.Node:
+		o.Status.Images, o.Status.VolumesInUse, o.Status.VolumesAttached = nil, nil, nil
+		o.Status.NodeInfo, o.Status.DaemonEndpoints = corev1.NodeSystemInfo{}, corev1.NodeDaemonEndpoints{}
+		o.Status.Capacity, o.Status.Allocatable = nil, nil
+		o.Status.Conditions = slices.DeleteFunc(o.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type != corev1.NodeReady })
 	}
 	return obj, nil
 }

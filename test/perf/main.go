@@ -83,6 +83,11 @@ type Result struct {
 	OfctlReplaceColdS float64 // ovs-ofctl --bundle add-groups + replace-flows, empty bridges
 	OfctlReplaceOneS  float64 // replace-flows again with one flow changed
 
+	// One Service's bundle (its group add_or_mod and its flows), repeated: one ovs-ofctl process
+	// each, against the same bytes over one persistent connection.
+	SmallBundleOfctl      latencyStats
+	SmallBundlePersistent latencyStats
+
 	KubeProxySyncS    float64
 	KubeProxyRules    int // service chains in nftables
 	KubeProxyAtSync   usage

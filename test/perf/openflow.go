@@ -229,3 +229,41 @@ func bundleFromDumps(groups, flows string) (string, int, int) {
 	}
 	return b.String(), ng, nf
 }
+
+// replayMany writes the captured bundle n times over ONE connection (a persistent OpenFlow
+// session, as a library would keep) and returns each bundle's time to its commit reply.
+func replayMany(sock string, stream []byte, n int) ([]time.Duration, error) {
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	r := bufio.NewReaderSize(c, 1<<16)
+	if _, err := c.Write(msg(ofptHello, 1, nil)); err != nil {
+		return nil, err
+	}
+	if m, err := readMsg(r); err != nil || m.typ != ofptHello {
+		return nil, fmt.Errorf("no hello: %v", err)
+	}
+	out := make([]time.Duration, 0, n)
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		if _, err := c.Write(stream); err != nil {
+			return nil, err
+		}
+		for {
+			m, err := readMsg(r)
+			if err != nil {
+				return nil, err
+			}
+			if m.typ == ofptError {
+				return nil, fmt.Errorf("switch answered with OpenFlow error %x", m.body[:min(len(m.body), 4)])
+			}
+			if m.typ == ofptBundleControl && len(m.body) >= 6 && binary.BigEndian.Uint16(m.body[4:6]) == bundleCommitReply {
+				break
+			}
+		}
+		out = append(out, time.Since(start))
+	}
+	return out, nil
+}

@@ -335,6 +335,9 @@ func (b *bench) floorPhase(ctx context.Context, r *Result, tmp string) error {
 		streams[br] = s
 		r.FloorMessages += nmsg
 	}
+	if err := b.smallBundles(ctx, r, tmp, dumps["br-ex"].groups, dumps["br-ex"].flows); err != nil {
+		return err
+	}
 	// Pre-encoded bundles into empty bridges.
 	if err := b.clearAgentFlows(); err != nil {
 		return err
@@ -554,10 +557,19 @@ func printTable(rs []*Result) {
 	row("agent: RSS at sync / after changes (MB)", func(r *Result) string {
 		return fmt.Sprintf("%.0f/%.0f", r.AgentAtReady.RSSMB, r.AgentAfter.RSSMB)
 	})
+	row("agent: peak RSS (MB)", func(r *Result) string {
+		return fmt.Sprintf("%.0f", max(r.AgentAtReady.PeakRSSMB, r.AgentAfter.PeakRSSMB))
+	})
 	row("agent: CPU seconds to first sync", func(r *Result) string { return f2(r.AgentAtReady.CPUSeconds) })
 	row("floor: pre-encoded bundles (s)", func(r *Result) string { return f2(r.FloorBundleS) })
 	row("floor: ovs-ofctl add-groups + replace-flows (s)", func(r *Result) string { return f2(r.OfctlReplaceColdS) })
 	row("ovs-ofctl replace-flows, one flow changed (s)", func(r *Result) string { return f2(r.OfctlReplaceOneS) })
+	row("one Service bundle: ovs-ofctl process p50/p99 (ms)", func(r *Result) string {
+		return fmt.Sprintf("%.2f/%.2f", r.SmallBundleOfctl.P50ms, r.SmallBundleOfctl.P99ms)
+	})
+	row("one Service bundle: persistent conn. p50/p99 (ms)", func(r *Result) string {
+		return fmt.Sprintf("%.2f/%.2f", r.SmallBundlePersistent.P50ms, r.SmallBundlePersistent.P99ms)
+	})
 	row("ratio agent / pre-encoded floor", func(r *Result) string { return ratio(r.AgentReadyS, r.FloorBundleS) })
 	row("ratio agent / ovs-ofctl replace-flows", func(r *Result) string { return ratio(r.AgentReadyS, r.OfctlReplaceColdS) })
 	row("agent: one change, API write -> OVS p50/p99 (ms)", func(r *Result) string {
@@ -594,4 +606,52 @@ func ratio(a, b float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.2fx", a/b)
+}
+
+// smallBundles measures what one Service change costs the switch connection: the Service's group
+// (add_or_mod) and flows as one bundle, 200 times through `ovs-ofctl bundle` (one process each, as
+// ofctl.OpenFlow.Bundle runs it) and 200 times pre-encoded over one persistent connection.
+func (b *bench) smallBundles(ctx context.Context, r *Result, tmp, groups, flows string) error {
+	var gline string
+	for _, l := range strings.Split(groups, "\n") {
+		if l = strings.TrimSpace(l); strings.HasPrefix(l, "group_id=") && strings.Contains(l, "type=select") {
+			gline = l
+			break
+		}
+	}
+	if gline == "" {
+		return fmt.Errorf("no select group on br-ex")
+	}
+	id := strings.TrimPrefix(strings.SplitN(gline, ",", 2)[0], "group_id=")
+	text := "group add_or_mod " + gline + "\n"
+	for _, l := range strings.Split(flows, "\n") {
+		if strings.Contains(l, "group:"+id) {
+			text += "flow add " + strings.TrimSpace(l) + "\n"
+		}
+	}
+	f := filepath.Join(tmp, "small.bundle")
+	if err := os.WriteFile(f, []byte(text), 0o644); err != nil {
+		return err
+	}
+	const n = 200
+	var ofctl []time.Duration
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		if _, err := b.ofctl("bundle", b.target("br-ex"), f); err != nil {
+			return err
+		}
+		ofctl = append(ofctl, time.Since(start))
+	}
+	stream, _, err := capture(ctx, tmp, f)
+	if err != nil {
+		return err
+	}
+	persistent, err := replayMany(filepath.Join(b.node.Dir, "br-ex.mgmt"), stream, n)
+	if err != nil {
+		return err
+	}
+	r.SmallBundleOfctl, r.SmallBundlePersistent = stats(ofctl), stats(persistent)
+	logf("one Service's bundle (%d lines): ovs-ofctl process p50 %.2f ms p99 %.2f ms; pre-encoded over a persistent connection p50 %.2f ms p99 %.2f ms",
+		strings.Count(text, "\n"), r.SmallBundleOfctl.P50ms, r.SmallBundleOfctl.P99ms, r.SmallBundlePersistent.P50ms, r.SmallBundlePersistent.P99ms)
+	return nil
 }
