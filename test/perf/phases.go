@@ -458,48 +458,47 @@ func (b *bench) kubeProxyPhase(ctx context.Context, r *Result, nChanges int, tmp
 	logf("kube-proxy (nftables): initial sync %.2f s (its own sync metric %.2f s), %d service chains, RSS %.0f MB, CPU %.2f s",
 		r.KubeProxySyncS, metricDur, r.KubeProxyRules, r.KubeProxyAtSync.RSSMB, r.KubeProxyAtSync.CPUSeconds)
 
-	// One change at a time: the endpoint chains with the new port appear in one transaction.
-	mon, stopMon, err := monitor([]string{"ip", "netns", "exec", b.kpNS, "stdbuf", "-oL", "nft", "monitor", "rules"}, nsEnv, false,
-		func(l string) bool { return strings.Contains(l, "dnat") })
-	if err != nil {
-		return err
+	// One change at a time, polled in the Service's own chain (`nft list chain`, a few ms per
+	// look; `nft monitor` loses events when kube-proxy's large transactions overflow its netlink
+	// socket): kube-proxy 1.37 writes a Service's endpoints into its service chain's dnat map
+	// ("dnat ip to numgen random mod N map { 0 : IP . PORT, ... }").
+	chains := map[string]string{}
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimSpace(l)
+		if name, ok := strings.CutPrefix(l, "chain service-"); ok {
+			name = strings.TrimSuffix(name, " {")
+			if _, rest, ok := strings.Cut(name, "-"+perfNS+"/"); ok {
+				svc, _, _ := strings.Cut(rest, "/")
+				chains[svc] = "service-" + name
+			}
+		}
 	}
-	defer stopMon()
-	time.Sleep(500 * time.Millisecond)
 	size := len(b.cl.svcs)
 	lat := make([]time.Duration, 0, nChanges)
 	for i := 0; i < nChanges; i++ {
 		time.Sleep(*kpSpacing)
 		idx := (i*7919 + 13) % size
+		chain := chains[b.cl.svcs[idx].name]
+		if chain == "" {
+			return fmt.Errorf("no kube-proxy service chain for %s", b.cl.svcs[idx].name)
+		}
 		p := b.port()
-		// kube-proxy 1.37 writes a Service's endpoints into its service chain's dnat map
-		// ("dnat ip to numgen random mod N map { 0 : IP . PORT, ... }").
 		want := fmt.Sprintf(" . %d", p)
-		drain(mon)
 		t0 := time.Now()
 		if err := b.cl.setPort(ctx, idx, p); err != nil {
 			return err
 		}
-		timeout := time.After(60 * time.Second)
-	wait:
 		for {
-			select {
-			case e := <-mon:
-				if strings.Contains(e.line, want+",") || strings.Contains(e.line, want+" ") {
-					lat = append(lat, e.at.Sub(t0))
-					break wait
-				}
-			case <-timeout:
-				rs, _ := nft("list", "ruleset")
-				var seen []string
-				for _, l := range strings.Split(rs, "\n") {
-					if strings.Contains(l, want) {
-						seen = append(seen, strings.TrimSpace(l))
-					}
-				}
-				lg, _ := os.ReadFile(logPath)
-				return fmt.Errorf("kube-proxy change %d (port %d) never seen by nft monitor; ruleset lines with it: %q\n%s", i, p, seen, tailLines(string(lg), 15))
+			rs, err := nft("list", "chain", "ip", "kube-proxy", chain)
+			if err == nil && strings.Contains(rs, want) {
+				lat = append(lat, time.Since(t0))
+				break
 			}
+			if time.Since(t0) > time.Minute {
+				lg, _ := os.ReadFile(logPath)
+				return fmt.Errorf("kube-proxy change %d (port %d) not in chain %s after a minute (%v)\n%s", i, p, chain, err, tailLines(string(lg), 15))
+			}
+			time.Sleep(time.Millisecond)
 		}
 	}
 	r.KubeProxyChange = stats(lat)
