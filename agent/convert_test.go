@@ -340,7 +340,7 @@ func TestConvertNodeDown(t *testing.T) {
 
 func TestTrimObjectKeepsWhatTheAgentReads(t *testing.T) {
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "demo",
-		Annotations: map[string]string{AnnotationPreserveSourceIP: "true", "kubectl.kubernetes.io/last-applied-configuration": "{...}"},
+		Annotations:   map[string]string{AnnotationPreserveSourceIP: "true", "kubectl.kubernetes.io/last-applied-configuration": "{...}"},
 		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}}}
 	if _, err := TrimObject(svc); err != nil {
 		t.Fatal(err)

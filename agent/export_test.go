@@ -28,4 +28,5 @@ func init() {
 	// Every test's syncs (two dirty keys or more) take the parallel build path, under -race too.
 	parallelBuildMin = 2
 }
+
 var TrimObject = trimObject
