@@ -117,6 +117,11 @@ func New(cfg Config) (*Agent, error) {
 		RepairPeriod:      cfg.RepairPeriod,
 		BucketsPerMessage: cfg.BucketsPerMessage,
 	})
+	if cfg.Metrics != nil && cfg.Metrics.reg != nil {
+		if err := cfg.Metrics.reg.Register(newFlowStatsCollector(rec, cfg.Bridges)); err != nil {
+			return nil, fmt.Errorf("register the flow counters' metrics: %w", err)
+		}
+	}
 	runner := NewRunner(rec.Sync, cfg.MinSyncInterval, DefaultRetryMin, DefaultRetryMax)
 	rec.SetTrigger(runner.Run)
 	return &Agent{cfg: cfg, rec: rec, runner: runner}, nil

@@ -105,3 +105,9 @@ type ConntrackLimiter interface {
 	// ConntrackZoneLimits reads the limit and entry count of zones.
 	ConntrackZoneLimits(ctx context.Context, zones ...uint16) (map[uint16]flows.ZoneLimit, error)
 }
+
+// FlowStatser is implemented by a FlowBridge that can read its flows' counters
+// (ofctl.OpenFlow.FlowStats); the per-Service and drop metrics are read through it at scrape time.
+type FlowStatser interface {
+	FlowStats(ctx context.Context) ([]flows.FlowStat, error)
+}

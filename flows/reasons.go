@@ -149,3 +149,16 @@ func FlowDropReason(f *ovs.Flow) (DropReason, bool) {
 	}
 	return "", false
 }
+
+// FlowStat is one installed flow's place and counters, as dump-flows reports them (read by
+// ofctl.OpenFlow.FlowStats for the per-Service and drop metrics).
+type FlowStat struct {
+	Cookie   Cookie
+	Table    Table
+	Priority int
+	// Packets and Bytes are the flow's n_packets and n_bytes since it was installed (a flow set
+	// with a new cookie starts again from zero).
+	Packets, Bytes uint64
+	// ToGroup: the flow's first action is group:N.
+	ToGroup bool
+}
