@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net/netip"
 	"regexp"
 	"strconv"
 	"strings"
@@ -84,13 +83,13 @@ func (n *names) cookie(c flows.Cookie) string {
 func (n *names) group(id uint32) string {
 	if n != nil {
 		if p, ok := n.groups[id]; ok {
-			return fmt.Sprintf("%s %s/%s, %d bucket(s)", n.svcOf[id], p.PortName, p.Protocol, len(p.Endpoints))
+			return fmt.Sprintf("of %s %s/%s, %d bucket(s)", n.svcOf[id], p.PortName, p.Protocol, p.Buckets)
 		}
 	}
 	if flows.OwnedGroup(id) {
-		return "a Service port's group"
+		return "of a Service port (not known to the agent now)"
 	}
-	return "not ours"
+	return "(not ours)"
 }
 
 // bucket names bucket b of group id: "endpoint demo/echo-a 10.244.2.5:8080 on node2".
@@ -198,7 +197,7 @@ func annotateDump(dump string, b flows.Bridge, n *names) string {
 				if pm := dumpPrioRE.FindStringSubmatch(l); pm != nil {
 					prio, _ = strconv.Atoi(pm[1])
 				}
-				notes := []string{t.Name(b), n.cookie(c)}
+				notes := []string{n.cookie(c), t.Name(b)}
 				if gm := dumpGroupRE.FindStringSubmatch(l); gm != nil {
 					if id, err := strconv.ParseUint(gm[1], 10, 32); err == nil {
 						notes = append(notes, "group "+n.group(uint32(id)))
@@ -215,20 +214,12 @@ func annotateDump(dump string, b flows.Bridge, n *names) string {
 	return sb.String()
 }
 
-// annotateDesired is annotateDump for rendered bundle lines ("flow add ...", "group ...").
-func annotateDesired(lines []string, b flows.Bridge) string {
+// annotateDesired is annotateDump for rendered bundle lines ("flow add ...", "group ..."); n
+// names the rendered flow sets.
+func annotateDesired(lines []string, b flows.Bridge, n *names) string {
 	var sb strings.Builder
 	for _, l := range lines {
-		sb.WriteString(annotateDump(l, b, nil))
+		sb.WriteString(annotateDump(l, b, n))
 	}
 	return sb.String()
-}
-
-// parseAddr returns the address of "ip:port" or "ip", for names.
-func parseAddr(s string) (netip.Addr, bool) {
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr(), true
-	}
-	a, err := netip.ParseAddr(s)
-	return a, err == nil
 }
