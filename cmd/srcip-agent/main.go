@@ -54,6 +54,7 @@ type options struct {
 	bucketsPerMessage int
 	metricsAddr       string
 	statusSocket      string
+	debugAddr         string
 }
 
 func main() {
@@ -103,8 +104,9 @@ LoadBalancer, or externalIPs). SIGTERM stops the agent and leaves every flow in 
 	f.DurationVar(&o.drainPeriod, "drain-period", agent.DefaultDrainPeriod, "longest time the established TCP connections of a Service entry point that went away (annotation removed, Service or port deleted, externalTrafficPolicy changed) keep being forwarded; the drain ends earlier, at a full sync, once the service conntrack zone holds no live connection to it")
 	f.DurationVar(&o.repairPeriod, "repair-period", 10*time.Minute, "period of the deep repair: a full sync re-sends every flow of the agent with modify_strict (restores flows edited in place, keeps their counters) and every group with add_or_mod, in one bundle per bridge; it costs one bundle as large as the whole pipeline (about 6 flows per Service port, e.g. 60k lines and about a second of ovs-vswitchd time for 10k Service ports). 0 disables it")
 	f.IntVar(&o.bucketsPerMessage, "group-buckets-per-message", flows.DefaultBucketsPerMessage, "most select-group buckets in one OpenFlow message: a Service port with more endpoints is written as one group add_or_mod plus insert_bucket messages in the same bundle (an OpenFlow message is at most 64 KiB; a Service bucket is 88 bytes)")
-	f.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:9464", `address of the HTTP server for /metrics, /healthz (process up, OVSDB reachable), /readyz (first full sync done, syncs not failing), /status (JSON, read by srcipctl status) and /trace (ofproto/trace on this node, read by srcipctl trace); "0" disables it`)
-	f.StringVar(&o.statusSocket, "status-socket", "", `unix socket serving the same HTTP endpoints as --metrics-bind-address, for srcipctl on the node (no network needed); default <ovs-rundir>/srcip-agent.sock; "-" disables it`)
+	f.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:9464", `address of the HTTP server for /metrics, /healthz (process up, OVSDB reachable) and /readyz (first full sync done, syncs not failing); "0" disables it`)
+	f.StringVar(&o.statusSocket, "status-socket", "", `unix socket serving the endpoints of --metrics-bind-address plus /status (JSON) and /trace (ofproto/trace on this node), for srcipctl on the node; default <ovs-rundir>/srcip-agent.sock; "-" disables it (a socket that cannot be created is logged, not fatal)`)
+	f.StringVar(&o.debugAddr, "debug-bind-address", "", `address of an HTTP server with the status socket's endpoints (/status, /trace, ...) for srcipctl from elsewhere, e.g. 127.0.0.1:9465 behind kubectl port-forward; empty (default): none. /trace costs ovs-vswitchd CPU: never bind it where untrusted clients reach it`)
 	cmd.AddCommand(newNodeSetupCommand(), newNodeTeardownCommand())
 	addKlogFlags(f)
 	return cmd
@@ -208,14 +210,26 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	mux := newMux(reg, a, map[string]*ofctl.OpenFlow{"br-ex": brEx, "br-int": brInt})
-	var listeners []net.Listener
-	if o.metricsAddr != "0" && o.metricsAddr != "" {
-		ln, err := net.Listen("tcp", o.metricsAddr)
-		if err != nil {
-			return fmt.Errorf("metrics listener (--metrics-bind-address %s): %w", o.metricsAddr, err)
+	metricsMux := newMux(reg, a, nil)
+	debugMux := newMux(reg, a, map[string]*ofctl.OpenFlow{"br-ex": brEx, "br-int": brInt})
+	type server struct {
+		ln  net.Listener
+		mux *http.ServeMux
+	}
+	var servers []server
+	for _, l := range []struct{ addr, flag string }{{o.metricsAddr, "--metrics-bind-address"}, {o.debugAddr, "--debug-bind-address"}} {
+		if l.addr == "0" || l.addr == "" {
+			continue
 		}
-		listeners = append(listeners, ln)
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			return fmt.Errorf("HTTP listener (%s %s): %w", l.flag, l.addr, err)
+		}
+		mux := metricsMux
+		if l.flag == "--debug-bind-address" {
+			mux = debugMux
+		}
+		servers = append(servers, server{ln, mux})
 	}
 	if o.statusSocket != "-" {
 		path := o.statusSocket
@@ -223,14 +237,15 @@ func run(ctx context.Context, o options) error {
 			path = filepath.Join(o.ovsRunDir, statusSocketName)
 		}
 		_ = os.Remove(path) // a previous agent's socket
-		ln, err := net.Listen("unix", path)
-		if err != nil {
-			return fmt.Errorf("status socket (--status-socket %s): %w", path, err)
+		if ln, err := net.Listen("unix", path); err != nil {
+			logger.Error(err, "No status socket: srcipctl status and trace cannot reach this agent; set --status-socket to a writable path", "path", path)
+		} else {
+			servers = append(servers, server{ln, debugMux})
 		}
-		listeners = append(listeners, ln)
 	}
-	for _, ln := range listeners {
-		srv := serveHTTP(ctx, ln, mux)
+	for _, sv := range servers {
+		ln := sv.ln
+		srv := serveHTTP(ctx, ln, sv.mux)
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
@@ -261,9 +276,10 @@ func kubeConfig(path string) (*rest.Config, error) {
 // statusSocketName is the agent's status socket in the OVS run directory (--status-socket).
 const statusSocketName = "srcip-agent.sock"
 
-// newMux returns the agent's HTTP endpoints: /metrics, /healthz, /readyz, /status (JSON
-// agent.Report) and /trace (ofproto/trace on one of the node's bridges: query bridge=br-ex|br-int,
-// flow=<ovs-fields(7) flow>, ct-next=<state> repeated; text/plain answer; read-only).
+// newMux returns the agent's HTTP endpoints: /metrics, /healthz, /readyz and, with bridges,
+// /status (JSON agent.Report) and /trace (ofproto/trace on one of the node's bridges: query
+// bridge=br-ex|br-int, flow=<ovs-fields(7) flow>, ct-next=<state> repeated; text/plain answer;
+// read-only).
 func newMux(reg *prometheus.Registry, a *agent.Agent, bridges map[string]*ofctl.OpenFlow) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -278,6 +294,9 @@ func newMux(reg *prometheus.Registry, a *agent.Agent, bridges map[string]*ofctl.
 	}
 	mux.Handle("/healthz", check(a.Healthy))
 	mux.Handle("/readyz", check(a.Ready))
+	if bridges == nil {
+		return mux
+	}
 	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)

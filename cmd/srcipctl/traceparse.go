@@ -36,13 +36,18 @@ type traceResult struct {
 }
 
 var (
-	traceBridgeRE = regexp.MustCompile(`^bridge\("([^"]+)"\)`)
-	traceTableRE  = regexp.MustCompile(`^\s*(\d+)\. (.*?), priority (\d+)(?:, cookie (0x[0-9a-f]+))?$`)
-	traceBucketRE = regexp.MustCompile(`-> using bucket (\d+)`)
-	traceTunDstRE = regexp.MustCompile(`set_field:([0-9.]+)->tun_dst`)
-	traceVNIRE    = regexp.MustCompile(`set_field:(0x[0-9a-f]+|\d+)->tun_id`)
-	traceNATRE    = regexp.MustCompile(`nat\(dst=([0-9.]+:\d+)\)`)
-	traceGroupRE  = regexp.MustCompile(`^group:(\d+)`)
+	traceBridgeRE  = regexp.MustCompile(`^bridge\("([^"]+)"\)`)
+	traceTableRE   = regexp.MustCompile(`^\s*(\d+)\. (.*?), priority (\d+)(?:, cookie (0x[0-9a-f]+))?$`)
+	traceBucketRE  = regexp.MustCompile(`-> using bucket (\d+)`)
+	traceTunDstRE  = regexp.MustCompile(`set_field:([0-9.]+)->tun_dst`)
+	traceVNIRE     = regexp.MustCompile(`set_field:(0x[0-9a-f]+|\d+)->tun_id`)
+	traceNATRE     = regexp.MustCompile(`nat\(dst=([0-9.]+:\d+)\)`)
+	traceGroupRE   = regexp.MustCompile(`^group:(\d+)`)
+	traceResumeRE  = regexp.MustCompile(`^Resuming from table (\d+)`)
+	traceCTTableRE = regexp.MustCompile(`^ct\(.*table=(\d+)`)
+	// tnl_push(...,ipv4(src=A,dst=B,...),...,geneve(vni=0xN)...) in datapath actions.
+	tnlDstRE = regexp.MustCompile(`tnl_push\(.*?ipv4\(src=[0-9.]+,dst=([0-9.]+)`)
+	tnlVNIRE = regexp.MustCompile(`geneve\(vni=(0x[0-9a-f]+)`)
 )
 
 // parseTrace parses ofproto/trace output; bridge names are mapped with bridges (OVS name ->
@@ -51,12 +56,24 @@ func parseTrace(out string, bridges map[string]flows.Bridge) traceResult {
 	r := traceResult{raw: out}
 	var cur flows.Bridge
 	var last *hit
+	// After a recirculation ofproto/trace names the bridge the trace started on, whichever bridge
+	// issued the ct(table=N): resumeOn remembers that one per table.
+	resumeOn := map[string]flows.Bridge{}
 	for _, l := range strings.Split(out, "\n") {
 		t := strings.TrimSpace(l)
 		if m := traceBridgeRE.FindStringSubmatch(t); m != nil {
 			cur = bridges[m[1]]
 			last = nil
 			continue
+		}
+		if m := traceResumeRE.FindStringSubmatch(t); m != nil {
+			if b, ok := resumeOn[m[1]]; ok {
+				cur = b
+			}
+			continue
+		}
+		if m := traceCTTableRE.FindStringSubmatch(t); m != nil && last != nil {
+			resumeOn[m[1]] = cur
 		}
 		if strings.HasPrefix(t, "Datapath actions:") {
 			r.final = strings.TrimSpace(strings.TrimPrefix(t, "Datapath actions:"))
@@ -92,6 +109,14 @@ func parseTrace(out string, bridges map[string]flows.Bridge) traceResult {
 				last.group = uint32(id)
 			}
 		}
+	}
+	// The datapath's tunnel header is the truth (a tun_dst moved from ct_label shows no
+	// set_field).
+	if m := tnlDstRE.FindStringSubmatch(r.final); m != nil {
+		r.tunDst = m[1]
+	}
+	if m := tnlVNIRE.FindStringSubmatch(r.final); m != nil {
+		r.vni = m[1]
 	}
 	return r
 }

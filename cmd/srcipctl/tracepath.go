@@ -245,7 +245,7 @@ func (t *pathTracer) run(ctx context.Context, proto string, client, entry netip.
 		return fmt.Sprintf("unexpected: on %s the packet ended in %s %s (datapath actions %s)", in.name, last.bridge, last.table.Name(last.bridge), r.final), nil
 	}
 	pod := backend.names.podByIP[epAddr.Addr().String()]
-	fmt.Fprintf(t.out, "   => delivered to %s on %s (the pod sees the client %s)\n", backend.names.endpoint(ep), backend.name, client)
+	fmt.Fprintf(t.out, "   => delivered to %s (the pod sees the client %s)\n", backend.names.endpoint(ep), client)
 
 	// The reply: from the pod's port, with the connection's ZonePod state.
 	var pr *agent.PodReport
@@ -257,7 +257,7 @@ func (t *pathTracer) run(ctx context.Context, proto string, client, entry netip.
 		}
 	}
 	if pr == nil {
-		return fmt.Sprintf("delivered to %s on %s; reply not traced: %s has no pod port with %s", in.names.endpoint(ep), backend.name, backend.name, epAddr.Addr()), nil
+		return fmt.Sprintf("delivered to %s; reply not traced: %s has no pod port with %s", in.names.endpoint(ep), backend.name, epAddr.Addr()), nil
 	}
 	gwMAC := gatewayMAC(backend)
 	mark, label, ctn := flows.OriginTunnel.CTMarkValue(), ipLabel(in.ip()), []string{"trk,est,rpl"}
