@@ -47,7 +47,7 @@ controlplane:
 # with the agents reading manifests (test/e2e) or watching a live API server (test/kubee2e), and the
 # deploy/ manifests applied to a live API server.
 test-e2e: deps build controlplane
-	SRCIP_AGENT=$(BIN)/srcip-agent SRCIP_ECHO=$(BIN)/echo $(GO) test -count=1 -p 1 -timeout 40m ./test/... ./deploy/...
+	SRCIP_AGENT=$(BIN)/srcip-agent SRCIP_ECHO=$(BIN)/echo SRCIPCTL=$(BIN)/srcipctl $(GO) test -count=1 -p 1 -timeout 40m ./test/... ./deploy/...
 
 test: deps vet build test-unit test-e2e
 
