@@ -51,7 +51,8 @@ func OptIn(svc *corev1.Service) (ok bool, reason string) {
 func ServicePorts(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]flows.ServicePort, []string) {
 	ok, reason := OptIn(svc)
 	if !ok {
-		if reason != "" {
+		// "false" is a clear opt-out: no Event (srcipctl status still says why).
+		if reason != "" && svc.Annotations[AnnotationPreserveSourceIP] != "false" {
 			return nil, []string{reason}
 		}
 		return nil, nil
