@@ -2,6 +2,7 @@ package agent
 
 import (
 	"cmp"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -90,6 +91,9 @@ type ServiceReport struct {
 	// Type and ExternalTrafficPolicy are the Service's.
 	Type                  string `json:"type"`
 	ExternalTrafficPolicy string `json:"externalTrafficPolicy"`
+	// Requested are the entry points the Service asks for ("nodePort N/PROTO", ip:port/PROTO of
+	// its LoadBalancer ingress IPs and externalIPs), opted in or not.
+	Requested []string `json:"requested,omitempty"`
 	// Refused are the entry points the agent refuses, with the reason.
 	Refused []RefusedReport `json:"refused,omitempty"`
 	// Problems are conversion problems (bad addresses, missing ports); Conflicts the entry points
@@ -265,6 +269,23 @@ func (r *Reconciler) serviceReport(name types.NamespacedName, svc *corev1.Servic
 		sr.Problems = slices.DeleteFunc(slices.Clone(sr.Problems), func(p string) bool { return p == why })
 	} else {
 		sr.Problems = nil
+	}
+	for _, p := range svc.Spec.Ports {
+		proto := string(p.Protocol)
+		if proto == "" {
+			proto = "TCP"
+		}
+		if p.NodePort != 0 {
+			sr.Requested = append(sr.Requested, fmt.Sprintf("nodePort %d/%s", p.NodePort, proto))
+		}
+		for _, ing := range svc.Status.LoadBalancer.Ingress {
+			if ing.IP != "" {
+				sr.Requested = append(sr.Requested, fmt.Sprintf("%s:%d/%s", ing.IP, p.Port, proto))
+			}
+		}
+		for _, ip := range svc.Spec.ExternalIPs {
+			sr.Requested = append(sr.Requested, fmt.Sprintf("%s:%d/%s", ip, p.Port, proto))
+		}
 	}
 	for _, re := range m.refused[name] {
 		sr.Refused = append(sr.Refused, RefusedReport{Entry: re.Entry.String(), Reason: re.Reason})

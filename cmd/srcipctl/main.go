@@ -15,11 +15,13 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"github.com/ovs-srcip/ovs-srcip/agent"
 	"github.com/ovs-srcip/ovs-srcip/flows"
@@ -27,6 +29,9 @@ import (
 )
 
 func main() {
+	// The agent code srcipctl runs (desired, diff) logs through klog; its problems are shown
+	// another way (desired prints them as comments).
+	klog.SetLogger(logr.Discard())
 	if err := newCommand(os.Stdout).Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "srcipctl:", err)
 		os.Exit(1)
@@ -270,11 +275,16 @@ ports.`,
 			if err != nil {
 				return err
 			}
+			ev := &eventList{}
+			o.Events = ev
 			lines, rep, err := agent.Desired(ctx, src.node, objs, o)
 			if err != nil {
 				return err
 			}
 			n := newNames(&rep)
+			for _, e := range ev.lines {
+				fmt.Fprintf(out, "# event: %s\n", e)
+			}
 			for _, b := range []flows.Bridge{flows.BrEx, flows.BrInt} {
 				if bridge != "" && bridge != b.String() {
 					continue
@@ -324,7 +334,7 @@ learned flows are runtime state and are listed, not counted. --node defaults to 
 			if err != nil {
 				return err
 			}
-			o.Ports, o.PodPorts = &ports, podPorts
+			o.Ports, o.PodPorts, o.Events = &ports, podPorts, &eventList{}
 			_, want, err := agent.Desired(ctx, src.node, objs, o)
 			if err != nil {
 				return err
@@ -397,4 +407,15 @@ learned flows are runtime state and are listed, not counted. --node defaults to 
 	runDirFlag(cmd, &runDir, "holds <bridge>.mgmt and the agent's srcip-agent.sock")
 	agentFlag(cmd.Flags(), &agentAddr)
 	return cmd
+}
+
+// eventList collects the Events the rendering agent would send.
+type eventList struct{ lines []string }
+
+func (e *eventList) Warn(obj runtime.Object, reason, message string) {
+	name := ""
+	if m, ok := obj.(metav1.Object); ok {
+		name = m.GetNamespace() + "/" + m.GetName() + " "
+	}
+	e.lines = append(e.lines, name+reason+": "+message)
 }

@@ -37,7 +37,7 @@ type traceResult struct {
 
 var (
 	traceBridgeRE  = regexp.MustCompile(`^bridge\("([^"]+)"\)`)
-	traceTableRE   = regexp.MustCompile(`^\s*(\d+)\. (.*?), priority (\d+)(?:, cookie (0x[0-9a-f]+))?$`)
+	traceTableRE   = regexp.MustCompile(`^\s*(\d+)\. (?:(.*?), )?priority (\d+)(?:, cookie (0x[0-9a-f]+))?$`)
 	traceBucketRE  = regexp.MustCompile(`-> using bucket (\d+)`)
 	traceTunDstRE  = regexp.MustCompile(`set_field:([0-9.]+)->tun_dst`)
 	traceVNIRE     = regexp.MustCompile(`set_field:(0x[0-9a-f]+|\d+)->tun_id`)

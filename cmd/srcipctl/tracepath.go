@@ -124,13 +124,21 @@ func entryOwner(v *nodeView, entry netip.AddrPort, proto string) (string, string
 	}
 	var why []string
 	np := fmt.Sprintf("nodePort %d/%s", entry.Port(), strings.ToUpper(proto))
+	isNode := false
+	for _, n := range v.rep.Nodes {
+		isNode = isNode || n.InternalIP == entry.Addr().String()
+	}
 	for _, s := range v.rep.Services {
 		for _, r := range s.Refused {
 			if r.Entry == want || r.Entry == np {
 				why = append(why, fmt.Sprintf("%s/%s: %s", s.Namespace, s.Name, r.Reason))
 			}
 		}
-		if !s.OptedIn && s.Reason != "" {
+		asks := false
+		for _, e := range s.Requested {
+			asks = asks || e == want || (isNode && e == np)
+		}
+		if asks && !s.OptedIn && s.Reason != "" {
 			why = append(why, fmt.Sprintf("%s/%s is not opted in: %s", s.Namespace, s.Name, s.Reason))
 		}
 		for _, c := range s.Conflicts {
