@@ -59,8 +59,21 @@ func parseTrace(out string, bridges map[string]flows.Bridge) traceResult {
 	// After a recirculation ofproto/trace names the bridge the trace started on, whichever bridge
 	// issued the ct(table=N): resumeOn remembers that one per table.
 	resumeOn := map[string]flows.Bridge{}
+	// outer: after "-> output to native tunnel" ofproto/trace follows the encapsulated (outer)
+	// packet through the underlay bridge (br-ex's NORMAL, ...): not the packet's own path, up to
+	// the end of the section.
+	outer := false
 	for _, l := range strings.Split(out, "\n") {
 		t := strings.TrimSpace(l)
+		if strings.HasPrefix(t, "-> output to native tunnel") {
+			outer = true
+		}
+		if strings.HasPrefix(l, "Final flow:") || strings.HasPrefix(l, "Datapath actions:") || strings.HasPrefix(l, "====") {
+			outer = false
+		}
+		if outer {
+			continue
+		}
 		if m := traceBridgeRE.FindStringSubmatch(t); m != nil {
 			cur = bridges[m[1]]
 			last = nil
