@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/ovs-srcip/ovs-srcip/ofctl"
@@ -153,6 +154,9 @@ func Setup(ctx context.Context, cfg Config) (Result, error) {
 	if len(cfg.ClusterCIDRs) == 0 {
 		return Result{}, errors.New("no cluster CIDR: give --cluster-cidrs (kube-controller-manager's --cluster-cidr, e.g. 10.244.0.0/16)")
 	}
+	if err := checkPodCIDRsInCluster(cfg.PodCIDRs, cfg.ClusterCIDRs); err != nil {
+		return Result{}, err
+	}
 	db, err := ofctl.Connect(ctx, cfg.OVSDB)
 	if err != nil {
 		return Result{}, fmt.Errorf("%w (is Open vSwitch running, and %s its database socket?)", err, cfg.OVSDB)
@@ -179,6 +183,19 @@ func Setup(ctx context.Context, cfg Config) (Result, error) {
 		return r.res, fmt.Errorf("CNI install: %w", err)
 	}
 	return r.res, nil
+}
+
+// checkPodCIDRsInCluster refuses a node pod CIDR that is not inside one of the cluster CIDRs:
+// its pods' traffic would be masqueraded towards other nodes and never routed back to them.
+func checkPodCIDRsInCluster(pods, cluster []netip.Prefix) error {
+	for _, p := range pods {
+		if !slices.ContainsFunc(cluster, func(cc netip.Prefix) bool {
+			return cc.Bits() <= p.Bits() && cc.Contains(p.Masked().Addr())
+		}) {
+			return fmt.Errorf("pod CIDR %s is not inside the cluster CIDRs %v: give --cluster-cidrs the cluster's pod network (kube-controller-manager --cluster-cidr) that contains the node's pod CIDR", p, cluster)
+		}
+	}
+	return nil
 }
 
 // Teardown undoes Setup: the CNI files, the nftables table, br-int with the gateway port, and

@@ -50,3 +50,16 @@ func TestNFTObjectsFingerprint(t *testing.T) {
 	_, other = nftObjects(pod, cluster, "gw1")
 	assert.NotEqual(t, *rules[1].Comment, *other[1].Comment)
 }
+
+// A pod CIDR outside the cluster CIDRs is refused before anything is touched (not even OVSDB:
+// the endpoint here does not exist).
+func TestSetupRefusesPodCIDROutsideCluster(t *testing.T) {
+	_, err := Setup(t.Context(), Config{OVSDB: "unix:/nonexistent/db.sock",
+		PodCIDRs:     []netip.Prefix{netip.MustParsePrefix("192.168.1.0/24")},
+		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}})
+	require.ErrorContains(t, err, "pod CIDR 192.168.1.0/24 is not inside the cluster CIDRs [10.244.0.0/16]")
+	assert.NoError(t, checkPodCIDRsInCluster([]netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")},
+		[]netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("10.244.0.0/16")}))
+	assert.Error(t, checkPodCIDRsInCluster([]netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
+		[]netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}), "a pod CIDR wider than the cluster CIDR")
+}
