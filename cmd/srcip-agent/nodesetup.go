@@ -32,7 +32,7 @@ func commonNodeFlags(f *pflag.FlagSet, o *nodeSetupOptions) {
 	f.StringVar(&o.cfg.BridgeEx, "bridge-ex", nodesetup.DefaultBridgeEx, "the external bridge")
 	f.StringVar(&o.cfg.BridgeInt, "bridge-int", nodesetup.DefaultBridgeInt, "the pod (integration) bridge")
 	f.StringVar(&o.cfg.GatewayPort, "gateway-port", nodesetup.DefaultGatewayPort, "the host's internal port on the pod bridge, holding the pod gateway address")
-	f.StringVar(&o.cfg.OVSDB, "ovsdb", "unix:/var/run/openvswitch/db.sock", "OVSDB endpoint of the node's ovsdb-server")
+	f.StringVar(&o.cfg.OVSDB, "ovsdb", "unix:/var/run/openvswitch/db.sock", "OVSDB endpoint of the node's ovsdb-server: unix:PATH (a bare /PATH is taken as unix:PATH), tcp:IP:PORT or ssl:IP:PORT")
 	f.StringVar(&o.cfg.OVSRunDir, "ovs-rundir", ofctl.DefaultRunDir, "OVS run directory (<bridge>.mgmt sockets)")
 	f.StringVar(&o.cfg.StateDir, "state-dir", nodesetup.DefaultStateDir, "directory of the state file that records what was moved from the NIC (node-teardown puts it back)")
 	f.StringVar(&o.cfg.CNIBinDir, "cni-bin-dir", nodesetup.DefaultCNIBinDir, "the node's CNI plugin directory")
