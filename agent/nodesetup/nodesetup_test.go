@@ -1,8 +1,11 @@
 package nodesetup
 
 import (
+	"context"
 	"encoding/json"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -62,4 +65,26 @@ func TestSetupRefusesPodCIDROutsideCluster(t *testing.T) {
 		[]netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("10.244.0.0/16")}))
 	assert.Error(t, checkPodCIDRsInCluster([]netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
 		[]netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}), "a pod CIDR wider than the cluster CIDR")
+}
+
+// node-teardown checks its flags and reaches OVSDB before it removes anything: a bad --ovsdb or
+// an OVSDB that does not answer leaves the CNI files in place.
+func TestTeardownRemovesNothingWithoutOVSDB(t *testing.T) {
+	confDir, binDir := t.TempDir(), t.TempDir()
+	conflist := filepath.Join(confDir, ConflistName)
+	require.NoError(t, os.WriteFile(conflist, []byte("{}"), 0o644))
+	plugin := filepath.Join(binDir, "srcip-cni")
+	require.NoError(t, os.WriteFile(plugin, []byte("x"), 0o755))
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for ep, want := range map[string]string{
+		"db.sock":                          "want unix:PATH",
+		t.TempDir() + "/db.sock":           "nothing was removed",
+		"unix:" + t.TempDir() + "/db.sock": "nothing was removed",
+	} {
+		_, err := Teardown(ctx, Config{OVSDB: ep, CNIConfDir: confDir, CNIBinDir: binDir, StateDir: t.TempDir()})
+		require.ErrorContains(t, err, want, ep)
+		assert.FileExists(t, conflist, ep)
+		assert.FileExists(t, plugin, ep)
+	}
 }
