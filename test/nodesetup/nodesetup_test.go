@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -238,6 +239,44 @@ func TestNodeSetupAndTeardown(t *testing.T) {
 	assert.Contains(t, out, "node-setup: nothing changed")
 	assert.NotRegexp(t, `(?m)^changed: `, out)
 	n.ping(t)
+
+	// A bare socket path as --ovsdb is unix:PATH (the conflist keeps the unix: form: unchanged).
+	bare := append(slices.Clone(setup), "--ovsdb="+n.dir+"/db.sock")
+	out, err = n.agent(t, bin, bare...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "node-setup: nothing changed")
+
+	// Changed cluster CIDRs: the new route is added, the old one on srcip-gw0 removed.
+	other := func(cidrs string) []string {
+		return slices.DeleteFunc(append(slices.Clone(setup), "--cluster-cidrs="+cidrs), func(s string) bool { return s == "--cluster-cidrs=10.244.0.0/16" })
+	}
+	out, err = n.agent(t, bin, other("10.244.0.0/15")...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "changed: removed stale route 10.244.0.0/16 dev srcip-gw0")
+	routes = must(t, nil, "ip", "-n", n.netns, "-4", "route", "show")
+	assert.Contains(t, routes, "10.244.0.0/15 dev srcip-gw0 proto static scope link src 10.244.1.1")
+	assert.NotContains(t, routes, "10.244.0.0/16")
+	assert.Contains(t, routes, "10.244.1.0/24 dev srcip-gw0 proto kernel", "the gateway address's own route stays")
+	out, err = n.agent(t, bin, setup...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "changed: removed stale route 10.244.0.0/15 dev srcip-gw0")
+
+	// A cluster CIDR routed through another device, and a pod CIDR outside the cluster CIDRs,
+	// are refused before anything changes.
+	must(t, nil, "ip", "-n", n.netns, "route", "add", "10.250.0.0/16", "via", peerIP, "dev", "br-ex")
+	out, err = n.agent(t, bin, other("10.244.0.0/16,10.250.0.0/16")...)
+	require.ErrorContains(t, err, "cluster CIDR 10.250.0.0/16 is already routed via "+peerIP+" dev br-ex")
+	assert.NotContains(t, out, "changed: ")
+	assert.Contains(t, must(t, nil, "ip", "-n", n.netns, "-4", "route", "show"), "10.250.0.0/16 via "+peerIP+" dev br-ex")
+	must(t, nil, "ip", "-n", n.netns, "route", "del", "10.250.0.0/16")
+	out, err = n.agent(t, bin, other("10.96.0.0/16")...)
+	require.ErrorContains(t, err, "pod CIDR 10.244.1.0/24 is not inside the cluster CIDRs [10.96.0.0/16]")
+	assert.NotContains(t, out, "changed: ")
+	// A bad --ovsdb makes node-teardown remove nothing.
+	_, err = n.agent(t, bin, append([]string{"node-teardown"}, append(slices.Clone(common), "--ovsdb=db.sock")...)...)
+	require.ErrorContains(t, err, "want unix:PATH")
+	_, err = os.Stat(filepath.Join(confDir, nodesetup.ConflistName))
+	require.NoError(t, err, "conflist still there")
 
 	// A changed MTU is written into the same conflist file (in place, same inode).
 	out, err = n.agent(t, bin, append(setup, "--mtu=1400")...)
