@@ -183,6 +183,9 @@ func Setup(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		return r.res, fmt.Errorf("br-ex: %w", err)
 	}
+	if err := r.writeBootScript(); err != nil {
+		return r.res, fmt.Errorf("br-ex boot script: %w", err)
+	}
 	if cfg.MTU == 0 {
 		cfg.MTU = underlayMTU - GeneveOverhead
 	}

@@ -88,3 +88,22 @@ func TestTeardownRemovesNothingWithoutOVSDB(t *testing.T) {
 		assert.FileExists(t, plugin, ep)
 	}
 }
+
+// The boot script puts back what the state file records, on the bridge, with the NIC's flags.
+func TestRenderBootScript(t *testing.T) {
+	s := RenderBootScript(&State{NIC: "ens3", BridgeEx: "br-ex", ARPOffSet: true, RPFilter: "2",
+		Addrs:  []SavedAddr{{CIDR: "192.0.2.10/24", Broadcast: "192.0.2.255"}},
+		Routes: []SavedRoute{{Dst: "0.0.0.0/0", Gw: "192.0.2.1", Metric: 100, Protocol: 4}, {Dst: "198.51.100.0/24", Gw: "192.0.2.1", Src: "192.0.2.10", Protocol: 4, MTU: 1400}}},
+		"/var/lib/ovs-srcip/node-setup.json")
+	for _, want := range []string{
+		"#!/bin/sh\n", "set -eu\n", "ovs-vsctl --timeout=120 wait-until Bridge br-ex\n",
+		"if ! ovs-ofctl dump-flows br-ex table=0 | grep -q 'actions='; then\n\tovs-ofctl add-flow br-ex 'table=0,priority=0,actions=NORMAL'\nfi\n",
+		"ip -4 addr flush dev ens3\n", "ip link set dev ens3 arp off\n", "sysctl -q -w net.ipv4.conf.ens3.rp_filter=1\n",
+		"ip addr replace 192.0.2.10/24 broadcast 192.0.2.255 dev br-ex scope 0\n",
+		"ip route replace default via 192.0.2.1 dev br-ex metric 100 proto 4 scope 0\n",
+		"ip route replace 198.51.100.0/24 via 192.0.2.1 dev br-ex src 192.0.2.10 metric 0 proto 4 scope 0 mtu 1400\n",
+	} {
+		assert.Contains(t, s, want)
+	}
+	assert.Equal(t, `'a b'\''c'`, shellQuote("a b'c"))
+}

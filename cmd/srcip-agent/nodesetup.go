@@ -55,7 +55,8 @@ func newNodeSetupCommand() *cobra.Command {
     (--datapath-type, fail_mode=secure with a NORMAL flow until the agent's flows replace it) with
     the NIC's MAC, adds the NIC and moves its IPv4 addresses and routes onto br-ex in one quick
     sequence, then checks that the default gateway answers through br-ex (else it rolls back).
-    What was moved is saved in --state-dir for node-teardown.
+    What was moved is saved in --state-dir for node-teardown, with a boot script
+    (--state-dir/brex-boot.sh) that puts br-ex back after a reboot (docs/install.md "Reboots").
  2. br-int with the internal port srcip-gw0 holding the first address of each pod CIDR, at the
     pod MTU, and the cluster CIDRs routed through it.
  3. nftables table ip ovs-srcip: pod traffic to outside the cluster CIDRs is masqueraded;

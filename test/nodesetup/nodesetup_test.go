@@ -285,6 +285,36 @@ func TestNodeSetupAndTeardown(t *testing.T) {
 	assert.Equal(t, confIno, inode(t, filepath.Join(confDir, nodesetup.ConflistName)), "conflist rewritten in place")
 	assert.Contains(t, must(t, nil, "ip", "-n", n.netns, "-o", "link", "show", "srcip-gw0"), "mtu 1400")
 
+	// A reboot: ovs-vswitchd restarts without flows (br-ex is fail_mode=secure) and with its
+	// internal ports new, the distribution's network configuration has put the address and the
+	// default route on eth0 again. The boot script node-setup wrote puts br-ex back; node-setup
+	// (the DaemonSet's init container) then finds br-ex in place.
+	script := filepath.Join(n.dir, "state", nodesetup.BootScript)
+	require.FileExists(t, script)
+	vsd := pidOf(t, filepath.Join(n.dir, "ovs-vswitchd.pid"))
+	must(t, nil, "ovs-appctl", "-t", filepath.Join(n.dir, fmt.Sprintf("ovs-vswitchd.%d.ctl", vsd)), "exit", "--cleanup")
+	for i := 0; i < 50 && lab.PidAlive(vsd); i++ {
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.False(t, lab.PidAlive(vsd))
+	must(t, nil, "ip", "-n", n.netns, "addr", "add", nodeIP+"/24", "dev", "eth0")
+	must(t, nil, "ip", "-n", n.netns, "route", "replace", "default", "via", peerIP, "dev", "eth0", "metric", "50")
+	must(t, n.ovsEnv(), "ip", "netns", "exec", n.netns, "ovs-vswitchd", "unix:"+n.dir+"/db.sock",
+		"--pidfile", "--detach", "--no-chdir", "--log-file", "-vconsole:off")
+	_, err = n.ns(t, "ping", "-c", "1", "-W", "1", peerIP)
+	require.Error(t, err, "no network after the reboot, before the boot script")
+	must(t, append(n.ovsEnv(), "OVS_RUNDIR="+n.dir), "ip", "netns", "exec", n.netns, "sh", "-x", script)
+	n.ping(t)
+	addrs = must(t, nil, "ip", "-n", n.netns, "-4", "-o", "addr", "show")
+	assert.Contains(t, addrs, "br-ex    inet "+nodeIP+"/24")
+	assert.NotContains(t, addrs, "eth0    inet")
+	must(t, append(n.ovsEnv(), "OVS_RUNDIR="+n.dir), "ip", "netns", "exec", n.netns, "sh", script) // twice: no error
+	out, err = n.agent(t, bin, append(setup, "--mtu=1400")...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "unchanged: br-ex exists (no NIC to move)")
+	assert.Contains(t, out, "unchanged: boot script "+script)
+	n.ping(t)
+
 	// Teardown: everything back, twice.
 	require.NoError(t, os.MkdirAll(filepath.Join(dataDir, nodesetup.NetworkName), 0o755))
 	out, err = n.agent(t, bin, append([]string{"node-teardown"}, common...)...)
@@ -310,7 +340,7 @@ func TestNodeSetupAndTeardown(t *testing.T) {
 	assert.NotContains(t, links, "srcip-gw0")
 	_, err = n.ns(t, "nft", "list", "table", "ip", "ovs-srcip")
 	assert.Error(t, err, "nft table left")
-	for _, p := range append([]string{filepath.Join(confDir, nodesetup.ConflistName), filepath.Join(n.dir, "state", nodesetup.StateFile),
+	for _, p := range append([]string{filepath.Join(confDir, nodesetup.ConflistName), filepath.Join(n.dir, "state", nodesetup.StateFile), script,
 		filepath.Join(dataDir, nodesetup.NetworkName)}, pluginPaths(binDir)...) {
 		_, err := os.Stat(p)
 		assert.ErrorIs(t, err, os.ErrNotExist, p)
