@@ -67,11 +67,16 @@ type DB struct {
 	uplink atomic.Value
 }
 
-// Connect connects to ovsdb-server at endpoint ("unix:/path/db.sock", "tcp:IP:PORT"), starts
+// Connect connects to ovsdb-server at endpoint ("unix:/path/db.sock", a bare "/path/db.sock",
+// "tcp:IP:PORT"; see NormalizeEndpoint), starts
 // monitoring the tables the agent reads and returns when the cache holds the current contents.
 // The client reconnects forever (exponential backoff up to 5 s) after a lost connection and
 // then repopulates the cache; see Changes. Call Close when done.
 func Connect(ctx context.Context, endpoint string) (*DB, error) {
+	endpoint, err := NormalizeEndpoint(endpoint)
+	if err != nil {
+		return nil, err
+	}
 	dbModel, err := model.NewClientDBModel("Open_vSwitch", map[string]model.Model{
 		tableOpenVSwitch: &ovsRow{},
 		tableBridge:      &bridgeRow{},

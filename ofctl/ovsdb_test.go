@@ -375,4 +375,9 @@ func TestEndpointErrorsSayWhatToDo(t *testing.T) {
 	defer cancel()
 	_, err = ofctl.Connect(ctx, "unix:"+t.TempDir()+"/db.sock")
 	assert.ErrorContains(t, err, "is Open vSwitch running on this node?")
+	// Connect takes a bare path too (node-setup, node-teardown and srcip-cni connect through it).
+	_, err = ofctl.Connect(ctx, t.TempDir()+"/db.sock")
+	assert.ErrorContains(t, err, "is Open vSwitch running on this node?")
+	_, err = ofctl.Connect(ctx, "db.sock")
+	assert.ErrorContains(t, err, "want unix:PATH")
 }

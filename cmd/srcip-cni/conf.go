@@ -6,11 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
+	"github.com/ovs-srcip/ovs-srcip/ofctl"
 )
 
 // Defaults of NetConf (the paths of a host's Open vSwitch, ovs-vswitchd.conf.db(5); the MTU of
@@ -33,7 +33,8 @@ type NetConf struct {
 	types.PluginConf
 	// Bridge is the integration bridge pods are attached to (default DefaultBridge).
 	Bridge string `json:"bridge,omitempty"`
-	// OVSDB is the ovsdb-server endpoint, "unix:PATH" or "tcp:IP:PORT" (default DefaultOVSDB).
+	// OVSDB is the ovsdb-server endpoint, "unix:PATH", a bare absolute PATH (taken as unix:PATH),
+	// "tcp:IP:PORT" or "ssl:IP:PORT" (default DefaultOVSDB).
 	OVSDB string `json:"ovsdb,omitempty"`
 	// OVSRunDir is OVS_RUNDIR, where <bridge>.mgmt is (default DefaultOVSRunDir).
 	OVSRunDir string `json:"ovsRunDir,omitempty"`
@@ -61,9 +62,11 @@ func parseConf(stdin []byte, needIPAM bool) (*NetConf, error) {
 	if c.OVSDB == "" {
 		c.OVSDB = DefaultOVSDB
 	}
-	if !strings.HasPrefix(c.OVSDB, "unix:") && !strings.HasPrefix(c.OVSDB, "tcp:") && !strings.HasPrefix(c.OVSDB, "ssl:") {
-		return nil, fmt.Errorf("srcip-cni: \"ovsdb\" %q: want unix:PATH, tcp:IP:PORT or ssl:IP:PORT", c.OVSDB)
+	ep, err := ofctl.NormalizeEndpoint(c.OVSDB)
+	if err != nil {
+		return nil, fmt.Errorf("srcip-cni: \"ovsdb\": %w", err)
 	}
+	c.OVSDB = ep
 	if c.OVSRunDir == "" {
 		c.OVSRunDir = DefaultOVSRunDir
 	}

@@ -41,6 +41,13 @@ func TestParseConfDefaults(t *testing.T) {
 	assert.Equal(t, DefaultFlowWait, c.FlowWait)
 }
 
+// A bare absolute socket path is taken as unix:PATH, as the agent's and node-setup's --ovsdb take it.
+func TestParseConfBareOVSDBPath(t *testing.T) {
+	c, err := parseConf([]byte(`{"type":"srcip-cni","ipam":{"type":"host-local"},"ovsdb":"/run/openvswitch/db.sock"}`), true)
+	require.NoError(t, err)
+	assert.Equal(t, "unix:/run/openvswitch/db.sock", c.OVSDB)
+}
+
 func TestParseConfErrors(t *testing.T) {
 	for _, tc := range []struct{ conf, want string }{
 		{`{`, "parse network configuration"},
@@ -48,7 +55,7 @@ func TestParseConfErrors(t *testing.T) {
 		{`{"type":"srcip-cni","ipam":{"type":"host-local"},"mtu":100}`, `"mtu" 100 out of range`},
 		{`{"type":"srcip-cni","ipam":{"type":"host-local"},"flowWait":"soon"}`, `"flowWait" "soon"`},
 		{`{"type":"srcip-cni","ipam":{"type":"host-local"},"flowWait":"-1s"}`, "must be positive"},
-		{`{"type":"srcip-cni","ipam":{"type":"host-local"},"ovsdb":"/var/run/openvswitch/db.sock"}`, "want unix:PATH"},
+		{`{"type":"srcip-cni","ipam":{"type":"host-local"},"ovsdb":"db.sock"}`, "want unix:PATH"},
 		{`{"cniVersion":"1.1.0","type":"srcip-cni","ipam":{"type":"host-local"},"prevResult":{"ips":"x"}}`, "parse prevResult"},
 	} {
 		_, err := parseConf([]byte(tc.conf), true)
