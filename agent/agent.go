@@ -41,6 +41,10 @@ type Config struct {
 	// ExternalIPCIDRs are the ranges externalIPs may be served from (--external-ip-cidrs);
 	// empty: no externalIP is served.
 	ExternalIPCIDRs []netip.Prefix
+	// EgressClusterCIDRs: see ReconcilerConfig.
+	EgressClusterCIDRs []netip.Prefix
+	// ChooseGateway: see ReconcilerConfig.
+	ChooseGateway GatewayChooser
 	// NodePortRange is the cluster's NodePort range, inclusive (--service-node-port-range);
 	// zero: DefaultNodePortRange. NodePorts outside it are refused (see admission).
 	NodePortRange [2]uint16
@@ -102,20 +106,22 @@ func New(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
 	rec := NewReconciler(ReconcilerConfig{
-		NodeName:          cfg.NodeName,
-		Bridges:           cfg.Bridges,
-		Dataplane:         cfg.Dataplane,
-		NodePortCIDRs:     cfg.NodePortCIDRs,
-		ExternalIPCIDRs:   cfg.ExternalIPCIDRs,
-		NodePortRange:     cfg.NodePortRange,
-		ZoneLimitPercent:  cfg.ZoneLimitPercent,
-		HasSynced:         cfg.Source.HasSynced,
-		Events:            sourceEvents{cfg.Source},
-		Metrics:           cfg.Metrics,
-		Conntrack:         cfg.Conntrack,
-		DrainPeriod:       cfg.DrainPeriod,
-		RepairPeriod:      cfg.RepairPeriod,
-		BucketsPerMessage: cfg.BucketsPerMessage,
+		NodeName:           cfg.NodeName,
+		Bridges:            cfg.Bridges,
+		Dataplane:          cfg.Dataplane,
+		NodePortCIDRs:      cfg.NodePortCIDRs,
+		ExternalIPCIDRs:    cfg.ExternalIPCIDRs,
+		EgressClusterCIDRs: cfg.EgressClusterCIDRs,
+		ChooseGateway:      cfg.ChooseGateway,
+		NodePortRange:      cfg.NodePortRange,
+		ZoneLimitPercent:   cfg.ZoneLimitPercent,
+		HasSynced:          cfg.Source.HasSynced,
+		Events:             sourceEvents{cfg.Source},
+		Metrics:            cfg.Metrics,
+		Conntrack:          cfg.Conntrack,
+		DrainPeriod:        cfg.DrainPeriod,
+		RepairPeriod:       cfg.RepairPeriod,
+		BucketsPerMessage:  cfg.BucketsPerMessage,
 	})
 	runner := NewRunner(rec.Sync, cfg.MinSyncInterval, DefaultRetryMin, DefaultRetryMax)
 	rec.SetTrigger(runner.Run)

@@ -9,6 +9,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	egressv1 "github.com/ovs-srcip/ovs-srcip/agent/apis/ovssrcip/v1alpha1"
 	"github.com/ovs-srcip/ovs-srcip/flows"
 )
 
@@ -63,6 +64,9 @@ type Handler interface {
 	OnService(prev, cur *corev1.Service)
 	OnEndpointSlice(prev, cur *discoveryv1.EndpointSlice)
 	OnPod(prev, cur *corev1.Pod)
+	// OnEgressGateway and OnNamespace feed the egress policies (docs/egress.md).
+	OnEgressGateway(prev, cur *egressv1.EgressGateway)
+	OnNamespace(prev, cur *corev1.Namespace)
 }
 
 // Source is where cluster objects come from: the Kubernetes API (KubeSource) or a directory of

@@ -13,6 +13,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	egressv1 "github.com/ovs-srcip/ovs-srcip/agent/apis/ovssrcip/v1alpha1"
 	"github.com/ovs-srcip/ovs-srcip/flows"
 )
 
@@ -46,6 +47,11 @@ type ReconcilerConfig struct {
 	// ExternalIPCIDRs are the ranges externalIPs may be served from (--external-ip-cidrs);
 	// empty: no externalIP is served (see admission).
 	ExternalIPCIDRs []netip.Prefix
+	// EgressClusterCIDRs are the cluster's Service and node networks, never sent to an egress
+	// gateway (--egress-cluster-cidrs; pod CIDRs and node InternalIPs are always excluded).
+	EgressClusterCIDRs []netip.Prefix
+	// ChooseGateway picks the active gateway of an egress IP (nil: StatusGateway).
+	ChooseGateway GatewayChooser
 	// NodePortRange is the cluster's NodePort range, inclusive (--service-node-port-range);
 	// zero: DefaultNodePortRange. NodePorts outside it are refused (see admission).
 	NodePortRange [2]uint16
@@ -127,6 +133,8 @@ func NewReconciler(cfg ReconcilerConfig) *Reconciler {
 	r := &Reconciler{cfg: cfg, metrics: m,
 		model:  newModel(cfg.NodeName, cfg.NodePortCIDRs, cfg.ExternalIPCIDRs, cfg.NodePortRange, cfg.Events),
 		syncer: newSyncer(cfg, m)}
+	r.model.egressClusterCIDRs = cfg.EgressClusterCIDRs
+	r.model.chooseGateway = cfg.ChooseGateway
 	r.syncer.warn = func(fs *flows.FlowSet) {
 		reason := ReasonWarning
 		if fs.Declined != "" {
@@ -187,6 +195,36 @@ func (r *Reconciler) OnPod(prev, cur *corev1.Pod) {
 		r.trigger()
 	}
 }
+
+// OnEgressGateway implements Handler.
+func (r *Reconciler) OnEgressGateway(prev, cur *egressv1.EgressGateway) {
+	name := ""
+	if cur != nil {
+		name = cur.Name
+	} else {
+		name = prev.Name
+	}
+	if r.model.egwChanges.Update(name, prev, cur) {
+		r.trigger()
+	}
+}
+
+// OnNamespace implements Handler.
+func (r *Reconciler) OnNamespace(prev, cur *corev1.Namespace) {
+	name := ""
+	if cur != nil {
+		name = cur.Name
+	} else {
+		name = prev.Name
+	}
+	if r.model.nsChanges.Update(name, prev, cur) {
+		r.trigger()
+	}
+}
+
+// EgressPolicies returns the EgressGateways as the last sync converted them (conflicts,
+// gateways); only for the goroutine that runs Sync, or after it stopped.
+func (r *Reconciler) EgressPolicies() []*EgressPolicy { return r.model.EgressPolicies() }
 
 type metaObject interface {
 	GetNamespace() string

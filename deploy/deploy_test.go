@@ -526,8 +526,8 @@ func testValidation(ctx context.Context, t *testing.T, dyn dynamic.Interface) {
 		"private-egress-ip": func(s map[string]any) { s["egressIPs"] = []any{"10.1.2.3"} },
 		// Absent destinations: everything outside the cluster's networks (docs/egress.md).
 		"default-destinations": func(s map[string]any) { delete(s, "destinations") },
-		"excluded": func(s map[string]any) { s["excludedDestinations"] = []any{"192.0.2.128/25"} },
-		"two-ips":  func(s map[string]any) { s["egressIPs"] = []any{"203.0.113.10", "203.0.113.11"} },
+		"excluded":             func(s map[string]any) { s["excludedDestinations"] = []any{"192.0.2.128/25"} },
+		"two-ips":              func(s map[string]any) { s["egressIPs"] = []any{"203.0.113.10", "203.0.113.11"} },
 	}
 	for name, mutate := range valid {
 		if err := create(egressGateway(name, mutate)); err != nil {

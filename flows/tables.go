@@ -99,11 +99,11 @@ const (
 	// un-SNATed them: +est+rpl / +rel go back over Geneve (VNIEgressReply) to CTLabelEgressNode,
 	// or to IntEgressReplyCT for a pod on this node; anything else is dropped.
 	IntEgressReply Table = 78
-	// IntEgressReplyCT (pod's node) sees an un-SNATed reply after ct(zone=ZonePod): only a reply
+	// IntEgressReplyCT (pod's node; numbered below IntL3Forwarding, which it goes to) sees an un-SNATed reply after ct(zone=ZonePod): only a reply
 	// (+est+rpl, +rel) of a connection the pod opened on the egress path (EgressPath) goes on to
 	// IntL3Forwarding; anything else (an outside host reaching a pod through the egress IP) is
 	// dropped.
-	IntEgressReplyCT Table = 79
+	IntEgressReplyCT Table = 53
 )
 
 // tableNames lists every table of each bridge with its name, in pipeline order: the one place
@@ -115,11 +115,11 @@ var tableNames = map[Bridge][]struct {
 	BrEx: {{ExClassifier, "ExClassifier"}, {ExServiceLB, "ExServiceLB"}, {ExServiceCT, "ExServiceCT"},
 		{ExServiceOut, "ExServiceOut"}, {ExFromInt, "ExFromInt"}, {ExServiceReply, "ExServiceReply"}},
 	BrInt: {{IntClassifier, "IntClassifier"}, {IntPodEgressCT, "IntPodEgressCT"}, {IntTunnelCT, "IntTunnelCT"},
-		{IntGatewayCT, "IntGatewayCT"}, {IntARPResponder, "IntARPResponder"},
+		{IntGatewayCT, "IntGatewayCT"}, {IntEgressReplyCT, "IntEgressReplyCT"}, {IntARPResponder, "IntARPResponder"},
 		{IntL3Forwarding, "IntL3Forwarding"}, {IntPodIngress, "IntPodIngress"},
 		{IntPodIngressCT, "IntPodIngressCT"}, {IntGatewayOut, "IntGatewayOut"},
 		{IntEgressOut, "IntEgressOut"}, {IntEgressSNAT, "IntEgressSNAT"}, {IntEgressSend, "IntEgressSend"},
-		{IntEgressReply, "IntEgressReply"}, {IntEgressReplyCT, "IntEgressReplyCT"}},
+		{IntEgressReply, "IntEgressReply"}},
 }
 
 // Name returns the table's name as used in docs, goldens and srcipctl ("table<N>" when b has no

@@ -26,30 +26,32 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/ovs-srcip/ovs-srcip/agent"
+	egressclient "github.com/ovs-srcip/ovs-srcip/agent/client/clientset/versioned"
 	"github.com/ovs-srcip/ovs-srcip/flows"
 	"github.com/ovs-srcip/ovs-srcip/ofctl"
 )
 
 type options struct {
-	nodeName          string
-	kubeconfig        string
-	manifests         string
-	ovsdb             string
-	ovsRunDir         string
-	bridgeEx          string
-	bridgeInt         string
-	uplink            string
-	genevePort        int
-	gatewayPort       string
-	nodePortAddresses []string
-	externalIPCIDRs   []string
-	nodePortRange     string
-	zoneLimitPercent  int
-	fullSyncPeriod    time.Duration
-	drainPeriod       time.Duration
-	repairPeriod      time.Duration
-	bucketsPerMessage int
-	metricsAddr       string
+	nodeName           string
+	kubeconfig         string
+	manifests          string
+	ovsdb              string
+	ovsRunDir          string
+	bridgeEx           string
+	bridgeInt          string
+	uplink             string
+	genevePort         int
+	gatewayPort        string
+	nodePortAddresses  []string
+	externalIPCIDRs    []string
+	egressClusterCIDRs []string
+	nodePortRange      string
+	zoneLimitPercent   int
+	fullSyncPeriod     time.Duration
+	drainPeriod        time.Duration
+	repairPeriod       time.Duration
+	bucketsPerMessage  int
+	metricsAddr        string
 }
 
 func main() {
@@ -93,6 +95,7 @@ LoadBalancer, or externalIPs). SIGTERM stops the agent and leaves every flow in 
 	f.IntVar(&o.genevePort, "geneve-port", ofctl.DefaultGeneveUDPPort, "UDP port of the agent's flow-based Geneve tunnel port (use another than 6081 when sharing a host with OVN)")
 	f.StringSliceVar(&o.nodePortAddresses, "nodeport-addresses", nil, "comma-separated CIDRs: serve NodePorts only on node addresses inside them (default: every InternalIP and ExternalIP of the node)")
 	f.StringSliceVar(&o.externalIPCIDRs, "external-ip-cidrs", nil, "comma-separated CIDRs: the ranges a Service's spec.externalIPs may be served from (anyone who may edit a Service can set externalIPs, CVE-2020-8554); default: none, no externalIP is served. externalIPs and LoadBalancer IPs equal to a node address, and externalIPs equal to another Service's LoadBalancer IP, are always refused (Event SourceIPRefused)")
+	f.StringSliceVar(&o.egressClusterCIDRs, "egress-cluster-cidrs", nil, "comma-separated CIDRs: the cluster's Service and node networks, never sent to an EgressGateway's gateway when its destinations are the default (everything); every node's pod CIDRs and InternalIP are always excluded (docs/egress.md)")
 	f.StringVar(&o.nodePortRange, "service-node-port-range", "30000-32767", "the cluster's NodePort range (the API server's flag of that name), FIRST-LAST: NodePorts outside it are refused (Event SourceIPRefused), so that a Service in a manifests directory cannot capture a node's own port")
 	f.IntVar(&o.zoneLimitPercent, "conntrack-zone-limit-percent", 40, "bound each conntrack zone of the pipeline (service, pod) to this percentage of the datapath's conntrack maximum (ovs-appctl dpctl/ct-get-maxconns), so that a flood on one entry point cannot fill the table; set at every full sync; 0 lifts the limits")
 	f.DurationVar(&o.fullSyncPeriod, "full-sync-period", agent.DefaultFullSyncPeriod, "period of full syncs that compare the bridges with the desired flows and repair drift")
@@ -126,6 +129,10 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("--external-ip-cidrs: %w", err)
 	}
+	egressCIDRs, err := agent.ParseCIDRs(o.egressClusterCIDRs)
+	if err != nil {
+		return fmt.Errorf("--egress-cluster-cidrs: %w", err)
+	}
 	logger := klog.FromContext(ctx).WithValues("node", o.nodeName)
 	ctx = klog.NewContext(ctx, logger)
 
@@ -144,7 +151,11 @@ func run(ctx context.Context, o options) error {
 		if err != nil {
 			return fmt.Errorf("kubernetes client: %w", err)
 		}
-		src = agent.NewKubeSource(cs, o.nodeName)
+		ecs, err := egressclient.NewForConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("egress client: %w", err)
+		}
+		src = agent.NewKubeSource(cs, o.nodeName).WithEgress(ecs)
 	}
 
 	db, err := ofctl.Connect(ctx, o.ovsdb)
@@ -172,16 +183,17 @@ func run(ctx context.Context, o options) error {
 			flows.BrEx:  brEx,
 			flows.BrInt: ofctl.NewOpenFlow(o.bridgeInt, ofctl.MgmtTarget(o.ovsRunDir, o.bridgeInt)),
 		},
-		NodePortCIDRs:     cidrs,
-		ExternalIPCIDRs:   extCIDRs,
-		NodePortRange:     npRange,
-		ZoneLimitPercent:  o.zoneLimitPercent,
-		FullSyncPeriod:    o.fullSyncPeriod,
-		Metrics:           agent.NewMetrics(reg),
-		Conntrack:         brEx,
-		DrainPeriod:       o.drainPeriod,
-		RepairPeriod:      o.repairPeriod,
-		BucketsPerMessage: o.bucketsPerMessage,
+		NodePortCIDRs:      cidrs,
+		ExternalIPCIDRs:    extCIDRs,
+		EgressClusterCIDRs: egressCIDRs,
+		NodePortRange:      npRange,
+		ZoneLimitPercent:   o.zoneLimitPercent,
+		FullSyncPeriod:     o.fullSyncPeriod,
+		Metrics:            agent.NewMetrics(reg),
+		Conntrack:          brEx,
+		DrainPeriod:        o.drainPeriod,
+		RepairPeriod:       o.repairPeriod,
+		BucketsPerMessage:  o.bucketsPerMessage,
 	})
 	if err != nil {
 		return err
