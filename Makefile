@@ -7,7 +7,7 @@ GO    ?= go
 BIN   := $(CURDIR)/bin
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: all build deps demo test test-unit test-e2e golden bench bench-api vet fmt clean controlplane
+.PHONY: all build deps demo test test-unit test-e2e golden bench bench-api vet fmt clean controlplane cluster
 
 # Extra flags for the demo, e.g. `make demo DEMO_ARGS=--keep` keeps the lab up for poking.
 DEMO_ARGS ?=
@@ -43,11 +43,23 @@ test-unit: deps
 controlplane:
 	@hack/controlplane/build.sh
 
+# kubelet, kube-proxy, kube-scheduler (v1.37.2, hack/controlplane's pins), containerd v2.4.2, the
+# reference CNI plugins and the image writer for the real-kubelet lab (test/cluster), built from the
+# Go module proxy by the nested modules of hack/cluster; cached like the control plane.
+cluster:
+	@hack/cluster/build.sh >/dev/null
+
 # The lab (real ovsdb-server + ovs-vswitchd per emulated node, real packets from a client netns),
 # with the agents reading manifests (test/e2e) or watching a live API server (test/kubee2e), and the
-# deploy/ manifests applied to a live API server.
-test-e2e: deps build controlplane
-	SRCIP_AGENT=$(BIN)/srcip-agent SRCIP_ECHO=$(BIN)/echo $(GO) test -count=1 -p 1 -timeout 40m ./test/... ./deploy/...
+# deploy/ manifests applied to a live API server, and the real-kubelet lab (test/cluster: kubelet,
+# containerd, kube-proxy per node, pods from Deployments on srcip-cni).
+# test/cluster runs verbose (without the === lines) so that its figures are printed: the build or
+# cache hit of hack/cluster, each node's Ready time, the pods' Ready time, what each test saw.
+test-e2e: deps build controlplane cluster
+	SRCIP_AGENT=$(BIN)/srcip-agent SRCIP_ECHO=$(BIN)/echo $(GO) test -count=1 -p 1 -timeout 40m \
+		$$($(GO) list ./test/... ./deploy/... | grep -v /test/cluster)
+	set -o pipefail; SRCIP_AGENT=$(BIN)/srcip-agent $(GO) test -count=1 -p 1 -timeout 20m -v ./test/cluster/... \
+		| grep -v '^=== '
 
 test: deps vet build test-unit test-e2e
 

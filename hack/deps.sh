@@ -37,6 +37,11 @@ progs=(
 	"sha256sum    coreutils"          # cache key
 	"od           coreutils"          # token
 	"base64       coreutils"          # kubeconfig
+	# the real-kubelet lab (test/cluster, hack/cluster): containerd runs runc; each node's private
+	# mount namespace (unshare, mount; nsenter and kube-proxy's nft are above)
+	"runc         runc"               # Debian's 1.1.5; crun refuses hybrid cgroups
+	"unshare      util-linux"         # a node's private mount namespace
+	"mount        mount"              # bind mounts inside it
 	# the Makefile
 	"git          git"                # make vet lists the Go files with git ls-files
 )

@@ -36,6 +36,15 @@
 #                             (default: endpointslice, endpointslice mirroring, namespace,
 #                             garbage collector)
 #   SRCIP_CP_TIMEOUT          seconds to wait for readiness (default 60)
+#   SRCIP_CP_APISERVER_ADDRESS  address kube-apiserver binds to and advertises, put in its
+#                             certificate and in DIR/kubeconfig (default 127.0.0.1); the
+#                             real-kubelet lab (test/cluster) uses its root<->lab link address
+#   SRCIP_CP_CLUSTER_CIDR     when set, kube-controller-manager allocates node pod CIDRs from it
+#                             (--allocate-node-cidrs, /SRCIP_CP_NODE_CIDR_MASK, default 24); add
+#                             node-ipam-controller to SRCIP_CP_CONTROLLERS
+#   SRCIP_CP_SERVICE_ACCOUNTS=1  keep the ServiceAccount admission plugin (pods get projected
+#                             tokens; add serviceaccount-controller and
+#                             root-ca-certificate-publisher-controller to SRCIP_CP_CONTROLLERS)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -70,6 +79,10 @@ peer_port=${SRCIP_CP_ETCD_PEER_PORT:-2380}
 api_port=${SRCIP_CP_APISERVER_PORT:-6443}
 controllers=${SRCIP_CP_CONTROLLERS:-endpointslice-controller,endpointslice-mirroring-controller,namespace-controller,garbage-collector-controller}
 timeout=${SRCIP_CP_TIMEOUT:-60}
+api_addr=${SRCIP_CP_APISERVER_ADDRESS:-127.0.0.1}
+cluster_cidr=${SRCIP_CP_CLUSTER_CIDR:-}
+admission=(--disable-admission-plugins=ServiceAccount)
+if [[ ${SRCIP_CP_SERVICE_ACCOUNTS:-} == 1 ]]; then admission=(); fi
 
 # --- credentials (kept across restarts) ------------------------------------------------------
 pki=$dir/pki
@@ -79,7 +92,8 @@ if [[ ! -s $pki/apiserver.crt ]]; then
 		-subj /CN=ovs-srcip-test-ca -keyout "$pki/ca.key" -out "$pki/ca.crt" 2>/dev/null
 	openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=kube-apiserver \
 		-keyout "$pki/apiserver.key" -out "$pki/apiserver.csr" 2>/dev/null
-	printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:10.96.0.1\nextendedKeyUsage=serverAuth\n' >"$pki/apiserver.ext"
+	printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:10.96.0.1%s\nextendedKeyUsage=serverAuth\n' \
+		"$([[ $api_addr == 127.0.0.1 ]] || echo ",IP:$api_addr")" >"$pki/apiserver.ext"
 	openssl x509 -req -in "$pki/apiserver.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" \
 		-CAcreateserial -days 3650 -extfile "$pki/apiserver.ext" -out "$pki/apiserver.crt.tmp" 2>/dev/null
 	openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$pki/sa.key" 2>/dev/null
@@ -98,7 +112,7 @@ kind: Config
 clusters:
 - name: test
   cluster:
-    server: https://127.0.0.1:$api_port
+    server: https://$api_addr:$api_port
     certificate-authority-data: $(base64 -w0 "$pki/ca.crt")
 users:
 - name: admin
@@ -131,9 +145,10 @@ write_args etcd "$bin/etcd" \
 	--unsafe-no-fsync
 write_args kube-apiserver "$bin/kube-apiserver" \
 	--etcd-servers="http://127.0.0.1:$etcd_port" \
-	--bind-address=127.0.0.1 \
+	--bind-address="$api_addr" \
 	--secure-port="$api_port" \
-	--advertise-address=127.0.0.1 \
+	--advertise-address="$api_addr" \
+	--kubelet-preferred-address-types=InternalIP \
 	--endpoint-reconciler-type=none \
 	--cert-dir="$pki" \
 	--tls-cert-file="$pki/apiserver.crt" \
@@ -145,14 +160,20 @@ write_args kube-apiserver "$bin/kube-apiserver" \
 	--service-account-key-file="$pki/sa.key" \
 	--service-account-signing-key-file="$pki/sa.key" \
 	--service-cluster-ip-range=10.96.0.0/16 \
-	--disable-admission-plugins=ServiceAccount \
+	"${admission[@]}" \
 	--allow-privileged=true \
 	--shutdown-send-retry-after=true
+kcm_extra=()
+if [[ -n $cluster_cidr ]]; then
+	kcm_extra=(--allocate-node-cidrs --cluster-cidr="$cluster_cidr"
+		--node-cidr-mask-size="${SRCIP_CP_NODE_CIDR_MASK:-24}" --service-cluster-ip-range=10.96.0.0/16)
+fi
 write_args kube-controller-manager "$bin/kube-controller-manager" \
 	--kubeconfig="$dir/kubeconfig" \
 	--controllers="$controllers" \
 	--leader-elect=false \
-	--secure-port=0
+	--secure-port=0 \
+	"${kcm_extra[@]}"
 
 if $prepare_only; then
 	echo "$dir"
@@ -169,7 +190,7 @@ ready() {
 	etcd) curl -sf -m 2 "http://127.0.0.1:$etcd_port/health" 2>/dev/null | grep -q '"health":"true"' ;;
 	kube-apiserver)
 		[[ $(curl -s -m 2 --cacert "$pki/ca.crt" -H "Authorization: Bearer $token" \
-			"https://127.0.0.1:$api_port/readyz" 2>/dev/null) == ok ]] ;;
+			"https://$api_addr:$api_port/readyz" 2>/dev/null) == ok ]] ;;
 	kube-controller-manager)
 		# No serving port (--secure-port=0): its log says when the EndpointSlice controller runs
 		# (the Nth start of the process prints the Nth marker).

@@ -66,6 +66,17 @@ type Options struct {
 	// Controllers sets kube-controller-manager --controllers. Default (start.sh): endpointslice,
 	// endpointslice-mirroring, namespace and garbage-collector controllers.
 	Controllers string
+	// APIServerAddress is the address kube-apiserver binds to, advertises and has in its
+	// certificate and in Kubeconfig. Default 127.0.0.1. The real-kubelet lab (test/cluster) gives
+	// its root<->lab link address, which the emulated nodes reach through the lab's router.
+	APIServerAddress string
+	// ClusterCIDR, when set, makes kube-controller-manager allocate node pod CIDRs from it (/24
+	// each); Controllers must then include node-ipam-controller.
+	ClusterCIDR string
+	// ServiceAccounts keeps the ServiceAccount admission plugin, so pods get projected tokens (the
+	// real-kubelet lab's DaemonSet install); Controllers must then include serviceaccount-controller
+	// and root-ca-certificate-publisher-controller.
+	ServiceAccounts bool
 	// ReadyTimeout bounds the wait for each component. Default 90 s.
 	ReadyTimeout time.Duration
 	// Logf receives progress lines (StartT uses t.Logf). Default: discarded.
@@ -203,6 +214,15 @@ func (cp *ControlPlane) start(ctx context.Context, hack string) error {
 	)
 	if cp.opts.Controllers != "" {
 		prep.Env = append(prep.Env, "SRCIP_CP_CONTROLLERS="+cp.opts.Controllers)
+	}
+	if cp.opts.APIServerAddress != "" {
+		prep.Env = append(prep.Env, "SRCIP_CP_APISERVER_ADDRESS="+cp.opts.APIServerAddress)
+	}
+	if cp.opts.ServiceAccounts {
+		prep.Env = append(prep.Env, "SRCIP_CP_SERVICE_ACCOUNTS=1")
+	}
+	if cp.opts.ClusterCIDR != "" {
+		prep.Env = append(prep.Env, "SRCIP_CP_CLUSTER_CIDR="+cp.opts.ClusterCIDR)
 	}
 	if out, err := prep.CombinedOutput(); err != nil {
 		return fmt.Errorf("start.sh --prepare-only: %v: %s", err, out)

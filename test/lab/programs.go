@@ -55,6 +55,16 @@ var ControlPlanePrograms = []Program{
 	{"base64", "coreutils"},
 }
 
+// ClusterPrograms are what the real-kubelet lab (test/cluster) and hack/cluster/build.sh execute
+// besides the lab's (nft also for kube-proxy in nftables mode, nsenter also to enter a node's
+// mount namespace) and the control plane's: runc (containerd's runtime), unshare and mount (each
+// node's private mount namespace).
+var ClusterPrograms = []Program{
+	{"runc", "runc"},
+	{"unshare", "util-linux"},
+	{"mount", "mount"},
+}
+
 // MakePrograms are what the Makefile itself executes besides go: `make vet` lists the Go files
 // with git.
 var MakePrograms = []Program{

@@ -1,0 +1,89 @@
+package cluster
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// AgentLog is the node's agent log.
+func (kn *KNode) AgentLog() string { return kn.path("agent.log") }
+
+// AgentArgs is the agent's command line on this node: it runs in the node (netns and mount
+// namespace, where the node's OVS is at the default /var/run/openvswitch) and watches the API
+// server.
+func (kn *KNode) AgentArgs() []string {
+	c := kn.c
+	args := []string{
+		"--node-name=" + kn.Name,
+		"--kubeconfig=" + c.Kubeconfig,
+		"--bridge-ex=br-ex",
+		"--bridge-int=br-int",
+		"--uplink=eth0",
+		"--external-ip-cidrs=203.0.113.0/24",
+		"--geneve-port=6081",
+		"--v=2",
+	}
+	return append(args, c.cfg.AgentArgs...)
+}
+
+// StartAgent starts srcip-agent in the node.
+func (kn *KNode) StartAgent() error {
+	kn.mu.Lock()
+	defer kn.mu.Unlock()
+	if kn.agent.running() {
+		return fmt.Errorf("agent of %s already running (pid %d)", kn.Name, kn.agent.pid)
+	}
+	p, err := kn.c.start("agent "+kn.Name, kn.AgentLog(), append(append(kn.enter(), kn.c.cfg.AgentBin), kn.AgentArgs()...)...)
+	if err != nil {
+		return err
+	}
+	kn.agent = p
+	return nil
+}
+
+// StopAgent stops the node's agent (SIGTERM, SIGKILL after 10 s).
+func (kn *KNode) StopAgent() error {
+	kn.mu.Lock()
+	p := kn.agent
+	kn.mu.Unlock()
+	return p.stop(kn.c.logf, 10*time.Second)
+}
+
+// RestartAgent is StopAgent then StartAgent.
+func (kn *KNode) RestartAgent() error {
+	if err := kn.StopAgent(); err != nil {
+		return err
+	}
+	return kn.StartAgent()
+}
+
+// AgentPid is the pid of the node's agent (0: never started).
+func (kn *KNode) AgentPid() int {
+	kn.mu.Lock()
+	defer kn.mu.Unlock()
+	if kn.agent == nil {
+		return 0
+	}
+	return kn.agent.pid
+}
+
+// nodeSetup runs `srcip-agent node-setup` in the node: br-int, srcip-gw0 with the pod gateway
+// address and the cluster route, the masquerade, srcip-cni + host-local + loopback in
+// /opt/cni/bin and the conflist (in place) in /etc/cni/net.d. br-ex is the lab's (the node
+// installer's), so no --nic.
+func (kn *KNode) nodeSetup() error {
+	c := kn.c
+	argv := []string{c.cfg.AgentBin, "node-setup",
+		"--node-name=" + kn.Name,
+		"--kubeconfig=" + c.Kubeconfig,
+		"--cluster-cidrs=" + c.cfg.ClusterCIDR,
+		"--cni-bin-dir=/opt/cni/bin",
+		"--cni-conf-dir=/etc/cni/net.d",
+		"--cni-source-dir=" + filepath.Join(c.dir, "cni-src"),
+		"--state-dir=" + kn.path("node-setup"),
+		"--mtu=" + strconv.Itoa(1400)}
+	_, err := kn.Exec(argv...)
+	return err
+}

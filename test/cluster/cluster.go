@@ -1,0 +1,613 @@
+// Package cluster turns the lab (test/lab: one netns per node with its own Open vSwitch, a router,
+// clients) into a real Kubernetes cluster: each emulated node runs containerd v2 (with Debian's
+// runc), a kubelet and kube-proxy (nftables mode), all in a private mount namespace entered into
+// the node's netns; the control plane (test/kube: etcd, kube-apiserver, kube-controller-manager
+// allocating node pod CIDRs) gets kube-scheduler. Pods are created by the kubelet from real
+// Deployments, from images written locally from the repo's own static binaries.
+//
+// Recipe, figures and every pitfall: ../shared/spikes/kubelet/FINDINGS.md and
+// /work/shared/design/LAB-FACTS.md ("A real kubelet per emulated node"). In short, per node:
+//
+//   - a holder process (`nsenter --net=<node netns> unshare -m --propagation private sleep`) owns
+//     the node's mount namespace; every daemon of the node enters it and the node netns with
+//     `nsenter -t <holder> -m -n` (not `ip netns exec`, which remounts /sys and hides cgroups);
+//   - in that mount namespace, per-node directories are bind-mounted over the paths that are
+//     hard-wired in kubelet, containerd and the CNI libraries (/var/lib/kubelet, /var/lib/cni,
+//     /run/containerd, /var/log, /etc/cni/net.d, /opt/cni/bin), the node's OVS run dir over
+//     /var/run/openvswitch, and files with the values kubelet wants over the host-global sysctls it
+//     would otherwise write (kernel.panic, kernel.panic_on_oops, vm.overcommit_memory, ...);
+//   - containerd runs with restrict_oom_score_adj (no CAP_SYS_RESOURCE here), kubelet with
+//     failCgroupV1: false and its own cgroupRoot (created beforehand in every v1 hierarchy);
+//   - kube-proxy never writes host-global conntrack sysctls (maxPerCore 0, TCP timeouts 0).
+//
+// The API server binds to the root end of a veth between the root netns and the lab router
+// (172.31.X.1/30); the router masquerades the nodes' connections to it, so the root netns needs
+// no route into the lab. The API server cannot dial kubelets (no kubectl logs/exec): tests enter
+// a pod's netns through its processes instead (PodExec).
+//
+// Close stops everything by pid (kubelet, kube-proxy, agents, containers by cgroup, shims,
+// containerd, the holder), removes the cgroups, the control plane and the lab. CleanupStale
+// removes what a crashed run left (cgroups of labs whose owner is gone; the lab's own netns and
+// dirs through lab.CleanupStale).
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ovs-srcip/ovs-srcip/test/kube"
+	"github.com/ovs-srcip/ovs-srcip/test/lab"
+)
+
+// CNI modes.
+const (
+	// CNIBridge is the reference bridge + host-local chain (pods on a Linux bridge cni0 in the
+	// node netns, not on OVS): proves the kubelet/containerd bring-up alone.
+	CNIBridge = "bridge"
+	// CNISrcip is srcip-cni on br-int, installed by `srcip-agent node-setup`, which the harness
+	// runs on each node before it starts the agent there.
+	CNISrcip = "srcip"
+	// CNIDaemonSet leaves node-setup, the agent and srcip-cni to the deploy/ DaemonSet, which the
+	// test applies: Start returns with the nodes registered but NotReady, the agent image
+	// (AgentImage) imported on every node, ServiceAccount tokens on and the "kubernetes" Service
+	// pointing at the API server.
+	CNIDaemonSet = "daemonset"
+)
+
+// Image references the nodes import (imagePullPolicy: Never).
+const (
+	PauseImage = "localhost/ovs-srcip/pause:test"
+	EchoImage  = "localhost/ovs-srcip/echo:test"
+	// AgentImage is srcip-agent, srcip-cni, host-local, loopback and the OVS and nftables tools
+	// the agent and node-setup run, with their shared libraries, laid out as deploy/Dockerfile
+	// does (CNIDaemonSet).
+	AgentImage = "localhost/ovs-srcip/srcip-agent:test"
+)
+
+// Config describes a cluster.
+type Config struct {
+	// Lab is the lab's configuration; its ManifestsDir holds the Node manifests (names,
+	// InternalIPs; their podCIDRs only name the lab's, the real ones come from
+	// kube-controller-manager) and no pods.
+	Lab lab.Config
+	// BinDir is hack/cluster/build.sh's output; default $SRCIP_CLUSTER_BIN, else build.sh runs
+	// (a cache hit after `make cluster`).
+	BinDir string
+	// AgentBin, EchoBin, PauseBin and CNIBin are the repo's binaries (srcip-agent, test/echo,
+	// test/pause, srcip-cni).
+	AgentBin, EchoBin, PauseBin, CNIBin string
+	// CNI is CNIBridge or CNISrcip (default).
+	CNI string
+	// ClusterCIDR is kube-controller-manager's --cluster-cidr; default 10.244.0.0/16 (/24 per node).
+	ClusterCIDR string
+	// AgentArgs are appended to each agent's flags.
+	AgentArgs []string
+	// Logf receives progress lines (t.Logf).
+	Logf func(format string, args ...any)
+}
+
+// Cluster is a running real-kubelet lab.
+type Cluster struct {
+	*lab.Lab
+	CP *kube.ControlPlane
+	// Client talks to the API server as admin.
+	Client kubernetes.Interface
+	// Kubeconfig is the admin kubeconfig (the API server's link address), used by every node
+	// component.
+	Kubeconfig string
+	// BinDir is where kubelet, containerd, ... come from; BuildTime how long build.sh took.
+	BinDir    string
+	BuildTime time.Duration
+	// KNodes are the nodes' Kubernetes parts, by node name.
+	KNodes map[string]*KNode
+	// NodeReady is how long each node took from its holder's start to Ready.
+	NodeReady map[string]time.Duration
+
+	cfg       Config
+	dir       string
+	link      string // root end of the root<->router veth
+	linkIP    netip.Addr
+	scheduler *proc
+	images    []string
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// KNode is one node's Kubernetes parts.
+type KNode struct {
+	*lab.Node
+	// Dir holds the node's containerd, kubelet and kube-proxy state, configs and logs.
+	Dir string
+	// CgroupRoot is the kubelet's cgroupRoot (a directory in every v1 hierarchy).
+	CgroupRoot string
+	// PodCIDR is the node's spec.podCIDRs[0], allocated by kube-controller-manager.
+	PodCIDR netip.Prefix
+
+	c                                  *Cluster
+	holder, containerd, kubelet, proxy *proc
+	agent                              *proc
+	mu                                 sync.Mutex
+}
+
+func (c *Cluster) logf(format string, args ...any) {
+	if c.cfg.Logf != nil {
+		c.cfg.Logf(format, args...)
+	}
+}
+
+// Start builds (or finds in the cache) the node binaries, brings up the lab, the link to the
+// control plane, the control plane with kube-scheduler, and on every node containerd, kubelet,
+// kube-proxy and (CNISrcip) the node set-up and the agent; it returns once every Node is Ready.
+// On error everything already started is stopped.
+func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
+	if err := lab.CheckPrograms(append(append(append([]lab.Program{}, lab.ClusterPrograms...), lab.ControlPlanePrograms...), lab.LabPrograms...)); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	if cfg.CNI == "" {
+		cfg.CNI = CNISrcip
+	}
+	if cfg.ClusterCIDR == "" {
+		cfg.ClusterCIDR = "10.244.0.0/16"
+	}
+	for name, p := range map[string]*string{"EchoBin": &cfg.EchoBin, "PauseBin": &cfg.PauseBin, "AgentBin": &cfg.AgentBin, "CNIBin": &cfg.CNIBin} {
+		if *p == "" {
+			if (name == "AgentBin" || name == "CNIBin") && cfg.CNI == CNIBridge {
+				continue
+			}
+			return nil, fmt.Errorf("cluster: Config.%s is required", name)
+		}
+		if *p, err = filepath.Abs(*p); err != nil {
+			return nil, err
+		}
+	}
+	c = &Cluster{cfg: cfg, KNodes: map[string]*KNode{}, NodeReady: map[string]time.Duration{}}
+	c.BinDir = cfg.BinDir
+	if c.BinDir == "" {
+		c.BinDir = os.Getenv("SRCIP_CLUSTER_BIN")
+	}
+	if c.BinDir == "" {
+		t := time.Now()
+		if c.BinDir, err = Build(ctx); err != nil {
+			return nil, err
+		}
+		c.BuildTime = time.Since(t)
+		c.logf("cluster: node binaries in %s (hack/cluster/build.sh %v)", c.BinDir, c.BuildTime.Round(time.Millisecond))
+	}
+	cfg.Lab.Logf = cfg.Logf
+	if c.Lab, err = lab.New(cfg.Lab); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("%w\n%s", err, c.LogTails(30))
+			if cerr := c.Close(); cerr != nil {
+				c.logf("cluster: cleanup after failed start: %v", cerr)
+			}
+			c = nil
+		}
+	}()
+	c.dir = filepath.Join(c.Lab.Dir, "k8s")
+	if err := os.MkdirAll(c.dir, 0o755); err != nil {
+		return c, err
+	}
+	if err := c.setupLink(); err != nil {
+		return c, fmt.Errorf("cluster: link to the lab: %w", err)
+	}
+	controllers := "endpointslice-controller,endpointslice-mirroring-controller,namespace-controller," +
+		"garbage-collector-controller,deployment-controller,replicaset-controller,daemonset-controller," +
+		"node-ipam-controller,node-lifecycle-controller"
+	if cfg.CNI == CNIDaemonSet {
+		controllers += ",serviceaccount-controller,root-ca-certificate-publisher-controller"
+	}
+	c.CP, err = kube.Start(ctx, kube.Options{
+		Dir:              filepath.Join(c.dir, "cp"),
+		APIServerAddress: c.linkIP.String(),
+		ClusterCIDR:      cfg.ClusterCIDR,
+		ServiceAccounts:  cfg.CNI == CNIDaemonSet,
+		Controllers:      controllers,
+		Logf:             cfg.Logf,
+	})
+	if err != nil {
+		return c, fmt.Errorf("cluster: %w", err)
+	}
+	c.Client, c.Kubeconfig = c.CP.Client, c.CP.Kubeconfig
+	if c.scheduler, err = c.start("kube-scheduler", filepath.Join(c.dir, "kube-scheduler.log"),
+		filepath.Join(c.BinDir, "kube-scheduler"), "--kubeconfig="+c.Kubeconfig, "--leader-elect=false",
+		"--secure-port=0", "--v=2"); err != nil {
+		return c, err
+	}
+	if cfg.CNI == CNIDaemonSet {
+		if err := c.kubernetesService(ctx); err != nil {
+			return c, err
+		}
+	}
+	if err := c.writeImages(); err != nil {
+		return c, err
+	}
+	if cfg.CNI == CNISrcip {
+		// What node-setup installs into each node's /opt/cni/bin (--cni-source-dir).
+		src := filepath.Join(c.dir, "cni-src")
+		if err := os.MkdirAll(src, 0o755); err != nil {
+			return c, err
+		}
+		for dst, from := range map[string]string{"srcip-cni": cfg.CNIBin,
+			"host-local": filepath.Join(c.BinDir, "cni", "host-local"), "loopback": filepath.Join(c.BinDir, "cni", "loopback")} {
+			if err := copyFile(from, filepath.Join(src, dst)); err != nil {
+				return c, err
+			}
+		}
+	}
+	for _, n := range c.Lab.Nodes {
+		c.KNodes[n.Name] = &KNode{Node: n, c: c, Dir: filepath.Join(n.Dir, "k"),
+			CgroupRoot: "/" + c.Lab.Prefix + "-" + n.Name}
+	}
+	var mu sync.Mutex
+	if err := parallel(c.Lab.Nodes, func(n *lab.Node) error {
+		t := time.Now()
+		kn := c.KNodes[n.Name]
+		if err := kn.up(ctx); err != nil {
+			return fmt.Errorf("node %s: %w", n.Name, err)
+		}
+		d := time.Since(t)
+		mu.Lock()
+		c.NodeReady[n.Name] = d
+		mu.Unlock()
+		if cfg.CNI == CNIDaemonSet {
+			c.logf("cluster: node %s registered %v after its start (pod CIDR %s)", n.Name, d.Round(time.Millisecond), kn.PodCIDR)
+			return nil
+		}
+		c.logf("cluster: node %s Ready %v after its start (pod CIDR %s)", n.Name, d.Round(time.Millisecond), kn.PodCIDR)
+		return nil
+	}); err != nil {
+		return c, fmt.Errorf("cluster: %w", err)
+	}
+	return c, nil
+}
+
+// Build runs hack/cluster/build.sh (a cache hit after the first build) and returns its directory.
+func Build(ctx context.Context) (string, error) {
+	script, err := hackFile("cluster/build.sh")
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, script)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("%s: %v\n%s", script, err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1]), nil
+}
+
+// hackFile finds hack/<rel> above the working directory (tests run in test/cluster).
+func hackFile(rel string) (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		p := filepath.Join(d, "hack", rel)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("hack/%s not found above %s", rel, wd)
+		}
+	}
+}
+
+// setupLink joins the root netns to the lab router with a veth (root end 172.31.X.1/30, router end
+// .2) and masquerades the nodes' traffic to the root end in the router, so the root netns needs
+// no route to the lab. X is derived from the lab prefix, moved on when the address is taken.
+func (c *Cluster) setupLink() error {
+	c.link = c.Lab.Prefix + "k"
+	peer := c.Lab.Prefix + "kr"
+	h := 0
+	for _, ch := range c.Lab.Prefix {
+		h = h*31 + int(ch)
+	}
+	out, err := c.run("ip", "-4", "-o", "addr", "show")
+	if err != nil {
+		return err
+	}
+	var base netip.Addr
+	for i := 0; i < 64; i++ {
+		x := (h + i) % 16384
+		cand := netip.AddrFrom4([4]byte{172, 31, byte(x >> 6), byte(x&63) << 2})
+		if !strings.Contains(out, " "+cand.Next().String()+"/") {
+			base = cand
+			break
+		}
+	}
+	if !base.IsValid() {
+		return errors.New("no free 172.31.0.0/16 /30")
+	}
+	c.linkIP = base.Next()
+	routerIP := c.linkIP.Next()
+	if _, err := c.run("ip", "link", "add", "name", c.link, "type", "veth", "peer", "name", peer, "netns", c.Lab.RouterNetns); err != nil {
+		return err
+	}
+	if _, err := c.run("ip", "addr", "add", c.linkIP.String()+"/30", "dev", c.link); err != nil {
+		return err
+	}
+	if _, err := c.run("ip", "link", "set", c.link, "up"); err != nil {
+		return err
+	}
+	if _, err := c.run("ip", "-n", c.Lab.RouterNetns, "addr", "add", routerIP.String()+"/30", "dev", peer); err != nil {
+		return err
+	}
+	if _, err := c.run("ip", "-n", c.Lab.RouterNetns, "link", "set", peer, "up"); err != nil {
+		return err
+	}
+	rules := "table ip lab-link {\n chain post {\n  type nat hook postrouting priority 100; policy accept;\n" +
+		"  oifname \"" + peer + "\" masquerade\n }\n}\n"
+	if _, err := c.runIn(rules, "ip", "netns", "exec", c.Lab.RouterNetns, "nft", "-f", "-"); err != nil {
+		return err
+	}
+	return nil
+}
+
+// writeImages writes the pause and echo images (docker-archive tarballs) the nodes import.
+func (c *Cluster) writeImages() error {
+	dir := filepath.Join(c.dir, "images")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	mk := filepath.Join(c.BinDir, "mkimage")
+	for _, im := range []struct{ ref, bin, file string }{
+		{PauseImage, c.cfg.PauseBin, "pause.tar"},
+		{EchoImage, c.cfg.EchoBin, "echo.tar"},
+	} {
+		// Copy under the image's own base name: the entrypoint is /<base name>.
+		out := filepath.Join(dir, im.file)
+		if _, err := c.run(mk, "-ref", im.ref, "-out", out, im.bin); err != nil {
+			return err
+		}
+		c.images = append(c.images, out)
+	}
+	if c.cfg.CNI != CNIDaemonSet {
+		return nil
+	}
+	files := []string{
+		c.cfg.AgentBin + "=/usr/local/bin/srcip-agent",
+		c.cfg.CNIBin + "=/usr/local/lib/ovs-srcip/cni/srcip-cni",
+		filepath.Join(c.BinDir, "cni", "host-local") + "=/usr/local/lib/ovs-srcip/cni/host-local",
+		filepath.Join(c.BinDir, "cni", "loopback") + "=/usr/local/lib/ovs-srcip/cni/loopback",
+	}
+	deps, err := withLibraries("ovs-ofctl", "ovs-appctl", "ovs-vsctl", "nft")
+	if err != nil {
+		return err
+	}
+	for _, f := range deps {
+		files = append(files, f+"="+f)
+	}
+	out := filepath.Join(dir, "srcip-agent.tar")
+	if _, err := c.run(append([]string{mk, "-ref", AgentImage, "-out", out, "-entrypoint", "/usr/local/bin/srcip-agent"}, files...)...); err != nil {
+		return err
+	}
+	c.images = append(c.images, out)
+	return nil
+}
+
+// WaitNodeReady waits until node's Ready condition is True.
+func (c *Cluster) WaitNodeReady(ctx context.Context, node string, timeout time.Duration) (*corev1.Node, error) {
+	var kn *corev1.Node
+	err := lab.WaitFor(func() error {
+		var err error
+		kn, err = c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, cond := range kn.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				if cond.Status == corev1.ConditionTrue {
+					return nil
+				}
+				return fmt.Errorf("node %s Ready=%s: %s", node, cond.Status, cond.Message)
+			}
+		}
+		return fmt.Errorf("node %s: no Ready condition yet", node)
+	}, timeout)
+	return kn, err
+}
+
+// SaveLogs copies every log of the cluster (nodes' components and pods, control plane, OVS) to
+// dir, which survives Close.
+func (c *Cluster) SaveLogs(dir string) error {
+	if _, err := c.run("cp", "-r", c.Lab.Dir, dir); err != nil {
+		return err
+	}
+	// Only logs: drop state (images, containerd content, etcd data) that is large.
+	_, err := c.run("find", dir, "-type", "f", "!", "-name", "*.log", "!", "-name", "*.yaml", "!", "-name", "*.conflist", "-delete")
+	return err
+}
+
+// LogTails returns the last n lines of every node component's log.
+func (c *Cluster) LogTails(n int) string {
+	var b strings.Builder
+	for _, node := range c.Lab.Nodes {
+		kn := c.KNodes[node.Name]
+		if kn == nil {
+			continue
+		}
+		for _, f := range []string{"holder.log", "containerd.log", "kubelet.log", "kube-proxy.log", "agent.log"} {
+			data, err := os.ReadFile(kn.path(f))
+			if err != nil {
+				continue
+			}
+			lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+			if len(lines) > n {
+				lines = lines[len(lines)-n:]
+			}
+			fmt.Fprintf(&b, "==== %s %s (last %d lines)\n%s\n", kn.Name, f, n, strings.Join(lines, "\n"))
+		}
+	}
+	if data, err := os.ReadFile(filepath.Join(c.dir, "kube-scheduler.log")); err == nil {
+		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		if len(lines) > n {
+			lines = lines[len(lines)-n:]
+		}
+		fmt.Fprintf(&b, "==== kube-scheduler (last %d lines)\n%s\n", n, strings.Join(lines, "\n"))
+	}
+	if c.CP != nil {
+		b.WriteString(c.CP.LogTails(n))
+	}
+	return b.String()
+}
+
+// Close stops everything Start started, by pid, and removes cgroups, the control plane and the
+// lab. Idempotent.
+func (c *Cluster) Close() error {
+	c.closeOnce.Do(func() {
+		t := time.Now()
+		var errs []error
+		var kns []*KNode
+		for _, kn := range c.KNodes {
+			kns = append(kns, kn)
+		}
+		if err := parallel(kns, func(kn *KNode) error { return kn.down() }); err != nil {
+			errs = append(errs, err)
+		}
+		if err := c.scheduler.stop(c.logf, 10*time.Second); err != nil {
+			errs = append(errs, err)
+		}
+		if c.CP != nil {
+			if err := c.CP.Stop(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if c.link != "" {
+			_, _ = c.run("ip", "link", "del", c.link) // also goes with the router netns
+		}
+		if c.Lab != nil {
+			if err := c.Lab.Close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		c.closeErr = errors.Join(errs...)
+		c.logf("cluster: teardown took %v (err=%v)", time.Since(t).Round(time.Millisecond), c.closeErr)
+	})
+	return c.closeErr
+}
+
+func (c *Cluster) run(argv ...string) (string, error) { return c.runIn("", argv...) }
+
+func (c *Cluster) runIn(stdin string, argv ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	t := time.Now()
+	out, err := cmd.Output()
+	status := "ok"
+	if err != nil {
+		status = err.Error()
+	}
+	c.logf("$ %s  [%v, %s]", strings.Join(argv, " "), time.Since(t).Round(time.Millisecond), status)
+	if err != nil {
+		return string(out), fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return string(out), nil
+}
+
+func parallel[T any](items []T, f func(T) error) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(items))
+	for i, it := range items {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(it)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// proc is a long-running process the cluster started.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	pid  int
+	done chan struct{}
+	err  error
+}
+
+func (c *Cluster) start(name, logPath string, argv ...string) (*proc, error) {
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(f, "=== %s start %s: %s\n", name, time.Now().Format(time.RFC3339Nano), strings.Join(argv, " "))
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = f, f
+	// Own process group; killed when the test binary dies without Close (CleanupStale then
+	// removes the rest).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{})}
+	c.logf("started %s pid %d: %s (log %s)", name, p.pid, strings.Join(argv, " "), logPath)
+	go func() {
+		p.err = cmd.Wait()
+		f.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func (p *proc) running() bool {
+	if p == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop: SIGTERM by pid, SIGKILL after timeout.
+func (p *proc) stop(logf func(string, ...any), timeout time.Duration) error {
+	if !p.running() {
+		return nil
+	}
+	_ = syscall.Kill(p.pid, syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(timeout):
+	}
+	if logf != nil {
+		logf("%s pid %d ignored SIGTERM for %v: SIGKILL", p.name, p.pid, timeout)
+	}
+	_ = syscall.Kill(p.pid, syscall.SIGKILL)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(5 * time.Second):
+		return fmt.Errorf("%s pid %d did not exit after SIGKILL", p.name, p.pid)
+	}
+}

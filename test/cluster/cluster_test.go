@@ -1,0 +1,51 @@
+package cluster
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+const ns = "cluster"
+
+// echoPods are the pods of the echo Deployment (one per node), set by TestDeployment.
+var echoPods []corev1.Pod
+
+func TestNodesReady(t *testing.T) {
+	for _, n := range theCluster.Lab.Nodes {
+		t.Logf("node %s Ready %v after its start (pod CIDR %s)", n.Name, theCluster.NodeReady[n.Name].Round(time.Millisecond), theCluster.KNodes[n.Name].PodCIDR)
+	}
+}
+
+// A Deployment's pods are scheduled by kube-scheduler, one per node, and become Ready (their
+// readiness probes pass).
+func TestDeployment(t *testing.T) {
+	ctx := context.Background()
+	cs := theCluster.Client
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, EchoDeployment(ns, "echo", 3), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pods, err := theCluster.WaitPodsReady(ctx, ns, "app=echo", 3, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := time.Since(t0)
+	t.Logf("3 echo pods Ready %v after the Deployment was created", d.Round(time.Millisecond))
+	printf("cluster: echo Deployment: 3 pods Ready %v after create\n", d.Round(time.Millisecond))
+	nodes := map[string]bool{}
+	for _, p := range pods {
+		t.Logf("pod %s on %s, IP %s", p.Name, p.Spec.NodeName, p.Status.PodIP)
+		nodes[p.Spec.NodeName] = true
+	}
+	if len(nodes) != 3 {
+		t.Fatalf("pods on %d nodes, want 3", len(nodes))
+	}
+	echoPods = pods
+}

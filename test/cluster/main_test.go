@@ -1,0 +1,90 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+var (
+	theCluster *Cluster
+	bins       struct{ agent, echo, pause, cni string }
+)
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	fail := func(format string, args ...any) int {
+		fmt.Fprintf(os.Stderr, format+"\n", args...)
+		return 1
+	}
+	tmp, err := os.MkdirTemp("", "srcip-cluster")
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer os.RemoveAll(tmp)
+	// echo, pause and srcip-cni go into images or onto nodes' root filesystems: always built here,
+	// static (a `make build` echo may be dynamically linked: "exec /echo: no such file or directory").
+	bins.echo, bins.pause, bins.cni = filepath.Join(tmp, "echo"), filepath.Join(tmp, "pause"), filepath.Join(tmp, "srcip-cni")
+	build := map[string]string{bins.echo: "../echo", bins.pause: "../pause", bins.cni: "../../cmd/srcip-cni"}
+	if bins.agent = os.Getenv("SRCIP_AGENT"); bins.agent == "" {
+		bins.agent = filepath.Join(tmp, "srcip-agent")
+		build[bins.agent] = "../../cmd/srcip-agent"
+	}
+	for out, pkg := range build {
+		cmd := exec.Command("go", "build", "-o", out, pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fail("build %s: %v\n%s", pkg, err, b)
+		}
+	}
+	if err := CleanupStale("", func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }); err != nil {
+		return fail("cleanup of stale labs: %v", err)
+	}
+	cni := os.Getenv("SRCIP_CLUSTER_CNI")
+	logf := func(f string, a ...any) {
+		if os.Getenv("SRCIP_CLUSTER_VERBOSE") != "" {
+			fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05.000 ")+f+"\n", a...)
+		}
+	}
+	t0 := time.Now()
+	lc := labConfig()
+	lc.EchoBin = bins.echo
+	theCluster, err = Start(context.Background(), Config{
+		Lab:      lc,
+		AgentBin: bins.agent, EchoBin: bins.echo, PauseBin: bins.pause, CNIBin: bins.cni,
+		CNI: cni, Logf: logf,
+	})
+	if err != nil {
+		return fail("cluster: %v", err)
+	}
+	fmt.Printf("cluster: up in %v (node binaries build/cache %v; lab %v)\n", time.Since(t0).Round(time.Millisecond),
+		theCluster.BuildTime.Round(time.Millisecond), theCluster.Lab.SetupTime.Round(time.Millisecond))
+	for _, n := range theCluster.Lab.Nodes {
+		fmt.Printf("cluster: node %s Ready %v after its start, pod CIDR %s\n", n.Name,
+			theCluster.NodeReady[n.Name].Round(time.Millisecond), theCluster.KNodes[n.Name].PodCIDR)
+	}
+	code := m.Run()
+	if d, err := time.ParseDuration(os.Getenv("SRCIP_CLUSTER_HOLD")); err == nil {
+		fmt.Fprintf(os.Stderr, "holding the cluster %s for %v (KUBECONFIG=%s)\n", theCluster.Lab.Prefix, d, theCluster.Kubeconfig)
+		time.Sleep(d)
+	}
+	if code != 0 {
+		fmt.Fprintf(os.Stderr, "cluster state kept in the logs under %s until Close\n", theCluster.Lab.Dir)
+		fmt.Fprint(os.Stderr, theCluster.LogTails(25))
+		keep := filepath.Join(os.TempDir(), "srcip-cluster-logs-"+theCluster.Lab.Prefix)
+		if err := theCluster.SaveLogs(keep); err != nil {
+			fmt.Fprintf(os.Stderr, "save logs: %v\n", err)
+		} else {
+			fmt.Fprintf(os.Stderr, "cluster logs kept in %s\n", keep)
+		}
+	}
+	if err := theCluster.Close(); err != nil && code == 0 {
+		code = fail("cluster close: %v", err)
+	}
+	return code
+}
