@@ -27,6 +27,7 @@ type EgressIPState struct {
 	// policy's gatewayNodeSelector, by name.
 	Gateway  string
 	Eligible []string
+	usable   bool // programmed: not refused, policy valid
 }
 
 // EgressPolicy is one EgressGateway as converted by the agent.
@@ -34,6 +35,10 @@ type EgressPolicy struct {
 	Name       string
 	Generation int64
 	IPs        []EgressIPState
+	// StatusWriter is the node whose agent writes the policy's activeGateways and conditions:
+	// the gateway of its first egress IP that has one, else the first Ready node by name (every
+	// agent computes the same).
+	StatusWriter string
 	// Invalid is set when the spec cannot be used (a selector or CIDR the agent cannot parse).
 	Invalid string
 	obj     *egressv1.EgressGateway
@@ -162,6 +167,9 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 	if choose == nil {
 		choose = StatusGateway
 	}
+	if m.election != nil {
+		choose = m.election.Choose
+	}
 	for _, p := range pols {
 		var eligible []string
 		if sel, err := metav1.LabelSelectorAsSelector(&p.obj.Spec.GatewayNodeSelector); err != nil {
@@ -194,12 +202,37 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 			default:
 				st.IP = ip
 				taken[ip] = p.Name
-				if p.Invalid == "" {
-					st.Gateway = choose(p.obj, ip, eligible)
-					egress[ip] = flows.EgressIP{IP: ip, Policy: p.Name, Gateway: st.Gateway}
-				}
+				st.usable = p.Invalid == ""
 			}
 			p.IPs = append(p.IPs, st)
+		}
+	}
+	// The election first learns what this node may serve (it gives up the rest at once), then
+	// names the gateways.
+	if m.election != nil {
+		var mine []netip.Addr
+		for _, p := range pols {
+			for _, st := range p.IPs {
+				if st.usable && slices.Contains(st.Eligible, m.node) {
+					mine = append(mine, st.IP)
+				}
+			}
+		}
+		m.election.Campaign(mine)
+	}
+	for _, p := range pols {
+		for i := range p.IPs {
+			st := &p.IPs[i]
+			if st.usable {
+				st.Gateway = choose(p.obj, st.IP, st.Eligible)
+				egress[st.IP] = flows.EgressIP{IP: st.IP, Policy: p.Name, Gateway: st.Gateway}
+				if p.StatusWriter == "" && st.Gateway != "" {
+					p.StatusWriter = st.Gateway
+				}
+			}
+		}
+		if p.StatusWriter == "" && len(readyNames) > 0 {
+			p.StatusWriter = readyNames[0]
 		}
 	}
 	m.st.Egress = egress

@@ -109,3 +109,16 @@ type ConntrackLimiter interface {
 	// ConntrackZoneLimits reads the limit and entry count of zones.
 	ConntrackZoneLimits(ctx context.Context, zones ...uint16) (map[uint16]flows.ZoneLimit, error)
 }
+
+// Announcer announces an egress IP on br-ex's uplink (implemented by ofctl.OpenFlow.AnnounceIP:
+// a gratuitous ARP by packet-out).
+type Announcer interface {
+	// AnnounceIP sends a gratuitous ARP for ip at mac out of ofport.
+	AnnounceIP(ctx context.Context, ip netip.Addr, mac net.HardwareAddr, ofport int) error
+}
+
+// EgressStatusSink receives the EgressGateways as the last successful sync converted them
+// (EgressStatusWriter); Publish must not block.
+type EgressStatusSink interface {
+	Publish(policies []*EgressPolicy)
+}

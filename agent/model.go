@@ -54,6 +54,7 @@ type model struct {
 	// the policies as last converted, each local pod's last egress assignment.
 	egressClusterCIDRs []netip.Prefix
 	chooseGateway      GatewayChooser
+	election           GatewayElection
 	egressPolicies     []*EgressPolicy
 	podEgress          map[flows.Key]*flows.PodEgress
 

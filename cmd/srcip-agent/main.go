@@ -52,6 +52,10 @@ type options struct {
 	repairPeriod       time.Duration
 	bucketsPerMessage  int
 	metricsAddr        string
+	leaseNamespace     string
+	leaseDuration      time.Duration
+	renewDeadline      time.Duration
+	retryPeriod        time.Duration
 }
 
 func main() {
@@ -102,6 +106,10 @@ LoadBalancer, or externalIPs). SIGTERM stops the agent and leaves every flow in 
 	f.DurationVar(&o.drainPeriod, "drain-period", agent.DefaultDrainPeriod, "longest time the established TCP connections of a Service entry point that went away (annotation removed, Service or port deleted, externalTrafficPolicy changed) keep being forwarded; the drain ends earlier, at a full sync, once the service conntrack zone holds no live connection to it")
 	f.DurationVar(&o.repairPeriod, "repair-period", 10*time.Minute, "period of the deep repair: a full sync re-sends every flow of the agent with modify_strict (restores flows edited in place, keeps their counters) and every group with add_or_mod, in one bundle per bridge; it costs one bundle as large as the whole pipeline (about 6 flows per Service port, e.g. 60k lines and about a second of ovs-vswitchd time for 10k Service ports). 0 disables it")
 	f.IntVar(&o.bucketsPerMessage, "group-buckets-per-message", flows.DefaultBucketsPerMessage, "most select-group buckets in one OpenFlow message: a Service port with more endpoints is written as one group add_or_mod plus insert_bucket messages in the same bundle (an OpenFlow message is at most 64 KiB; a Service bucket is 88 bytes)")
+	f.StringVar(&o.leaseNamespace, "lease-namespace", envOr("POD_NAMESPACE", "ovs-srcip"), "namespace of the gateway-election Leases (one per egress IP, named egress-<IP>); default $POD_NAMESPACE, else ovs-srcip. Only with the Kubernetes API: with --manifests the gateway is the policy's status.activeGateways entry or the first eligible node by name")
+	f.DurationVar(&o.leaseDuration, "egress-lease-duration", agent.DefaultLeaseDuration, "gateway election: a candidate takes over a Lease its holder has not renewed for this long (the failover time when a gateway dies without releasing it)")
+	f.DurationVar(&o.renewDeadline, "egress-renew-deadline", agent.DefaultRenewDeadline, "gateway election: a holder that cannot renew its Lease for this long stops answering for the egress IP (must be below --egress-lease-duration)")
+	f.DurationVar(&o.retryPeriod, "egress-retry-period", agent.DefaultRetryPeriod, "gateway election: how often holders renew and candidates try to acquire a Lease")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:9464", `address of the HTTP server for /metrics, /healthz (process up, OVSDB reachable) and /readyz (first full sync done, syncs not failing); "0" disables it`)
 	cmd.AddCommand(newNodeSetupCommand(), newNodeTeardownCommand())
 	gofs := goflag.NewFlagSet("klog", goflag.ContinueOnError)
@@ -137,6 +145,8 @@ func run(ctx context.Context, o options) error {
 	ctx = klog.NewContext(ctx, logger)
 
 	var src agent.Source
+	var election *agent.LeaseElection
+	var status *agent.EgressStatusWriter
 	switch {
 	case o.manifests != "" && o.kubeconfig != "":
 		return errors.New("--manifests and --kubeconfig are exclusive")
@@ -156,6 +166,10 @@ func run(ctx context.Context, o options) error {
 			return fmt.Errorf("egress client: %w", err)
 		}
 		src = agent.NewKubeSource(cs, o.nodeName).WithEgress(ecs)
+		election = agent.NewLeaseElection(cs, o.leaseNamespace, o.nodeName)
+		election.LeaseDuration, election.RenewDeadline, election.RetryPeriod = o.leaseDuration, o.renewDeadline, o.retryPeriod
+		status = agent.NewEgressStatusWriter(ecs, o.nodeName)
+		go status.Run(ctx)
 	}
 
 	db, err := ofctl.Connect(ctx, o.ovsdb)
@@ -186,6 +200,8 @@ func run(ctx context.Context, o options) error {
 		NodePortCIDRs:      cidrs,
 		ExternalIPCIDRs:    extCIDRs,
 		EgressClusterCIDRs: egressCIDRs,
+		Election:           election,
+		Announcer:          brEx,
 		NodePortRange:      npRange,
 		ZoneLimitPercent:   o.zoneLimitPercent,
 		FullSyncPeriod:     o.fullSyncPeriod,
@@ -197,6 +213,9 @@ func run(ctx context.Context, o options) error {
 	})
 	if err != nil {
 		return err
+	}
+	if status != nil {
+		a.Reconciler().SetEgressStatus(status)
 	}
 	if o.metricsAddr != "0" && o.metricsAddr != "" {
 		srv, err := serveHTTP(ctx, o.metricsAddr, reg, a)
@@ -256,6 +275,13 @@ func serveHTTP(ctx context.Context, addr string, reg *prometheus.Registry, a *ag
 		}
 	}()
 	return srv, nil
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }
 
 // parsePortRange parses "FIRST-LAST" (inclusive, 1..65535, FIRST <= LAST); "" is the zero

@@ -151,6 +151,8 @@ const (
 	ReasonNoEligibleNode = "NoEligibleNode"
 	// ReasonElecting: Ready=False, eligible nodes exist but a Lease has no holder yet.
 	ReasonElecting = "Electing"
+	// ReasonInvalidSpec: Ready=False, a selector or CIDR of the spec cannot be used.
+	ReasonInvalidSpec = "InvalidSpec"
 	// ReasonNodeAddress: Conflict=True, an egress IP is a Node's address.
 	ReasonNodeAddress = "NodeAddress"
 	// ReasonLoadBalancerIP: Conflict=True, an egress IP is a Service's LoadBalancer IP or
