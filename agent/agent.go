@@ -131,6 +131,11 @@ func New(cfg Config) (*Agent, error) {
 		RepairPeriod:      cfg.RepairPeriod,
 		BucketsPerMessage: cfg.BucketsPerMessage,
 	})
+	if cfg.Metrics != nil && cfg.Metrics.reg != nil {
+		if err := cfg.Metrics.reg.Register(newFlowStatsCollector(rec, cfg.Bridges)); err != nil {
+			return nil, fmt.Errorf("register the flow counters' metrics: %w", err)
+		}
+	}
 	if cfg.Election != nil {
 		rec.cfg.Election = cfg.Election
 		rec.model.election = cfg.Election

@@ -122,3 +122,9 @@ type Announcer interface {
 type EgressStatusSink interface {
 	Publish(policies []*EgressPolicy)
 }
+
+// FlowStatser is implemented by a FlowBridge that can read its flows' counters
+// (ofctl.OpenFlow.FlowStats); the per-Service and drop metrics are read through it at scrape time.
+type FlowStatser interface {
+	FlowStats(ctx context.Context) ([]flows.FlowStat, error)
+}

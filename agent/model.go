@@ -65,6 +65,11 @@ type model struct {
 	admit    *admission
 	groups   *flows.GroupIDs
 	problems map[string]string // object key -> last reported problems
+	// refused, svcProblems and conflicts are, per Service, the entry points admission refused,
+	// the conversion problems and the entry-point conflicts it lost (for Reconciler.Report).
+	refused     map[types.NamespacedName][]RefusedEntry
+	svcProblems map[types.NamespacedName][]string
+	conflicts   map[types.NamespacedName][]string
 }
 
 func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, nodePortRange [2]uint16, events EventSink) *model {
@@ -92,6 +97,9 @@ func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, nodePortRang
 		admit:        newAdmission(externalIPCIDRs, nodePortRange),
 		groups:       flows.NewGroupIDs(),
 		problems:     map[string]string{},
+		refused:      map[types.NamespacedName][]RefusedEntry{},
+		svcProblems:  map[types.NamespacedName][]string{},
+		conflicts:    map[types.NamespacedName][]string{},
 	}
 }
 
@@ -336,7 +344,10 @@ func (m *model) updateServices(logger klog.Logger, names map[types.NamespacedNam
 			slices.SortFunc(eps, func(a, b *discoveryv1.EndpointSlice) int { return cmp.Compare(a.Name, b.Name) })
 			sps, convProblems[name] = ServicePorts(svc, eps)
 			var refused []string
-			sps, refused = m.admit.admit(name, sps)
+			sps, refused, m.refused[name] = m.admit.admit(name, sps)
+			if len(m.refused[name]) == 0 {
+				delete(m.refused, name)
+			}
 			m.report(svc, "refused/"+name.String(), ReasonRefused, refused)
 			rank = claimRank{created: svc.CreationTimestamp.Time, name: name}
 		}
@@ -368,14 +379,35 @@ func (m *model) updateServices(logger klog.Logger, names map[types.NamespacedNam
 		if svc == nil {
 			m.report(nil, "service/"+name.String(), "", nil)
 			m.report(nil, "refused/"+name.String(), "", nil)
+			delete(m.refused, name)
+			delete(m.svcProblems, name)
+			delete(m.conflicts, name)
 			continue
 		}
+		changed := false
 		if names[name] {
-			m.report(svc, "service/"+name.String(), ReasonInvalid, convProblems[name])
+			changed = m.report(svc, "service/"+name.String(), ReasonInvalid, convProblems[name])
 		}
-		m.report(svc, "conflict/"+name.String(), ReasonConflict, conflicts)
-		if len(convProblems[name])+len(conflicts) > 0 {
-			logger.V(2).Info("Service has problems", "service", klog.KObj(svc), "problems", append(convProblems[name], conflicts...))
+		changed = m.report(svc, "conflict/"+name.String(), ReasonConflict, conflicts) || changed
+		if len(conflicts) == 0 {
+			delete(m.conflicts, name)
+		} else {
+			m.conflicts[name] = conflicts
+		}
+		if names[name] {
+			if len(convProblems[name]) == 0 {
+				delete(m.svcProblems, name)
+			} else {
+				m.svcProblems[name] = convProblems[name]
+			}
+		}
+		if probs := append(slices.Clone(convProblems[name]), conflicts...); len(probs) > 0 {
+			// At the default level only when the problems changed (a new Event was sent).
+			if changed {
+				logger.Info("Service has problems", "service", klog.KObj(svc), "problems", probs)
+			} else {
+				logger.V(2).Info("Service has problems", "service", klog.KObj(svc), "problems", probs)
+			}
 		}
 	}
 }
@@ -405,15 +437,16 @@ func (m *model) releaseGroups(keys []flows.Key) {
 }
 
 // report sends problems of one object to the EventSink, only when they differ from the last
-// report under the same key (so periodic full syncs do not repeat Events).
-func (m *model) report(obj runtime.Object, key, reason string, problems []string) {
+// report under the same key (so periodic full syncs do not repeat Events). It reports whether
+// new problems were sent.
+func (m *model) report(obj runtime.Object, key, reason string, problems []string) bool {
 	msg := strings.Join(problems, "; ")
 	if m.problems[key] == msg {
-		return
+		return false
 	}
 	if msg == "" {
 		delete(m.problems, key)
-		return
+		return false
 	}
 	m.problems[key] = msg
 	if m.events != nil && obj != nil {
@@ -421,6 +454,7 @@ func (m *model) report(obj runtime.Object, key, reason string, problems []string
 			m.events.Warn(obj, reason, p)
 		}
 	}
+	return true
 }
 
 // objectOf returns the API object a flow set serves (KindSpec.Object; nil: none).

@@ -114,6 +114,8 @@ type Reconciler struct {
 
 	statusMu sync.Mutex
 	status   Status
+	// syncMu is held by Sync and by Report (which reads the model and the syncer).
+	syncMu sync.Mutex
 
 	// announced are the egress IPs this node answers for and has announced (sync goroutine).
 	announced map[netip.Addr]bool
@@ -123,8 +125,10 @@ type Reconciler struct {
 type Status struct {
 	// FullSyncDone is set after the first successful full sync.
 	FullSyncDone bool
-	// LastSuccess is the time of the last successful sync.
-	LastSuccess time.Time
+	// LastSuccess is the time of the last successful sync; LastFullSuccess of the last
+	// successful full sync.
+	LastSuccess     time.Time
+	LastFullSuccess time.Time
 	// FailingSince is the time of the first failure after the last success (zero: not failing).
 	FailingSince time.Time
 	// LastError is the last sync error (nil after a success).
@@ -277,6 +281,8 @@ func (r *Reconciler) Sync(ctx context.Context) error {
 	if r.cfg.HasSynced != nil && !r.cfg.HasSynced() {
 		return ErrNotSynced
 	}
+	r.syncMu.Lock()
+	defer r.syncMu.Unlock()
 	full := r.needFull.Swap(false) || !r.initialized
 	start := time.Now()
 	full, err := r.sync(ctx, full)
@@ -302,6 +308,7 @@ func (r *Reconciler) Sync(ctx context.Context) error {
 	r.status.LastSuccess, r.status.FailingSince, r.status.LastError = now, time.Time{}, nil
 	if full {
 		r.status.FullSyncDone = true
+		r.status.LastFullSuccess = now
 	}
 	r.metrics.LastSuccess.Set(float64(now.UnixNano()) / 1e9)
 	return nil

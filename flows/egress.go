@@ -71,7 +71,7 @@ func podEgressFlows(st *State, p Pod, ip netip.Addr) []ovs.Flow {
 	src := ovs.NetworkSource(ip.String())
 	newConn := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateNew))
 	var fl []ovs.Flow
-	hostPath := ovs.Action(ovs.Drop())
+	hostPath := DropFor(DropNoRoute)
 	if st.Ports.HasGateway() {
 		hostPath = Goto(IntGatewayOut)
 	}
@@ -111,9 +111,9 @@ func egressBaseFlows(st *State) []ovs.Flow {
 		// gateway, whatever the policies say now (C37); without that IP's flow set it is dropped.
 		flow(IntL3Forwarding, prioEgress, ovs.ProtocolIPv4, 0, []ovs.Match{SourcePod.Match(), estOrig, EgressPath.Match()},
 			ovs.Move(CTLabelEgressIP.NXM(), RegEgressIP.NXM()), Goto(IntEgressOut)),
-		flow(IntEgressOut, prioDefault, "", 0, nil, ovs.Drop()),
-		flow(IntEgressSNAT, prioDefault, "", 0, nil, ovs.Drop()),
-		flow(IntEgressSend, prioDefault, "", 0, nil, ovs.Drop()),
+		flow(IntEgressOut, prioDefault, "", 0, nil, DropFor(DropEgressNoGateway)),
+		flow(IntEgressSNAT, prioDefault, "", 0, nil, DropFor(DropEgressNotGateway)),
+		flow(IntEgressSend, prioDefault, "", 0, nil, DropFor(DropEgressNotGateway)),
 		// Gateway: un-SNATed replies go back to the pod's node, or to this node's pod.
 		flow(IntEgressReply, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rpl, local},
 			SourceEgress.Load(), CT{Zone: ZonePod, Table: tableRef(IntEgressReplyCT)}),
@@ -123,11 +123,11 @@ func egressBaseFlows(st *State) []ovs.Flow {
 			CTLabelEgressNode.MoveTo(nxmTunIPv4), ovs.SetTunnel(VNIEgressReply), output(p.IntTunnel)),
 		flow(IntEgressReply, prioLow+1, ovs.ProtocolIPv4, 0, []ovs.Match{rel},
 			CTLabelEgressNode.MoveTo(nxmTunIPv4), ovs.SetTunnel(VNIEgressReply), output(p.IntTunnel)),
-		flow(IntEgressReply, prioDefault, "", 0, nil, ovs.Drop()),
+		flow(IntEgressReply, prioDefault, "", 0, nil, DropFor(DropEgressReplyNoConnection)),
 		// Pod's node: only replies of what the pod opened on the egress path reach it.
 		flow(IntEgressReplyCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rpl, EgressPath.Match()}, Goto(IntL3Forwarding)),
 		flow(IntEgressReplyCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rel, EgressPath.Match()}, Goto(IntL3Forwarding)),
-		flow(IntEgressReplyCT, prioDefault, "", 0, nil, ovs.Drop()),
+		flow(IntEgressReplyCT, prioDefault, "", 0, nil, DropFor(DropEgressReplyNoConnection)),
 	}
 }
 
@@ -164,7 +164,7 @@ func BuildEgress(st *State, e EgressIP) (*FlowSet, error) {
 	gw, known := st.Nodes[e.Gateway]
 	switch {
 	case e.Gateway == "" || !known || !gw.InternalIP.Is4():
-		fs.Flows = append(fs.Flows, flow(IntEgressOut, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{match}, ovs.Drop()))
+		fs.Flows = append(fs.Flows, flow(IntEgressOut, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{match}, DropFor(DropEgressNoGateway)))
 		if e.Gateway != "" {
 			fs.Warnings = append(fs.Warnings, fmt.Sprintf("egress IP %s: gateway node %s unknown or without IPv4 InternalIP: its traffic is dropped", e.IP, e.Gateway))
 		}

@@ -155,6 +155,10 @@ func (m *CTMark) Load() ovs.Action {
 	return ovs.Load(fmt.Sprintf("%#x", m.value), m.field.NXM())
 }
 
+// CTMarkValue returns the mark as the whole ct_mark holds it (the value shifted into its field),
+// e.g. for seeding a traced flow (srcipctl trace).
+func (m *CTMark) CTMarkValue() uint32 { return m.value << m.field.start }
+
 // Match matches packets of connections carrying the mark: ct_mark=0x2/0xf.
 func (m *CTMark) Match() ovs.Match {
 	return ovs.ConnectionTrackingMark(m.value<<m.field.start, m.field.mask())

@@ -48,7 +48,7 @@ func BuildPod(st *State, p Pod) (*FlowSet, error) {
 	}
 	if len(fs.Flows) > 0 {
 		// Spoof guard: anything else from the pod's port is dropped.
-		fs.Flows = append(fs.Flows, flow(IntClassifier, prioMid, "", p.OFPort, nil, ovs.Drop()))
+		fs.Flows = append(fs.Flows, flow(IntClassifier, prioMid, "", p.OFPort, nil, DropFor(DropSpoofGuard)))
 	}
 	return fs, fs.Finish()
 }

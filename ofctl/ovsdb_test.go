@@ -109,6 +109,7 @@ func TestEnsureIntegrationErrors(t *testing.T) {
 	_, err := db.EnsureIntegration(ctx, c)
 	require.ErrorIs(t, err, ofctl.ErrBridgeNotFound)
 	assert.Contains(t, err.Error(), "br-nope")
+	assert.Contains(t, err.Error(), "srcip-agent node-setup", "says what to do")
 
 	c = integration
 	c.Uplink = "eth9"
@@ -354,4 +355,24 @@ func TestEnsureIntegrationGatewayPort(t *testing.T) {
 		return !ports.HasGateway()
 	}, 10*time.Second, 50*time.Millisecond)
 	assert.Contains(t, buf.String(), `state="on bridge br-ex"`)
+}
+
+// TestEndpointErrorsSayWhatToDo: a bare socket path is taken as unix:PATH; anything else that is
+// no endpoint says what to write; a missing socket asks whether Open vSwitch runs.
+func TestEndpointErrorsSayWhatToDo(t *testing.T) {
+	e, err := ofctl.NormalizeEndpoint("/var/run/openvswitch/db.sock")
+	require.NoError(t, err)
+	assert.Equal(t, "unix:/var/run/openvswitch/db.sock", e)
+	for _, ok := range []string{"unix:/x/db.sock", "tcp:127.0.0.1:6640", "ssl:10.0.0.1:6640"} {
+		e, err := ofctl.NormalizeEndpoint(ok)
+		require.NoError(t, err)
+		assert.Equal(t, ok, e)
+	}
+	_, err = ofctl.NormalizeEndpoint("db.sock")
+	assert.ErrorContains(t, err, "want unix:PATH")
+
+	ctx, cancel := context.WithTimeout(testContext(t), 10*time.Second)
+	defer cancel()
+	_, err = ofctl.Connect(ctx, "unix:"+t.TempDir()+"/db.sock")
+	assert.ErrorContains(t, err, "is Open vSwitch running on this node?")
 }

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	goflag "flag"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -44,7 +47,6 @@ type options struct {
 	gatewayPort        string
 	nodePortAddresses  []string
 	externalIPCIDRs    []string
-	egressClusterCIDRs []string
 	nodePortRange      string
 	zoneLimitPercent   int
 	fullSyncPeriod     time.Duration
@@ -52,6 +54,9 @@ type options struct {
 	repairPeriod       time.Duration
 	bucketsPerMessage  int
 	metricsAddr        string
+	statusSocket       string
+	debugAddr          string
+	egressClusterCIDRs []string
 	leaseNamespace     string
 	leaseDuration      time.Duration
 	renewDeadline      time.Duration
@@ -90,7 +95,7 @@ LoadBalancer, or externalIPs). SIGTERM stops the agent and leaves every flow in 
 	f.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "name of this node (the Node object); default $NODE_NAME")
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file of the Kubernetes API; empty inside a Pod: the in-cluster config. Exclusive with --manifests")
 	f.StringVar(&o.manifests, "manifests", "", "directory of YAML/JSON manifests (Nodes, Services, EndpointSlices, Pods) to use instead of the Kubernetes API; re-read on change. Exclusive with --kubeconfig")
-	f.StringVar(&o.ovsdb, "ovsdb", "unix:/var/run/openvswitch/db.sock", "OVSDB endpoint of the node's ovsdb-server (unix:PATH or tcp:IP:PORT)")
+	f.StringVar(&o.ovsdb, "ovsdb", "unix:/var/run/openvswitch/db.sock", "OVSDB endpoint of the node's ovsdb-server: unix:PATH (a bare /PATH is taken as unix:PATH), tcp:IP:PORT or ssl:IP:PORT")
 	f.StringVar(&o.ovsRunDir, "ovs-rundir", ofctl.DefaultRunDir, "OVS run directory; ovs-ofctl talks to unix:<rundir>/<bridge>.mgmt")
 	f.StringVar(&o.bridgeEx, "bridge-ex", "br-ex", "the node's external bridge (must exist; holds the uplink and the node IP)")
 	f.StringVar(&o.bridgeInt, "bridge-int", "br-int", "the pod (integration) bridge; created when missing")
@@ -111,11 +116,25 @@ LoadBalancer, or externalIPs). SIGTERM stops the agent and leaves every flow in 
 	f.DurationVar(&o.renewDeadline, "egress-renew-deadline", agent.DefaultRenewDeadline, "gateway election: a holder that cannot renew its Lease for this long stops answering for the egress IP (must be below --egress-lease-duration)")
 	f.DurationVar(&o.retryPeriod, "egress-retry-period", agent.DefaultRetryPeriod, "gateway election: how often holders renew and candidates try to acquire a Lease")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:9464", `address of the HTTP server for /metrics, /healthz (process up, OVSDB reachable) and /readyz (first full sync done, syncs not failing); "0" disables it`)
+	f.StringVar(&o.statusSocket, "status-socket", "", `unix socket serving the endpoints of --metrics-bind-address plus /status (JSON) and /trace (ofproto/trace on this node), for srcipctl on the node; default <ovs-rundir>/srcip-agent.sock; "-" disables it (a socket that cannot be created is logged, not fatal)`)
+	f.StringVar(&o.debugAddr, "debug-bind-address", "", `address of an HTTP server with the status socket's endpoints (/status, /trace, ...) for srcipctl from elsewhere, e.g. 127.0.0.1:9465 behind kubectl port-forward; empty (default): none. /trace costs ovs-vswitchd CPU: never bind it where untrusted clients reach it`)
 	cmd.AddCommand(newNodeSetupCommand(), newNodeTeardownCommand())
+	addKlogFlags(f)
+	return cmd
+}
+
+// addKlogFlags adds klog's flags to fs and hides all but -v and --vmodule (log_dir, log_file,
+// logtostderr, ...), as Kubernetes components do since component-base deprecated them: the
+// agent logs to stderr; the hidden flags still work for those who need them.
+func addKlogFlags(fs *pflag.FlagSet) {
 	gofs := goflag.NewFlagSet("klog", goflag.ContinueOnError)
 	klog.InitFlags(gofs)
-	f.AddGoFlagSet(gofs)
-	return cmd
+	fs.AddGoFlagSet(gofs)
+	gofs.VisitAll(func(f *goflag.Flag) {
+		if f.Name != "v" && f.Name != "vmodule" {
+			_ = fs.MarkHidden(f.Name)
+		}
+	})
 }
 
 func run(ctx context.Context, o options) error {
@@ -172,7 +191,11 @@ func run(ctx context.Context, o options) error {
 		go status.Run(ctx)
 	}
 
-	db, err := ofctl.Connect(ctx, o.ovsdb)
+	endpoint, err := ofctl.NormalizeEndpoint(o.ovsdb)
+	if err != nil {
+		return fmt.Errorf("--ovsdb: %w", err)
+	}
+	db, err := ofctl.Connect(ctx, endpoint)
 	if err != nil {
 		return err
 	}
@@ -189,13 +212,14 @@ func run(ctx context.Context, o options) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	brEx := ofctl.NewOpenFlow(o.bridgeEx, ofctl.MgmtTarget(o.ovsRunDir, o.bridgeEx))
+	brInt := ofctl.NewOpenFlow(o.bridgeInt, ofctl.MgmtTarget(o.ovsRunDir, o.bridgeInt))
 	a, err := agent.New(agent.Config{
 		NodeName:  o.nodeName,
 		Source:    src,
 		Dataplane: dp,
 		Bridges: map[flows.Bridge]agent.FlowBridge{
 			flows.BrEx:  brEx,
-			flows.BrInt: ofctl.NewOpenFlow(o.bridgeInt, ofctl.MgmtTarget(o.ovsRunDir, o.bridgeInt)),
+			flows.BrInt: brInt,
 		},
 		NodePortCIDRs:      cidrs,
 		ExternalIPCIDRs:    extCIDRs,
@@ -217,16 +241,47 @@ func run(ctx context.Context, o options) error {
 	if status != nil {
 		a.Reconciler().SetEgressStatus(status)
 	}
-	if o.metricsAddr != "0" && o.metricsAddr != "" {
-		srv, err := serveHTTP(ctx, o.metricsAddr, reg, a)
-		if err != nil {
-			return err
+	metricsMux := newMux(reg, a, nil)
+	debugMux := newMux(reg, a, map[string]*ofctl.OpenFlow{"br-ex": brEx, "br-int": brInt})
+	type server struct {
+		ln  net.Listener
+		mux *http.ServeMux
+	}
+	var servers []server
+	for _, l := range []struct{ addr, flag string }{{o.metricsAddr, "--metrics-bind-address"}, {o.debugAddr, "--debug-bind-address"}} {
+		if l.addr == "0" || l.addr == "" {
+			continue
 		}
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			return fmt.Errorf("HTTP listener (%s %s): %w", l.flag, l.addr, err)
+		}
+		mux := metricsMux
+		if l.flag == "--debug-bind-address" {
+			mux = debugMux
+		}
+		servers = append(servers, server{ln, mux})
+	}
+	if o.statusSocket != "-" {
+		path := o.statusSocket
+		if path == "" {
+			path = filepath.Join(o.ovsRunDir, statusSocketName)
+		}
+		_ = os.Remove(path) // a previous agent's socket
+		if ln, err := net.Listen("unix", path); err != nil {
+			logger.Error(err, "No status socket: srcipctl status and trace cannot reach this agent; set --status-socket to a writable path", "path", path)
+		} else {
+			servers = append(servers, server{ln, debugMux})
+		}
+	}
+	for _, sv := range servers {
+		ln := sv.ln
+		srv := serveHTTP(ctx, ln, sv.mux)
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
 			if err := srv.Shutdown(sctx); err != nil {
-				logger.Error(err, "Metrics server did not shut down cleanly")
+				logger.Error(err, "HTTP server did not shut down cleanly", "addr", ln.Addr().String())
 			}
 		}()
 	}
@@ -249,7 +304,14 @@ func kubeConfig(path string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-func serveHTTP(ctx context.Context, addr string, reg *prometheus.Registry, a *agent.Agent) (*http.Server, error) {
+// statusSocketName is the agent's status socket in the OVS run directory (--status-socket).
+const statusSocketName = "srcip-agent.sock"
+
+// newMux returns the agent's HTTP endpoints: /metrics, /healthz, /readyz and, with bridges,
+// /status (JSON agent.Report) and /trace (ofproto/trace on one of the node's bridges: query
+// bridge=br-ex|br-int, flow=<ovs-fields(7) flow>, ct-next=<state> repeated; text/plain answer;
+// read-only).
+func newMux(reg *prometheus.Registry, a *agent.Agent, bridges map[string]*ofctl.OpenFlow) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	check := func(f func() error) http.HandlerFunc {
@@ -263,18 +325,47 @@ func serveHTTP(ctx context.Context, addr string, reg *prometheus.Registry, a *ag
 	}
 	mux.Handle("/healthz", check(a.Healthy))
 	mux.Handle("/readyz", check(a.Ready))
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("metrics listener: %w", err)
+	if bridges == nil {
+		return mux
 	}
+	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(a.Reconciler().Report())
+	})
+	mux.HandleFunc("/trace", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		of := bridges[q.Get("bridge")]
+		if of == nil {
+			http.Error(w, "bridge must be br-ex or br-int", http.StatusBadRequest)
+			return
+		}
+		if q.Get("flow") == "" {
+			http.Error(w, "flow is required", http.StatusBadRequest)
+			return
+		}
+		out, err := of.Trace(r.Context(), q.Get("flow"), q["ct-next"])
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprint(w, out)
+	})
+	return mux
+}
+
+// serveHTTP serves mux on ln until Shutdown.
+func serveHTTP(ctx context.Context, ln net.Listener, mux *http.ServeMux) *http.Server {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	logger := klog.FromContext(ctx)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error(err, "Metrics server stopped")
+			logger.Error(err, "HTTP server stopped", "addr", ln.Addr().String())
 		}
 	}()
-	return srv, nil
+	return srv
 }
 
 func envOr(name, def string) string {
