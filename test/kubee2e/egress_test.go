@@ -56,7 +56,8 @@ func serveFromClient(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "ready") }, 5*time.Second, 20*time.Millisecond)
 }
 
-// ensurePolicy creates the EgressGateway selecting echo-a with node1 and node3 eligible (once).
+// ensurePolicy creates the EgressGateway selecting echo-a with node1 and node3 eligible, and
+// deletes it when the test ends (later tests compare whole bridges).
 func ensurePolicy(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
@@ -71,9 +72,11 @@ func ensurePolicy(t *testing.T) {
 		},
 	}
 	_, err := ecs.OvsSrcipV1alpha1().EgressGateways().Create(ctx, egw, metav1.CreateOptions{})
-	if err != nil && !strings.Contains(err.Error(), "already exists") {
-		require.NoError(t, err)
-	}
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		assert.NoError(t, ecs.OvsSrcipV1alpha1().EgressGateways().Delete(ctx, egwName, metav1.DeleteOptions{}))
+		time.Sleep(2 * time.Second) // every agent removes the policy's flows
+	})
 }
 
 // activeGateway waits until the policy's status names one active gateway (Ready True, every
