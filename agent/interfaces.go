@@ -9,6 +9,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	egressv1 "github.com/ovs-srcip/ovs-srcip/agent/apis/ovssrcip/v1alpha1"
 	"github.com/ovs-srcip/ovs-srcip/flows"
 )
 
@@ -63,6 +64,9 @@ type Handler interface {
 	OnService(prev, cur *corev1.Service)
 	OnEndpointSlice(prev, cur *discoveryv1.EndpointSlice)
 	OnPod(prev, cur *corev1.Pod)
+	// OnEgressGateway and OnNamespace feed the egress policies (docs/egress.md).
+	OnEgressGateway(prev, cur *egressv1.EgressGateway)
+	OnNamespace(prev, cur *corev1.Namespace)
 }
 
 // Source is where cluster objects come from: the Kubernetes API (KubeSource) or a directory of
@@ -104,6 +108,19 @@ type ConntrackLimiter interface {
 	DeleteConntrackZoneLimits(ctx context.Context, zones ...uint16) error
 	// ConntrackZoneLimits reads the limit and entry count of zones.
 	ConntrackZoneLimits(ctx context.Context, zones ...uint16) (map[uint16]flows.ZoneLimit, error)
+}
+
+// Announcer announces an egress IP on br-ex's uplink (implemented by ofctl.OpenFlow.AnnounceIP:
+// a gratuitous ARP by packet-out).
+type Announcer interface {
+	// AnnounceIP sends a gratuitous ARP for ip at mac out of ofport.
+	AnnounceIP(ctx context.Context, ip netip.Addr, mac net.HardwareAddr, ofport int) error
+}
+
+// EgressStatusSink receives the EgressGateways as the last successful sync converted them
+// (EgressStatusWriter); Publish must not block.
+type EgressStatusSink interface {
+	Publish(policies []*EgressPolicy)
 }
 
 // FlowStatser is implemented by a FlowBridge that can read its flows' counters

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	egressv1 "github.com/ovs-srcip/ovs-srcip/agent/apis/ovssrcip/v1alpha1"
 	"github.com/ovs-srcip/ovs-srcip/flows"
 )
 
@@ -37,13 +38,25 @@ type model struct {
 	svcChanges   *ChangeTracker[types.NamespacedName, corev1.Service]
 	sliceChanges *ChangeTracker[types.NamespacedName, discoveryv1.EndpointSlice]
 	podChanges   *ChangeTracker[types.NamespacedName, corev1.Pod]
+	egwChanges   *ChangeTracker[string, egressv1.EgressGateway]
+	nsChanges    *ChangeTracker[string, corev1.Namespace]
 
-	nodes    map[string]*corev1.Node
-	services map[types.NamespacedName]*corev1.Service
-	epSlices map[types.NamespacedName]*discoveryv1.EndpointSlice
-	slicesOf map[types.NamespacedName]map[types.NamespacedName]bool
-	pods     map[types.NamespacedName]*corev1.Pod
-	podPorts map[types.NamespacedName][]PodPort // several while a predecessor's port lingers
+	nodes      map[string]*corev1.Node
+	services   map[types.NamespacedName]*corev1.Service
+	epSlices   map[types.NamespacedName]*discoveryv1.EndpointSlice
+	slicesOf   map[types.NamespacedName]map[types.NamespacedName]bool
+	pods       map[types.NamespacedName]*corev1.Pod
+	podPorts   map[types.NamespacedName][]PodPort // several while a predecessor's port lingers
+	egws       map[string]*egressv1.EgressGateway
+	namespaces map[string]*corev1.Namespace
+
+	// Egress: the cluster networks never sent to a gateway, how the active gateway is chosen,
+	// the policies as last converted, each local pod's last egress assignment.
+	egressClusterCIDRs []netip.Prefix
+	chooseGateway      GatewayChooser
+	election           GatewayElection
+	egressPolicies     []*EgressPolicy
+	podEgress          map[flows.Key]*flows.PodEgress
 
 	st       *flows.State
 	svcRaw   map[types.NamespacedName][]flows.ServicePort // converted, before claims
@@ -66,6 +79,11 @@ func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, nodePortRang
 		svcChanges:   NewChangeTracker[types.NamespacedName](serviceEqual),
 		sliceChanges: NewChangeTracker[types.NamespacedName](sliceEqual),
 		podChanges:   NewChangeTracker[types.NamespacedName](podEqual),
+		egwChanges:   NewChangeTracker[string](egressGatewayEqual),
+		nsChanges:    NewChangeTracker[string](namespaceEqual),
+		egws:         map[string]*egressv1.EgressGateway{},
+		namespaces:   map[string]*corev1.Namespace{},
+		podEgress:    map[flows.Key]*flows.PodEgress{},
 		nodes:        map[string]*corev1.Node{},
 		services:     map[types.NamespacedName]*corev1.Service{},
 		epSlices:     map[types.NamespacedName]*discoveryv1.EndpointSlice{},
@@ -145,6 +163,7 @@ func (m *model) update(ctx context.Context, dp Dataplane, full bool) (changes, e
 	ch.podCIDRs = m.updateNodes(logger, d.nodes, ch.keys)
 	m.updatePods(logger, d.pods, ch.keys)
 	m.updateServices(logger, d.services, ch.keys)
+	m.updateEgress(logger, ch.keys)
 	return ch, nil
 }
 
@@ -207,6 +226,12 @@ func (m *model) checkout() (d dirtyObjects, nodeSelf bool) {
 	for name, c := range m.podChanges.Checkout() {
 		setOrDelete(m.pods, name, c.Current)
 		d.pods[name] = true
+	}
+	for name, c := range m.egwChanges.Checkout() {
+		setOrDelete(m.egws, name, c.Current)
+	}
+	for name, c := range m.nsChanges.Checkout() {
+		setOrDelete(m.namespaces, name, c.Current)
 	}
 	return d, nodeSelf
 }

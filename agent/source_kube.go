@@ -16,6 +16,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+
+	egressclient "github.com/ovs-srcip/ovs-srcip/agent/client/clientset/versioned"
+	egressinformers "github.com/ovs-srcip/ovs-srcip/agent/client/informers/externalversions"
 )
 
 // KubeSource is the Source of a Kubernetes cluster: shared informers on Nodes, Services,
@@ -23,6 +26,7 @@ import (
 // recorded as Kubernetes Events on the object.
 type KubeSource struct {
 	client   kubernetes.Interface
+	egress   egressclient.Interface
 	nodeName string
 
 	mu     sync.Mutex
@@ -35,6 +39,13 @@ var _ Source = (*KubeSource)(nil)
 // NewKubeSource returns a KubeSource for the node nodeName.
 func NewKubeSource(client kubernetes.Interface, nodeName string) *KubeSource {
 	return &KubeSource{client: client, nodeName: nodeName, events: logEvents{}}
+}
+
+// WithEgress makes the source watch EgressGateways through c (and Namespaces, whose labels
+// their namespaceSelector reads); without it no EgressGateway is seen.
+func (s *KubeSource) WithEgress(c egressclient.Interface) *KubeSource {
+	s.egress = c
+	return s
 }
 
 // Start implements Source.
@@ -66,6 +77,16 @@ func (s *KubeSource) Start(ctx context.Context, h Handler) error {
 	if err := add(local.Core().V1().Pods().Informer(), handlerFuncs(h.OnPod)); err != nil {
 		return err
 	}
+	var egw egressinformers.SharedInformerFactory
+	if s.egress != nil {
+		if err := add(all.Core().V1().Namespaces().Informer(), handlerFuncs(h.OnNamespace)); err != nil {
+			return err
+		}
+		egw = egressinformers.NewSharedInformerFactoryWithOptions(s.egress, 0, egressinformers.WithTransform(stripManagedFields))
+		if err := add(egw.OvsSrcip().V1alpha1().EgressGateways().Informer(), handlerFuncs(h.OnEgressGateway)); err != nil {
+			return err
+		}
+	}
 
 	b := record.NewBroadcaster(record.WithContext(ctx))
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.client.CoreV1().Events("")})
@@ -81,6 +102,9 @@ func (s *KubeSource) Start(ctx context.Context, h Handler) error {
 	s.mu.Unlock()
 	all.Start(ctx.Done())
 	local.Start(ctx.Done())
+	if egw != nil {
+		egw.Start(ctx.Done())
+	}
 	return nil
 }
 

@@ -198,6 +198,7 @@ func BuildIntBase(st *State) (*FlowSet, error) {
 		flow(IntPodIngressCT, prioDefault, "", 0, nil, DropFor(DropPodIngressInvalid)),
 		flow(IntPodIngress, prioDefault, "", 0, nil, RegOutPort.Output()),
 	}
+	fs.Flows = append(fs.Flows, egressBaseFlows(st)...)
 	{
 		for _, c := range st.self().PodCIDRs {
 			if !c.Addr().Is4() {

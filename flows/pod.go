@@ -42,6 +42,9 @@ func BuildPod(st *State, p Pod) (*FlowSet, error) {
 				ovs.ModDataLinkSource(gwMAC), ovs.ModDataLinkDestination(p.MAC),
 				RegOutPort.Load(uint32(p.OFPort)), Goto(IntPodIngress)),
 		)
+		// Its egress path is part of the pod's own flow set: the port is never programmed
+		// without it, so a selected pod's first packet cannot leave with the node IP (C29).
+		fs.Flows = append(fs.Flows, podEgressFlows(st, p, ip)...)
 	}
 	if len(fs.Flows) > 0 {
 		// Spoof guard: anything else from the pod's port is dropped.

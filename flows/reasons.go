@@ -46,6 +46,15 @@ const (
 	DropPodIngressInvalid DropReason = "pod-conntrack-invalid"
 	// DropGatewayInvalid: a packet from the host (gateway port) that ZonePod holds invalid.
 	DropGatewayInvalid DropReason = "gateway-conntrack-invalid"
+	// DropEgressNoGateway: a selected pod's packet whose egress IP has no active gateway (or no
+	// flow set yet): fail closed, it never leaves with the node address (C29).
+	DropEgressNoGateway DropReason = "egress-no-gateway"
+	// DropEgressNotGateway: an egress packet tunnelled to a node that is not (any more) the
+	// active gateway of its egress IP, or that its ZoneEgress could not SNAT.
+	DropEgressNotGateway DropReason = "egress-not-gateway"
+	// DropEgressReplyNoConnection: a packet to an egress IP, or tunnelled back to a pod's node,
+	// that is no reply of a connection the pod opened on the egress path.
+	DropEgressReplyNoConnection DropReason = "egress-reply-without-connection"
 	// DropNoEndpoints: a new connection to a Service port without usable endpoints (its select
 	// group has no bucket). No flow states it: the group does.
 	DropNoEndpoints DropReason = "no-endpoints"
@@ -98,11 +107,17 @@ var dropInfos = []DropInfo{
 	{DropARPNotOurs, "an ARP request for an address br-int does not answer for",
 		[]DropSpot{{BrInt, IntARPResponder, prioDefault, KindIntBase}}},
 	{DropNoRoute, "the destination is no pod of the cluster (no Node's pod CIDR holds it; without a gateway port nothing else is routed)",
-		[]DropSpot{{BrInt, IntL3Forwarding, prioDefault, KindIntBase}}},
+		[]DropSpot{{BrInt, IntL3Forwarding, prioDefault, KindIntBase}, {BrInt, IntL3Forwarding, prioEgressExcl, KindPod}}},
 	{DropPodIngressInvalid, "the backend node's ZonePod holds the packet invalid (out of window, or a second connection on an established 4-tuple)",
 		[]DropSpot{{BrInt, IntPodIngressCT, prioDefault, KindIntBase}}},
 	{DropGatewayInvalid, "a packet from the host (gateway port) that ZonePod holds invalid",
 		[]DropSpot{{BrInt, IntGatewayCT, prioDefault, KindGateway}}},
+	{DropEgressNoGateway, "a pod selected by an EgressGateway sent to its destinations while its egress IP has no active gateway (check the policy's status: Ready, activeGateways, and the egress-<IP> Lease)",
+		[]DropSpot{{BrInt, IntEgressOut, prioDefault, KindIntBase}, {BrInt, IntEgressOut, prioMid, KindEgress}}},
+	{DropEgressNotGateway, "egress traffic reached a node that is not the active gateway of its egress IP (a failover in progress), or its ZoneEgress could not SNAT it",
+		[]DropSpot{{BrInt, IntEgressSNAT, prioDefault, KindIntBase}, {BrInt, IntEgressSend, prioDefault, KindIntBase}}},
+	{DropEgressReplyNoConnection, "a packet to an egress IP, or tunnelled back to a pod's node, that is no reply of a connection the pod opened through the gateway",
+		[]DropSpot{{BrInt, IntEgressReply, prioDefault, KindIntBase}, {BrInt, IntEgressReplyCT, prioDefault, KindIntBase}}},
 	{DropNoEndpoints, "the Service port has no usable endpoint: its select group has no bucket (check the EndpointSlices: ready, or serving and terminating, endpoints)", nil},
 	{DropMTU, "the packet is larger than the underlay MTU minus the 50 bytes of Geneve: the userspace datapath drops it with only a log line (give pods an MTU of at most underlay MTU - 50)", nil},
 }

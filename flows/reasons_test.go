@@ -1,6 +1,7 @@
 package flows
 
 import (
+	"net/netip"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -15,8 +16,15 @@ func TestEveryDropHasAReason(t *testing.T) {
 	withGW.Ports.IntGateway, withGW.Ports.GatewayMAC = 4, mustMAC("02:00:0a:f4:01:01")
 	ranges := webTCP()
 	ranges.FilterSources = true
+	// Egress without a gateway port: an excluded destination has no host path; 192.0.2.52 has
+	// no active gateway.
+	egress := testState()
+	egress.Egress = map[netip.Addr]EgressIP{ip("192.0.2.52"): {IP: ip("192.0.2.52"), Policy: "none"}}
+	pod := egress.Pods[Key{Kind: KindPod, Namespace: "demo", Name: "echo-c"}]
+	pod.Egress = &PodEgress{IP: ip("192.0.2.52"), Policy: "none", Excluded: []netip.Prefix{pfx("198.51.100.128/25")}}
+	egress.Pods[pod.Key()] = pod
 	seen := map[DropSpot]bool{}
-	for _, st := range []*State{testState(webTCP(), webUDP()), withGW, testState(ranges)} {
+	for _, st := range []*State{testState(webTCP(), webUDP()), withGW, testState(ranges), egress} {
 		d, err := Build(st)
 		require.NoError(t, err)
 		for _, fs := range d {

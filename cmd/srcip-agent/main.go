@@ -29,32 +29,38 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/ovs-srcip/ovs-srcip/agent"
+	egressclient "github.com/ovs-srcip/ovs-srcip/agent/client/clientset/versioned"
 	"github.com/ovs-srcip/ovs-srcip/flows"
 	"github.com/ovs-srcip/ovs-srcip/ofctl"
 )
 
 type options struct {
-	nodeName          string
-	kubeconfig        string
-	manifests         string
-	ovsdb             string
-	ovsRunDir         string
-	bridgeEx          string
-	bridgeInt         string
-	uplink            string
-	genevePort        int
-	gatewayPort       string
-	nodePortAddresses []string
-	externalIPCIDRs   []string
-	nodePortRange     string
-	zoneLimitPercent  int
-	fullSyncPeriod    time.Duration
-	drainPeriod       time.Duration
-	repairPeriod      time.Duration
-	bucketsPerMessage int
-	metricsAddr       string
-	statusSocket      string
-	debugAddr         string
+	nodeName           string
+	kubeconfig         string
+	manifests          string
+	ovsdb              string
+	ovsRunDir          string
+	bridgeEx           string
+	bridgeInt          string
+	uplink             string
+	genevePort         int
+	gatewayPort        string
+	nodePortAddresses  []string
+	externalIPCIDRs    []string
+	nodePortRange      string
+	zoneLimitPercent   int
+	fullSyncPeriod     time.Duration
+	drainPeriod        time.Duration
+	repairPeriod       time.Duration
+	bucketsPerMessage  int
+	metricsAddr        string
+	statusSocket       string
+	debugAddr          string
+	egressClusterCIDRs []string
+	leaseNamespace     string
+	leaseDuration      time.Duration
+	renewDeadline      time.Duration
+	retryPeriod        time.Duration
 }
 
 func main() {
@@ -98,12 +104,17 @@ LoadBalancer, or externalIPs). SIGTERM stops the agent and leaves every flow in 
 	f.IntVar(&o.genevePort, "geneve-port", ofctl.DefaultGeneveUDPPort, "UDP port of the agent's flow-based Geneve tunnel port; the same on every node")
 	f.StringSliceVar(&o.nodePortAddresses, "nodeport-addresses", nil, "comma-separated CIDRs: serve NodePorts only on node addresses inside them (default: every InternalIP and ExternalIP of the node)")
 	f.StringSliceVar(&o.externalIPCIDRs, "external-ip-cidrs", nil, "comma-separated CIDRs: the ranges a Service's spec.externalIPs may be served from (anyone who may edit a Service can set externalIPs, CVE-2020-8554); default: none, no externalIP is served. externalIPs and LoadBalancer IPs equal to a node address, and externalIPs equal to another Service's LoadBalancer IP, are always refused (Event SourceIPRefused)")
+	f.StringSliceVar(&o.egressClusterCIDRs, "egress-cluster-cidrs", nil, "comma-separated CIDRs: the cluster's Service and node networks, never sent to an EgressGateway's gateway when its destinations are the default (everything); every node's pod CIDRs and InternalIP are always excluded (docs/egress.md)")
 	f.StringVar(&o.nodePortRange, "service-node-port-range", "30000-32767", "the cluster's NodePort range (the API server's flag of that name), FIRST-LAST: NodePorts outside it are refused (Event SourceIPRefused), so that a Service in a manifests directory cannot capture a node's own port")
 	f.IntVar(&o.zoneLimitPercent, "conntrack-zone-limit-percent", 40, "bound each conntrack zone of the pipeline (service, pod) to this percentage of the datapath's conntrack maximum (ovs-appctl dpctl/ct-get-maxconns), so that a flood on one entry point cannot fill the table; set at every full sync; 0 lifts the limits")
 	f.DurationVar(&o.fullSyncPeriod, "full-sync-period", agent.DefaultFullSyncPeriod, "period of full syncs that compare the bridges with the desired flows and repair drift")
 	f.DurationVar(&o.drainPeriod, "drain-period", agent.DefaultDrainPeriod, "longest time the established TCP connections of a Service entry point that went away (annotation removed, Service or port deleted, externalTrafficPolicy changed) keep being forwarded; the drain ends earlier, at a full sync, once the service conntrack zone holds no live connection to it")
 	f.DurationVar(&o.repairPeriod, "repair-period", 10*time.Minute, "period of the deep repair: a full sync re-sends every flow of the agent with modify_strict (restores flows edited in place, keeps their counters) and every group with add_or_mod, in one bundle per bridge; it costs one bundle as large as the whole pipeline (about 6 flows per Service port, e.g. 60k lines and about a second of ovs-vswitchd time for 10k Service ports). 0 disables it")
 	f.IntVar(&o.bucketsPerMessage, "group-buckets-per-message", flows.DefaultBucketsPerMessage, "most select-group buckets in one OpenFlow message: a Service port with more endpoints is written as one group add_or_mod plus insert_bucket messages in the same bundle (an OpenFlow message is at most 64 KiB; a Service bucket is 88 bytes)")
+	f.StringVar(&o.leaseNamespace, "lease-namespace", envOr("POD_NAMESPACE", "ovs-srcip"), "namespace of the gateway-election Leases (one per egress IP, named egress-<IP>); default $POD_NAMESPACE, else ovs-srcip. Only with the Kubernetes API: with --manifests the gateway is the policy's status.activeGateways entry or the first eligible node by name")
+	f.DurationVar(&o.leaseDuration, "egress-lease-duration", agent.DefaultLeaseDuration, "gateway election: a candidate takes over a Lease its holder has not renewed for this long (the failover time when a gateway dies without releasing it)")
+	f.DurationVar(&o.renewDeadline, "egress-renew-deadline", agent.DefaultRenewDeadline, "gateway election: a holder that cannot renew its Lease for this long stops answering for the egress IP (must be below --egress-lease-duration)")
+	f.DurationVar(&o.retryPeriod, "egress-retry-period", agent.DefaultRetryPeriod, "gateway election: how often holders renew and candidates try to acquire a Lease")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:9464", `address of the HTTP server for /metrics, /healthz (process up, OVSDB reachable) and /readyz (first full sync done, syncs not failing); "0" disables it`)
 	f.StringVar(&o.statusSocket, "status-socket", "", `unix socket serving the endpoints of --metrics-bind-address plus /status (JSON) and /trace (ofproto/trace on this node), for srcipctl on the node; default <ovs-rundir>/srcip-agent.sock; "-" disables it (a socket that cannot be created is logged, not fatal)`)
 	f.StringVar(&o.debugAddr, "debug-bind-address", "", `address of an HTTP server with the status socket's endpoints (/status, /trace, ...) for srcipctl from elsewhere, e.g. 127.0.0.1:9465 behind kubectl port-forward; empty (default): none. /trace costs ovs-vswitchd CPU: never bind it where untrusted clients reach it`)
@@ -145,10 +156,16 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("--external-ip-cidrs: %w", err)
 	}
+	egressCIDRs, err := agent.ParseCIDRs(o.egressClusterCIDRs)
+	if err != nil {
+		return fmt.Errorf("--egress-cluster-cidrs: %w", err)
+	}
 	logger := klog.FromContext(ctx).WithValues("node", o.nodeName)
 	ctx = klog.NewContext(ctx, logger)
 
 	var src agent.Source
+	var election *agent.LeaseElection
+	var status *agent.EgressStatusWriter
 	switch {
 	case o.manifests != "" && o.kubeconfig != "":
 		return errors.New("--manifests and --kubeconfig are exclusive")
@@ -163,7 +180,15 @@ func run(ctx context.Context, o options) error {
 		if err != nil {
 			return fmt.Errorf("kubernetes client: %w", err)
 		}
-		src = agent.NewKubeSource(cs, o.nodeName)
+		ecs, err := egressclient.NewForConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("egress client: %w", err)
+		}
+		src = agent.NewKubeSource(cs, o.nodeName).WithEgress(ecs)
+		election = agent.NewLeaseElection(cs, o.leaseNamespace, o.nodeName)
+		election.LeaseDuration, election.RenewDeadline, election.RetryPeriod = o.leaseDuration, o.renewDeadline, o.retryPeriod
+		status = agent.NewEgressStatusWriter(ecs, o.nodeName)
+		go status.Run(ctx)
 	}
 
 	endpoint, err := ofctl.NormalizeEndpoint(o.ovsdb)
@@ -196,19 +221,25 @@ func run(ctx context.Context, o options) error {
 			flows.BrEx:  brEx,
 			flows.BrInt: brInt,
 		},
-		NodePortCIDRs:     cidrs,
-		ExternalIPCIDRs:   extCIDRs,
-		NodePortRange:     npRange,
-		ZoneLimitPercent:  o.zoneLimitPercent,
-		FullSyncPeriod:    o.fullSyncPeriod,
-		Metrics:           agent.NewMetrics(reg),
-		Conntrack:         brEx,
-		DrainPeriod:       o.drainPeriod,
-		RepairPeriod:      o.repairPeriod,
-		BucketsPerMessage: o.bucketsPerMessage,
+		NodePortCIDRs:      cidrs,
+		ExternalIPCIDRs:    extCIDRs,
+		EgressClusterCIDRs: egressCIDRs,
+		Election:           election,
+		Announcer:          brEx,
+		NodePortRange:      npRange,
+		ZoneLimitPercent:   o.zoneLimitPercent,
+		FullSyncPeriod:     o.fullSyncPeriod,
+		Metrics:            agent.NewMetrics(reg),
+		Conntrack:          brEx,
+		DrainPeriod:        o.drainPeriod,
+		RepairPeriod:       o.repairPeriod,
+		BucketsPerMessage:  o.bucketsPerMessage,
 	})
 	if err != nil {
 		return err
+	}
+	if status != nil {
+		a.Reconciler().SetEgressStatus(status)
 	}
 	metricsMux := newMux(reg, a, nil)
 	debugMux := newMux(reg, a, map[string]*ofctl.OpenFlow{"br-ex": brEx, "br-int": brInt})
@@ -335,6 +366,13 @@ func serveHTTP(ctx context.Context, ln net.Listener, mux *http.ServeMux) *http.S
 		}
 	}()
 	return srv
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }
 
 // parsePortRange parses "FIRST-LAST" (inclusive, 1..65535, FIRST <= LAST); "" is the zero
