@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/ovs-srcip/ovs-srcip/agent/apis/ovssrcip/v1alpha1"
 	egressclient "github.com/ovs-srcip/ovs-srcip/agent/client/clientset/versioned"
 	egressinformers "github.com/ovs-srcip/ovs-srcip/agent/client/informers/externalversions"
 )
@@ -78,7 +80,11 @@ func (s *KubeSource) Start(ctx context.Context, h Handler) error {
 		return err
 	}
 	var egw egressinformers.SharedInformerFactory
-	if s.egress != nil {
+	if s.egress != nil && !s.egressServed(ctx) {
+		// Without the CRD an informer would never sync and hold back every sync of this node:
+		// run without egress gateways instead (deploy/ installs the CRD).
+		klog.FromContext(ctx).Info("The EgressGateway CRD (egressgateways.ovs-srcip.io) is not installed: egress gateways are off until the agent restarts after it is (kubectl apply -f deploy/crd-egressgateway.yaml)")
+	} else if s.egress != nil {
 		if err := add(all.Core().V1().Namespaces().Informer(), handlerFuncs(h.OnNamespace)); err != nil {
 			return err
 		}
@@ -182,4 +188,25 @@ func stripManagedFields(obj any) (any, error) {
 		m.SetManagedFields(nil)
 	}
 	return obj, nil
+}
+
+// egressServed reports whether the API server serves egressgateways in ovs-srcip.io/v1alpha1
+// (discovery). On an error other than "not found" it assumes it does: the informer then retries
+// as any other does, rather than egress being switched off by a transient failure.
+func (s *KubeSource) egressServed(ctx context.Context) bool {
+	gv := v1alpha1.SchemeGroupVersion.String()
+	list, err := s.client.Discovery().ServerResourcesForGroupVersion(gv)
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return false
+		}
+		klog.FromContext(ctx).Error(err, "Discovery of the EgressGateway API failed; watching it anyway", "groupVersion", gv)
+		return true
+	}
+	for _, r := range list.APIResources {
+		if r.Name == "egressgateways" {
+			return true
+		}
+	}
+	return false
 }
