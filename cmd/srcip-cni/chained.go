@@ -111,6 +111,9 @@ func chainedAdd(args *skel.CmdArgs, conf *NetConf) (err error) {
 		if err != nil {
 			return err
 		}
+		if err := netlink.LinkSetUp(link); err != nil {
+			return fmt.Errorf("set %s up: %w", conf.EgressIfName, err)
+		}
 		gw := net.IP(flows.ChainedGatewayIP.AsSlice())
 		if err := netlink.NeighSet(&netlink.Neigh{LinkIndex: link.Attrs().Index, Family: netlink.FAMILY_V4,
 			State: netlink.NUD_PERMANENT, IP: gw, HardwareAddr: flows.ChainedGatewayMAC}); err != nil {
