@@ -308,7 +308,7 @@ func NodePortAddresses(n *corev1.Node, allowed []netip.Prefix) []netip.Addr {
 // The model programs no port without a Pod object (a stale port of a crashed CNI, a hostile
 // OVSDB writer).
 func LocalPod(pp PodPort, pod *corev1.Pod) (p flows.Pod, ok bool, problems []string) {
-	p = flows.Pod{Namespace: pp.Namespace, Name: pp.Name, MAC: pp.MAC, OFPort: pp.OFPort}
+	p = flows.Pod{Namespace: pp.Namespace, Name: pp.Name, MAC: pp.MAC, OFPort: pp.OFPort, Chained: pp.Chained}
 	defer func() {
 		switch {
 		case pod == nil:

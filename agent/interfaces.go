@@ -36,6 +36,9 @@ type PodPort struct {
 	IPs []netip.Addr
 	// UID is the pod's metadata.uid (external_ids pod-uid or iface-id-ver), empty when unknown.
 	UID string
+	// Chained: the port is srcip-cni's chained-mode egress interface (external_ids
+	// srcip-cni-mode=chained); IPs are the main CNI's addresses (flows.Pod.Chained).
+	Chained bool
 }
 
 // Dataplane is the node's OVSDB as the Reconciler needs it (implemented in cmd/srcip-agent on

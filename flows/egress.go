@@ -131,21 +131,19 @@ func egressBaseFlows(st *State) []ovs.Flow {
 	}
 }
 
-// egressNodeFlows are the Geneve classification flows of the egress VNIs from peer node n
-// (part of BuildNode): VNIEgress from n's pods (inner source inside n's pod CIDRs) goes to
-// IntEgressSNAT, which SNATs only for egress IPs this node is the active gateway of;
-// VNIEgressReply goes through ZonePod to IntEgressReplyCT.
-func egressNodeFlows(st *State, n Node, tunSrc ovs.Match) []ovs.Flow {
-	var fl []ovs.Flow
-	for _, c := range n.PodCIDRs {
-		if c.Addr().Is4() {
-			fl = append(fl, flow(IntClassifier, prioHook, ovs.ProtocolIPv4, st.Ports.IntTunnel,
-				[]ovs.Match{tunSrc, ovs.TunnelID(VNIEgress), ovs.NetworkSource(c.Masked().String())}, Goto(IntEgressSNAT)))
-		}
+// egressNodeFlows are the Geneve classification flows of the egress VNIs from one peer node,
+// tunSrc matching its InternalIP (part of BuildNode): VNIEgress from it goes to IntEgressSNAT, which SNATs only for egress IPs
+// this node is the active gateway of; VNIEgressReply goes through ZonePod to IntEgressReplyCT.
+// The inner source is not checked against the peer's pod CIDRs: a chained pod's address is its main
+// CNI's (docs/egress.md#chained-mode), the pod's node already held it to its port (spoof
+// guard), and the reply goes back to the tunnel source whatever the source (CTLabelEgressNode).
+func egressNodeFlows(st *State, tunSrc ovs.Match) []ovs.Flow {
+	return []ovs.Flow{
+		flow(IntClassifier, prioHook, ovs.ProtocolIPv4, st.Ports.IntTunnel, []ovs.Match{tunSrc, ovs.TunnelID(VNIEgress)},
+			Goto(IntEgressSNAT)),
+		flow(IntClassifier, prioHook, ovs.ProtocolIPv4, st.Ports.IntTunnel, []ovs.Match{tunSrc, ovs.TunnelID(VNIEgressReply)},
+			SourceEgress.Load(), CT{Zone: ZonePod, Table: tableRef(IntEgressReplyCT)}),
 	}
-	fl = append(fl, flow(IntClassifier, prioHook, ovs.ProtocolIPv4, st.Ports.IntTunnel, []ovs.Match{tunSrc, ovs.TunnelID(VNIEgressReply)},
-		SourceEgress.Load(), CT{Zone: ZonePod, Table: tableRef(IntEgressReplyCT)}))
-	return fl
 }
 
 // BuildEgress returns the br-int flows of one egress IP (KindEgress), on every node: where

@@ -55,6 +55,10 @@ const (
 	// DropEgressReplyNoConnection: a packet to an egress IP, or tunnelled back to a pod's node,
 	// that is no reply of a connection the pod opened on the egress path.
 	DropEgressReplyNoConnection DropReason = "egress-reply-without-connection"
+	// DropChainedNotEgress: a packet for a chained pod's main-CNI address that reached br-int
+	// but is no reply of a connection the pod opened through an egress gateway (the main CNI
+	// owns that address; docs/egress.md#chained-mode).
+	DropChainedNotEgress DropReason = "chained-not-egress"
 	// DropNoEndpoints: a new connection to a Service port without usable endpoints (its select
 	// group has no bucket). No flow states it: the group does.
 	DropNoEndpoints DropReason = "no-endpoints"
@@ -118,6 +122,8 @@ var dropInfos = []DropInfo{
 		[]DropSpot{{BrInt, IntEgressSNAT, prioDefault, KindIntBase}, {BrInt, IntEgressSend, prioDefault, KindIntBase}}},
 	{DropEgressReplyNoConnection, "a packet to an egress IP, or tunnelled back to a pod's node, that is no reply of a connection the pod opened through the gateway",
 		[]DropSpot{{BrInt, IntEgressReply, prioDefault, KindIntBase}, {BrInt, IntEgressReplyCT, prioDefault, KindIntBase}}},
+	{DropChainedNotEgress, "a packet for a chained pod's address (its main CNI's) reached br-int without being an egress gateway's reply to that pod: the main CNI owns the address",
+		[]DropSpot{{BrInt, IntL3Forwarding, prioMid - 1, KindPod}}},
 	{DropNoEndpoints, "the Service port has no usable endpoint: its select group has no bucket (check the EndpointSlices: ready, or serving and terminating, endpoints)", nil},
 	{DropMTU, "the packet is larger than the underlay MTU minus the 50 bytes of Geneve: the userspace datapath drops it with only a log line (give pods an MTU of at most underlay MTU - 50)", nil},
 }

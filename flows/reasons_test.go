@@ -23,6 +23,9 @@ func TestEveryDropHasAReason(t *testing.T) {
 	pod := egress.Pods[Key{Kind: KindPod, Namespace: "demo", Name: "echo-c"}]
 	pod.Egress = &PodEgress{IP: ip("192.0.2.52"), Policy: "none", Excluded: []netip.Prefix{pfx("198.51.100.128/25")}}
 	egress.Pods[pod.Key()] = pod
+	chained := Pod{Namespace: "demo", Name: "chained", IPs: []netip.Addr{ip("10.88.1.7")}, MAC: mustMAC("0a:58:0a:58:01:07"),
+		OFPort: 9, Chained: true, Egress: &PodEgress{IP: ip("192.0.2.52"), Policy: "none"}}
+	egress.Pods[chained.Key()] = chained
 	seen := map[DropSpot]bool{}
 	for _, st := range []*State{testState(webTCP(), webUDP()), withGW, testState(ranges), egress} {
 		d, err := Build(st)

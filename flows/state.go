@@ -165,6 +165,11 @@ type Pod struct {
 	// Egress, when set, sends the pod's new connections to its destinations through an egress
 	// gateway (BuildPod, docs/egress.md).
 	Egress *PodEgress
+	// Chained is true for the egress interface srcip-cni adds in chained mode beside another
+	// main CNI (external_ids srcip-cni-mode=chained; docs/egress.md#chained-mode): IPs are the
+	// main CNI's addresses, which need not be inside this node's pod CIDRs; only the pod's egress
+	// traffic and its replies use the port (BuildPod).
+	Chained bool
 }
 
 // Key identifies the pod's flow set.

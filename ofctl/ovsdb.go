@@ -737,6 +737,9 @@ type PodPort struct {
 	// (OVN-Kubernetes); empty when neither is set. It tells a pod's port from the lingering port of
 	// a predecessor with the same namespace and name.
 	UID string
+	// Chained is true when external_ids:srcip-cni-mode is "chained" (ModeChained): the port is
+	// a chained pod's egress interface and IPs are its main CNI's addresses.
+	Chained bool
 }
 
 // PodPorts lists the pod interfaces on bridge brInt, sorted by namespace and name. Interfaces
@@ -806,6 +809,7 @@ func podPort(i *ifaceRow) (PodPort, bool) {
 	if pp.UID == "" {
 		pp.UID = ids["iface-id-ver"]
 	}
+	pp.Chained = ids[ExtIDMode] == ModeChained
 	raw := ids["ip_addresses"]
 	if raw == "" {
 		raw = ids["ip"]

@@ -166,6 +166,7 @@ func TestPodPorts(t *testing.T) {
 	}
 	add("ovn1", "iface-id=ns-a_pod-1", "attached-mac=0a:58:0a:f4:00:05", `ip_addresses="10.244.0.5/24,fd00::5/64"`)
 	add("antrea1", "pod-namespace=ns-b", "pod-name=pod-2", "attached-mac=0a:58:0a:f4:00:06", "ip=10.244.0.6")
+	add("chained1", "pod-namespace=ns-b", "pod-name=pod-5", "attached-mac=0a:58:0a:58:00:05", `ip_addresses="10.88.0.5/24"`, "srcip-cni-mode=chained")
 	add("noip", "iface-id=ns-c_pod_3", "attached-mac=0a:58:0a:f4:00:07")
 	add("nomac", "iface-id=ns-d_pod-4")
 	add("plain")
@@ -175,6 +176,8 @@ func TestPodPorts(t *testing.T) {
 			IPs: []netip.Addr{netip.MustParseAddr("10.244.0.5"), netip.MustParseAddr("fd00::5")}},
 		{Namespace: "ns-b", Name: "pod-2", Interface: "antrea1", MAC: mustMAC("0a:58:0a:f4:00:06"),
 			IPs: []netip.Addr{netip.MustParseAddr("10.244.0.6")}},
+		{Namespace: "ns-b", Name: "pod-5", Interface: "chained1", MAC: mustMAC("0a:58:0a:58:00:05"),
+			IPs: []netip.Addr{netip.MustParseAddr("10.88.0.5")}, Chained: true},
 		{Namespace: "ns-c", Name: "pod_3", Interface: "noip", MAC: mustMAC("0a:58:0a:f4:00:07")},
 	}
 	for i := range want {

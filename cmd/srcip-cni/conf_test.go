@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -116,4 +117,21 @@ func TestAddDefaultRoute(t *testing.T) {
 	assert.Equal(t, "10.244.1.1", res.Routes[0].GW.String())
 	addDefaultRoute(res)
 	assert.Len(t, res.Routes, 1)
+}
+
+func TestParseConfChained(t *testing.T) {
+	c, err := parseConf([]byte(`{"cniVersion":"1.0.0","name":"n","type":"srcip-cni","mode":"chained","egressDestinations":["198.51.100.7/24"]}`), true)
+	require.NoError(t, err, "chained mode needs no ipam")
+	assert.Equal(t, DefaultEgressIfName, c.EgressIfName)
+	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}, c.EgressPrefixes)
+	for _, bad := range []string{
+		`{"mode":"chained"}`,
+		`{"mode":"chained","egressDestinations":["0.0.0.0/0"]}`,
+		`{"mode":"chained","egressDestinations":["2001:db8::/32"]}`,
+		`{"mode":"chained","egressDestinations":["198.51.100.0/24"],"egressIfName":"a-very-long-name-x"}`,
+		`{"mode":"other","ipam":{"type":"host-local"}}`,
+	} {
+		_, err := parseConf([]byte(bad), true)
+		assert.Error(t, err, bad)
+	}
 }

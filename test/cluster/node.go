@@ -169,6 +169,19 @@ func (kn *KNode) up(ctx context.Context) error {
 		if err := kn.StartAgent(); err != nil {
 			return err
 		}
+	case CNIChained:
+		if err := kn.nodeSetup(); err != nil {
+			return err
+		}
+		if err := os.Remove(kn.path("cni-conf", "10-ovs-srcip.conflist")); err != nil {
+			return err
+		}
+		if err := kn.writeConflistInPlace("10-lab-chained.conflist", ChainedConflist(kn.PodCIDR)); err != nil {
+			return err
+		}
+		if err := kn.StartAgent(); err != nil {
+			return err
+		}
 	case CNIDaemonSet:
 		return nil // Ready once the DaemonSet's node-setup wrote the conflist
 	}
