@@ -66,8 +66,7 @@ func TestEgressSrcipctl(t *testing.T) {
 	hostEcho(t, "client", "")
 	target := clientIP + ":" + hostPort
 
-	writeManifest(t, "egress.yaml", egressPolicy("job", egressIP, "node3", ""))
-	t.Cleanup(func() { writeManifest(t, "egress.yaml", "") })
+	withEgressPolicy(t)
 	require.NoError(t, lab.WaitFor(func() error {
 		r, err := theLab.Request("echo-a", "tcp", target)
 		if err != nil {
@@ -134,4 +133,25 @@ func TestEgressSrcipctl(t *testing.T) {
 	st := srcipctl(t, bin, "node3", "status")
 	assert.Contains(t, st, "egressgateway job (generation 1): this node gateway")
 	assert.Contains(t, st, "egress IP "+egressIP+": active gateway node3, eligible node3, this node gateway")
+}
+
+// withEgressPolicy writes the policy selecting echo-a with gateway node3 and, at cleanup,
+// removes it and waits until echo-a leaves with node2's address again (so the next test starts
+// without egress). The client's echo server (hostEcho) must be started before.
+func withEgressPolicy(t *testing.T) {
+	t.Helper()
+	writeManifest(t, "egress.yaml", egressPolicy("job", egressIP, "node3", ""))
+	t.Cleanup(func() {
+		writeManifest(t, "egress.yaml", "")
+		assert.NoError(t, lab.WaitFor(func() error {
+			r, err := theLab.Request("echo-a", "tcp", clientIP+":"+hostPort)
+			if err != nil {
+				return err
+			}
+			if r.ClientIP() != "192.0.2.12" {
+				return fmt.Errorf("server saw %s", r.Client)
+			}
+			return nil
+		}, 20*time.Second), "echo-a still leaves with the egress IP after the policy was removed")
+	})
 }

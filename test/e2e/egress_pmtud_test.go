@@ -26,8 +26,7 @@ func TestEgressPMTUD(t *testing.T) {
 	const size = 1 << 20
 	const port = "18091"
 	hostEcho(t, "client", "")
-	writeManifest(t, "egress.yaml", egressPolicy("job", egressIP, "node3", ""))
-	t.Cleanup(func() { writeManifest(t, "egress.yaml", "") })
+	withEgressPolicy(t)
 	require.NoError(t, lab.WaitFor(func() error {
 		r, err := theLab.Request("echo-a", "tcp", clientIP+":"+hostPort)
 		if err != nil {
