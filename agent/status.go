@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ovs-srcip/ovs-srcip/flows"
@@ -48,6 +49,49 @@ type Report struct {
 	// Ports are the node's OpenFlow ports and MACs as read from OVSDB (srcipctl trace builds
 	// its packets with them).
 	Ports PortsReport `json:"ports"`
+	// Egress are the EgressGateways as the last sync converted them, oldest first.
+	Egress []EgressReport `json:"egress"`
+}
+
+// EgressReport is one EgressGateway as this node's agent sees it (srcipctl get egress).
+type EgressReport struct {
+	Name       string `json:"name"`
+	Generation int64  `json:"generation"`
+	// Invalid says why the spec cannot be used ("" : valid).
+	Invalid string `json:"invalid,omitempty"`
+	// Gateway: this node is the active gateway of at least one of the policy's egress IPs.
+	Gateway bool `json:"gateway"`
+	// IPs are the policy's egress IPs with their active gateways.
+	IPs []EgressIPReport `json:"ips"`
+	// Pods are this node's pods the policy selects, with the egress IP each one uses.
+	Pods []EgressPodReport `json:"pods"`
+	// FlowSets are the applied flow sets of the policy on this node: egress and egress-announce
+	// of its IPs, and the pod flow sets of its selected pods (which hold their egress flows).
+	FlowSets []FlowSetReport `json:"flowSets"`
+	// Conditions are Ready and Conflict as this agent computes them (agent.PolicyStatus).
+	Conditions []metav1.Condition `json:"conditions"`
+}
+
+// EgressIPReport is one egress IP of a policy.
+type EgressIPReport struct {
+	IP string `json:"ip"`
+	// Gateway is the active gateway node ("" : none, the selected pods' traffic is dropped).
+	Gateway string `json:"gateway,omitempty"`
+	// Eligible are the Ready nodes matching gatewayNodeSelector; ThisNode is the role of this
+	// node for the IP: "gateway", "eligible" (a candidate, not active) or "none".
+	Eligible []string `json:"eligible"`
+	ThisNode string   `json:"thisNode"`
+	// Refused is the Conflict reason when the IP is not programmed, Message its detail.
+	Refused string `json:"refused,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// EgressPodReport is one local pod selected by a policy.
+type EgressPodReport struct {
+	Namespace string   `json:"namespace"`
+	Name      string   `json:"name"`
+	IPs       []string `json:"ips"`
+	EgressIP  string   `json:"egressIP"`
 }
 
 // PortsReport is flows.Ports for JSON: ofports and MACs ("" when unknown).
@@ -246,6 +290,7 @@ func (r *Reconciler) Report() Report {
 		}
 	}
 
+	rep.Egress = r.egressReports(rep.Time)
 	for name, svc := range m.services {
 		if _, set := svc.Annotations[AnnotationPreserveSourceIP]; !set {
 			continue
@@ -351,6 +396,72 @@ func (r *Reconciler) serviceReport(name types.NamespacedName, svc *corev1.Servic
 		return cmp.Or(cmp.Compare(a.PortName, b.PortName), strings.Compare(a.Protocol, b.Protocol))
 	})
 	return sr
+}
+
+// egressReports builds Report.Egress (called with syncMu held).
+func (r *Reconciler) egressReports(now time.Time) []EgressReport {
+	m, s := r.model, r.syncer
+	out := []EgressReport{}
+	applied := func(b flows.Bridge, k flows.Key) (FlowSetReport, bool) {
+		a, ok := s.applied[b][k]
+		if !ok {
+			return FlowSetReport{}, false
+		}
+		return FlowSetReport{Bridge: b.String(), Kind: k.Kind.String(), Key: k.String(), Object: ObjectName(k),
+			Cookie: a.Cookie.String(), Flows: s.appliedSize[b][k], Groups: a.Groups}, true
+	}
+	for _, p := range m.egressPolicies {
+		er := EgressReport{Name: p.Name, Generation: p.Generation, Invalid: p.Invalid, IPs: []EgressIPReport{},
+			Pods: []EgressPodReport{}, FlowSets: []FlowSetReport{}}
+		if p.obj != nil {
+			er.Conditions = PolicyStatus(p, now).Conditions
+		}
+		for _, st := range p.IPs {
+			ir := EgressIPReport{IP: addrString(st.IP), Gateway: st.Gateway, Eligible: slices.Clone(st.Eligible),
+				ThisNode: "none", Refused: st.Refused, Message: st.Message}
+			if ir.Eligible == nil {
+				ir.Eligible = []string{}
+			}
+			switch {
+			case st.Gateway != "" && st.Gateway == r.cfg.NodeName:
+				ir.ThisNode = "gateway"
+				er.Gateway = true
+			case slices.Contains(st.Eligible, r.cfg.NodeName):
+				ir.ThisNode = "eligible"
+			}
+			er.IPs = append(er.IPs, ir)
+			if st.Refused == "" && st.IP.IsValid() {
+				for _, k := range []flows.Key{{Kind: flows.KindEgress, Name: st.IP.String()}, {Kind: flows.KindEgressAnnounce, Name: st.IP.String()}} {
+					b := flows.BrInt
+					if k.Kind == flows.KindEgressAnnounce {
+						b = flows.BrEx
+					}
+					if fr, ok := applied(b, k); ok {
+						er.FlowSets = append(er.FlowSets, fr)
+					}
+				}
+			}
+		}
+		for k, fp := range m.st.Pods {
+			if fp.Egress == nil || fp.Egress.Policy != p.Name {
+				continue
+			}
+			pr := EgressPodReport{Namespace: k.Namespace, Name: k.Name, IPs: []string{}, EgressIP: fp.Egress.IP.String()}
+			for _, ip := range fp.IPs {
+				pr.IPs = append(pr.IPs, ip.String())
+			}
+			er.Pods = append(er.Pods, pr)
+			if fr, ok := applied(flows.BrInt, k); ok {
+				er.FlowSets = append(er.FlowSets, fr)
+			}
+		}
+		slices.SortFunc(er.Pods, func(a, b EgressPodReport) int { return cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name) })
+		slices.SortFunc(er.FlowSets, func(a, b FlowSetReport) int {
+			return cmp.Or(cmp.Compare(a.Bridge, b.Bridge), cmp.Compare(a.Key, b.Key))
+		})
+		out = append(out, er)
+	}
+	return out
 }
 
 func addrString(a netip.Addr) string {

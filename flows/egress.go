@@ -234,3 +234,10 @@ func egressBuild(b func(*State, EgressIP) (*FlowSet, error)) func(*State, Key) (
 		return b(st, e)
 	}
 }
+
+// PodEgressFlow reports whether a flow of a pod flow set in table t with priority prio is one of
+// the pod's egress flows (podEgressFlows: to the egress path, or an excluded destination kept on
+// the host path), for srcipctl get egress.
+func PodEgressFlow(t Table, prio int) bool {
+	return t == IntL3Forwarding && (prio == prioEgress || prio == prioEgressExcl)
+}

@@ -64,7 +64,7 @@ func getCommand(out io.Writer) *cobra.Command {
 	runDirFlag(svc, &runDir, "holds the agent's srcip-agent.sock")
 	agentFlag(svc.Flags(), &agentAddr)
 	svc.Flags().StringVarP(&output, "output", "o", "", "json: the Services of the agent's report")
-	get.AddCommand(svc)
+	get.AddCommand(svc, egressCommand(out))
 	return get
 }
 
@@ -139,6 +139,8 @@ func writeStatus(out io.Writer, r *agent.Report) {
 		fmt.Fprintf(out, " %s/%s %s (ofport %d);", p.Namespace, p.Name, strings.Join(p.IPs, ","), p.OFPort)
 	}
 	fmt.Fprintln(out)
+	fmt.Fprintln(out)
+	writeEgressStatus(out, r)
 	fmt.Fprintln(out)
 	if len(r.Services) == 0 {
 		fmt.Fprintln(out, "no Service carries the annotation ovs-srcip.io/preserve-source-ip")
