@@ -56,7 +56,7 @@ cluster:
 # test/cluster runs verbose (without the === lines) so that its figures are printed: the build or
 # cache hit of hack/cluster, each node's Ready time, the pods' Ready time, what each test saw.
 test-e2e: deps build controlplane cluster
-	SRCIP_AGENT=$(BIN)/srcip-agent SRCIP_ECHO=$(BIN)/echo $(GO) test -count=1 -p 1 -timeout 40m \
+	SRCIP_AGENT=$(BIN)/srcip-agent SRCIP_ECHO=$(BIN)/echo SRCIPCTL=$(BIN)/srcipctl $(GO) test -count=1 -p 1 -timeout 40m \
 		$$($(GO) list ./test/... ./deploy/... | grep -v /test/cluster)
 	set -o pipefail; SRCIP_AGENT=$(BIN)/srcip-agent $(GO) test -count=1 -p 1 -timeout 20m -v ./test/cluster/... \
 		| grep -v '^=== '

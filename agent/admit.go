@@ -117,13 +117,14 @@ func (a *admission) setService(name types.NamespacedName, svc *corev1.Service) b
 
 // admit removes from sps (the converted ports of Service name) the addresses the Service may not
 // claim and says why, once per address.
-func (a *admission) admit(name types.NamespacedName, sps []flows.ServicePort) ([]flows.ServicePort, []string) {
+func (a *admission) admit(name types.NamespacedName, sps []flows.ServicePort) ([]flows.ServicePort, []string, []RefusedEntry) {
 	var problems []string
-	said := map[netip.Addr]bool{}
+	var refused []RefusedEntry
+	said := map[netip.Addr]string{}
 	refuse := func(ip netip.Addr, format string, args ...any) bool {
-		if !said[ip] {
-			said[ip] = true
-			problems = append(problems, fmt.Sprintf(format, args...))
+		if _, ok := said[ip]; !ok {
+			said[ip] = fmt.Sprintf(format, args...)
+			problems = append(problems, said[ip])
 		}
 		return true
 	}
@@ -158,12 +159,30 @@ func (a *admission) admit(name types.NamespacedName, sps []flows.ServicePort) ([
 	out := make([]flows.ServicePort, 0, len(sps))
 	for _, sp := range sps {
 		if np := sp.NodePort; np != 0 && (np < a.nodePortRange[0] || np > a.nodePortRange[1]) {
-			problems = append(problems, fmt.Sprintf("nodePort %d of port %q is outside the NodePort range %d-%d (--service-node-port-range): refused", np, sp.PortName, a.nodePortRange[0], a.nodePortRange[1]))
+			msg := fmt.Sprintf("nodePort %d of port %q is outside the NodePort range %d-%d (--service-node-port-range): refused", np, sp.PortName, a.nodePortRange[0], a.nodePortRange[1])
+			problems = append(problems, msg)
+			refused = append(refused, RefusedEntry{Entry: flows.NodePortEntry(sp.Protocol, np), Reason: msg})
 			sp.NodePort = 0
 		}
 		sp.LoadBalancerIPs = slices.DeleteFunc(slices.Clone(sp.LoadBalancerIPs), refusedLB)
 		sp.ExternalIPs = slices.DeleteFunc(slices.Clone(sp.ExternalIPs), refusedExt)
 		out = append(out, sp)
 	}
-	return out, problems
+	for _, sp := range sps {
+		for _, ips := range [][]netip.Addr{sp.LoadBalancerIPs, sp.ExternalIPs} {
+			for _, ip := range ips {
+				if msg, ok := said[ip]; ok && sp.Port != 0 {
+					refused = append(refused, RefusedEntry{Entry: flows.EntryPoint{Protocol: sp.Protocol, Addr: netip.AddrPortFrom(ip, sp.Port)}, Reason: msg})
+				}
+			}
+		}
+	}
+	return out, problems, refused
+}
+
+// RefusedEntry is an entry point a Service asks for that the agent refuses (docs/security.md),
+// with the reason (the SourceIPRefused Event's message).
+type RefusedEntry struct {
+	Entry  flows.EntryPoint
+	Reason string
 }

@@ -41,6 +41,15 @@ type Config struct {
 	// ExternalIPCIDRs are the ranges externalIPs may be served from (--external-ip-cidrs);
 	// empty: no externalIP is served.
 	ExternalIPCIDRs []netip.Prefix
+	// EgressClusterCIDRs: see ReconcilerConfig.
+	EgressClusterCIDRs []netip.Prefix
+	// ChooseGateway: see ReconcilerConfig.
+	ChooseGateway GatewayChooser
+	// Election elects the egress gateways by Leases (nil: ChooseGateway). The agent starts it,
+	// waits for its Lease informer, and on shutdown steps down (StepDown) before returning.
+	Election *LeaseElection
+	// Announcer: see ReconcilerConfig.
+	Announcer Announcer
 	// NodePortRange is the cluster's NodePort range, inclusive (--service-node-port-range);
 	// zero: DefaultNodePortRange. NodePorts outside it are refused (see admission).
 	NodePortRange [2]uint16
@@ -102,14 +111,19 @@ func New(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
 	rec := NewReconciler(ReconcilerConfig{
-		NodeName:          cfg.NodeName,
-		Bridges:           cfg.Bridges,
-		Dataplane:         cfg.Dataplane,
-		NodePortCIDRs:     cfg.NodePortCIDRs,
-		ExternalIPCIDRs:   cfg.ExternalIPCIDRs,
-		NodePortRange:     cfg.NodePortRange,
-		ZoneLimitPercent:  cfg.ZoneLimitPercent,
-		HasSynced:         cfg.Source.HasSynced,
+		NodeName:           cfg.NodeName,
+		Bridges:            cfg.Bridges,
+		Dataplane:          cfg.Dataplane,
+		NodePortCIDRs:      cfg.NodePortCIDRs,
+		ExternalIPCIDRs:    cfg.ExternalIPCIDRs,
+		EgressClusterCIDRs: cfg.EgressClusterCIDRs,
+		ChooseGateway:      cfg.ChooseGateway,
+		Announcer:          cfg.Announcer,
+		NodePortRange:      cfg.NodePortRange,
+		ZoneLimitPercent:   cfg.ZoneLimitPercent,
+		HasSynced: func() bool {
+			return cfg.Source.HasSynced() && (cfg.Election == nil || cfg.Election.HasSynced())
+		},
 		Events:            sourceEvents{cfg.Source},
 		Metrics:           cfg.Metrics,
 		Conntrack:         cfg.Conntrack,
@@ -117,6 +131,16 @@ func New(cfg Config) (*Agent, error) {
 		RepairPeriod:      cfg.RepairPeriod,
 		BucketsPerMessage: cfg.BucketsPerMessage,
 	})
+	if cfg.Metrics != nil && cfg.Metrics.reg != nil {
+		if err := cfg.Metrics.reg.Register(newFlowStatsCollector(rec, cfg.Bridges)); err != nil {
+			return nil, fmt.Errorf("register the flow counters' metrics: %w", err)
+		}
+	}
+	if cfg.Election != nil {
+		rec.cfg.Election = cfg.Election
+		rec.model.election = cfg.Election
+		cfg.Election.SetTrigger(rec.trigger)
+	}
 	runner := NewRunner(rec.Sync, cfg.MinSyncInterval, DefaultRetryMin, DefaultRetryMax)
 	rec.SetTrigger(runner.Run)
 	return &Agent{cfg: cfg, rec: rec, runner: runner}, nil
@@ -132,6 +156,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx = klog.NewContext(ctx, logger)
 	if err := a.cfg.Source.Start(ctx, a.rec); err != nil {
 		return fmt.Errorf("start state source: %w", err)
+	}
+	if e := a.cfg.Election; e != nil {
+		if err := e.Start(ctx); err != nil {
+			return fmt.Errorf("start gateway election: %w", err)
+		}
 	}
 	logger.Info("Waiting for the state source to sync")
 	if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
@@ -152,6 +181,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			<-done
+			if e := a.cfg.Election; e != nil {
+				// Stop answering for the egress IPs this node holds, then hand their Leases over.
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				e.StepDown(sctx, a.rec.Sync, 2*time.Second)
+				cancel()
+			}
 			logger.Info("Stopped; flows are left in place")
 			return nil
 		case <-a.cfg.Dataplane.Changes():

@@ -23,10 +23,18 @@ const AnnotationPreserveSourceIP = AnnotationPrefix + "preserve-source-ip"
 // OptIn reports whether svc gets flows: it carries AnnotationPreserveSourceIP "true", its
 // externalTrafficPolicy is Cluster (or unset) and it is reachable from outside (type NodePort or
 // LoadBalancer, or it has externalIPs). When the annotation is set but the Service does not
-// qualify, reason says why (for an Event); otherwise reason is empty.
+// qualify (a value other than "true" included), reason says why (for an Event and srcipctl
+// status); without the annotation reason is empty.
 func OptIn(svc *corev1.Service) (ok bool, reason string) {
-	if svc == nil || svc.Annotations[AnnotationPreserveSourceIP] != "true" {
+	if svc == nil {
 		return false, ""
+	}
+	v, set := svc.Annotations[AnnotationPreserveSourceIP]
+	if !set {
+		return false, ""
+	}
+	if v != "true" {
+		return false, fmt.Sprintf("annotation %s is %q, not \"true\": the Service is not opted in (the value must be exactly \"true\")", AnnotationPreserveSourceIP, v)
 	}
 	if p := svc.Spec.ExternalTrafficPolicy; p != "" && p != corev1.ServiceExternalTrafficPolicyCluster {
 		return false, fmt.Sprintf("annotation %s ignored: externalTrafficPolicy is %s, not Cluster (the client IP is already kept)", AnnotationPreserveSourceIP, p)
@@ -46,7 +54,8 @@ func OptIn(svc *corev1.Service) (ok bool, reason string) {
 func ServicePorts(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]flows.ServicePort, []string) {
 	ok, reason := OptIn(svc)
 	if !ok {
-		if reason != "" {
+		// "false" is a clear opt-out: no Event (srcipctl status still says why).
+		if reason != "" && svc.Annotations[AnnotationPreserveSourceIP] != "false" {
 			return nil, []string{reason}
 		}
 		return nil, nil
@@ -302,7 +311,7 @@ func NodePortAddresses(n *corev1.Node, allowed []netip.Prefix) []netip.Addr {
 // The model programs no port without a Pod object (a stale port of a crashed CNI, a hostile
 // OVSDB writer).
 func LocalPod(pp PodPort, pod *corev1.Pod) (p flows.Pod, ok bool, problems []string) {
-	p = flows.Pod{Namespace: pp.Namespace, Name: pp.Name, MAC: pp.MAC, OFPort: pp.OFPort}
+	p = flows.Pod{Namespace: pp.Namespace, Name: pp.Name, MAC: pp.MAC, OFPort: pp.OFPort, Chained: pp.Chained}
 	defer func() {
 		switch {
 		case pod == nil:

@@ -262,6 +262,12 @@ func TestLocalPod(t *testing.T) {
 
 	_, ok, _ = LocalPod(PodPort{Namespace: "ns1", Name: "x", OFPort: 11}, nil)
 	assert.False(t, ok, "no IP yet")
+
+	pp.IPs, pp.Chained = []netip.Addr{addr("10.88.1.7")}, true
+	p, ok, _ = LocalPod(pp, pod)
+	assert.True(t, ok)
+	assert.True(t, p.Chained, "a chained egress interface stays chained")
+	assert.Equal(t, []netip.Addr{addr("10.88.1.7")}, p.IPs, "the main CNI's address, outside the pod CIDRs")
 }
 
 func TestClaimsConflict(t *testing.T) {

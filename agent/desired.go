@@ -47,39 +47,71 @@ func ReadManifestDir(dir string) ([]runtime.Object, error) {
 	return out, nil
 }
 
+// DesiredOptions are the agent flags and node facts Desired renders with.
+type DesiredOptions struct {
+	// NodePortCIDRs and ExternalIPCIDRs are the agent's --nodeport-addresses and
+	// --external-ip-cidrs.
+	NodePortCIDRs, ExternalIPCIDRs []netip.Prefix
+	// Events receives problems with objects (nil: logged).
+	Events EventSink
+	// Ports are the node's ofports and MACs (nil: PlaceholderPorts).
+	Ports *flows.Ports
+	// PodPorts are the node's pod ports (nil: a placeholder port per Pod of the node with an IPv4
+	// podIP, ofport 100, 101, ... in name order).
+	PodPorts []PodPort
+}
+
 // RenderDesired returns the bundle lines ("flow add ...", "group add_or_mod ...") a first full
 // sync of node would write into empty bridges, given cluster objects, without touching OVS: the
 // ofports are PlaceholderPorts and every Pod of the node with an IPv4 podIP gets a placeholder
 // pod port (ofport 100, 101, ... in name order). It fails when node is not one of the Nodes of objs. nodePortCIDRs and externalIPCIDRs are the agent's
 // --nodeport-addresses and --external-ip-cidrs. Problems are reported to events (nil: logged).
 func RenderDesired(ctx context.Context, node string, objs []runtime.Object, nodePortCIDRs, externalIPCIDRs []netip.Prefix, events EventSink) (map[flows.Bridge][]string, error) {
+	lines, _, err := Desired(ctx, node, objs, DesiredOptions{NodePortCIDRs: nodePortCIDRs, ExternalIPCIDRs: externalIPCIDRs, Events: events})
+	return lines, err
+}
+
+// Desired is RenderDesired with the node's real ports when o gives them, and also returns the
+// Report of the rendered state (its FlowSets have the cookies, flow counts and groups a first
+// full sync would write: with the node's real ports they are the cookies its agent applies).
+// Errors: node is not one of the Nodes of objs (with the names of those that are), or the sync
+// failed.
+func Desired(ctx context.Context, node string, objs []runtime.Object, o DesiredOptions) (map[flows.Bridge][]string, Report, error) {
+	events := o.Events
 	if events == nil {
 		events = logEvents{}
 	}
 	dp := &staticDataplane{ports: PlaceholderPorts}
+	if o.Ports != nil {
+		dp.ports = *o.Ports
+	}
 	var pods []*corev1.Pod
 	var nodes []string
 	found := false
-	for _, o := range objs {
-		if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName == node {
+	for _, ob := range objs {
+		if p, ok := ob.(*corev1.Pod); ok && p.Spec.NodeName == node {
 			pods = append(pods, p)
 		}
-		if n, ok := o.(*corev1.Node); ok {
+		if n, ok := ob.(*corev1.Node); ok {
 			nodes = append(nodes, n.Name)
 			found = found || n.Name == node
 		}
 	}
 	if !found {
 		slices.Sort(nodes)
-		return nil, fmt.Errorf("node %q is not among the Nodes of the objects (%s)", node, strings.Join(nodes, ", "))
+		return nil, Report{}, fmt.Errorf("node %q is not among the Nodes of the objects (%s)", node, strings.Join(nodes, ", "))
 	}
 	slices.SortFunc(pods, func(a, b *corev1.Pod) int {
 		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	})
-	for i, p := range pods {
-		dp.podPorts = append(dp.podPorts, PodPort{Namespace: p.Namespace, Name: p.Name,
-			Interface: fmt.Sprintf("pod%d", i), OFPort: 100 + i,
-			MAC: net.HardwareAddr{0x0a, 0x58, 0, 0, byte(i >> 8), byte(i)}})
+	if o.PodPorts != nil {
+		dp.podPorts = o.PodPorts
+	} else {
+		for i, p := range pods {
+			dp.podPorts = append(dp.podPorts, PodPort{Namespace: p.Namespace, Name: p.Name,
+				Interface: fmt.Sprintf("pod%d", i), OFPort: 100 + i,
+				MAC: net.HardwareAddr{0x0a, 0x58, 0, 0, byte(i >> 8), byte(i)}})
+		}
 	}
 	out := map[flows.Bridge][]string{}
 	bridges := map[flows.Bridge]FlowBridge{}
@@ -87,14 +119,14 @@ func RenderDesired(ctx context.Context, node string, objs []runtime.Object, node
 		bridges[b] = &captureBridge{lines: func(l []string) { out[b] = append(out[b], l...) }}
 	}
 	r := NewReconciler(ReconcilerConfig{NodeName: node, Bridges: bridges, Dataplane: dp,
-		NodePortCIDRs: nodePortCIDRs, ExternalIPCIDRs: externalIPCIDRs, Events: events})
-	for _, o := range objs {
-		deliver(r, nil, o)
+		NodePortCIDRs: o.NodePortCIDRs, ExternalIPCIDRs: o.ExternalIPCIDRs, Events: events})
+	for _, ob := range objs {
+		deliver(r, nil, ob)
 	}
 	if err := r.Sync(ctx); err != nil {
-		return nil, err
+		return nil, Report{}, err
 	}
-	return out, nil
+	return out, r.Report(), nil
 }
 
 type staticDataplane struct {

@@ -11,7 +11,9 @@ import (
 // the fields conversion reads, so status heartbeats and metadata churn never cause a sync.
 
 func nodeEqual(a, b *corev1.Node) bool {
+	// Labels: EgressGateway gatewayNodeSelector.
 	return nodeReady(a) == nodeReady(b) && a.CreationTimestamp.Equal(&b.CreationTimestamp) &&
+		equality.Semantic.DeepEqual(a.Labels, b.Labels) &&
 		equality.Semantic.DeepEqual(a.Status.Addresses, b.Status.Addresses) &&
 		equality.Semantic.DeepEqual(a.Spec.PodCIDRs, b.Spec.PodCIDRs) &&
 		a.Spec.PodCIDR == b.Spec.PodCIDR
@@ -42,7 +44,9 @@ func sliceEqual(a, b *discoveryv1.EndpointSlice) bool {
 }
 
 func podEqual(a, b *corev1.Pod) bool {
+	// Labels: EgressGateway pod selectors (a relabel changes the pod's egress path).
 	return a.UID == b.UID && a.Spec.NodeName == b.Spec.NodeName && a.Status.PodIP == b.Status.PodIP &&
+		equality.Semantic.DeepEqual(a.Labels, b.Labels) &&
 		equality.Semantic.DeepEqual(a.Status.PodIPs, b.Status.PodIPs)
 }
 

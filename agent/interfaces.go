@@ -9,6 +9,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	egressv1 "github.com/ovs-srcip/ovs-srcip/agent/apis/ovssrcip/v1alpha1"
 	"github.com/ovs-srcip/ovs-srcip/flows"
 )
 
@@ -35,6 +36,9 @@ type PodPort struct {
 	IPs []netip.Addr
 	// UID is the pod's metadata.uid (external_ids pod-uid or iface-id-ver), empty when unknown.
 	UID string
+	// Chained: the port is srcip-cni's chained-mode egress interface (external_ids
+	// srcip-cni-mode=chained); IPs are the main CNI's addresses (flows.Pod.Chained).
+	Chained bool
 }
 
 // Dataplane is the node's OVSDB as the Reconciler needs it (implemented in cmd/srcip-agent on
@@ -63,6 +67,9 @@ type Handler interface {
 	OnService(prev, cur *corev1.Service)
 	OnEndpointSlice(prev, cur *discoveryv1.EndpointSlice)
 	OnPod(prev, cur *corev1.Pod)
+	// OnEgressGateway and OnNamespace feed the egress policies (docs/egress.md).
+	OnEgressGateway(prev, cur *egressv1.EgressGateway)
+	OnNamespace(prev, cur *corev1.Namespace)
 }
 
 // Source is where cluster objects come from: the Kubernetes API (KubeSource) or a directory of
@@ -104,4 +111,23 @@ type ConntrackLimiter interface {
 	DeleteConntrackZoneLimits(ctx context.Context, zones ...uint16) error
 	// ConntrackZoneLimits reads the limit and entry count of zones.
 	ConntrackZoneLimits(ctx context.Context, zones ...uint16) (map[uint16]flows.ZoneLimit, error)
+}
+
+// Announcer announces an egress IP on br-ex's uplink (implemented by ofctl.OpenFlow.AnnounceIP:
+// a gratuitous ARP by packet-out).
+type Announcer interface {
+	// AnnounceIP sends a gratuitous ARP for ip at mac out of ofport.
+	AnnounceIP(ctx context.Context, ip netip.Addr, mac net.HardwareAddr, ofport int) error
+}
+
+// EgressStatusSink receives the EgressGateways as the last successful sync converted them
+// (EgressStatusWriter); Publish must not block.
+type EgressStatusSink interface {
+	Publish(policies []*EgressPolicy)
+}
+
+// FlowStatser is implemented by a FlowBridge that can read its flows' counters
+// (ofctl.OpenFlow.FlowStats); the per-Service and drop metrics are read through it at scrape time.
+type FlowStatser interface {
+	FlowStats(ctx context.Context) ([]flows.FlowStat, error)
 }

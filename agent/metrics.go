@@ -32,6 +32,10 @@ type Metrics struct {
 	// DeclinedServicePorts is how many opted-in Service ports this node leaves to the host
 	// because an endpoint is outside every node's pod CIDRs (docs/field-cases.md#c34).
 	DeclinedServicePorts prometheus.Gauge
+
+	// reg is where NewMetrics registered them (nil: nowhere); agent.New registers the flow
+	// counters' collector there too.
+	reg prometheus.Registerer
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: not registered).
@@ -100,6 +104,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Opted-in Service ports with an endpoint outside every node's pod CIDRs (e.g. hostNetwork): no flows, served by the host without source IP preservation.",
 		}),
 	}
+	m.reg = reg
 	if reg != nil {
 		reg.MustRegister(m.SyncDuration, m.SyncFailures, m.AppliedFlows, m.AppliedGroups, m.BundleLines, m.LastSuccess, m.DesiredFlowSets,
 			m.ConntrackOps, m.DrainingEntryPoints, m.ConntrackZoneLimit, m.ConntrackZoneEntries, m.FlowConflicts, m.RejectedFlowSets, m.RejectedNow, m.DeclinedServicePorts)

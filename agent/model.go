@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	egressv1 "github.com/ovs-srcip/ovs-srcip/agent/apis/ovssrcip/v1alpha1"
 	"github.com/ovs-srcip/ovs-srcip/flows"
 )
 
@@ -37,13 +38,25 @@ type model struct {
 	svcChanges   *ChangeTracker[types.NamespacedName, corev1.Service]
 	sliceChanges *ChangeTracker[types.NamespacedName, discoveryv1.EndpointSlice]
 	podChanges   *ChangeTracker[types.NamespacedName, corev1.Pod]
+	egwChanges   *ChangeTracker[string, egressv1.EgressGateway]
+	nsChanges    *ChangeTracker[string, corev1.Namespace]
 
-	nodes    map[string]*corev1.Node
-	services map[types.NamespacedName]*corev1.Service
-	epSlices map[types.NamespacedName]*discoveryv1.EndpointSlice
-	slicesOf map[types.NamespacedName]map[types.NamespacedName]bool
-	pods     map[types.NamespacedName]*corev1.Pod
-	podPorts map[types.NamespacedName][]PodPort // several while a predecessor's port lingers
+	nodes      map[string]*corev1.Node
+	services   map[types.NamespacedName]*corev1.Service
+	epSlices   map[types.NamespacedName]*discoveryv1.EndpointSlice
+	slicesOf   map[types.NamespacedName]map[types.NamespacedName]bool
+	pods       map[types.NamespacedName]*corev1.Pod
+	podPorts   map[types.NamespacedName][]PodPort // several while a predecessor's port lingers
+	egws       map[string]*egressv1.EgressGateway
+	namespaces map[string]*corev1.Namespace
+
+	// Egress: the cluster networks never sent to a gateway, how the active gateway is chosen,
+	// the policies as last converted, each local pod's last egress assignment.
+	egressClusterCIDRs []netip.Prefix
+	chooseGateway      GatewayChooser
+	election           GatewayElection
+	egressPolicies     []*EgressPolicy
+	podEgress          map[flows.Key]*flows.PodEgress
 
 	st       *flows.State
 	svcRaw   map[types.NamespacedName][]flows.ServicePort // converted, before claims
@@ -52,6 +65,11 @@ type model struct {
 	admit    *admission
 	groups   *flows.GroupIDs
 	problems map[string]string // object key -> last reported problems
+	// refused, svcProblems and conflicts are, per Service, the entry points admission refused,
+	// the conversion problems and the entry-point conflicts it lost (for Reconciler.Report).
+	refused     map[types.NamespacedName][]RefusedEntry
+	svcProblems map[types.NamespacedName][]string
+	conflicts   map[types.NamespacedName][]string
 }
 
 func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, nodePortRange [2]uint16, events EventSink) *model {
@@ -61,6 +79,11 @@ func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, nodePortRang
 		svcChanges:   NewChangeTracker[types.NamespacedName](serviceEqual),
 		sliceChanges: NewChangeTracker[types.NamespacedName](sliceEqual),
 		podChanges:   NewChangeTracker[types.NamespacedName](podEqual),
+		egwChanges:   NewChangeTracker[string](egressGatewayEqual),
+		nsChanges:    NewChangeTracker[string](namespaceEqual),
+		egws:         map[string]*egressv1.EgressGateway{},
+		namespaces:   map[string]*corev1.Namespace{},
+		podEgress:    map[flows.Key]*flows.PodEgress{},
 		nodes:        map[string]*corev1.Node{},
 		services:     map[types.NamespacedName]*corev1.Service{},
 		epSlices:     map[types.NamespacedName]*discoveryv1.EndpointSlice{},
@@ -74,6 +97,9 @@ func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, nodePortRang
 		admit:        newAdmission(externalIPCIDRs, nodePortRange),
 		groups:       flows.NewGroupIDs(),
 		problems:     map[string]string{},
+		refused:      map[types.NamespacedName][]RefusedEntry{},
+		svcProblems:  map[types.NamespacedName][]string{},
+		conflicts:    map[types.NamespacedName][]string{},
 	}
 }
 
@@ -137,6 +163,7 @@ func (m *model) update(ctx context.Context, dp Dataplane, full bool) (changes, e
 	ch.podCIDRs = m.updateNodes(logger, d.nodes, ch.keys)
 	m.updatePods(logger, d.pods, ch.keys)
 	m.updateServices(logger, d.services, ch.keys)
+	m.updateEgress(logger, ch.keys)
 	return ch, nil
 }
 
@@ -199,6 +226,12 @@ func (m *model) checkout() (d dirtyObjects, nodeSelf bool) {
 	for name, c := range m.podChanges.Checkout() {
 		setOrDelete(m.pods, name, c.Current)
 		d.pods[name] = true
+	}
+	for name, c := range m.egwChanges.Checkout() {
+		setOrDelete(m.egws, name, c.Current)
+	}
+	for name, c := range m.nsChanges.Checkout() {
+		setOrDelete(m.namespaces, name, c.Current)
 	}
 	return d, nodeSelf
 }
@@ -311,7 +344,10 @@ func (m *model) updateServices(logger klog.Logger, names map[types.NamespacedNam
 			slices.SortFunc(eps, func(a, b *discoveryv1.EndpointSlice) int { return cmp.Compare(a.Name, b.Name) })
 			sps, convProblems[name] = ServicePorts(svc, eps)
 			var refused []string
-			sps, refused = m.admit.admit(name, sps)
+			sps, refused, m.refused[name] = m.admit.admit(name, sps)
+			if len(m.refused[name]) == 0 {
+				delete(m.refused, name)
+			}
 			m.report(svc, "refused/"+name.String(), ReasonRefused, refused)
 			rank = claimRank{created: svc.CreationTimestamp.Time, name: name}
 		}
@@ -343,14 +379,35 @@ func (m *model) updateServices(logger klog.Logger, names map[types.NamespacedNam
 		if svc == nil {
 			m.report(nil, "service/"+name.String(), "", nil)
 			m.report(nil, "refused/"+name.String(), "", nil)
+			delete(m.refused, name)
+			delete(m.svcProblems, name)
+			delete(m.conflicts, name)
 			continue
 		}
+		changed := false
 		if names[name] {
-			m.report(svc, "service/"+name.String(), ReasonInvalid, convProblems[name])
+			changed = m.report(svc, "service/"+name.String(), ReasonInvalid, convProblems[name])
 		}
-		m.report(svc, "conflict/"+name.String(), ReasonConflict, conflicts)
-		if len(convProblems[name])+len(conflicts) > 0 {
-			logger.V(2).Info("Service has problems", "service", klog.KObj(svc), "problems", append(convProblems[name], conflicts...))
+		changed = m.report(svc, "conflict/"+name.String(), ReasonConflict, conflicts) || changed
+		if len(conflicts) == 0 {
+			delete(m.conflicts, name)
+		} else {
+			m.conflicts[name] = conflicts
+		}
+		if names[name] {
+			if len(convProblems[name]) == 0 {
+				delete(m.svcProblems, name)
+			} else {
+				m.svcProblems[name] = convProblems[name]
+			}
+		}
+		if probs := append(slices.Clone(convProblems[name]), conflicts...); len(probs) > 0 {
+			// At the default level only when the problems changed (a new Event was sent).
+			if changed {
+				logger.Info("Service has problems", "service", klog.KObj(svc), "problems", probs)
+			} else {
+				logger.V(2).Info("Service has problems", "service", klog.KObj(svc), "problems", probs)
+			}
 		}
 	}
 }
@@ -380,15 +437,16 @@ func (m *model) releaseGroups(keys []flows.Key) {
 }
 
 // report sends problems of one object to the EventSink, only when they differ from the last
-// report under the same key (so periodic full syncs do not repeat Events).
-func (m *model) report(obj runtime.Object, key, reason string, problems []string) {
+// report under the same key (so periodic full syncs do not repeat Events). It reports whether
+// new problems were sent.
+func (m *model) report(obj runtime.Object, key, reason string, problems []string) bool {
 	msg := strings.Join(problems, "; ")
 	if m.problems[key] == msg {
-		return
+		return false
 	}
 	if msg == "" {
 		delete(m.problems, key)
-		return
+		return false
 	}
 	m.problems[key] = msg
 	if m.events != nil && obj != nil {
@@ -396,6 +454,7 @@ func (m *model) report(obj runtime.Object, key, reason string, problems []string
 			m.events.Warn(obj, reason, p)
 		}
 	}
+	return true
 }
 
 // objectOf returns the API object a flow set serves (KindSpec.Object; nil: none).

@@ -12,7 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 
+	egressv1 "github.com/ovs-srcip/ovs-srcip/agent/apis/ovssrcip/v1alpha1"
 	"github.com/ovs-srcip/ovs-srcip/flows"
 )
 
@@ -46,6 +48,19 @@ type ReconcilerConfig struct {
 	// ExternalIPCIDRs are the ranges externalIPs may be served from (--external-ip-cidrs);
 	// empty: no externalIP is served (see admission).
 	ExternalIPCIDRs []netip.Prefix
+	// EgressClusterCIDRs are the cluster's Service and node networks, never sent to an egress
+	// gateway (--egress-cluster-cidrs; pod CIDRs and node InternalIPs are always excluded).
+	EgressClusterCIDRs []netip.Prefix
+	// ChooseGateway picks the active gateway of an egress IP (nil: StatusGateway).
+	ChooseGateway GatewayChooser
+	// Election elects the gateways (a Lease per egress IP); it replaces ChooseGateway when set.
+	Election GatewayElection
+	// Announcer sends the gratuitous ARP of an egress IP this node becomes the gateway of, after
+	// the sync that installed its ARP answer (nil: none).
+	Announcer Announcer
+	// EgressStatus receives the converted policies after every successful sync (nil: no status
+	// is written, e.g. manifests mode).
+	EgressStatus EgressStatusSink
 	// NodePortRange is the cluster's NodePort range, inclusive (--service-node-port-range);
 	// zero: DefaultNodePortRange. NodePorts outside it are refused (see admission).
 	NodePortRange [2]uint16
@@ -99,14 +114,21 @@ type Reconciler struct {
 
 	statusMu sync.Mutex
 	status   Status
+	// syncMu is held by Sync and by Report (which reads the model and the syncer).
+	syncMu sync.Mutex
+
+	// announced are the egress IPs this node answers for and has announced (sync goroutine).
+	announced map[netip.Addr]bool
 }
 
 // Status is the Reconciler's health, for /readyz.
 type Status struct {
 	// FullSyncDone is set after the first successful full sync.
 	FullSyncDone bool
-	// LastSuccess is the time of the last successful sync.
-	LastSuccess time.Time
+	// LastSuccess is the time of the last successful sync; LastFullSuccess of the last
+	// successful full sync.
+	LastSuccess     time.Time
+	LastFullSuccess time.Time
 	// FailingSince is the time of the first failure after the last success (zero: not failing).
 	FailingSince time.Time
 	// LastError is the last sync error (nil after a success).
@@ -127,6 +149,10 @@ func NewReconciler(cfg ReconcilerConfig) *Reconciler {
 	r := &Reconciler{cfg: cfg, metrics: m,
 		model:  newModel(cfg.NodeName, cfg.NodePortCIDRs, cfg.ExternalIPCIDRs, cfg.NodePortRange, cfg.Events),
 		syncer: newSyncer(cfg, m)}
+	r.model.egressClusterCIDRs = cfg.EgressClusterCIDRs
+	r.model.chooseGateway = cfg.ChooseGateway
+	r.model.election = cfg.Election
+	r.announced = map[netip.Addr]bool{}
 	r.syncer.warn = func(fs *flows.FlowSet) {
 		reason := ReasonWarning
 		if fs.Declined != "" {
@@ -188,6 +214,36 @@ func (r *Reconciler) OnPod(prev, cur *corev1.Pod) {
 	}
 }
 
+// OnEgressGateway implements Handler.
+func (r *Reconciler) OnEgressGateway(prev, cur *egressv1.EgressGateway) {
+	name := ""
+	if cur != nil {
+		name = cur.Name
+	} else {
+		name = prev.Name
+	}
+	if r.model.egwChanges.Update(name, prev, cur) {
+		r.trigger()
+	}
+}
+
+// OnNamespace implements Handler.
+func (r *Reconciler) OnNamespace(prev, cur *corev1.Namespace) {
+	name := ""
+	if cur != nil {
+		name = cur.Name
+	} else {
+		name = prev.Name
+	}
+	if r.model.nsChanges.Update(name, prev, cur) {
+		r.trigger()
+	}
+}
+
+// EgressPolicies returns the EgressGateways as the last sync converted them (conflicts,
+// gateways); only for the goroutine that runs Sync, or after it stopped.
+func (r *Reconciler) EgressPolicies() []*EgressPolicy { return r.model.EgressPolicies() }
+
 type metaObject interface {
 	GetNamespace() string
 	GetName() string
@@ -225,6 +281,8 @@ func (r *Reconciler) Sync(ctx context.Context) error {
 	if r.cfg.HasSynced != nil && !r.cfg.HasSynced() {
 		return ErrNotSynced
 	}
+	r.syncMu.Lock()
+	defer r.syncMu.Unlock()
 	full := r.needFull.Swap(false) || !r.initialized
 	start := time.Now()
 	full, err := r.sync(ctx, full)
@@ -245,10 +303,12 @@ func (r *Reconciler) Sync(ctx context.Context) error {
 		return fmt.Errorf("%s sync: %w", kind, err)
 	}
 	r.initialized = true
+	r.afterSync(ctx)
 	now := time.Now()
 	r.status.LastSuccess, r.status.FailingSince, r.status.LastError = now, time.Time{}, nil
 	if full {
 		r.status.FullSyncDone = true
+		r.status.LastFullSuccess = now
 	}
 	r.metrics.LastSuccess.Set(float64(now.UnixNano()) / 1e9)
 	return nil
@@ -276,3 +336,43 @@ func (r *Reconciler) sync(ctx context.Context, full bool) (bool, error) {
 	r.model.releaseGroups(gone)
 	return ch.full, nil
 }
+
+// afterSync runs after every successful sync: a gratuitous ARP for each egress IP this node
+// has just become the gateway of (its ARP answer is installed now, C25), the election's
+// Synced (Leases given up are released now that the answers are gone), and the policies to the
+// status writer.
+func (r *Reconciler) afterSync(ctx context.Context) {
+	st := r.model.st
+	for ip := range r.announced {
+		if e, ok := st.Egress[ip]; !ok || e.Gateway != r.cfg.NodeName {
+			delete(r.announced, ip)
+		}
+	}
+	for ip, e := range st.Egress {
+		if e.Gateway != r.cfg.NodeName || r.announced[ip] {
+			continue
+		}
+		r.announced[ip] = true
+		if r.cfg.Announcer == nil {
+			continue
+		}
+		logger := klog.FromContext(ctx).WithValues("egressIP", ip)
+		// Twice: one lost frame must not leave the router on the old gateway.
+		for range 2 {
+			if err := r.cfg.Announcer.AnnounceIP(ctx, ip, st.Ports.ExMAC, st.Ports.ExUplink); err != nil {
+				logger.Error(err, "Gratuitous ARP failed; neighbours learn the new gateway when their entry expires")
+				break
+			}
+		}
+		logger.Info("Egress gateway: announced the egress IP (gratuitous ARP)", "mac", st.Ports.ExMAC.String())
+	}
+	if r.cfg.Election != nil {
+		r.cfg.Election.Synced()
+	}
+	if r.cfg.EgressStatus != nil {
+		r.cfg.EgressStatus.Publish(r.model.EgressPolicies())
+	}
+}
+
+// SetEgressStatus sets the status writer (ReconcilerConfig.EgressStatus); call before Run.
+func (r *Reconciler) SetEgressStatus(s EgressStatusSink) { r.cfg.EgressStatus = s }

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -19,6 +20,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+
+	"github.com/ovs-srcip/ovs-srcip/agent/apis/ovssrcip/v1alpha1"
+	egressclient "github.com/ovs-srcip/ovs-srcip/agent/client/clientset/versioned"
+	egressinformers "github.com/ovs-srcip/ovs-srcip/agent/client/informers/externalversions"
 )
 
 // KubeSource is the Source of a Kubernetes cluster: shared informers on Nodes, Services,
@@ -26,6 +31,7 @@ import (
 // recorded as Kubernetes Events on the object.
 type KubeSource struct {
 	client   kubernetes.Interface
+	egress   egressclient.Interface
 	nodeName string
 
 	mu     sync.Mutex
@@ -38,6 +44,13 @@ var _ Source = (*KubeSource)(nil)
 // NewKubeSource returns a KubeSource for the node nodeName.
 func NewKubeSource(client kubernetes.Interface, nodeName string) *KubeSource {
 	return &KubeSource{client: client, nodeName: nodeName, events: logEvents{}}
+}
+
+// WithEgress makes the source watch EgressGateways through c (and Namespaces, whose labels
+// their namespaceSelector reads); without it no EgressGateway is seen.
+func (s *KubeSource) WithEgress(c egressclient.Interface) *KubeSource {
+	s.egress = c
+	return s
 }
 
 // Start implements Source.
@@ -69,6 +82,20 @@ func (s *KubeSource) Start(ctx context.Context, h Handler) error {
 	if err := add(local.Core().V1().Pods().Informer(), handlerFuncs(h.OnPod)); err != nil {
 		return err
 	}
+	var egw egressinformers.SharedInformerFactory
+	if s.egress != nil && !s.egressServed(ctx) {
+		// Without the CRD an informer would never sync and hold back every sync of this node:
+		// run without egress gateways instead (deploy/ installs the CRD).
+		klog.FromContext(ctx).Info("The EgressGateway CRD (egressgateways.ovs-srcip.io) is not installed: egress gateways are off until the agent restarts after it is (kubectl apply -f deploy/crd-egressgateway.yaml)")
+	} else if s.egress != nil {
+		if err := add(all.Core().V1().Namespaces().Informer(), handlerFuncs(h.OnNamespace)); err != nil {
+			return err
+		}
+		egw = egressinformers.NewSharedInformerFactoryWithOptions(s.egress, 0, egressinformers.WithTransform(stripManagedFields))
+		if err := add(egw.OvsSrcip().V1alpha1().EgressGateways().Informer(), handlerFuncs(h.OnEgressGateway)); err != nil {
+			return err
+		}
+	}
 
 	b := record.NewBroadcaster(record.WithContext(ctx))
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.client.CoreV1().Events("")})
@@ -84,6 +111,9 @@ func (s *KubeSource) Start(ctx context.Context, h Handler) error {
 	s.mu.Unlock()
 	all.Start(ctx.Done())
 	local.Start(ctx.Done())
+	if egw != nil {
+		egw.Start(ctx.Done())
+	}
 	return nil
 }
 
@@ -197,6 +227,36 @@ func trimObject(obj any) (any, error) {
 		o.Status.NodeInfo, o.Status.DaemonEndpoints = corev1.NodeSystemInfo{}, corev1.NodeDaemonEndpoints{}
 		o.Status.Capacity, o.Status.Allocatable = nil, nil
 		o.Status.Conditions = slices.DeleteFunc(o.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type != corev1.NodeReady })
+	}
+	return obj, nil
+}
+
+// egressServed reports whether the API server serves egressgateways in ovs-srcip.io/v1alpha1
+// (discovery). On an error other than "not found" it assumes it does: the informer then retries
+// as any other does, rather than egress being switched off by a transient failure.
+func (s *KubeSource) egressServed(ctx context.Context) bool {
+	gv := v1alpha1.SchemeGroupVersion.String()
+	list, err := s.client.Discovery().ServerResourcesForGroupVersion(gv)
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return false
+		}
+		klog.FromContext(ctx).Error(err, "Discovery of the EgressGateway API failed; watching it anyway", "groupVersion", gv)
+		return true
+	}
+	for _, r := range list.APIResources {
+		if r.Name == "egressgateways" {
+			return true
+		}
+	}
+	return false
+}
+
+// stripManagedFields drops metadata.managedFields (the EgressGateway informer's transform: the
+// agent reads every other field of a policy).
+func stripManagedFields(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
 	}
 	return obj, nil
 }

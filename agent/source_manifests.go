@@ -26,6 +26,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
+
+	egressv1 "github.com/ovs-srcip/ovs-srcip/agent/apis/ovssrcip/v1alpha1"
 )
 
 // DefaultManifestResync is how often a ManifestSource re-reads its directory when no file
@@ -262,6 +264,10 @@ func deliver(h Handler, prev, cur runtime.Object) {
 		h.OnEndpointSlice(typed[discoveryv1.EndpointSlice](prev), typed[discoveryv1.EndpointSlice](cur))
 	case *corev1.Pod:
 		h.OnPod(typed[corev1.Pod](prev), typed[corev1.Pod](cur))
+	case *corev1.Namespace:
+		h.OnNamespace(typed[corev1.Namespace](prev), typed[corev1.Namespace](cur))
+	case *egressv1.EgressGateway:
+		h.OnEgressGateway(typed[egressv1.EgressGateway](prev), typed[egressv1.EgressGateway](cur))
 	}
 }
 
@@ -337,6 +343,10 @@ func decodeObject(js []byte) ([]runtime.Object, error) {
 		o = &corev1.Pod{}
 	case tm.Kind == "EndpointSlice" && tm.APIVersion == "discovery.k8s.io/v1":
 		o = &discoveryv1.EndpointSlice{}
+	case tm.Kind == "Namespace" && tm.APIVersion == "v1":
+		o, namespaced = &corev1.Namespace{}, false
+	case tm.Kind == "EgressGateway" && tm.APIVersion == egressv1.SchemeGroupVersion.String():
+		o, namespaced = &egressv1.EgressGateway{}, false
 	case tm.Kind == "":
 		return nil, errors.New("object without kind")
 	default:

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	egressv1 "github.com/ovs-srcip/ovs-srcip/agent/apis/ovssrcip/v1alpha1"
+
 	"context"
 	"os"
 	"path/filepath"
@@ -58,6 +60,12 @@ func (h *recordingHandler) OnEndpointSlice(p, c *discoveryv1.EndpointSlice) {
 	h.add("EndpointSlice", p, c, [2]bool{p == nil, c == nil})
 }
 func (h *recordingHandler) OnPod(p, c *corev1.Pod) { h.add("Pod", p, c, [2]bool{p == nil, c == nil}) }
+func (h *recordingHandler) OnNamespace(p, c *corev1.Namespace) {
+	h.add("Namespace", p, c, [2]bool{p == nil, c == nil})
+}
+func (h *recordingHandler) OnEgressGateway(p, c *egressv1.EgressGateway) {
+	h.add("EgressGateway", p, c, [2]bool{p == nil, c == nil})
+}
 
 func (h *recordingHandler) take() []string {
 	h.mu.Lock()

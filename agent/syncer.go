@@ -41,6 +41,9 @@ type syncer struct {
 	drains          map[flows.EntryPoint]time.Time
 	drainsRecovered bool
 	lastRepair      time.Time
+	// zones are the conntrack zones' limits and entries read at the last full sync (nil: never
+	// read; Conntrack is no ConntrackLimiter).
+	zones map[uint16]flows.ZoneLimit
 	// rejected holds, per bridge, the keys whose flow set Open vSwitch rejected, with the cookie
 	// of the rejected flow set: partial syncs do not send that flow set again (a changed one is
 	// tried), full syncs retry every one.

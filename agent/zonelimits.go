@@ -72,13 +72,16 @@ func (s *syncer) applyZoneLimits(ctx context.Context, lim ConntrackLimiter) erro
 		}
 		s.metrics.ConntrackOps.WithLabelValues("limits", "ok").Inc()
 	}
+	s.zones = map[uint16]flows.ZoneLimit{}
 	for _, z := range flows.Zones() {
+		s.zones[z.Zone] = flows.ZoneLimit{Limit: cur[z.Zone].Limit, Count: cur[z.Zone].Count}
 		l := cur[z.Zone].Limit
 		if w, ok := set[z.Zone]; ok {
 			l = w
 		} else if want[z.Zone] == 0 {
 			l = 0
 		}
+		s.zones[z.Zone] = flows.ZoneLimit{Limit: l, Count: cur[z.Zone].Count}
 		s.metrics.ConntrackZoneLimit.WithLabelValues(z.Name).Set(float64(l))
 		s.metrics.ConntrackZoneEntries.WithLabelValues(z.Name).Set(float64(cur[z.Zone].Count))
 	}

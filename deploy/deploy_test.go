@@ -487,7 +487,7 @@ func egressGateway(name string, mutate func(spec map[string]any)) *unstructured.
 		"namespaceSelector":   map[string]any{"matchLabels": map[string]any{"team": "payments"}},
 		"podSelector":         map[string]any{"matchExpressions": []any{map[string]any{"key": "app", "operator": "In", "values": []any{"api", "worker"}}}},
 		"destinations":        []any{"192.0.2.0/24", "198.51.100.0/24"},
-		"egressIP":            "203.0.113.10",
+		"egressIPs":           []any{"203.0.113.10"},
 		"gatewayNodeSelector": map[string]any{"matchLabels": map[string]any{"node-role.kubernetes.io/egress": ""}},
 	}
 	if mutate != nil {
@@ -513,7 +513,7 @@ func testValidation(ctx context.Context, t *testing.T, dyn dynamic.Interface) {
 	valid := map[string]func(spec map[string]any){
 		"ipv6": func(s map[string]any) {
 			s["destinations"] = []any{"2001:db8::/32", "::/0"}
-			s["egressIP"] = "2001:db8:ff::10"
+			s["egressIPs"] = []any{"2001:db8:ff::10"}
 		},
 		"pods-only": func(s map[string]any) { delete(s, "namespaceSelector") },
 		"namespaces-only-any-gateway": func(s map[string]any) {
@@ -523,7 +523,11 @@ func testValidation(ctx context.Context, t *testing.T, dyn dynamic.Interface) {
 		"exists": func(s map[string]any) {
 			s["podSelector"] = map[string]any{"matchExpressions": []any{map[string]any{"key": "egress", "operator": "Exists"}}}
 		},
-		"private-egress-ip": func(s map[string]any) { s["egressIP"] = "10.1.2.3" },
+		"private-egress-ip": func(s map[string]any) { s["egressIPs"] = []any{"10.1.2.3"} },
+		// Absent destinations: everything outside the cluster's networks (docs/egress.md).
+		"default-destinations": func(s map[string]any) { delete(s, "destinations") },
+		"excluded":             func(s map[string]any) { s["excludedDestinations"] = []any{"192.0.2.128/25"} },
+		"two-ips":              func(s map[string]any) { s["egressIPs"] = []any{"203.0.113.10", "203.0.113.11"} },
 	}
 	for name, mutate := range valid {
 		if err := create(egressGateway(name, mutate)); err != nil {
@@ -539,27 +543,21 @@ func testValidation(ctx context.Context, t *testing.T, dyn dynamic.Interface) {
 		{"bad-cidr", func(s map[string]any) { s["destinations"] = []any{"192.0.2.0/33"} }, "must be a CIDR"},
 		{"not-a-cidr", func(s map[string]any) { s["destinations"] = []any{"192.0.2.1"} }, "must be a CIDR"},
 		{"host-bits", func(s map[string]any) { s["destinations"] = []any{"192.0.2.1/24"} }, "must be a network address without host bits"},
-		{"no-destinations", func(s map[string]any) { s["destinations"] = []any{} }, "spec.destinations"},
-		{"missing-destinations", func(s map[string]any) { delete(s, "destinations") }, "spec.destinations: Required value"},
 		{"duplicate-destinations", func(s map[string]any) { s["destinations"] = []any{"192.0.2.0/24", "192.0.2.0/24"} }, "Duplicate value"},
-		{"bad-ip", func(s map[string]any) { s["egressIP"] = "203.0.113.300" }, "must be an IPv4 or IPv6 address"},
-		{"cidr-as-ip", func(s map[string]any) { s["egressIP"] = "203.0.113.0/24" }, "must be an IPv4 or IPv6 address"},
-		{"unspecified-ip", func(s map[string]any) { s["egressIP"] = "0.0.0.0" }, "must be a unicast address"},
-		{"multicast-ip", func(s map[string]any) { s["egressIP"] = "224.0.0.1" }, "must be a unicast address"},
-		{"missing-ip", func(s map[string]any) { delete(s, "egressIP") }, "spec.egressIP: Required value"},
+		{"bad-ip", func(s map[string]any) { s["egressIPs"] = []any{"203.0.113.300"} }, "must be an IPv4 or IPv6 address"},
+		{"cidr-as-ip", func(s map[string]any) { s["egressIPs"] = []any{"203.0.113.0/24"} }, "must be an IPv4 or IPv6 address"},
+		{"unspecified-ip", func(s map[string]any) { s["egressIPs"] = []any{"0.0.0.0"} }, "must be a unicast address"},
+		{"multicast-ip", func(s map[string]any) { s["egressIPs"] = []any{"224.0.0.1"} }, "must be a unicast address"},
+		{"missing-ip", func(s map[string]any) { delete(s, "egressIPs") }, "spec.egressIPs: Required value"},
+		{"no-ips", func(s map[string]any) { s["egressIPs"] = []any{} }, "spec.egressIPs"},
+		{"mixed-families", func(s map[string]any) { s["egressIPs"] = []any{"203.0.113.10", "2001:db8::10"} }, "one address family"},
 		{"family-mismatch", func(s map[string]any) { s["destinations"] = []any{"192.0.2.0/24", "2001:db8::/32"} }, "address family"},
 		{"missing-gateway-selector", func(s map[string]any) { delete(s, "gatewayNodeSelector") }, "spec.gatewayNodeSelector: Required value"},
 		{"no-pod-selection", func(s map[string]any) {
 			delete(s, "namespaceSelector")
 			delete(s, "podSelector")
 		}, "at least one of namespaceSelector and podSelector"},
-		{"in-without-values", func(s map[string]any) {
-			s["podSelector"] = map[string]any{"matchExpressions": []any{map[string]any{"key": "app", "operator": "In"}}}
-		}, "values must be non-empty for In and NotIn"},
-		{"bad-operator", func(s map[string]any) {
-			s["gatewayNodeSelector"] = map[string]any{"matchExpressions": []any{map[string]any{"key": "a", "operator": "Equals", "values": []any{"b"}}}}
-		}, "Unsupported value"},
-		{"unknown-field", func(s map[string]any) { s["egressIPs"] = []any{"203.0.113.10"} }, "unknown field"},
+		{"unknown-field", func(s map[string]any) { s["egressIP"] = "203.0.113.10" }, "unknown field"},
 	}
 	for _, tc := range invalid {
 		u := egressGateway("invalid-"+tc.name, tc.mutate)
@@ -594,7 +592,7 @@ func testStatus(ctx context.Context, t *testing.T, dyn dynamic.Interface, cfg *r
 	gen := obj.GetGeneration()
 	now := metav1.Now().Rfc3339Copy()
 	status := map[string]any{
-		"activeGateway": "node-2",
+		"activeGateways": []any{map[string]any{"egressIP": "203.0.113.10", "node": "node-2"}},
 		"conditions": []any{map[string]any{
 			"type": "Ready", "status": "True", "reason": "GatewayElected", "message": "node-2 holds the lease",
 			"lastTransitionTime": now.Format(time.RFC3339), "observedGeneration": gen,
@@ -617,18 +615,18 @@ func testStatus(ctx context.Context, t *testing.T, dyn dynamic.Interface, cfg *r
 		t.Fatal(err)
 	}
 	obj.Object["status"] = status
-	if err := unstructured.SetNestedField(obj.Object, "198.51.100.99", "spec", "egressIP"); err != nil {
+	if err := unstructured.SetNestedStringSlice(obj.Object, []string{"198.51.100.99"}, "spec", "egressIPs"); err != nil {
 		t.Fatal(err)
 	}
 	obj, err = saDyn.Resource(egwGVR).UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: fieldManager})
 	if err != nil {
 		t.Fatalf("update status as %s: %v", saUser, err)
 	}
-	if gw, _, _ := unstructured.NestedString(obj.Object, "status", "activeGateway"); gw != "node-2" {
-		t.Errorf("status.activeGateway %q after UpdateStatus", gw)
+	if gws, _, _ := unstructured.NestedSlice(obj.Object, "status", "activeGateways"); len(gws) != 1 || gws[0].(map[string]any)["node"] != "node-2" {
+		t.Errorf("status.activeGateways %v after UpdateStatus", gws)
 	}
-	if ip, _, _ := unstructured.NestedString(obj.Object, "spec", "egressIP"); ip != "203.0.113.10" {
-		t.Errorf("spec.egressIP changed to %q through /status", ip)
+	if ips, _, _ := unstructured.NestedStringSlice(obj.Object, "spec", "egressIPs"); len(ips) != 1 || ips[0] != "203.0.113.10" {
+		t.Errorf("spec.egressIPs changed to %q through /status", ips)
 	}
 	if obj.GetGeneration() != gen {
 		t.Errorf("generation %d -> %d after a status update", gen, obj.GetGeneration())
@@ -636,12 +634,12 @@ func testStatus(ctx context.Context, t *testing.T, dyn dynamic.Interface, cfg *r
 	// The agent patches status with server-side apply too.
 	patch := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "ovs-srcip.io/v1alpha1", "kind": "EgressGateway", "metadata": map[string]any{"name": "status-test"},
-		"status": map[string]any{"activeGateway": "node-3"},
+		"status": map[string]any{"nodes": []any{map[string]any{"node": "node-3", "observedGeneration": gen}}},
 	}}
 	if obj, err = saDyn.Resource(egwGVR).ApplyStatus(ctx, "status-test", patch, metav1.ApplyOptions{FieldManager: "srcip-agent", Force: true}); err != nil {
 		t.Fatalf("apply status as %s: %v", saUser, err)
-	} else if gw, _, _ := unstructured.NestedString(obj.Object, "status", "activeGateway"); gw != "node-3" {
-		t.Errorf("status.activeGateway %q after ApplyStatus", gw)
+	} else if ns, _, _ := unstructured.NestedSlice(obj.Object, "status", "nodes"); len(ns) != 1 || ns[0].(map[string]any)["node"] != "node-3" {
+		t.Errorf("status.nodes %v after ApplyStatus", ns)
 	}
 	// Conditions are validated like metav1.Condition.
 	bad := obj.DeepCopy()
@@ -669,10 +667,10 @@ func testStatus(ctx context.Context, t *testing.T, dyn dynamic.Interface, cfg *r
 	for _, c := range table.ColumnDefinitions {
 		cols = append(cols, c.Name)
 	}
-	if want := []string{"Name", "Egress IP", "Gateway", "Ready", "Destinations", "Age"}; !slices.Equal(cols, want) {
+	if want := []string{"Name", "Egress IPs", "Gateways", "Ready", "Destinations", "Age"}; !slices.Equal(cols, want) {
 		t.Errorf("columns %v, want %v", cols, want)
 	}
-	if len(table.Rows) != 1 || fmt.Sprint(table.Rows[0].Cells[1:4]) != "[203.0.113.10 node-3 True]" {
+	if len(table.Rows) != 1 || fmt.Sprint(table.Rows[0].Cells[1:4]) != `[["203.0.113.10"] node-2 True]` {
 		t.Errorf("table rows %v", table.Rows)
 	}
 }

@@ -29,6 +29,9 @@ type CT struct {
 type NAT struct {
 	// Dst is the DNAT target; zero means "nat" without arguments.
 	Dst netip.AddrPort
+	// Src is the SNAT address (nat(src=IP), ovs-actions(7): the source port is kept when it is
+	// free); only with a zero Dst.
+	Src netip.Addr
 }
 
 // MarshalText implements encoding.TextMarshaler.
@@ -43,6 +46,11 @@ func (c CT) MarshalText() ([]byte, error) {
 	args = append(args, fmt.Sprintf("zone=%d", c.Zone))
 	if c.NAT != nil {
 		switch {
+		case c.NAT.Src.Is4() && !c.NAT.Dst.IsValid():
+			if !c.Commit {
+				return nil, fmt.Errorf("ct: nat(src=...) requires commit")
+			}
+			args = append(args, fmt.Sprintf("nat(src=%s)", c.NAT.Src))
 		case !c.NAT.Dst.IsValid():
 			args = append(args, "nat")
 		case c.NAT.Dst.Addr().Is4():

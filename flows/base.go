@@ -42,7 +42,7 @@ func BuildExBase(st *State) (*FlowSet, error) {
 		// they are never flooded. Everything else keeps the installer's default forwarding,
 		// NORMAL: uplink <-> LOCAL broadcasts and any port of br-ex the agent does not own
 		// (other patch ports, VM taps) (docs/security.md, "Entry points and the host stack").
-		flow(ExClassifier, prioTunnel, ovs.ProtocolUDPv4, p.ExUplink, st.tunnelMatch(), ovs.Drop()),
+		flow(ExClassifier, prioTunnel, ovs.ProtocolUDPv4, p.ExUplink, st.tunnelMatch(), DropFor(DropTunnelUnknownNode)),
 		flow(ExClassifier, prioHook, ovs.ProtocolIPv4, p.ExUplink, []ovs.Match{toNode}, Goto(ExServiceLB)),
 		flow(ExClassifier, prioHook, "", p.ExPatch, nil, Goto(ExFromInt)),
 		flow(ExClassifier, prioLow, "", 0, []ovs.Match{toNode}, outputLocal),
@@ -77,7 +77,7 @@ func BuildExBase(st *State) (*FlowSet, error) {
 		flow(ExServiceOut, prioLow, ovs.ProtocolIPv4, 0, nil, output(p.ExPatch)),
 		// ExFromInt / ExServiceReply: un-DNAT replies and send them to the client's MAC.
 		flow(ExFromInt, prioLow, ovs.ProtocolIPv4, 0, nil, CT{Zone: ZoneService, NAT: &NAT{}, Table: tableRef(ExServiceReply)}),
-		flow(ExFromInt, prioDefault, "", 0, nil, ovs.Drop()),
+		flow(ExFromInt, prioDefault, "", 0, nil, DropFor(DropFromIntNotIP)),
 		flow(ExServiceReply, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rpl},
 			CTLabelClientMAC.MoveTo(nxmEthDst),
 			ovs.ModDataLinkSource(p.ExMAC),
@@ -95,7 +95,7 @@ func BuildExBase(st *State) (*FlowSet, error) {
 			CTLabelClientMAC.MoveTo(nxmEthDst),
 			ovs.ModDataLinkSource(p.ExMAC),
 			output(p.ExUplink)),
-		flow(ExServiceReply, prioDefault, "", 0, nil, ovs.Drop()),
+		flow(ExServiceReply, prioDefault, "", 0, nil, DropFor(DropReplyNoConnection)),
 	}
 	return fs, fs.Finish()
 }
@@ -117,15 +117,15 @@ func BuildIntBase(st *State) (*FlowSet, error) {
 	fs.Flows = []ovs.Flow{
 		// Geneve is accepted per VNI from known nodes only (BuildNode); anything else from the
 		// tunnel port is dropped here, and counted by this flow's n_packets.
-		flow(IntClassifier, prioLow, "", p.IntTunnel, nil, ovs.Drop()),
+		flow(IntClassifier, prioLow, "", p.IntTunnel, nil, DropFor(DropTunnelUnknownVNI)),
 		// From br-ex only what its Service tables sent, whose Ethernet destination is always
 		// br-ex's MAC (ExClassifier's hook requires it); frames NORMAL floods into the patch
 		// port (broadcasts, unknown unicast of other ports of br-ex) are dropped.
 		flow(IntClassifier, prioHook, ovs.ProtocolIPv4, p.IntPatch, []ovs.Match{ovs.DataLinkDestination(p.ExMAC.String())}, SourceBrEx.Load(), Goto(IntL3Forwarding)),
-		flow(IntClassifier, prioDefault, "", 0, nil, ovs.Drop()),
+		flow(IntClassifier, prioDefault, "", 0, nil, DropFor(DropUnknownInput)),
 		// TCP source port 0 is never a real connection's: a pod's RST from port 0 (the answer to
 		// a refused collision SYN, resetCollision) leaves only by the flow ResetLearn learned.
-		flow(IntClassifier, prioPortZero, ovs.ProtocolTCPv4, 0, []ovs.Match{ovs.TransportSourcePort(0)}, ovs.Drop()),
+		flow(IntClassifier, prioPortZero, ovs.ProtocolTCPv4, 0, []ovs.Match{ovs.TransportSourcePort(0)}, DropFor(DropTCPSourcePortZero)),
 
 		flow(IntPodEgressCT, prioMid, ovs.ProtocolIPv4, 0, rplTunnel,
 			CTLabelIngressNode.MoveTo(nxmTunIPv4),
@@ -141,8 +141,8 @@ func BuildIntBase(st *State) (*FlowSet, error) {
 		flow(IntPodEgressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{trackedRel, OriginBrEx.Match()}, output(p.IntPatch)),
 		flow(IntPodEgressCT, prioDefault, "", 0, nil, Goto(IntL3Forwarding)),
 
-		flow(IntARPResponder, prioDefault, "", 0, nil, ovs.Drop()),
-		flow(IntL3Forwarding, prioDefault, "", 0, nil, ovs.Drop()),
+		flow(IntARPResponder, prioDefault, "", 0, nil, DropFor(DropARPNotOurs)),
+		flow(IntL3Forwarding, prioDefault, "", 0, nil, DropFor(DropNoRoute)),
 
 		// IntPodIngress -> IntPodIngressCT: connections entering a pod from the service tunnel
 		// or from br-ex are tracked in ZonePod; a new one is committed with its origin (and, from
@@ -195,9 +195,10 @@ func BuildIntBase(st *State) (*FlowSet, error) {
 			resetCollision()...),
 		flow(IntPodIngressCT, prioCollision, ovs.ProtocolTCPv4, 0, []ovs.Match{SourceTunnelSvc.Match(), trackedEst, OriginBrEx.Match(), ovs.TCPFlags("+syn", "-ack")},
 			resetCollision()...),
-		flow(IntPodIngressCT, prioDefault, "", 0, nil, ovs.Drop()),
+		flow(IntPodIngressCT, prioDefault, "", 0, nil, DropFor(DropPodIngressInvalid)),
 		flow(IntPodIngress, prioDefault, "", 0, nil, RegOutPort.Output()),
 	}
+	fs.Flows = append(fs.Flows, egressBaseFlows(st)...)
 	{
 		for _, c := range st.self().PodCIDRs {
 			if !c.Addr().Is4() {

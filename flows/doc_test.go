@@ -33,7 +33,19 @@ func generatedBlocks() map[string]string {
 	for _, k := range Kinds() {
 		fmt.Fprintf(&kb, "| %s | %#02x | %s | %s |\n", k.Name, uint8(k.Kind), k.Bridge, k.Doc)
 	}
-	return map[string]string{"tables": tb.String(), "fields": fb.String(), "kinds": kb.String()}
+	var db strings.Builder
+	db.WriteString("| reason | where (bridge table priority, kind) | meaning |\n|---|---|---|\n")
+	for _, d := range DropInfos() {
+		var where []string
+		for _, s := range d.Spots {
+			where = append(where, fmt.Sprintf("%s `%s` %d, %s", s.Bridge, s.Table.Name(s.Bridge), s.Priority, s.Kind))
+		}
+		if len(where) == 0 {
+			where = []string{"no flow"}
+		}
+		fmt.Fprintf(&db, "| `%s` | %s | %s |\n", d.Reason, strings.Join(where, "; "), d.Doc)
+	}
+	return map[string]string{"tables": tb.String(), "fields": fb.String(), "kinds": kb.String(), "drops": db.String()}
 }
 
 var blockRE = regexp.MustCompile(`(?s)(<!-- generated: (\w+) .*?-->\n)(.*?)(<!-- end generated -->)`)

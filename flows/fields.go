@@ -24,6 +24,9 @@ const (
 	// ZonePod tracks traffic to and from local pods on br-int. Connections that enter a pod from
 	// br-ex or from the service tunnel are committed here with their origin (CTMark values).
 	ZonePod uint16 = 0xfb01
+	// ZoneEgress holds the SNAT of egress traffic to an egress IP on its active gateway node
+	// (br-int, KindEgress); only the egress flow sets commit into it.
+	ZoneEgress uint16 = 0xfb02
 )
 
 // RegField is a bit range [Start..End] of one 32-bit NXM register (ovs-fields(7) "reg0".."reg15").
@@ -152,6 +155,10 @@ func (m *CTMark) Load() ovs.Action {
 	return ovs.Load(fmt.Sprintf("%#x", m.value), m.field.NXM())
 }
 
+// CTMarkValue returns the mark as the whole ct_mark holds it (the value shifted into its field),
+// e.g. for seeding a traced flow (srcipctl trace).
+func (m *CTMark) CTMarkValue() uint32 { return m.value << m.field.start }
+
 // Match matches packets of connections carrying the mark: ct_mark=0x2/0xf.
 func (m *CTMark) Match() ovs.Match {
 	return ovs.ConnectionTrackingMark(m.value<<m.field.start, m.field.mask())
@@ -215,6 +222,9 @@ var (
 	RegOutPort = NewRegField("RegOutPort", 1, 0, 31)
 	// RegScratch is reg2: scratch space of the ARP responder (address swap).
 	RegScratch = NewRegField("RegScratch", 2, 0, 31)
+	// RegEgressIP is reg3: the egress IP (IPv4, host byte order as ovs-ofctl loads it) a local
+	// pod's packet leaves with, set in IntL3Forwarding, read by IntEgressOut.
+	RegEgressIP = NewRegField("RegEgressIP", 3, 0, 31)
 )
 
 // RegSource values.
@@ -224,6 +234,16 @@ var (
 	SourceTunnelPod = NewRegMark(RegSource, 3, "from Geneve, VNI VNIPod (pod to pod)")
 	SourceTunnelSvc = NewRegMark(RegSource, 4, "from Geneve, VNI VNIService (external traffic from an ingress node)")
 	SourceGateway   = NewRegMark(RegSource, 5, "from the gateway port (the node's host stack)")
+	SourceEgress    = NewRegMark(RegSource, 6, "from Geneve, VNI VNIEgressReply (an egress gateway's un-SNATed reply)")
+)
+
+// ct_mark egress bit (ZonePod).
+var (
+	// CTMarkEgressField is ct_mark[4] in ZonePod: the connection a local pod opened takes the
+	// egress path (set once, when its first packet is committed; C37).
+	CTMarkEgressField = NewCTMarkField("CTMarkEgress", 4, 4)
+	// EgressPath marks a pod's connection that leaves through an egress gateway.
+	EgressPath = NewCTMark(CTMarkEgressField, 1, "a local pod's connection pinned to the egress path at its first packet: its packets go to IntEgressOut, its replies are accepted only from an egress gateway")
 )
 
 // ct_mark fields and values (ZonePod).
@@ -254,6 +274,15 @@ var (
 	// (tun_src) of the connection's first packet - the ingress node's InternalIP.
 	CTLabelIngressNode = NewCTLabelField("CTLabelIngressNode", 0, 31, ZonePod,
 		"Geneve tun_src of the first packet: the ingress node, where replies are tunnelled")
+	// CTLabelEgressIP (ZonePod, pod's node): ct_label[32..63] is the egress IP a connection
+	// with EgressPath was pinned to.
+	CTLabelEgressIP = NewCTLabelField("CTLabelEgressIP", 32, 63, ZonePod,
+		"the egress IP an EgressPath connection leaves with (pinned at its first packet)")
+	// CTLabelEgressNode (ZoneEgress, gateway node): ct_label[0..31] is the Geneve tun_src of
+	// the connection's first packet - the pod's node, where the un-SNATed replies go; 0 for a
+	// pod on the gateway node itself.
+	CTLabelEgressNode = NewCTLabelField("CTLabelEgressNode", 0, 31, ZoneEgress,
+		"Geneve tun_src of the first packet: the pod's node, where un-SNATed replies are tunnelled (0: a local pod)")
 )
 
 // Geneve VNIs (RFC 8926 "Virtual Network Identifier", tun_id in OVS). The VNI tells the
@@ -265,6 +294,11 @@ const (
 	VNIService uint64 = 2
 	// VNIServiceReply carries a backend's replies back to the ingress node (P1).
 	VNIServiceReply uint64 = 3
+	// VNIEgress carries a selected pod's packet from its node to the egress IP's active gateway
+	// (P4); the inner eth_dst is EgressMAC(egress IP).
+	VNIEgress uint64 = 4
+	// VNIEgressReply carries the un-SNATed replies from the gateway back to the pod's node (P4).
+	VNIEgressReply uint64 = 5
 )
 
 // Priorities used across tables.
@@ -275,6 +309,7 @@ const (
 	// pod's RST follows the SYN within microseconds.
 	resetLearnTimeout = 2
 	prioTunnel        = 600
+	prioEgressHook    = 510 // above prioHook: the egress IP on the uplink and the patch port
 	prioHook          = 500
 	prioPortZero      = 400 // above the pods' spoof guard (prioHigh), below tunnel and patch input
 	prioCollisionOK   = 320 // a SYN retransmitted through the recorded ingress node
@@ -285,6 +320,8 @@ const (
 	prioEntry         = 100
 	prioSourceDeny    = 95 // below prioEntry: new connections from outside loadBalancerSourceRanges
 	prioDrain         = 90 // below prioEntry: a live entry point wins over a draining one
+	prioEgressExcl    = 21 // above prioEgress: excluded destinations keep the host path
+	prioEgress        = 20 // above prioLow (the host path), below pod and node routes
 	prioLow           = 10
 	prioDefault       = 0
 )
@@ -310,18 +347,25 @@ func Fields() []FieldDoc {
 	return []FieldDoc{
 		{"conntrack zone `ZoneService`", fmt.Sprintf("%d (%#x)", ZoneService, ZoneService), "br-ex, ingress node: the DNAT of external Service traffic. Only group buckets commit into it."},
 		{"conntrack zone `ZonePod`", fmt.Sprintf("%d (%#x)", ZonePod, ZonePod), "br-int: connections to and from local pods."},
+		{"conntrack zone `ZoneEgress`", fmt.Sprintf("%d (%#x)", ZoneEgress, ZoneEgress), "br-int, egress gateway: the SNAT of selected pods' traffic to the egress IP."},
 		{fmt.Sprintf("`%s` `%s` (ZonePod)", CTMarkOrigin.name, CTMarkOrigin.Ref()),
 			fmt.Sprintf("%d `OriginBrEx`, %d `OriginTunnel`, %d `OriginGateway`", OriginBrEx.value, OriginTunnel.value, OriginGateway.value),
 			"where a connection entered br-int: " + OriginBrEx.doc + "; " + OriginTunnel.doc + "; " + OriginGateway.doc + ". 0: a connection a pod opened towards the gateway port (committed on its way out, so the host's answers are tracked)"},
+		{fmt.Sprintf("`%s` `%s` (ZonePod)", CTMarkEgressField.name, CTMarkEgressField.Ref()), "1 `EgressPath`", EgressPath.doc},
 		{fmt.Sprintf("`%s` `%s` (ZoneService)", CTLabelClientMAC.name, CTLabelClientMAC.Ref()), "MAC", CTLabelClientMAC.doc},
 		{fmt.Sprintf("`%s` `%s` (ZonePod)", CTLabelIngressNode.name, CTLabelIngressNode.Ref()), "IPv4", CTLabelIngressNode.doc},
+		{fmt.Sprintf("`%s` `%s` (ZonePod)", CTLabelEgressIP.name, CTLabelEgressIP.Ref()), "IPv4", CTLabelEgressIP.doc},
+		{fmt.Sprintf("`%s` `%s` (ZoneEgress)", CTLabelEgressNode.name, CTLabelEgressNode.Ref()), "IPv4", CTLabelEgressNode.doc},
 		{fmt.Sprintf("`%s` `%s` (br-int)", RegSource.name, RegSource.Ref()),
-			marks(SourcePod, SourceBrEx, SourceTunnelPod, SourceTunnelSvc, SourceGateway), "where the packet entered br-int"},
+			marks(SourcePod, SourceBrEx, SourceTunnelPod, SourceTunnelSvc, SourceGateway, SourceEgress), "where the packet entered br-int"},
 		{fmt.Sprintf("`%s` `%s` (br-int)", RegOutPort.name, RegOutPort.Ref()), "ofport", "output port chosen by IntL3Forwarding"},
 		{fmt.Sprintf("`%s` `%s` (br-int)", RegScratch.name, RegScratch.Ref()), "scratch", "ARP responder address swap"},
+		{fmt.Sprintf("`%s` `%s` (br-int)", RegEgressIP.name, RegEgressIP.Ref()), "IPv4", "the egress IP of a local pod's egress packet (IntL3Forwarding -> IntEgressOut)"},
 		{"Geneve VNI `VNIPod`", fmt.Sprint(VNIPod), "pod to pod (P3)"},
 		{"Geneve VNI `VNIService`", fmt.Sprint(VNIService), "DNATed external traffic, ingress node -> backend node (P1)"},
 		{"Geneve VNI `VNIServiceReply`", fmt.Sprint(VNIServiceReply), "backend node -> ingress node (P1)"},
+		{"Geneve VNI `VNIEgress`", fmt.Sprint(VNIEgress), "selected pod's node -> the egress IP's active gateway (P4); inner eth_dst = EgressMAC(egress IP)"},
+		{"Geneve VNI `VNIEgressReply`", fmt.Sprint(VNIEgressReply), "egress gateway -> the pod's node: un-SNATed replies (P4)"},
 	}
 }
 
@@ -339,6 +383,9 @@ func (f *CTLabelField) Match(v uint64) ovs.Match {
 	}
 	return ovs.FieldMatch("ct_label", fmt.Sprintf("0x%x/0x%x", (v&mask)<<f.start, mask<<f.start))
 }
+
+// Load loads v into the label field; valid only in the exec of a committing CT action.
+func (f *CTLabelField) Load(v uint64) ovs.Action { return ovs.Load(fmt.Sprintf("%#x", v), f.NXM()) }
 
 // MoveTo copies the label field into header field dst.
 func (f *CTLabelField) MoveTo(dst string) ovs.Action { return ovs.Move(f.NXM(), dst) }

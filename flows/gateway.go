@@ -67,7 +67,7 @@ func BuildGateway(st *State) (*FlowSet, error) {
 			Goto(IntL3Forwarding)),
 		flow(IntGatewayCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{est}, Goto(IntL3Forwarding)),
 		flow(IntGatewayCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rel}, Goto(IntL3Forwarding)),
-		flow(IntGatewayCT, prioDefault, "", 0, nil, ovs.Drop()),
+		flow(IntGatewayCT, prioDefault, "", 0, nil, DropFor(DropGatewayInvalid)),
 
 		// Replies (and ICMP errors) of connections that came from the host go back to it: from a
 		// local pod ...

@@ -130,6 +130,24 @@ func TestGolden(t *testing.T) {
 	}
 	cases["node1-gateway"] = withGW(testState())
 	cases["node1-gateway-web-tcp-udp"] = withGW(testState(webTCP(), webUDP()))
+	// P4: echo-c is selected by an EgressGateway; egress IP 192.0.2.50 has its gateway on
+	// node3 (node1 tunnels to it), 192.0.2.51 on node1 itself (SNAT and br-ex announce here),
+	// 192.0.2.52 has none (fail closed).
+	egress := func(gwOf50 string) *State {
+		st := withGW(testState())
+		st.EgressClusterCIDRs = []netip.Prefix{pfx("10.96.0.0/12")}
+		st.Egress = map[netip.Addr]EgressIP{
+			ip("192.0.2.50"): {IP: ip("192.0.2.50"), Policy: "job", Gateway: gwOf50},
+			ip("192.0.2.51"): {IP: ip("192.0.2.51"), Policy: "local", Gateway: "node1"},
+			ip("192.0.2.52"): {IP: ip("192.0.2.52"), Policy: "none"},
+		}
+		pod := st.Pods[Key{Kind: KindPod, Namespace: "demo", Name: "echo-c"}]
+		pod.Egress = &PodEgress{IP: ip("192.0.2.50"), Policy: "job", Destinations: []netip.Prefix{pfx("198.51.100.0/24")},
+			Excluded: []netip.Prefix{pfx("198.51.100.128/25")}}
+		st.Pods[pod.Key()] = pod
+		return st
+	}
+	cases["node1-egress"] = egress("node3")
 	for name, st := range cases {
 		t.Run(name, func(t *testing.T) {
 			d, err := Build(st)

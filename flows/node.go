@@ -52,6 +52,7 @@ func BuildNode(st *State, n Node) (*FlowSet, error) {
 		flow(IntClassifier, prioHook, "", st.Ports.IntTunnel, []ovs.Match{tunSrc, ovs.TunnelID(VNIService)}, SourceTunnelSvc.Load(), Goto(IntL3Forwarding)),
 		flow(IntClassifier, prioHook, "", st.Ports.IntTunnel, []ovs.Match{tunSrc, ovs.TunnelID(VNIServiceReply)}, output(st.Ports.IntPatch)),
 	)
+	fs.Flows = append(fs.Flows, egressNodeFlows(st, tunSrc)...)
 	if !n.Down {
 		// Connections recorded as entering through this node keep their replies on it for as
 		// long as it is live, whichever node or origin a later packet comes from: the packet is

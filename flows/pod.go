@@ -3,6 +3,7 @@ package flows
 import (
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 
 	"github.com/digitalocean/go-openvswitch/ovs"
@@ -20,6 +21,10 @@ func BuildPod(st *State, p Pod) (*FlowSet, error) {
 	mac := ovs.DataLinkSource(p.MAC.String())
 	for _, ip := range p.IPs {
 		if !ip.Is4() {
+			continue
+		}
+		if p.Chained {
+			fs.Flows = append(fs.Flows, chainedPodFlows(st, p, ip)...)
 			continue
 		}
 		cidr, ok := st.localCIDR(ip)
@@ -42,12 +47,45 @@ func BuildPod(st *State, p Pod) (*FlowSet, error) {
 				ovs.ModDataLinkSource(gwMAC), ovs.ModDataLinkDestination(p.MAC),
 				RegOutPort.Load(uint32(p.OFPort)), Goto(IntPodIngress)),
 		)
+		// Its egress path is part of the pod's own flow set: the port is never programmed
+		// without it, so a selected pod's first packet cannot leave with the node IP (C29).
+		fs.Flows = append(fs.Flows, podEgressFlows(st, p, ip)...)
 	}
 	if len(fs.Flows) > 0 {
 		// Spoof guard: anything else from the pod's port is dropped.
-		fs.Flows = append(fs.Flows, flow(IntClassifier, prioMid, "", p.OFPort, nil, ovs.Drop()))
+		fs.Flows = append(fs.Flows, flow(IntClassifier, prioMid, "", p.OFPort, nil, DropFor(DropSpoofGuard)))
 	}
 	return fs, fs.Finish()
+}
+
+// ChainedGatewayIP is the next hop srcip-cni's chained mode gives the routes of the egress
+// interface (onlink, with a permanent neighbour entry ChainedGatewayMAC, so the pod never ARPs
+// on that interface); br-int never answers for it.
+var ChainedGatewayIP = netip.MustParseAddr("169.254.1.1")
+
+// ChainedGatewayMAC is the MAC of ChainedGatewayIP (GatewayMAC's convention, 0a:58:a9:fe:01:01):
+// the source of what br-int delivers on a chained egress interface.
+var ChainedGatewayMAC = GatewayMAC(ChainedGatewayIP)
+
+// chainedPodFlows are the flows of one IPv4 address ip of a chained pod's egress interface
+// (Pod.Chained; docs/egress.md#chained-mode). The address belongs to the main CNI, so it need
+// not be inside this node's pod CIDRs. From the port: the spoof guard (the interface's MAC and
+// ip) then the usual ZonePod tracking; the pod's egress flows (podEgressFlows) send its
+// selected connections to the gateway; everything else it sends on this interface takes the
+// host path (IntL3Forwarding's prioLow flow: srcip-gw0, the host routes it). To the port: only
+// the gateway's un-SNATed replies (SourceEgress, after IntEgressReplyCT) are delivered;
+// anything else for ip that reaches br-int is dropped (the main CNI owns the address).
+func chainedPodFlows(st *State, p Pod, ip netip.Addr) []ovs.Flow {
+	dst := ovs.NetworkDestination(ip.String())
+	fl := []ovs.Flow{
+		flow(IntClassifier, prioHigh, ovs.ProtocolIPv4, p.OFPort, []ovs.Match{ovs.DataLinkSource(p.MAC.String()), ovs.NetworkSource(ip.String())},
+			SourcePod.Load(), CT{Zone: ZonePod, Table: tableRef(IntPodEgressCT)}),
+		flow(IntL3Forwarding, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{SourceEgress.Match(), dst},
+			ovs.ModDataLinkSource(ChainedGatewayMAC), ovs.ModDataLinkDestination(p.MAC),
+			RegOutPort.Load(uint32(p.OFPort)), Goto(IntPodIngress)),
+		flow(IntL3Forwarding, prioMid-1, ovs.ProtocolIPv4, 0, []ovs.Match{dst}, DropFor(DropChainedNotEgress)),
+	}
+	return append(fl, podEgressFlows(st, p, ip)...)
 }
 
 func podKeys(st *State) []Key { return slices.Collect(maps.Keys(st.Pods)) }

@@ -23,6 +23,12 @@ const (
 	KindTunnelPeer Kind = 0x05
 	// KindGateway is host connectivity through the gateway port (srcip-gw0), when the node has one.
 	KindGateway Kind = 0x06
+	// KindEgress is one egress IP on br-int: where its pods' packets go (the active gateway, or
+	// drop), and on the active gateway its SNAT and un-SNAT (key: the egress IP).
+	KindEgress Kind = 0x07
+	// KindEgressAnnounce is one egress IP on br-ex of its active gateway: the ARP answer, the
+	// uplink hook of its replies and the hand-off of SNATed packets to the host.
+	KindEgressAnnounce Kind = 0x08
 	// KindServicePort is one opted-in Service port: entry points, select group.
 	KindServicePort Kind = 0x10
 	// KindServiceDrain is one entry point (VIP:port/protocol) of a Service port that went away
@@ -99,6 +105,10 @@ var registry = []KindSpec{
 		Tier: 1, Triggers: OwnObject, Keys: otherNodeKeys(KindTunnelPeer), Build: otherNodeBuild(BuildTunnelPeer), Rank: nodeRank, Object: "Node"},
 	{Kind: KindGateway, Name: "gateway", Doc: "host connectivity through the gateway port (srcip-gw0), when the node has one: host <-> pods, pods -> node addresses, ClusterIPs and the outside world, replies of what the host sent in go back to it", Bridge: BrInt,
 		Tier: 0, Triggers: EverySync, Keys: gatewayKeys, Build: buildGatewayKey},
+	{Kind: KindEgress, Name: "egress", Doc: "one egress IP of an EgressGateway on br-int: its pods' packets to the active gateway over Geneve (VNI 4) or drop without one; on the active gateway the SNAT in ZoneEgress and the un-SNAT of replies (key: the egress IP)", Bridge: BrInt,
+		Tier: 1, Triggers: EverySync, Keys: egressKeys(KindEgress), Build: egressBuild(BuildEgress)},
+	{Kind: KindEgressAnnounce, Name: "egress-announce", Doc: "one egress IP on br-ex of its active gateway only: ARP answer on the uplink, its replies to br-int, SNATed packets to the host (key: the egress IP)", Bridge: BrEx,
+		Tier: 1, Triggers: EverySync, Keys: egressKeys(KindEgressAnnounce), Build: egressBuild(BuildEgressAnnounce)},
 	{Kind: KindServicePort, Name: "service-port", Doc: "one opted-in Service port: entry points and its select group", Bridge: BrEx,
 		Tier: 1, Triggers: OwnObject | PodCIDRs, Keys: servicePortKeys, Build: buildServicePortKey, Rank: servicePortRank, Object: "Service"},
 	{Kind: KindServiceDrain, Name: "service-drain", Doc: "one TCP entry point of a Service port that went away, while connections to it remain (key: `ip:port/TCP`; its cookie depends only on the entry point)", Bridge: BrEx,

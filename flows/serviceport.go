@@ -88,7 +88,7 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 				m := append(append(slices.Clone(nc), ovs.NetworkSource(r.String())), entryMatch(e)...)
 				ct = append(ct, flow(ExServiceCT, prioEntry, proto, 0, m, Group(sp.GroupID)))
 			}
-			ct = append(ct, flow(ExServiceCT, prioSourceDeny, proto, 0, append(slices.Clone(nc), entryMatch(e)...), ovs.Drop()))
+			ct = append(ct, flow(ExServiceCT, prioSourceDeny, proto, 0, append(slices.Clone(nc), entryMatch(e)...), DropFor(DropSourceRange)))
 		} else {
 			ct = append(ct, flow(ExServiceCT, prioEntry, proto, 0, append(slices.Clone(nc), entryMatch(e)...), Group(sp.GroupID)))
 		}

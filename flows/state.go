@@ -40,6 +40,37 @@ type State struct {
 	// Drains are the entry points of Service ports that went away while ZoneService still holds
 	// connections to them (decided by the agent; see KindServiceDrain).
 	Drains map[EntryPoint]bool
+	// Egress holds the usable egress IPs of EgressGateway policies (conflicting ones already
+	// refused by the agent), by address: one KindEgress and one KindEgressAnnounce flow set
+	// each. Nil: no egress.
+	Egress map[netip.Addr]EgressIP
+	// EgressClusterCIDRs are the cluster's Service and node networks (the agent's
+	// --egress-cluster-cidrs): never sent to an egress gateway, like every node's pod CIDRs and
+	// InternalIP.
+	EgressClusterCIDRs []netip.Prefix
+}
+
+// EgressIP is one egress IP of an EgressGateway and its active gateway.
+type EgressIP struct {
+	// IP is the egress IP (IPv4; IPv6 is refused by the agent for now).
+	IP netip.Addr
+	// Policy is the EgressGateway's name (logs, Events).
+	Policy string
+	// Gateway is the name of the node that is the active gateway (the Lease holder); empty
+	// when there is none: the pods' egress traffic is dropped.
+	Gateway string
+}
+
+// PodEgress is how one local pod's traffic leaves through an egress gateway.
+type PodEgress struct {
+	// IP is the egress IP the pod uses (a key of State.Egress).
+	IP netip.Addr
+	// Destinations are the networks sent through the gateway (empty: 0.0.0.0/0).
+	Destinations []netip.Prefix
+	// Excluded are networks that keep the host path (the policy's excludedDestinations).
+	Excluded []netip.Prefix
+	// Policy is the EgressGateway's name.
+	Policy string
 }
 
 // NewState returns the State of node with the given objects (for tests and tools; the agent fills
@@ -131,6 +162,14 @@ type Pod struct {
 	// IPs its Pod object confirms wins over one the API does not vouch for (a stale port of a
 	// crashed CNI, a hostile OVSDB writer).
 	Rank Rank
+	// Egress, when set, sends the pod's new connections to its destinations through an egress
+	// gateway (BuildPod, docs/egress.md).
+	Egress *PodEgress
+	// Chained is true for the egress interface srcip-cni adds in chained mode beside another
+	// main CNI (external_ids srcip-cni-mode=chained; docs/egress.md#chained-mode): IPs are the
+	// main CNI's addresses, which need not be inside this node's pod CIDRs; only the pod's egress
+	// traffic and its replies use the port (BuildPod).
+	Chained bool
 }
 
 // Key identifies the pod's flow set.

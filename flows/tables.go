@@ -83,6 +83,27 @@ const (
 	// or a remote pod opening one to a node address, a ClusterIP, the outside world) is committed
 	// in ZonePod first, so that the host's answers are +est; eth_dst := the gateway port's MAC.
 	IntGatewayOut Table = 70
+	// IntEgressOut sends a local pod's egress packet (RegEgressIP set by IntL3Forwarding) to the
+	// active gateway of its egress IP: over Geneve (VNIEgress, inner eth_dst EgressMAC) or, on
+	// the gateway itself, to IntEgressSNAT; an egress IP without a gateway, or unknown, drops
+	// (fail closed, C29).
+	IntEgressOut Table = 75
+	// IntEgressSNAT (active gateway) commits the packet in ZoneEgress with nat(src=egress IP)
+	// and the pod's node (tun_src) in CTLabelEgressNode, then IntEgressSend. Only egress IPs this
+	// node is the active gateway of have a flow; anything else is dropped.
+	IntEgressSNAT Table = 76
+	// IntEgressSend (active gateway) hands the SNATed packet to br-ex (to its MAC; br-ex gives
+	// it to the host, which routes it out).
+	IntEgressSend Table = 77
+	// IntEgressReply (active gateway) sees replies to an egress IP after ct(zone=ZoneEgress,nat)
+	// un-SNATed them: +est+rpl / +rel go back over Geneve (VNIEgressReply) to CTLabelEgressNode,
+	// or to IntEgressReplyCT for a pod on this node; anything else is dropped.
+	IntEgressReply Table = 78
+	// IntEgressReplyCT (pod's node; numbered below IntL3Forwarding, which it goes to) sees an un-SNATed reply after ct(zone=ZonePod): only a reply
+	// (+est+rpl, +rel) of a connection the pod opened on the egress path (EgressPath) goes on to
+	// IntL3Forwarding; anything else (an outside host reaching a pod through the egress IP) is
+	// dropped.
+	IntEgressReplyCT Table = 53
 )
 
 // tableNames lists every table of each bridge with its name, in pipeline order: the one place
@@ -94,9 +115,11 @@ var tableNames = map[Bridge][]struct {
 	BrEx: {{ExClassifier, "ExClassifier"}, {ExServiceLB, "ExServiceLB"}, {ExServiceCT, "ExServiceCT"},
 		{ExServiceOut, "ExServiceOut"}, {ExFromInt, "ExFromInt"}, {ExServiceReply, "ExServiceReply"}},
 	BrInt: {{IntClassifier, "IntClassifier"}, {IntPodEgressCT, "IntPodEgressCT"}, {IntTunnelCT, "IntTunnelCT"},
-		{IntGatewayCT, "IntGatewayCT"}, {IntARPResponder, "IntARPResponder"},
+		{IntGatewayCT, "IntGatewayCT"}, {IntEgressReplyCT, "IntEgressReplyCT"}, {IntARPResponder, "IntARPResponder"},
 		{IntL3Forwarding, "IntL3Forwarding"}, {IntPodIngress, "IntPodIngress"},
-		{IntPodIngressCT, "IntPodIngressCT"}, {IntGatewayOut, "IntGatewayOut"}},
+		{IntPodIngressCT, "IntPodIngressCT"}, {IntGatewayOut, "IntGatewayOut"},
+		{IntEgressOut, "IntEgressOut"}, {IntEgressSNAT, "IntEgressSNAT"}, {IntEgressSend, "IntEgressSend"},
+		{IntEgressReply, "IntEgressReply"}},
 }
 
 // Name returns the table's name as used in docs, goldens and srcipctl ("table<N>" when b has no

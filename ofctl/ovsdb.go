@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -62,13 +63,20 @@ type DB struct {
 	// gatewayState is what EnsureIntegration last logged about the gateway port ("" = nothing
 	// yet), so that its absence is logged once, not at every full sync.
 	gatewayState atomic.Value
+	// uplink is the uplink EnsureIntegration last found (logged only when it changes).
+	uplink atomic.Value
 }
 
-// Connect connects to ovsdb-server at endpoint ("unix:/path/db.sock", "tcp:IP:PORT"), starts
+// Connect connects to ovsdb-server at endpoint ("unix:/path/db.sock", a bare "/path/db.sock",
+// "tcp:IP:PORT"; see NormalizeEndpoint), starts
 // monitoring the tables the agent reads and returns when the cache holds the current contents.
 // The client reconnects forever (exponential backoff up to 5 s) after a lost connection and
 // then repopulates the cache; see Changes. Call Close when done.
 func Connect(ctx context.Context, endpoint string) (*DB, error) {
+	endpoint, err := NormalizeEndpoint(endpoint)
+	if err != nil {
+		return nil, err
+	}
 	dbModel, err := model.NewClientDBModel("Open_vSwitch", map[string]model.Model{
 		tableOpenVSwitch: &ovsRow{},
 		tableBridge:      &bridgeRow{},
@@ -94,7 +102,7 @@ func Connect(ctx context.Context, endpoint string) (*DB, error) {
 		return nil, fmt.Errorf("ovsdb client for %s: %w", endpoint, err)
 	}
 	if err := c.Connect(ctx); err != nil {
-		return nil, fmt.Errorf("connect to ovsdb %s: %w", endpoint, err)
+		return nil, fmt.Errorf("connect to ovsdb %s: %w%s", endpoint, err, connectHint(endpoint))
 	}
 	d := &DB{c: c, changes: make(chan struct{}, 1)}
 	c.Cache().AddEventHandler(&cache.EventHandlerFuncs{
@@ -123,6 +131,31 @@ func Connect(ctx context.Context, endpoint string) (*DB, error) {
 		return nil, fmt.Errorf("monitor ovsdb %s: %w", endpoint, err)
 	}
 	return d, nil
+}
+
+// NormalizeEndpoint returns an OVSDB endpoint in the form libovsdb takes: a bare socket path
+// ("/var/run/openvswitch/db.sock") becomes "unix:PATH"; "unix:", "tcp:" and "ssl:" endpoints are
+// returned as given. Anything else is an error that says what to write.
+func NormalizeEndpoint(s string) (string, error) {
+	switch {
+	case strings.HasPrefix(s, "/"):
+		return "unix:" + s, nil
+	case strings.HasPrefix(s, "unix:"), strings.HasPrefix(s, "tcp:"), strings.HasPrefix(s, "ssl:"):
+		return s, nil
+	}
+	return "", fmt.Errorf("OVSDB endpoint %q: want unix:PATH (e.g. unix:/var/run/openvswitch/db.sock), tcp:IP:PORT or ssl:IP:PORT", s)
+}
+
+// connectHint says what to check when ovsdb-server cannot be reached at endpoint.
+func connectHint(endpoint string) string {
+	path, ok := strings.CutPrefix(endpoint, "unix:")
+	if !ok {
+		return " (is ovsdb-server listening there?)"
+	}
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Sprintf(" (no socket at %s: is Open vSwitch running on this node? `systemctl status openvswitch-switch` or `ovs-ctl status`; in a Pod, mount the host's OVS run directory; --ovsdb names the socket)", path)
+	}
+	return fmt.Sprintf(" (the socket %s exists but ovsdb-server does not answer: is it running? `ovs-appctl -t ovsdb-server version`)", path)
 }
 
 func notify(ch chan struct{}) {
@@ -244,7 +277,7 @@ func (d *DB) EnsureIntegration(ctx context.Context, c IntegrationConfig) (flows.
 	ex := &bridgeRow{Name: c.BrEx}
 	if err := d.c.Get(ctx, ex); err != nil {
 		if errors.Is(err, client.ErrNotFound) {
-			return flows.Ports{}, fmt.Errorf("%s: %w", c.BrEx, ErrBridgeNotFound)
+			return flows.Ports{}, fmt.Errorf("%s: %w: the external bridge must exist before the agent starts, holding the uplink NIC and the node IP (README \"Node contract\"); build it with `srcip-agent node-setup` (the DaemonSet's init container, docs/install.md) or name another with --bridge-ex", c.BrEx, ErrBridgeNotFound)
 		}
 		return flows.Ports{}, fmt.Errorf("read bridge %s: %w", c.BrEx, err)
 	}
@@ -269,7 +302,10 @@ func (d *DB) EnsureIntegration(ctx context.Context, c IntegrationConfig) (flows.
 		if err != nil {
 			return flows.Ports{}, err
 		}
-		log.Info("Found the uplink of the external bridge", "uplink", up)
+		// Logged when it is found or changes, not at every full sync.
+		if prev, _ := d.uplink.Swap(up).(string); prev != up {
+			log.Info("Found the uplink of the external bridge", "uplink", up)
+		}
 		c.Uplink = up
 	}
 	if br, err := d.portBridge(ctx, c.Uplink); err != nil {
@@ -701,6 +737,9 @@ type PodPort struct {
 	// (OVN-Kubernetes); empty when neither is set. It tells a pod's port from the lingering port of
 	// a predecessor with the same namespace and name.
 	UID string
+	// Chained is true when external_ids:srcip-cni-mode is "chained" (ModeChained): the port is
+	// a chained pod's egress interface and IPs are its main CNI's addresses.
+	Chained bool
 }
 
 // PodPorts lists the pod interfaces on bridge brInt, sorted by namespace and name. Interfaces
@@ -770,6 +809,7 @@ func podPort(i *ifaceRow) (PodPort, bool) {
 	if pp.UID == "" {
 		pp.UID = ids["iface-id-ver"]
 	}
+	pp.Chained = ids[ExtIDMode] == ModeChained
 	raw := ids["ip_addresses"]
 	if raw == "" {
 		raw = ids["ip"]

@@ -109,6 +109,7 @@ func TestEnsureIntegrationErrors(t *testing.T) {
 	_, err := db.EnsureIntegration(ctx, c)
 	require.ErrorIs(t, err, ofctl.ErrBridgeNotFound)
 	assert.Contains(t, err.Error(), "br-nope")
+	assert.Contains(t, err.Error(), "srcip-agent node-setup", "says what to do")
 
 	c = integration
 	c.Uplink = "eth9"
@@ -165,6 +166,7 @@ func TestPodPorts(t *testing.T) {
 	}
 	add("ovn1", "iface-id=ns-a_pod-1", "attached-mac=0a:58:0a:f4:00:05", `ip_addresses="10.244.0.5/24,fd00::5/64"`)
 	add("antrea1", "pod-namespace=ns-b", "pod-name=pod-2", "attached-mac=0a:58:0a:f4:00:06", "ip=10.244.0.6")
+	add("chained1", "pod-namespace=ns-b", "pod-name=pod-5", "attached-mac=0a:58:0a:58:00:05", `ip_addresses="10.88.0.5/24"`, "srcip-cni-mode=chained")
 	add("noip", "iface-id=ns-c_pod_3", "attached-mac=0a:58:0a:f4:00:07")
 	add("nomac", "iface-id=ns-d_pod-4")
 	add("plain")
@@ -174,6 +176,8 @@ func TestPodPorts(t *testing.T) {
 			IPs: []netip.Addr{netip.MustParseAddr("10.244.0.5"), netip.MustParseAddr("fd00::5")}},
 		{Namespace: "ns-b", Name: "pod-2", Interface: "antrea1", MAC: mustMAC("0a:58:0a:f4:00:06"),
 			IPs: []netip.Addr{netip.MustParseAddr("10.244.0.6")}},
+		{Namespace: "ns-b", Name: "pod-5", Interface: "chained1", MAC: mustMAC("0a:58:0a:58:00:05"),
+			IPs: []netip.Addr{netip.MustParseAddr("10.88.0.5")}, Chained: true},
 		{Namespace: "ns-c", Name: "pod_3", Interface: "noip", MAC: mustMAC("0a:58:0a:f4:00:07")},
 	}
 	for i := range want {
@@ -354,4 +358,29 @@ func TestEnsureIntegrationGatewayPort(t *testing.T) {
 		return !ports.HasGateway()
 	}, 10*time.Second, 50*time.Millisecond)
 	assert.Contains(t, buf.String(), `state="on bridge br-ex"`)
+}
+
+// TestEndpointErrorsSayWhatToDo: a bare socket path is taken as unix:PATH; anything else that is
+// no endpoint says what to write; a missing socket asks whether Open vSwitch runs.
+func TestEndpointErrorsSayWhatToDo(t *testing.T) {
+	e, err := ofctl.NormalizeEndpoint("/var/run/openvswitch/db.sock")
+	require.NoError(t, err)
+	assert.Equal(t, "unix:/var/run/openvswitch/db.sock", e)
+	for _, ok := range []string{"unix:/x/db.sock", "tcp:127.0.0.1:6640", "ssl:10.0.0.1:6640"} {
+		e, err := ofctl.NormalizeEndpoint(ok)
+		require.NoError(t, err)
+		assert.Equal(t, ok, e)
+	}
+	_, err = ofctl.NormalizeEndpoint("db.sock")
+	assert.ErrorContains(t, err, "want unix:PATH")
+
+	ctx, cancel := context.WithTimeout(testContext(t), 10*time.Second)
+	defer cancel()
+	_, err = ofctl.Connect(ctx, "unix:"+t.TempDir()+"/db.sock")
+	assert.ErrorContains(t, err, "is Open vSwitch running on this node?")
+	// Connect takes a bare path too (node-setup, node-teardown and srcip-cni connect through it).
+	_, err = ofctl.Connect(ctx, t.TempDir()+"/db.sock")
+	assert.ErrorContains(t, err, "is Open vSwitch running on this node?")
+	_, err = ofctl.Connect(ctx, "db.sock")
+	assert.ErrorContains(t, err, "want unix:PATH")
 }

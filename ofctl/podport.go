@@ -37,6 +37,12 @@ const (
 	// ExtIDIfName is the CNI interface name inside the container (CNI_IFNAME, e.g. "eth0"): with
 	// ExtIDContainer it names the attachment of CNI 1.1 GC.
 	ExtIDIfName = "srcip-cni-ifname"
+	// ExtIDMode is srcip-cni's mode for the attachment: absent for a pod on br-int (its only
+	// network), ModeChained for the egress interface chained mode adds beside another main CNI
+	// (ip_addresses then holds the main CNI's addresses from prevResult; docs/egress.md).
+	ExtIDMode = "srcip-cni-mode"
+	// ModeChained is ExtIDMode's value for a chained egress interface.
+	ModeChained = "chained"
 )
 
 // ContainerPort is a port on a bridge that srcip-cni attached (Interface.external_ids carries

@@ -592,6 +592,9 @@ func (r *run) teardownBrEx(ctx context.Context) error {
 	if err := r.restoreNIC(ctx, st); err != nil {
 		return err
 	}
+	if err := r.removeBootScript(); err != nil {
+		return err
+	}
 	if err := os.Remove(c.statePath()); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -82,7 +83,11 @@ func (r *run) setupGateway(ctx context.Context) error {
 		r.changed("address %s on %s", p, c.GatewayPort)
 	}
 
-	// Routes: each cluster CIDR dev srcip-gw0 src <first gateway>.
+	// Routes: each cluster CIDR dev srcip-gw0 src <first gateway>; a cluster CIDR routed through
+	// another device is refused (checkClusterRoutes, again here for a route added since).
+	if err := checkClusterRoutes(c.GatewayPort, c.ClusterCIDRs); err != nil {
+		return err
+	}
 	src := GatewayPrefix(c.PodCIDRs[0]).Addr()
 	for _, cc := range c.ClusterCIDRs {
 		want := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: prefixIPNet(cc.Masked()), Src: net.IP(src.AsSlice()),
@@ -102,6 +107,64 @@ func (r *run) setupGateway(ctx context.Context) error {
 			return fmt.Errorf("route %s dev %s src %s: %w", cc, c.GatewayPort, src, err)
 		}
 		r.changed("route %s dev %s src %s", cc, c.GatewayPort, src)
+	}
+	// Routes on srcip-gw0 to what is no longer a cluster CIDR (--cluster-cidrs changed) go; the
+	// kernel's own routes of the gateway addresses stay.
+	wantDst := map[netip.Prefix]bool{}
+	for _, cc := range c.ClusterCIDRs {
+		wantDst[cc.Masked()] = true
+	}
+	for _, p := range c.PodCIDRs {
+		wantDst[p.Masked()] = true
+	}
+	onGw, err := netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{LinkIndex: link.Attrs().Index, Table: unix.RT_TABLE_MAIN},
+		netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return fmt.Errorf("routes on %s: %w", c.GatewayPort, err)
+	}
+	for _, rt := range onGw {
+		if rt.Dst == nil || rt.Protocol == unix.RTPROT_KERNEL || wantDst[ipNetPrefix(rt.Dst)] {
+			continue
+		}
+		if err := netlink.RouteDel(&rt); err != nil {
+			return fmt.Errorf("remove stale route %s dev %s: %w", rt.Dst, c.GatewayPort, err)
+		}
+		r.changed("removed stale route %s dev %s (not in the cluster CIDRs %v)", rt.Dst, c.GatewayPort, c.ClusterCIDRs)
+	}
+	return nil
+}
+
+// checkClusterRoutes refuses cluster CIDRs that the main routing table already sends through
+// another device than gw (a previous CNI, a VPN, a blackhole): replacing that route would take
+// the other network's traffic over silently.
+func checkClusterRoutes(gw string, cidrs []netip.Prefix) error {
+	for _, cc := range cidrs {
+		routes, err := netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Dst: prefixIPNet(cc.Masked()), Table: unix.RT_TABLE_MAIN},
+			netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
+		if err != nil {
+			return fmt.Errorf("routes to %s: %w", cc, err)
+		}
+		for _, rt := range routes {
+			dev := ""
+			if rt.LinkIndex != 0 {
+				if l, err := netlink.LinkByIndex(rt.LinkIndex); err == nil {
+					dev = l.Attrs().Name
+				} else {
+					dev = fmt.Sprintf("ifindex %d", rt.LinkIndex)
+				}
+			}
+			if dev == gw {
+				continue
+			}
+			desc := "without a device (type " + strconv.Itoa(rt.Type) + ")"
+			if dev != "" {
+				desc = "dev " + dev
+			}
+			if rt.Gw != nil {
+				desc = "via " + rt.Gw.String() + " " + desc
+			}
+			return fmt.Errorf("cluster CIDR %s is already routed %s: another network owns it (a previous CNI, a VPN?); remove that route (`ip route del %s`) or give --cluster-cidrs the cluster's own pod network", cc, desc, cc)
+		}
 	}
 	return nil
 }

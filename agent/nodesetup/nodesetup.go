@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/ovs-srcip/ovs-srcip/ofctl"
@@ -81,7 +82,14 @@ type Config struct {
 	Logf func(format string, args ...any)
 }
 
-func (c *Config) defaults() {
+// defaults fills in the defaults and checks what every run needs (a usable OVSDB endpoint),
+// before anything on the node is changed.
+func (c *Config) defaults() error {
+	ep, err := ofctl.NormalizeEndpoint(c.OVSDB)
+	if err != nil {
+		return fmt.Errorf("--ovsdb: %w", err)
+	}
+	c.OVSDB = ep
 	if c.BridgeEx == "" {
 		c.BridgeEx = DefaultBridgeEx
 	}
@@ -118,6 +126,10 @@ func (c *Config) defaults() {
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
 	}
+	if c.VerifyTimeout < 0 {
+		return fmt.Errorf("--verify-timeout %s: must be positive", c.VerifyTimeout)
+	}
+	return nil
 }
 
 // Result counts what a run changed; Changes == 0 means the node was already set up (or torn
@@ -141,7 +153,9 @@ func (r *run) unchanged(format string, args ...any) {
 
 // Setup runs every step of the node set-up. It stops at the first error, which says what to do.
 func Setup(ctx context.Context, cfg Config) (Result, error) {
-	cfg.defaults()
+	if err := cfg.defaults(); err != nil {
+		return Result{}, err
+	}
 	if len(cfg.PodCIDRs) == 0 {
 		return Result{}, errors.New("no pod CIDR: give --pod-cidr, or --node-name with a Node whose spec.podCIDRs is set (kube-controller-manager --allocate-node-cidrs)")
 	}
@@ -153,6 +167,12 @@ func Setup(ctx context.Context, cfg Config) (Result, error) {
 	if len(cfg.ClusterCIDRs) == 0 {
 		return Result{}, errors.New("no cluster CIDR: give --cluster-cidrs (kube-controller-manager's --cluster-cidr, e.g. 10.244.0.0/16)")
 	}
+	if err := checkPodCIDRsInCluster(cfg.PodCIDRs, cfg.ClusterCIDRs); err != nil {
+		return Result{}, err
+	}
+	if err := checkClusterRoutes(cfg.GatewayPort, cfg.ClusterCIDRs); err != nil {
+		return Result{}, err
+	}
 	db, err := ofctl.Connect(ctx, cfg.OVSDB)
 	if err != nil {
 		return Result{}, fmt.Errorf("%w (is Open vSwitch running, and %s its database socket?)", err, cfg.OVSDB)
@@ -162,6 +182,9 @@ func Setup(ctx context.Context, cfg Config) (Result, error) {
 	underlayMTU, err := r.setupBrEx(ctx)
 	if err != nil {
 		return r.res, fmt.Errorf("br-ex: %w", err)
+	}
+	if err := r.writeBootScript(); err != nil {
+		return r.res, fmt.Errorf("br-ex boot script: %w", err)
 	}
 	if cfg.MTU == 0 {
 		cfg.MTU = underlayMTU - GeneveOverhead
@@ -181,12 +204,33 @@ func Setup(ctx context.Context, cfg Config) (Result, error) {
 	return r.res, nil
 }
 
+// checkPodCIDRsInCluster refuses a node pod CIDR that is not inside one of the cluster CIDRs:
+// its pods' traffic would be masqueraded towards other nodes and never routed back to them.
+func checkPodCIDRsInCluster(pods, cluster []netip.Prefix) error {
+	for _, p := range pods {
+		if !slices.ContainsFunc(cluster, func(cc netip.Prefix) bool {
+			return cc.Bits() <= p.Bits() && cc.Contains(p.Masked().Addr())
+		}) {
+			return fmt.Errorf("pod CIDR %s is not inside the cluster CIDRs %v: give --cluster-cidrs the cluster's pod network (kube-controller-manager --cluster-cidr) that contains the node's pod CIDR", p, cluster)
+		}
+	}
+	return nil
+}
+
 // Teardown undoes Setup: the CNI files, the nftables table, br-int with the gateway port, and
-// br-ex when node-setup built it (the NIC gets its addresses and routes back). It goes on after
-// an error and returns them all.
+// br-ex when node-setup built it (the NIC gets its addresses and routes back). It checks its
+// configuration and connects to OVSDB before it removes anything (a bad flag or an unreachable
+// OVSDB changes nothing); after that it goes on after an error and returns them all.
 func Teardown(ctx context.Context, cfg Config) (Result, error) {
-	cfg.defaults()
-	r := &run{cfg: &cfg}
+	if err := cfg.defaults(); err != nil {
+		return Result{}, err
+	}
+	db, err := ofctl.Connect(ctx, cfg.OVSDB)
+	if err != nil {
+		return Result{}, fmt.Errorf("%w (is Open vSwitch running, and %s its database socket?); nothing was removed", err, cfg.OVSDB)
+	}
+	defer db.Close()
+	r := &run{cfg: &cfg, db: db}
 	var errs []error
 	if err := r.removeCNI(); err != nil {
 		errs = append(errs, fmt.Errorf("CNI files: %w", err))
@@ -194,13 +238,6 @@ func Teardown(ctx context.Context, cfg Config) (Result, error) {
 	if err := r.teardownNFT(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("nftables: %w", err))
 	}
-	db, err := ofctl.Connect(ctx, cfg.OVSDB)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("%w (is Open vSwitch running, and %s its database socket?)", err, cfg.OVSDB))
-		return r.res, errors.Join(errs...)
-	}
-	defer db.Close()
-	r.db = db
 	if err := r.teardownGateway(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("gateway port: %w", err))
 	}

@@ -1,8 +1,11 @@
 package nodesetup
 
 import (
+	"context"
 	"encoding/json"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -49,4 +52,58 @@ func TestNFTObjectsFingerprint(t *testing.T) {
 	assert.NotEqual(t, *rules[0].Comment, *other[0].Comment)
 	_, other = nftObjects(pod, cluster, "gw1")
 	assert.NotEqual(t, *rules[1].Comment, *other[1].Comment)
+}
+
+// A pod CIDR outside the cluster CIDRs is refused before anything is touched (not even OVSDB:
+// the endpoint here does not exist).
+func TestSetupRefusesPodCIDROutsideCluster(t *testing.T) {
+	_, err := Setup(t.Context(), Config{OVSDB: "unix:/nonexistent/db.sock",
+		PodCIDRs:     []netip.Prefix{netip.MustParsePrefix("192.168.1.0/24")},
+		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}})
+	require.ErrorContains(t, err, "pod CIDR 192.168.1.0/24 is not inside the cluster CIDRs [10.244.0.0/16]")
+	assert.NoError(t, checkPodCIDRsInCluster([]netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")},
+		[]netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("10.244.0.0/16")}))
+	assert.Error(t, checkPodCIDRsInCluster([]netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
+		[]netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}), "a pod CIDR wider than the cluster CIDR")
+}
+
+// node-teardown checks its flags and reaches OVSDB before it removes anything: a bad --ovsdb or
+// an OVSDB that does not answer leaves the CNI files in place.
+func TestTeardownRemovesNothingWithoutOVSDB(t *testing.T) {
+	confDir, binDir := t.TempDir(), t.TempDir()
+	conflist := filepath.Join(confDir, ConflistName)
+	require.NoError(t, os.WriteFile(conflist, []byte("{}"), 0o644))
+	plugin := filepath.Join(binDir, "srcip-cni")
+	require.NoError(t, os.WriteFile(plugin, []byte("x"), 0o755))
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for ep, want := range map[string]string{
+		"db.sock":                          "want unix:PATH",
+		t.TempDir() + "/db.sock":           "nothing was removed",
+		"unix:" + t.TempDir() + "/db.sock": "nothing was removed",
+	} {
+		_, err := Teardown(ctx, Config{OVSDB: ep, CNIConfDir: confDir, CNIBinDir: binDir, StateDir: t.TempDir()})
+		require.ErrorContains(t, err, want, ep)
+		assert.FileExists(t, conflist, ep)
+		assert.FileExists(t, plugin, ep)
+	}
+}
+
+// The boot script puts back what the state file records, on the bridge, with the NIC's flags.
+func TestRenderBootScript(t *testing.T) {
+	s := RenderBootScript(&State{NIC: "ens3", BridgeEx: "br-ex", ARPOffSet: true, RPFilter: "2",
+		Addrs:  []SavedAddr{{CIDR: "192.0.2.10/24", Broadcast: "192.0.2.255"}},
+		Routes: []SavedRoute{{Dst: "0.0.0.0/0", Gw: "192.0.2.1", Metric: 100, Protocol: 4}, {Dst: "198.51.100.0/24", Gw: "192.0.2.1", Src: "192.0.2.10", Protocol: 4, MTU: 1400}}},
+		"/var/lib/ovs-srcip/node-setup.json")
+	for _, want := range []string{
+		"#!/bin/sh\n", "set -eu\n", "ovs-vsctl --timeout=120 wait-until Bridge br-ex\n",
+		"if ! ovs-ofctl dump-flows br-ex table=0 | grep -q 'actions='; then\n\tovs-ofctl add-flow br-ex 'table=0,priority=0,actions=NORMAL'\nfi\n",
+		"ip -4 addr flush dev ens3\n", "ip link set dev ens3 arp off\n", "sysctl -q -w net.ipv4.conf.ens3.rp_filter=1\n",
+		"ip addr replace 192.0.2.10/24 broadcast 192.0.2.255 dev br-ex scope 0\n",
+		"ip route replace default via 192.0.2.1 dev br-ex metric 100 proto 4 scope 0\n",
+		"ip route replace 198.51.100.0/24 via 192.0.2.1 dev br-ex src 192.0.2.10 metric 0 proto 4 scope 0 mtu 1400\n",
+	} {
+		assert.Contains(t, s, want)
+	}
+	assert.Equal(t, `'a b'\''c'`, shellQuote("a b'c"))
 }

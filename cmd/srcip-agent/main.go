@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	goflag "flag"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,37 +23,46 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/ovs-srcip/ovs-srcip/agent"
+	egressclient "github.com/ovs-srcip/ovs-srcip/agent/client/clientset/versioned"
 	"github.com/ovs-srcip/ovs-srcip/flows"
 	"github.com/ovs-srcip/ovs-srcip/ofctl"
 )
 
 type options struct {
-	nodeName          string
-	kubeconfig        string
-	manifests         string
-	ovsdb             string
-	ovsRunDir         string
-	bridgeEx          string
-	bridgeInt         string
-	uplink            string
-	genevePort        int
-	gatewayPort       string
-	nodePortAddresses []string
-	externalIPCIDRs   []string
-	nodePortRange     string
-	zoneLimitPercent  int
-	fullSyncPeriod    time.Duration
-	drainPeriod       time.Duration
-	repairPeriod      time.Duration
-	bucketsPerMessage int
-	metricsAddr       string
-	profiling         bool
+	nodeName           string
+	kubeconfig         string
+	manifests          string
+	ovsdb              string
+	ovsRunDir          string
+	bridgeEx           string
+	bridgeInt          string
+	uplink             string
+	genevePort         int
+	gatewayPort        string
+	nodePortAddresses  []string
+	externalIPCIDRs    []string
+	nodePortRange      string
+	zoneLimitPercent   int
+	fullSyncPeriod     time.Duration
+	drainPeriod        time.Duration
+	repairPeriod       time.Duration
+	bucketsPerMessage  int
+	metricsAddr        string
+	profiling          bool
+	statusSocket       string
+	debugAddr          string
+	egressClusterCIDRs []string
+	leaseNamespace     string
+	leaseDuration      time.Duration
+	renewDeadline      time.Duration
+	retryPeriod        time.Duration
 }
 
 func main() {
@@ -86,28 +97,47 @@ LoadBalancer, or externalIPs). SIGTERM stops the agent and leaves every flow in 
 	f.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "name of this node (the Node object); default $NODE_NAME")
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file of the Kubernetes API; empty inside a Pod: the in-cluster config. Exclusive with --manifests")
 	f.StringVar(&o.manifests, "manifests", "", "directory of YAML/JSON manifests (Nodes, Services, EndpointSlices, Pods) to use instead of the Kubernetes API; re-read on change. Exclusive with --kubeconfig")
-	f.StringVar(&o.ovsdb, "ovsdb", "unix:/var/run/openvswitch/db.sock", "OVSDB endpoint of the node's ovsdb-server (unix:PATH or tcp:IP:PORT)")
+	f.StringVar(&o.ovsdb, "ovsdb", "unix:/var/run/openvswitch/db.sock", "OVSDB endpoint of the node's ovsdb-server: unix:PATH (a bare /PATH is taken as unix:PATH), tcp:IP:PORT or ssl:IP:PORT")
 	f.StringVar(&o.ovsRunDir, "ovs-rundir", ofctl.DefaultRunDir, "OVS run directory; ovs-ofctl talks to unix:<rundir>/<bridge>.mgmt")
 	f.StringVar(&o.bridgeEx, "bridge-ex", "br-ex", "the node's external bridge (must exist; holds the uplink and the node IP)")
 	f.StringVar(&o.bridgeInt, "bridge-int", "br-int", "the pod (integration) bridge; created when missing")
 	f.StringVar(&o.uplink, "uplink", "", "the uplink port on the external bridge; empty: the only port of the external bridge that is not internal, patch or a tunnel (the agent fails clearly if there is not exactly one)")
 	f.StringVar(&o.gatewayPort, "gateway-port", ofctl.DefaultGatewayPort, "internal port on the integration bridge that holds the pod gateway address on the host (created by the node set-up step); when it is missing pods have no host connectivity (logged once); \"-\": never look")
-	f.IntVar(&o.genevePort, "geneve-port", ofctl.DefaultGeneveUDPPort, "UDP port of the agent's flow-based Geneve tunnel port (use another than 6081 when sharing a host with OVN)")
+	f.IntVar(&o.genevePort, "geneve-port", ofctl.DefaultGeneveUDPPort, "UDP port of the agent's flow-based Geneve tunnel port; the same on every node")
 	f.StringSliceVar(&o.nodePortAddresses, "nodeport-addresses", nil, "comma-separated CIDRs: serve NodePorts only on node addresses inside them (default: every InternalIP and ExternalIP of the node)")
 	f.StringSliceVar(&o.externalIPCIDRs, "external-ip-cidrs", nil, "comma-separated CIDRs: the ranges a Service's spec.externalIPs may be served from (anyone who may edit a Service can set externalIPs, CVE-2020-8554); default: none, no externalIP is served. externalIPs and LoadBalancer IPs equal to a node address, and externalIPs equal to another Service's LoadBalancer IP, are always refused (Event SourceIPRefused)")
+	f.StringSliceVar(&o.egressClusterCIDRs, "egress-cluster-cidrs", nil, "comma-separated CIDRs: the cluster's Service and node networks, never sent to an EgressGateway's gateway when its destinations are the default (everything); every node's pod CIDRs and InternalIP are always excluded (docs/egress.md)")
 	f.StringVar(&o.nodePortRange, "service-node-port-range", "30000-32767", "the cluster's NodePort range (the API server's flag of that name), FIRST-LAST: NodePorts outside it are refused (Event SourceIPRefused), so that a Service in a manifests directory cannot capture a node's own port")
 	f.IntVar(&o.zoneLimitPercent, "conntrack-zone-limit-percent", 40, "bound each conntrack zone of the pipeline (service, pod) to this percentage of the datapath's conntrack maximum (ovs-appctl dpctl/ct-get-maxconns), so that a flood on one entry point cannot fill the table; set at every full sync; 0 lifts the limits")
 	f.DurationVar(&o.fullSyncPeriod, "full-sync-period", agent.DefaultFullSyncPeriod, "period of full syncs that compare the bridges with the desired flows and repair drift")
 	f.DurationVar(&o.drainPeriod, "drain-period", agent.DefaultDrainPeriod, "longest time the established TCP connections of a Service entry point that went away (annotation removed, Service or port deleted, externalTrafficPolicy changed) keep being forwarded; the drain ends earlier, at a full sync, once the service conntrack zone holds no live connection to it")
 	f.DurationVar(&o.repairPeriod, "repair-period", 10*time.Minute, "period of the deep repair: a full sync re-sends every flow of the agent with modify_strict (restores flows edited in place, keeps their counters) and every group with add_or_mod, in one bundle per bridge; it costs one bundle as large as the whole pipeline (about 6 flows per Service port, e.g. 60k lines and about a second of ovs-vswitchd time for 10k Service ports). 0 disables it")
 	f.IntVar(&o.bucketsPerMessage, "group-buckets-per-message", flows.DefaultBucketsPerMessage, "most select-group buckets in one OpenFlow message: a Service port with more endpoints is written as one group add_or_mod plus insert_bucket messages in the same bundle (an OpenFlow message is at most 64 KiB; a Service bucket is 88 bytes)")
+	f.StringVar(&o.leaseNamespace, "lease-namespace", envOr("POD_NAMESPACE", "ovs-srcip"), "namespace of the gateway-election Leases (one per egress IP, named egress-<IP>); default $POD_NAMESPACE, else ovs-srcip. Only with the Kubernetes API: with --manifests the gateway is the policy's status.activeGateways entry or the first eligible node by name")
+	f.DurationVar(&o.leaseDuration, "egress-lease-duration", agent.DefaultLeaseDuration, "gateway election: a candidate takes over a Lease its holder has not renewed for this long (the failover time when a gateway dies without releasing it)")
+	f.DurationVar(&o.renewDeadline, "egress-renew-deadline", agent.DefaultRenewDeadline, "gateway election: a holder that cannot renew its Lease for this long stops answering for the egress IP (must be below --egress-lease-duration)")
+	f.DurationVar(&o.retryPeriod, "egress-retry-period", agent.DefaultRetryPeriod, "gateway election: how often holders renew and candidates try to acquire a Lease")
 	f.BoolVar(&o.profiling, "profiling", false, "serve Go's /debug/pprof/ on the metrics address (CPU and heap profiles; make bench, performance work)")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:9464", `address of the HTTP server for /metrics, /healthz (process up, OVSDB reachable) and /readyz (first full sync done, syncs not failing); "0" disables it`)
+	f.StringVar(&o.statusSocket, "status-socket", "", `unix socket serving the endpoints of --metrics-bind-address plus /status (JSON) and /trace (ofproto/trace on this node), for srcipctl on the node; default <ovs-rundir>/srcip-agent.sock; "-" disables it (a socket that cannot be created is logged, not fatal)`)
+	f.StringVar(&o.debugAddr, "debug-bind-address", "", `address of an HTTP server with the status socket's endpoints (/status, /trace, ...) for srcipctl from elsewhere, e.g. 127.0.0.1:9465 behind kubectl port-forward; empty (default): none. /trace costs ovs-vswitchd CPU: never bind it where untrusted clients reach it`)
 	cmd.AddCommand(newNodeSetupCommand(), newNodeTeardownCommand())
+	addKlogFlags(f)
+	return cmd
+}
+
+// addKlogFlags adds klog's flags to fs and hides all but -v and --vmodule (log_dir, log_file,
+// logtostderr, ...), as Kubernetes components do since component-base deprecated them: the
+// agent logs to stderr; the hidden flags still work for those who need them.
+func addKlogFlags(fs *pflag.FlagSet) {
 	gofs := goflag.NewFlagSet("klog", goflag.ContinueOnError)
 	klog.InitFlags(gofs)
-	f.AddGoFlagSet(gofs)
-	return cmd
+	fs.AddGoFlagSet(gofs)
+	gofs.VisitAll(func(f *goflag.Flag) {
+		if f.Name != "v" && f.Name != "vmodule" {
+			_ = fs.MarkHidden(f.Name)
+		}
+	})
 }
 
 func run(ctx context.Context, o options) error {
@@ -129,10 +159,16 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("--external-ip-cidrs: %w", err)
 	}
+	egressCIDRs, err := agent.ParseCIDRs(o.egressClusterCIDRs)
+	if err != nil {
+		return fmt.Errorf("--egress-cluster-cidrs: %w", err)
+	}
 	logger := klog.FromContext(ctx).WithValues("node", o.nodeName)
 	ctx = klog.NewContext(ctx, logger)
 
 	var src agent.Source
+	var election *agent.LeaseElection
+	var status *agent.EgressStatusWriter
 	switch {
 	case o.manifests != "" && o.kubeconfig != "":
 		return errors.New("--manifests and --kubeconfig are exclusive")
@@ -147,10 +183,22 @@ func run(ctx context.Context, o options) error {
 		if err != nil {
 			return fmt.Errorf("kubernetes client: %w", err)
 		}
-		src = agent.NewKubeSource(cs, o.nodeName)
+		ecs, err := egressclient.NewForConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("egress client: %w", err)
+		}
+		src = agent.NewKubeSource(cs, o.nodeName).WithEgress(ecs)
+		election = agent.NewLeaseElection(cs, o.leaseNamespace, o.nodeName)
+		election.LeaseDuration, election.RenewDeadline, election.RetryPeriod = o.leaseDuration, o.renewDeadline, o.retryPeriod
+		status = agent.NewEgressStatusWriter(ecs, o.nodeName)
+		go status.Run(ctx)
 	}
 
-	db, err := ofctl.Connect(ctx, o.ovsdb)
+	endpoint, err := ofctl.NormalizeEndpoint(o.ovsdb)
+	if err != nil {
+		return fmt.Errorf("--ovsdb: %w", err)
+	}
+	db, err := ofctl.Connect(ctx, endpoint)
 	if err != nil {
 		return err
 	}
@@ -167,38 +215,82 @@ func run(ctx context.Context, o options) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	brEx := ofctl.NewOpenFlow(o.bridgeEx, ofctl.MgmtTarget(o.ovsRunDir, o.bridgeEx))
+	brInt := ofctl.NewOpenFlow(o.bridgeInt, ofctl.MgmtTarget(o.ovsRunDir, o.bridgeInt))
 	a, err := agent.New(agent.Config{
 		NodeName:  o.nodeName,
 		Source:    src,
 		Dataplane: dp,
 		Bridges: map[flows.Bridge]agent.FlowBridge{
 			flows.BrEx:  brEx,
-			flows.BrInt: ofctl.NewOpenFlow(o.bridgeInt, ofctl.MgmtTarget(o.ovsRunDir, o.bridgeInt)),
+			flows.BrInt: brInt,
 		},
-		NodePortCIDRs:     cidrs,
-		ExternalIPCIDRs:   extCIDRs,
-		NodePortRange:     npRange,
-		ZoneLimitPercent:  o.zoneLimitPercent,
-		FullSyncPeriod:    o.fullSyncPeriod,
-		Metrics:           agent.NewMetrics(reg),
-		Conntrack:         brEx,
-		DrainPeriod:       o.drainPeriod,
-		RepairPeriod:      o.repairPeriod,
-		BucketsPerMessage: o.bucketsPerMessage,
+		NodePortCIDRs:      cidrs,
+		ExternalIPCIDRs:    extCIDRs,
+		EgressClusterCIDRs: egressCIDRs,
+		Election:           election,
+		Announcer:          brEx,
+		NodePortRange:      npRange,
+		ZoneLimitPercent:   o.zoneLimitPercent,
+		FullSyncPeriod:     o.fullSyncPeriod,
+		Metrics:            agent.NewMetrics(reg),
+		Conntrack:          brEx,
+		DrainPeriod:        o.drainPeriod,
+		RepairPeriod:       o.repairPeriod,
+		BucketsPerMessage:  o.bucketsPerMessage,
 	})
 	if err != nil {
 		return err
 	}
-	if o.metricsAddr != "0" && o.metricsAddr != "" {
-		srv, err := serveHTTP(ctx, o.metricsAddr, reg, a, o.profiling)
-		if err != nil {
-			return err
+	if status != nil {
+		a.Reconciler().SetEgressStatus(status)
+	}
+	metricsMux := newMux(reg, a, nil)
+	if o.profiling {
+		metricsMux.HandleFunc("/debug/pprof/", pprof.Index)
+		metricsMux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		metricsMux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		metricsMux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	debugMux := newMux(reg, a, map[string]*ofctl.OpenFlow{"br-ex": brEx, "br-int": brInt})
+	type server struct {
+		ln  net.Listener
+		mux *http.ServeMux
+	}
+	var servers []server
+	for _, l := range []struct{ addr, flag string }{{o.metricsAddr, "--metrics-bind-address"}, {o.debugAddr, "--debug-bind-address"}} {
+		if l.addr == "0" || l.addr == "" {
+			continue
 		}
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			return fmt.Errorf("HTTP listener (%s %s): %w", l.flag, l.addr, err)
+		}
+		mux := metricsMux
+		if l.flag == "--debug-bind-address" {
+			mux = debugMux
+		}
+		servers = append(servers, server{ln, mux})
+	}
+	if o.statusSocket != "-" {
+		path := o.statusSocket
+		if path == "" {
+			path = filepath.Join(o.ovsRunDir, statusSocketName)
+		}
+		_ = os.Remove(path) // a previous agent's socket
+		if ln, err := net.Listen("unix", path); err != nil {
+			logger.Error(err, "No status socket: srcipctl status and trace cannot reach this agent; set --status-socket to a writable path", "path", path)
+		} else {
+			servers = append(servers, server{ln, debugMux})
+		}
+	}
+	for _, sv := range servers {
+		ln := sv.ln
+		srv := serveHTTP(ctx, ln, sv.mux)
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
 			if err := srv.Shutdown(sctx); err != nil {
-				logger.Error(err, "Metrics server did not shut down cleanly")
+				logger.Error(err, "HTTP server did not shut down cleanly", "addr", ln.Addr().String())
 			}
 		}()
 	}
@@ -221,14 +313,15 @@ func kubeConfig(path string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-func serveHTTP(ctx context.Context, addr string, reg *prometheus.Registry, a *agent.Agent, profiling bool) (*http.Server, error) {
+// statusSocketName is the agent's status socket in the OVS run directory (--status-socket).
+const statusSocketName = "srcip-agent.sock"
+
+// newMux returns the agent's HTTP endpoints: /metrics, /healthz, /readyz and, with bridges,
+// /status (JSON agent.Report) and /trace (ofproto/trace on one of the node's bridges: query
+// bridge=br-ex|br-int, flow=<ovs-fields(7) flow>, ct-next=<state> repeated; text/plain answer;
+// read-only).
+func newMux(reg *prometheus.Registry, a *agent.Agent, bridges map[string]*ofctl.OpenFlow) *http.ServeMux {
 	mux := http.NewServeMux()
-	if profiling {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	}
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	check := func(f func() error) http.HandlerFunc {
 		return func(w http.ResponseWriter, _ *http.Request) {
@@ -241,18 +334,54 @@ func serveHTTP(ctx context.Context, addr string, reg *prometheus.Registry, a *ag
 	}
 	mux.Handle("/healthz", check(a.Healthy))
 	mux.Handle("/readyz", check(a.Ready))
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("metrics listener: %w", err)
+	if bridges == nil {
+		return mux
 	}
+	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(a.Reconciler().Report())
+	})
+	mux.HandleFunc("/trace", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		of := bridges[q.Get("bridge")]
+		if of == nil {
+			http.Error(w, "bridge must be br-ex or br-int", http.StatusBadRequest)
+			return
+		}
+		if q.Get("flow") == "" {
+			http.Error(w, "flow is required", http.StatusBadRequest)
+			return
+		}
+		out, err := of.Trace(r.Context(), q.Get("flow"), q["ct-next"])
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprint(w, out)
+	})
+	return mux
+}
+
+// serveHTTP serves mux on ln until Shutdown.
+func serveHTTP(ctx context.Context, ln net.Listener, mux *http.ServeMux) *http.Server {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	logger := klog.FromContext(ctx)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error(err, "Metrics server stopped")
+			logger.Error(err, "HTTP server stopped", "addr", ln.Addr().String())
 		}
 	}()
-	return srv, nil
+	return srv
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }
 
 // parsePortRange parses "FIRST-LAST" (inclusive, 1..65535, FIRST <= LAST); "" is the zero

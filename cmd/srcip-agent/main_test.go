@@ -2,6 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/ovs-srcip/ovs-srcip/agent"
 	"github.com/ovs-srcip/ovs-srcip/ofctl"
 	"github.com/ovs-srcip/ovs-srcip/ofctl/ovstest"
 )
@@ -104,6 +110,25 @@ func TestAgentOnDummyOVS(t *testing.T) {
 		return err == nil && strings.Contains(out, "tp_dst=30080")
 	}, 30*time.Second, 100*time.Millisecond)
 	time.Sleep(500 * time.Millisecond) // let the OVSDB-triggered full syncs settle
+	// The status socket in the run directory answers /status (srcipctl status) and /trace.
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", filepath.Join(sb.RunDir, statusSocketName))
+	}}}
+	resp, err := hc.Get("http://agent/status")
+	require.NoError(t, err)
+	var rep agent.Report
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&rep))
+	resp.Body.Close()
+	assert.Equal(t, "node1", rep.Node)
+	require.Len(t, rep.Services, 1)
+	assert.True(t, rep.Services[0].OptedIn)
+	assert.Equal(t, []string{"192.168.0.1:30080/TCP"}, rep.Services[0].Ports[0].EntryPoints)
+	resp, err = hc.Get("http://agent/trace?bridge=br-ex&flow=" + url.QueryEscape("in_port=1,tcp,nw_src=198.51.100.10,nw_dst=192.168.0.1,tcp_src=1,tcp_dst=30080"))
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Contains(t, string(b), "Datapath actions")
 	before := dumps()
 	require.Contains(t, before, "br-ex ")
 	require.Contains(t, before, "br-int ")
@@ -132,3 +157,17 @@ func TestAgentOnDummyOVS(t *testing.T) {
 var statsRE = regexp.MustCompile(`(duration|n_packets|n_bytes|idle_age|hard_age)=[^,]*, ?`)
 
 var durationRE = regexp.MustCompile(`duration=([0-9.]+)s`)
+
+// TestHelpHidesKlogFlags: --help shows -v and --vmodule of klog's flags, not log_dir & co.
+func TestHelpHidesKlogFlags(t *testing.T) {
+	cmd := newCommand()
+	var out strings.Builder
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"--help"})
+	require.NoError(t, cmd.Execute())
+	assert.Contains(t, out.String(), "--vmodule")
+	assert.NotContains(t, out.String(), "--log_")
+	assert.NotContains(t, out.String(), "--skip_")
+	assert.NotContains(t, out.String(), "logtostderr")
+	require.NoError(t, cmd.Flags().Set("log_file_max_size", "10"), "hidden flags still work")
+}

@@ -32,7 +32,7 @@ func commonNodeFlags(f *pflag.FlagSet, o *nodeSetupOptions) {
 	f.StringVar(&o.cfg.BridgeEx, "bridge-ex", nodesetup.DefaultBridgeEx, "the external bridge")
 	f.StringVar(&o.cfg.BridgeInt, "bridge-int", nodesetup.DefaultBridgeInt, "the pod (integration) bridge")
 	f.StringVar(&o.cfg.GatewayPort, "gateway-port", nodesetup.DefaultGatewayPort, "the host's internal port on the pod bridge, holding the pod gateway address")
-	f.StringVar(&o.cfg.OVSDB, "ovsdb", "unix:/var/run/openvswitch/db.sock", "OVSDB endpoint of the node's ovsdb-server")
+	f.StringVar(&o.cfg.OVSDB, "ovsdb", "unix:/var/run/openvswitch/db.sock", "OVSDB endpoint of the node's ovsdb-server: unix:PATH (a bare /PATH is taken as unix:PATH), tcp:IP:PORT or ssl:IP:PORT")
 	f.StringVar(&o.cfg.OVSRunDir, "ovs-rundir", ofctl.DefaultRunDir, "OVS run directory (<bridge>.mgmt sockets)")
 	f.StringVar(&o.cfg.StateDir, "state-dir", nodesetup.DefaultStateDir, "directory of the state file that records what was moved from the NIC (node-teardown puts it back)")
 	f.StringVar(&o.cfg.CNIBinDir, "cni-bin-dir", nodesetup.DefaultCNIBinDir, "the node's CNI plugin directory")
@@ -55,7 +55,8 @@ func newNodeSetupCommand() *cobra.Command {
     (--datapath-type, fail_mode=secure with a NORMAL flow until the agent's flows replace it) with
     the NIC's MAC, adds the NIC and moves its IPv4 addresses and routes onto br-ex in one quick
     sequence, then checks that the default gateway answers through br-ex (else it rolls back).
-    What was moved is saved in --state-dir for node-teardown.
+    What was moved is saved in --state-dir for node-teardown, with a boot script
+    (--state-dir/brex-boot.sh) that puts br-ex back after a reboot (docs/install.md "Reboots").
  2. br-int with the internal port srcip-gw0 holding the first address of each pod CIDR, at the
     pod MTU, and the cluster CIDRs routed through it.
  3. nftables table ip ovs-srcip: pod traffic to outside the cluster CIDRs is masqueraded;

@@ -76,7 +76,7 @@ func (d *dataplane) PodPorts(ctx context.Context) ([]agent.PodPort, error) {
 	}
 	out := make([]agent.PodPort, 0, len(pps))
 	for _, p := range pps {
-		out = append(out, agent.PodPort{Namespace: p.Namespace, Name: p.Name, Interface: p.Interface, MAC: p.MAC, OFPort: p.OFPort, IPs: p.IPs, UID: p.UID})
+		out = append(out, agent.PodPort{Namespace: p.Namespace, Name: p.Name, Interface: p.Interface, MAC: p.MAC, OFPort: p.OFPort, IPs: p.IPs, UID: p.UID, Chained: p.Chained})
 	}
 	return out, nil
 }

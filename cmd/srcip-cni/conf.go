@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
+	"github.com/ovs-srcip/ovs-srcip/ofctl"
 )
 
 // Defaults of NetConf (the paths of a host's Open vSwitch, ovs-vswitchd.conf.db(5); the MTU of
@@ -21,6 +23,10 @@ const (
 	DefaultOVSRunDir = "/var/run/openvswitch"
 	DefaultMTU       = 1450
 	DefaultFlowWait  = 20 * time.Second
+	// DefaultEgressIfName is the chained egress interface's name in the pod.
+	DefaultEgressIfName = "srcip0"
+	// ModeChained is NetConf.Mode of chained mode (docs/egress.md#chained-mode).
+	ModeChained = "chained"
 )
 
 // NetConf is srcip-cni's network configuration: the plugin's entry of the conflist (CNI spec
@@ -33,7 +39,8 @@ type NetConf struct {
 	types.PluginConf
 	// Bridge is the integration bridge pods are attached to (default DefaultBridge).
 	Bridge string `json:"bridge,omitempty"`
-	// OVSDB is the ovsdb-server endpoint, "unix:PATH" or "tcp:IP:PORT" (default DefaultOVSDB).
+	// OVSDB is the ovsdb-server endpoint, "unix:PATH", a bare absolute PATH (taken as unix:PATH),
+	// "tcp:IP:PORT" or "ssl:IP:PORT" (default DefaultOVSDB).
 	OVSDB string `json:"ovsdb,omitempty"`
 	// OVSRunDir is OVS_RUNDIR, where <bridge>.mgmt is (default DefaultOVSRunDir).
 	OVSRunDir string `json:"ovsRunDir,omitempty"`
@@ -45,6 +52,20 @@ type NetConf struct {
 	FlowWaitRaw string `json:"flowWait,omitempty"`
 	// FlowWait is FlowWaitRaw parsed.
 	FlowWait time.Duration `json:"-"`
+	// Mode is "" (the pod's only network: veth on the bridge, addresses from "ipam") or
+	// ModeChained: srcip-cni runs after another main CNI in the conflist (CNI spec "Network
+	// configuration lists", prevResult), takes the pod's IPv4 address from the prevResult and
+	// adds an egress interface on the bridge with routes to EgressDestinations; no "ipam".
+	Mode string `json:"mode,omitempty"`
+	// EgressIfName is the chained egress interface's name in the pod (default
+	// DefaultEgressIfName; at most 15 bytes, not CNI_IFNAME).
+	EgressIfName string `json:"egressIfName,omitempty"`
+	// EgressDestinations are the IPv4 CIDRs routed through the chained egress interface (the
+	// EgressGateways' destinations; required in chained mode, no default route: the main CNI
+	// keeps everything else). Parsed into EgressPrefixes.
+	EgressDestinations []string `json:"egressDestinations,omitempty"`
+	// EgressPrefixes is EgressDestinations parsed and masked.
+	EgressPrefixes []netip.Prefix `json:"-"`
 }
 
 // parseConf parses and validates stdin's network configuration and fills the defaults. The
@@ -61,9 +82,11 @@ func parseConf(stdin []byte, needIPAM bool) (*NetConf, error) {
 	if c.OVSDB == "" {
 		c.OVSDB = DefaultOVSDB
 	}
-	if !strings.HasPrefix(c.OVSDB, "unix:") && !strings.HasPrefix(c.OVSDB, "tcp:") && !strings.HasPrefix(c.OVSDB, "ssl:") {
-		return nil, fmt.Errorf("srcip-cni: \"ovsdb\" %q: want unix:PATH, tcp:IP:PORT or ssl:IP:PORT", c.OVSDB)
+	ep, err := ofctl.NormalizeEndpoint(c.OVSDB)
+	if err != nil {
+		return nil, fmt.Errorf("srcip-cni: \"ovsdb\": %w", err)
 	}
+	c.OVSDB = ep
 	if c.OVSRunDir == "" {
 		c.OVSRunDir = DefaultOVSRunDir
 	}
@@ -84,6 +107,16 @@ func parseConf(stdin []byte, needIPAM bool) (*NetConf, error) {
 		}
 		c.FlowWait = d
 	}
+	switch c.Mode {
+	case "":
+	case ModeChained:
+		if err := c.parseChained(); err != nil {
+			return nil, err
+		}
+		needIPAM = false
+	default:
+		return nil, fmt.Errorf("srcip-cni: \"mode\" %q: want \"\" or %q", c.Mode, ModeChained)
+	}
 	if needIPAM && c.IPAM.Type == "" {
 		return nil, errors.New("srcip-cni: the network configuration has no \"ipam\" section with a \"type\" (e.g. host-local with the node's pod CIDR)")
 	}
@@ -93,6 +126,31 @@ func parseConf(stdin []byte, needIPAM bool) (*NetConf, error) {
 		}
 	}
 	return c, nil
+}
+
+// parseChained checks and fills chained mode's settings: egressIfName (default, length) and
+// egressDestinations (at least one IPv4 CIDR with a prefix length above 0).
+func (c *NetConf) parseChained() error {
+	if c.EgressIfName == "" {
+		c.EgressIfName = DefaultEgressIfName
+	}
+	if len(c.EgressIfName) > 15 || strings.ContainsAny(c.EgressIfName, "/ ") {
+		return fmt.Errorf("srcip-cni: \"egressIfName\" %q is no valid interface name (at most 15 bytes, no '/' or space)", c.EgressIfName)
+	}
+	if len(c.EgressDestinations) == 0 {
+		return errors.New("srcip-cni: chained mode needs \"egressDestinations\" (the EgressGateways' destination CIDRs routed through the egress interface)")
+	}
+	for _, s := range c.EgressDestinations {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return fmt.Errorf("srcip-cni: \"egressDestinations\": %w", err)
+		}
+		if !p.Addr().Is4() || p.Bits() == 0 {
+			return fmt.Errorf("srcip-cni: \"egressDestinations\" %s: want an IPv4 CIDR other than the default route (the main CNI keeps the default route)", s)
+		}
+		c.EgressPrefixes = append(c.EgressPrefixes, p.Masked())
+	}
+	return nil
 }
 
 // K8sArgs are the CNI_ARGS a Kubernetes runtime passes (KEY=VALUE;...); unknown keys are

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +42,13 @@ func TestParseConfDefaults(t *testing.T) {
 	assert.Equal(t, DefaultFlowWait, c.FlowWait)
 }
 
+// A bare absolute socket path is taken as unix:PATH, as the agent's and node-setup's --ovsdb take it.
+func TestParseConfBareOVSDBPath(t *testing.T) {
+	c, err := parseConf([]byte(`{"type":"srcip-cni","ipam":{"type":"host-local"},"ovsdb":"/run/openvswitch/db.sock"}`), true)
+	require.NoError(t, err)
+	assert.Equal(t, "unix:/run/openvswitch/db.sock", c.OVSDB)
+}
+
 func TestParseConfErrors(t *testing.T) {
 	for _, tc := range []struct{ conf, want string }{
 		{`{`, "parse network configuration"},
@@ -48,7 +56,7 @@ func TestParseConfErrors(t *testing.T) {
 		{`{"type":"srcip-cni","ipam":{"type":"host-local"},"mtu":100}`, `"mtu" 100 out of range`},
 		{`{"type":"srcip-cni","ipam":{"type":"host-local"},"flowWait":"soon"}`, `"flowWait" "soon"`},
 		{`{"type":"srcip-cni","ipam":{"type":"host-local"},"flowWait":"-1s"}`, "must be positive"},
-		{`{"type":"srcip-cni","ipam":{"type":"host-local"},"ovsdb":"/var/run/openvswitch/db.sock"}`, "want unix:PATH"},
+		{`{"type":"srcip-cni","ipam":{"type":"host-local"},"ovsdb":"db.sock"}`, "want unix:PATH"},
 		{`{"cniVersion":"1.1.0","type":"srcip-cni","ipam":{"type":"host-local"},"prevResult":{"ips":"x"}}`, "parse prevResult"},
 	} {
 		_, err := parseConf([]byte(tc.conf), true)
@@ -109,4 +117,21 @@ func TestAddDefaultRoute(t *testing.T) {
 	assert.Equal(t, "10.244.1.1", res.Routes[0].GW.String())
 	addDefaultRoute(res)
 	assert.Len(t, res.Routes, 1)
+}
+
+func TestParseConfChained(t *testing.T) {
+	c, err := parseConf([]byte(`{"cniVersion":"1.0.0","name":"n","type":"srcip-cni","mode":"chained","egressDestinations":["198.51.100.7/24"]}`), true)
+	require.NoError(t, err, "chained mode needs no ipam")
+	assert.Equal(t, DefaultEgressIfName, c.EgressIfName)
+	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}, c.EgressPrefixes)
+	for _, bad := range []string{
+		`{"mode":"chained"}`,
+		`{"mode":"chained","egressDestinations":["0.0.0.0/0"]}`,
+		`{"mode":"chained","egressDestinations":["2001:db8::/32"]}`,
+		`{"mode":"chained","egressDestinations":["198.51.100.0/24"],"egressIfName":"a-very-long-name-x"}`,
+		`{"mode":"other","ipam":{"type":"host-local"}}`,
+	} {
+		_, err := parseConf([]byte(bad), true)
+		assert.Error(t, err, bad)
+	}
 }

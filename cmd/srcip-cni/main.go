@@ -5,7 +5,9 @@
 // gateway, attaches the host end to the bridge with the pod's identity in Interface.external_ids
 // (pod-namespace, pod-name, pod-uid, attached-mac, ip_addresses, srcip-cni-container,
 // srcip-cni-ifname) and returns once srcip-agent has programmed the pod (bounded by "flowWait").
-// DEL is idempotent; CHECK, STATUS and GC are supported. Configuration: see NetConf.
+// DEL is idempotent; CHECK, STATUS and GC are supported. Configuration: see NetConf. In
+// "chained" mode (NetConf.Mode) it runs after another main CNI instead and adds only an egress
+// interface on the bridge (chained.go, docs/egress.md#chained-mode).
 package main
 
 import (

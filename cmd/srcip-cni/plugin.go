@@ -48,6 +48,9 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	if err != nil {
 		return err
 	}
+	if conf.Mode == ModeChained {
+		return chainedAdd(args, conf)
+	}
 	kargs, err := parseArgs(args.Args)
 	if err != nil {
 		return err
@@ -224,6 +227,9 @@ func cmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	if conf.Mode == ModeChained {
+		return chainedDel(args, conf)
+	}
 	ctx := context.Background()
 	var errs []error
 	if args.Netns != "" {
@@ -265,6 +271,9 @@ func cmdCheck(args *skel.CmdArgs) error {
 	conf, err := parseConf(args.StdinData, true)
 	if err != nil {
 		return err
+	}
+	if conf.Mode == ModeChained {
+		return chainedCheck(args, conf)
 	}
 	kargs, err := parseArgs(args.Args)
 	if err != nil {
@@ -362,6 +371,9 @@ func cmdStatus(args *skel.CmdArgs) error {
 		return types.NewError(types.ErrPluginNotAvailable,
 			fmt.Sprintf("srcip-cni: bridge %q not ready (srcip-agent creates it: is srcip-agent running on this node?): %v", conf.Bridge, err), "")
 	}
+	if conf.Mode == ModeChained {
+		return nil // no IPAM: the main CNI's
+	}
 	if err := ipam.ExecStatus(conf.IPAM.Type, args.StdinData); err != nil {
 		return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("srcip-cni: IPAM plugin %q: %v", conf.IPAM.Type, err), "")
 	}
@@ -410,6 +422,9 @@ func cmdGC(args *skel.CmdArgs) error {
 	}
 	if len(stale) > 0 {
 		fmt.Fprintf(os.Stderr, "srcip-cni: GC removed ports %v\n", stale)
+	}
+	if conf.Mode == ModeChained {
+		return errors.Join(errs...) // no IPAM: the main CNI's
 	}
 	if err := invoke.DelegateGC(ctx, conf.IPAM.Type, args.StdinData, nil); err != nil {
 		errs = append(errs, fmt.Errorf("srcip-cni: GC of IPAM plugin %q: %w", conf.IPAM.Type, err))

@@ -1,6 +1,8 @@
-// Command srcipctl is the ovs-srcip debugging CLI: it decodes cookies, lists the agent's flows
-// with their kinds, renders the desired flows of a manifests directory and traces a new external
-// connection through the pipeline (ofproto/trace).
+// Command srcipctl is the ovs-srcip debugging CLI. It names what Open vSwitch shows: it decodes
+// cookies into the objects they serve, lists the agent's flows with table names, objects and drop
+// reasons, traces a new external connection across nodes with a verdict, shows the node agent's
+// status per Service, and renders (desired) or compares (diff) the flows the agent would write for
+// a manifests directory or a live cluster.
 package main
 
 import (
@@ -9,11 +11,17 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"github.com/ovs-srcip/ovs-srcip/agent"
 	"github.com/ovs-srcip/ovs-srcip/flows"
@@ -21,6 +29,9 @@ import (
 )
 
 func main() {
+	// The agent code srcipctl runs (desired, diff) logs through klog; its problems are shown
+	// another way (desired prints them as comments).
+	klog.SetLogger(logr.Discard())
 	if err := newCommand(os.Stdout).Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "srcipctl:", err)
 		os.Exit(1)
@@ -35,7 +46,8 @@ func newCommand(out io.Writer) *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetOut(out)
-	root.AddCommand(cookieCommand(out), flowsCommand(out), desiredCommand(out), traceCommand(out))
+	root.AddCommand(cookieCommand(out), flowsCommand(out), desiredCommand(out), diffCommand(out), traceCommand(out),
+		statusCommand(out), getCommand(out))
 	return root
 }
 
@@ -46,58 +58,85 @@ func parseKind(s string) (flows.Kind, error) {
 	return 0, fmt.Errorf("unknown kind %q (one of %s)", s, strings.Join(flows.KindNames(), ", "))
 }
 
-// describeCookie renders owner, kind and fingerprint of c.
-func describeCookie(c flows.Cookie) string {
+// describeCookie renders owner, kind and fingerprint of c, and the object it serves when n knows
+// it.
+func describeCookie(c flows.Cookie, n *names) string {
 	owner := "not ours"
 	if c.Owned() {
 		owner = "ovs-srcip"
 	}
-	return fmt.Sprintf("cookie=%s owner=%#02x (%s) kind=%#02x (%s) fingerprint=%#012x",
+	s := fmt.Sprintf("cookie=%s owner=%#02x (%s) kind=%#02x (%s) fingerprint=%#012x",
 		c, uint64(c)>>56, owner, uint8(c.Kind()), c.Kind(), uint64(c)&(1<<48-1))
+	if n != nil && c.Owned() {
+		s += " object=" + n.cookie(c)
+		if fs, ok := n.cookies[c.String()]; ok {
+			s += fmt.Sprintf(" bridge=%s flows=%d", fs.Bridge, fs.Flows)
+			for _, g := range fs.Groups {
+				s += fmt.Sprintf(" group=%d (%s)", g, n.group(g))
+			}
+		}
+	}
+	return s
+}
+
+// optionalNames returns the names of the node's agent, or nil (and a note on w) when it cannot be
+// reached: the commands then print kinds and tables only.
+func optionalNames(ctx context.Context, w io.Writer, agentAddr, runDir string) *names {
+	c, err := nodeAgent(agentAddr, runDir)
+	if err != nil {
+		fmt.Fprintf(w, "# %v\n", err)
+		return nil
+	}
+	rep, err := c.Report(ctx)
+	if err != nil {
+		fmt.Fprintf(w, "# objects not named: %v\n", err)
+		return nil
+	}
+	return newNames(rep)
 }
 
 func cookieCommand(out io.Writer) *cobra.Command {
-	return &cobra.Command{
+	var runDir, agentAddr string
+	cmd := &cobra.Command{
 		Use:   "cookie COOKIE...",
-		Short: "Decode flow cookies (hex, as dump-flows prints them) into owner, kind and fingerprint",
+		Short: "Decode flow cookies (hex, as dump-flows prints them) into owner, kind, fingerprint and, from the node's agent, the object they serve",
 		Args:  cobra.MinimumNArgs(1),
-		RunE: func(_ *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var cs []flows.Cookie
 			for _, a := range args {
 				v, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimPrefix(a, "cookie="), "0x"), 16, 64)
 				if err != nil {
 					return fmt.Errorf("cookie %q: %w", a, err)
 				}
-				fmt.Fprintln(out, describeCookie(flows.Cookie(v)))
+				cs = append(cs, flows.Cookie(v))
+			}
+			n := optionalNames(cmd.Context(), cmd.ErrOrStderr(), agentAddr, runDir)
+			for _, c := range cs {
+				fmt.Fprintln(out, describeCookie(c, n))
 			}
 			return nil
 		},
 	}
-}
-
-var cookieRE = regexp.MustCompile(`cookie=0x([0-9a-fA-F]+)`)
-
-// annotate appends "# <kind>" to every dump-flows line that carries a cookie.
-func annotate(dump string) string {
-	var b strings.Builder
-	for _, l := range strings.Split(strings.TrimRight(dump, "\n"), "\n") {
-		b.WriteString(l)
-		if m := cookieRE.FindStringSubmatch(l); m != nil {
-			if v, err := strconv.ParseUint(m[1], 16, 64); err == nil {
-				b.WriteString("  # " + flows.Cookie(v).Kind().String())
-			}
-		}
-		b.WriteString("\n")
-	}
-	return b.String()
+	runDirFlag(cmd, &runDir, "holds the agent's srcip-agent.sock")
+	agentFlag(cmd.Flags(), &agentAddr)
+	return cmd
 }
 
 func flowsCommand(out io.Writer) *cobra.Command {
-	var runDir, bridge, kind string
+	var runDir, bridge, kind, agentAddr string
 	cmd := &cobra.Command{
 		Use:   "flows",
-		Short: "Dump the agent's flows of one bridge (dump-flows filtered by the owner byte), each annotated with its kind",
+		Short: "Dump the agent's flows of one bridge (dump-flows filtered by the owner byte), each annotated with its table name, the object it serves and the reason of a drop",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			b := flows.BrEx
+			switch bridge {
+			case "br-ex":
+			case "br-int":
+				b = flows.BrInt
+			default:
+				return fmt.Errorf("--bridge %q: br-ex or br-int", bridge)
+			}
 			filter := fmt.Sprintf("cookie=%#x/%#x", uint64(flows.NewCookie(0, 0)), uint64(flows.OwnerMask))
 			if kind != "" {
 				k, err := parseKind(kind)
@@ -111,12 +150,14 @@ func flowsCommand(out io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprint(out, annotate(dump))
+			n := optionalNames(cmd.Context(), cmd.ErrOrStderr(), agentAddr, runDir)
+			fmt.Fprint(out, annotateDump(dump, b, n))
 			return nil
 		},
 	}
-	runDirFlag(cmd, &runDir, "holds <bridge>.mgmt")
-	cmd.Flags().StringVar(&bridge, "bridge", "br-ex", "bridge to dump")
+	runDirFlag(cmd, &runDir, "holds <bridge>.mgmt and the agent's srcip-agent.sock")
+	agentFlag(cmd.Flags(), &agentAddr)
+	cmd.Flags().StringVar(&bridge, "bridge", "br-ex", "bridge to dump (br-ex or br-int)")
 	cmd.Flags().StringVar(&kind, "kind", "", "only flows of this kind ("+strings.Join(flows.KindNames(), ", ")+")")
 	return cmd
 }
@@ -131,48 +172,250 @@ func runDirFlag(cmd *cobra.Command, runDir *string, holds string) {
 	cmd.Flags().StringVar(runDir, "node-rundir", def, "the node's OVS run directory ("+holds+"); the default is $OVS_RUNDIR when it is set")
 }
 
+// sourceFlags are the cluster objects desired and diff render from: a manifests directory or a
+// live API server.
+type sourceFlags struct {
+	manifests, kubeconfig, node string
+	externalIPCIDRs             []string
+	nodePortAddresses           []string
+}
+
+func (f *sourceFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.manifests, "manifests", "", "manifests directory (as srcip-agent --manifests)")
+	cmd.Flags().StringVar(&f.kubeconfig, "kubeconfig", "", "read Nodes, Services, EndpointSlices and the node's Pods from this cluster instead (as srcip-agent --kubeconfig)")
+	cmd.Flags().StringVar(&f.node, "node", "", "node name (must be one of the cluster's Nodes)")
+	cmd.Flags().StringSliceVar(&f.externalIPCIDRs, "external-ip-cidrs", nil, "as srcip-agent --external-ip-cidrs: the ranges externalIPs may be served from (default none)")
+	cmd.Flags().StringSliceVar(&f.nodePortAddresses, "nodeport-addresses", nil, "as srcip-agent --nodeport-addresses")
+}
+
+// objects reads the cluster objects and the agent flags.
+func (f *sourceFlags) objects(ctx context.Context) ([]runtime.Object, agent.DesiredOptions, error) {
+	var o agent.DesiredOptions
+	var err error
+	if o.ExternalIPCIDRs, err = agent.ParseCIDRs(f.externalIPCIDRs); err != nil {
+		return nil, o, fmt.Errorf("--external-ip-cidrs: %w", err)
+	}
+	if o.NodePortCIDRs, err = agent.ParseCIDRs(f.nodePortAddresses); err != nil {
+		return nil, o, fmt.Errorf("--nodeport-addresses: %w", err)
+	}
+	switch {
+	case f.node == "":
+		return nil, o, errors.New("--node is required")
+	case (f.manifests == "") == (f.kubeconfig == ""):
+		return nil, o, errors.New("give one of --manifests DIR and --kubeconfig FILE")
+	case f.manifests != "":
+		objs, err := agent.ReadManifestDir(f.manifests)
+		return objs, o, err
+	}
+	objs, err := clusterObjects(ctx, f.kubeconfig, f.node)
+	return objs, o, err
+}
+
+// clusterObjects lists what the agent of node watches: every Node, Service and EndpointSlice, and
+// the Pods scheduled on node.
+func clusterObjects(ctx context.Context, kubeconfig, node string) ([]runtime.Object, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	var objs []runtime.Object
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list Nodes: %w", err)
+	}
+	for i := range nodes.Items {
+		objs = append(objs, &nodes.Items[i])
+	}
+	svcs, err := cs.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list Services: %w", err)
+	}
+	for i := range svcs.Items {
+		objs = append(objs, &svcs.Items[i])
+	}
+	slices, err := cs.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list EndpointSlices: %w", err)
+	}
+	for i := range slices.Items {
+		objs = append(objs, &slices.Items[i])
+	}
+	pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return nil, fmt.Errorf("list the Pods of %s: %w", node, err)
+	}
+	for i := range pods.Items {
+		objs = append(objs, &pods.Items[i])
+	}
+	return objs, nil
+}
+
 func desiredCommand(out io.Writer) *cobra.Command {
-	var dir, node, bridge string
-	var externalIPCIDRs []string
+	var src sourceFlags
+	var bridge string
 	cmd := &cobra.Command{
 		Use:   "desired",
-		Short: "Print the flows and groups the agent would write for a node of a manifests directory (placeholder ofports; OVS untouched)",
-		Args:  cobra.NoArgs,
+		Short: "Print the flows and groups the agent would write for a node of a manifests directory or a cluster (placeholder ofports and MACs; OVS untouched)",
+		Long: `Renders what a first full sync of the node's agent would write into empty bridges, from a
+manifests directory (--manifests) or a live cluster (--kubeconfig), with placeholder ofports and
+MACs (agent.PlaceholderPorts; pod ports 100, 101, ... in name order). It fails when --node is not
+one of the Nodes. Compare with a node's bridges with "srcipctl diff", which uses the node's real
+ports.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if dir == "" || node == "" {
-				return errors.New("--manifests and --node are required")
-			}
-			objs, err := agent.ReadManifestDir(dir)
-			if err != nil {
-				return err
-			}
 			ctx := cmd.Context()
 			if ctx == nil {
 				ctx = context.Background()
 			}
-			extCIDRs, err := agent.ParseCIDRs(externalIPCIDRs)
-			if err != nil {
-				return fmt.Errorf("--external-ip-cidrs: %w", err)
-			}
-			lines, err := agent.RenderDesired(ctx, node, objs, nil, extCIDRs, nil)
+			objs, o, err := src.objects(ctx)
 			if err != nil {
 				return err
+			}
+			ev := &eventList{}
+			o.Events = ev
+			lines, rep, err := agent.Desired(ctx, src.node, objs, o)
+			if err != nil {
+				return err
+			}
+			n := newNames(&rep)
+			for _, e := range ev.lines {
+				fmt.Fprintf(out, "# event: %s\n", e)
 			}
 			for _, b := range []flows.Bridge{flows.BrEx, flows.BrInt} {
 				if bridge != "" && bridge != b.String() {
 					continue
 				}
 				fmt.Fprintf(out, "# %s\n", b)
-				for _, l := range lines[b] {
-					fmt.Fprint(out, annotate(l))
-				}
+				fmt.Fprint(out, annotateDesired(lines[b], b, n))
 			}
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&dir, "manifests", "", "manifests directory (as srcip-agent --manifests)")
-	cmd.Flags().StringVar(&node, "node", "", "node name")
+	src.add(cmd)
 	cmd.Flags().StringVar(&bridge, "bridge", "", "only this bridge (br-ex or br-int)")
-	cmd.Flags().StringSliceVar(&externalIPCIDRs, "external-ip-cidrs", nil, "as srcip-agent --external-ip-cidrs: the ranges externalIPs may be served from (default none)")
 	return cmd
+}
+
+func diffCommand(out io.Writer) *cobra.Command {
+	var src sourceFlags
+	var runDir, agentAddr string
+	cmd := &cobra.Command{
+		Use:   "diff",
+		Short: "Compare the flow sets the agent should hold for a manifests directory or a cluster with what the node's bridges hold",
+		Long: `Renders the desired flow sets of the node (as desired does) with the node's real ofports, MACs and
+pod ports, read from its agent's status (so no placeholder enters the comparison), and compares
+them with the bridges' flows (by cookie and flow count, and groups by bucket count, as the agent's
+full sync does). It prints one line per flow set that is missing, has another flow count, or is
+on a bridge without being desired, named by its object, and fails when there is any. Drains and
+learned flows are runtime state and are listed, not counted. --node defaults to the agent's node.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			c, err := nodeAgent(agentAddr, runDir)
+			if err != nil {
+				return err
+			}
+			live, err := c.Report(ctx)
+			if err != nil {
+				return fmt.Errorf("diff needs the node's ofports and pod ports from its agent: %w", err)
+			}
+			if src.node == "" {
+				src.node = live.Node
+			}
+			objs, o, err := src.objects(ctx)
+			if err != nil {
+				return err
+			}
+			ports, podPorts, err := portsOf(live)
+			if err != nil {
+				return err
+			}
+			o.Ports, o.PodPorts, o.Events = &ports, podPorts, &eventList{}
+			_, want, err := agent.Desired(ctx, src.node, objs, o)
+			if err != nil {
+				return err
+			}
+			n := newNames(live)
+			diffs := 0
+			for _, b := range []flows.Bridge{flows.BrEx, flows.BrInt} {
+				of := ofctl.NewOpenFlow(b.String(), ofctl.MgmtTarget(runDir, b.String()))
+				inv, err := of.Inventory(ctx)
+				if err != nil {
+					return err
+				}
+				wanted := map[flows.Cookie]bool{}
+				ok := 0
+				for _, fs := range want.FlowSets {
+					if fs.Bridge != b.String() {
+						continue
+					}
+					v, _ := strconv.ParseUint(strings.TrimPrefix(fs.Cookie, "0x"), 16, 64)
+					cookie := flows.Cookie(v)
+					wanted[cookie] = true
+					name := fs.Kind + " " + fs.Object
+					var problems []string
+					switch got := inv.Flows[cookie]; {
+					case got == 0 && fs.Flows > 0:
+						problems = append(problems, fmt.Sprintf("missing: no flow with cookie %s (want %d flows)", fs.Cookie, fs.Flows))
+					case got != fs.Flows:
+						problems = append(problems, fmt.Sprintf("cookie %s has %d flows, want %d", fs.Cookie, got, fs.Flows))
+					}
+					for _, g := range fs.Groups {
+						if !inv.Groups[g] {
+							problems = append(problems, fmt.Sprintf("group %d missing", g))
+						}
+					}
+					if len(problems) == 0 {
+						ok++
+						continue
+					}
+					diffs++
+					fmt.Fprintf(out, "%s - %s: %s\n", b, strings.TrimSpace(name), strings.Join(problems, "; "))
+				}
+				var extra []flows.Cookie
+				for c := range inv.Flows {
+					if !wanted[c] {
+						extra = append(extra, c)
+					}
+				}
+				slices.Sort(extra)
+				for _, c := range extra {
+					switch {
+					case c.Learned():
+						fmt.Fprintf(out, "%s   %s: %d learned flow(s) (runtime state)\n", b, c.Kind(), inv.Flows[c])
+					case c.Kind() == flows.KindServiceDrain:
+						fmt.Fprintf(out, "%s   %s: draining (runtime state)\n", b, n.cookie(c))
+					default:
+						diffs++
+						fmt.Fprintf(out, "%s + %s: cookie %s with %d flow(s) on the bridge, not desired\n", b, n.cookie(c), c, inv.Flows[c])
+					}
+				}
+				fmt.Fprintf(out, "%s: %d flow set(s) as desired\n", b, ok)
+			}
+			if diffs > 0 {
+				return fmt.Errorf("%d difference(s) between the desired flow sets of %s and its bridges", diffs, src.node)
+			}
+			fmt.Fprintln(out, "no difference")
+			return nil
+		},
+	}
+	src.add(cmd)
+	runDirFlag(cmd, &runDir, "holds <bridge>.mgmt and the agent's srcip-agent.sock")
+	agentFlag(cmd.Flags(), &agentAddr)
+	return cmd
+}
+
+// eventList collects the Events the rendering agent would send.
+type eventList struct{ lines []string }
+
+func (e *eventList) Warn(obj runtime.Object, reason, message string) {
+	name := ""
+	if m, ok := obj.(metav1.Object); ok {
+		name = m.GetNamespace() + "/" + m.GetName() + " "
+	}
+	e.lines = append(e.lines, name+reason+": "+message)
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ovs-srcip/ovs-srcip/flows"
 	"github.com/ovs-srcip/ovs-srcip/ofctl"
 )
 
@@ -108,16 +110,31 @@ func findUplink(ctx context.Context, db, bridge string) (string, error) {
 }
 
 func traceCommand(out io.Writer) *cobra.Command {
-	var runDir, db, bridge, uplink, proto, from, to, dlDst string
-	var full bool
+	var runDir, db, bridge, uplink, proto, from, to, dlDst, agentAddr, clientMAC string
+	var peers map[string]string
+	var full, local bool
 	cmd := &cobra.Command{
 		Use:   "trace",
-		Short: "ofproto/trace the first packet of a new external connection to an entry point (NodePort, LB IP, externalIP)",
-		Long: "Builds the packet a client would send to an entry point through the uplink of br-ex and runs\n" +
-			"ovs-appctl ofproto/trace with --ct-next for its two conntrack recirculations, then prints the\n" +
-			"tables it hit (with cookies), the select-group bucket chosen and the datapath actions.\n" +
-			"Without --uplink the uplink is found in the node's OVSDB as the agent finds it.\n" +
-			"Example: srcipctl trace --from 198.51.100.10:40000 --to 192.0.2.11:30080",
+		Short: "Trace a new external connection to an entry point across nodes, with its reply, and give a verdict",
+		Long: `Traces the first packet of a new connection from an external client (--from) to an entry point
+(--to: node address:NodePort, LB IP:port or externalIP:port) with ofproto/trace: on the ingress node
+(the node of --node-rundir / $OVS_RUNDIR, or --agent), the chosen endpoint, then on the endpoint's
+node (traced on that node's OVS through its agent), the reply back to the ingress node and its
+un-DNAT. Every table is printed with its name, the object of the flow's cookie, the group and
+bucket chosen (endpoint pod and node) and the reason of a drop. The last line is the verdict:
+delivered, dropped where and why, or not handled by ovs-srcip.
+
+Each node's agent serves ofproto/trace and its status on its status socket
+(<ovs-rundir>/srcip-agent.sock) and on --metrics-bind-address. Other nodes' agents are found with
+--peer NODE=ADDR; without it, at <parent of --node-rundir>/<node>/srcip-agent.sock (the lab's
+layout). On a cluster, reach each agent with kubectl port-forward (its HTTP server listens on the
+node's 127.0.0.1:9464) and name it with --peer node2=http://127.0.0.1:PORT, or run srcipctl in the
+agent's Pod with kubectl exec.
+
+Without a reachable agent (or with --local) only the ingress node is traced, through its OVS
+sockets, as before: tables, bucket and datapath actions, without object names.
+
+Example: srcipctl trace --from 198.51.100.10:40000 --to 203.0.113.100:80`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if from == "" {
@@ -131,49 +148,125 @@ func traceCommand(out io.Writer) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("--to: %w", err)
 			}
-			if uplink == "" {
-				if db == "" {
-					db = "unix:" + filepath.Join(runDir, "db.sock")
-				}
-				if uplink, err = findUplink(cmd.Context(), db, bridge); err != nil {
+			if proto != "tcp" && proto != "udp" {
+				return fmt.Errorf("protocol %q: want tcp or udp", proto)
+			}
+			if !client.Addr().Is4() || !entry.Addr().Is4() {
+				return fmt.Errorf("IPv4 client and entry point required (got %s, %s)", client, entry)
+			}
+			ctx := cmd.Context()
+			if !local {
+				ac, err := nodeAgent(agentAddr, runDir)
+				if err != nil {
 					return err
 				}
-			}
-			of := ofctl.NewOpenFlow(bridge, ofctl.MgmtTarget(runDir, bridge))
-			var nodeMAC net.HardwareAddr
-			if dlDst != "" {
-				if nodeMAC, err = net.ParseMAC(dlDst); err != nil {
-					return fmt.Errorf("--dl-dst: %w", err)
+				rep, rerr := ac.Report(ctx)
+				if rerr == nil {
+					mac, err := net.ParseMAC(clientMAC)
+					if err != nil {
+						return fmt.Errorf("--client-mac: %w", err)
+					}
+					t := &pathTracer{out: out, full: full, clientMAC: mac,
+						ingress: &nodeView{name: rep.Node, c: ac, rep: rep, names: newNames(rep)},
+						peer:    peerFinder(peers, runDir)}
+					verdict, err := t.run(ctx, proto, client, entry)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(out, "\nverdict: %s\n", verdict)
+					return nil
 				}
-			} else if nodeMAC, err = of.LocalMAC(cmd.Context()); err != nil {
-				return err
+				if agentAddr != "" {
+					return rerr
+				}
+				fmt.Fprintf(out, "# %v\n# tracing this node's OVS only, without names (--local)\n", rerr)
 			}
-			flow, ctNext, err := traceFlow(uplink, nodeMAC, proto, client, entry)
-			if err != nil {
-				return err
-			}
-			tr, err := of.Trace(cmd.Context(), flow, ctNext)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(out, "# ofproto/trace %s %s --ct-next %s\n", bridge, flow, strings.Join(ctNext, " --ct-next "))
-			if full {
-				fmt.Fprint(out, tr)
-				return nil
-			}
-			fmt.Fprint(out, summarize(tr))
-			return nil
+			return localTrace(ctx, out, runDir, db, bridge, uplink, dlDst, proto, client, entry, full)
 		},
 	}
-	runDirFlag(cmd, &runDir, "holds <bridge>.mgmt, db.sock and the ovs-vswitchd control socket")
-	cmd.Flags().StringVar(&db, "ovsdb", "", "the node's OVSDB, to find the uplink when --uplink is not given; default unix:<node-rundir>/db.sock")
-	cmd.Flags().StringVar(&bridge, "bridge", "br-ex", "the external bridge")
-	cmd.Flags().StringVar(&uplink, "uplink", "", "the uplink port name on the external bridge; empty: the only port of the bridge that is not internal, patch or a tunnel (as the agent finds it)")
+	runDirFlag(cmd, &runDir, "holds <bridge>.mgmt, db.sock, the ovs-vswitchd control socket and srcip-agent.sock")
+	agentFlag(cmd.Flags(), &agentAddr)
+	cmd.Flags().StringToStringVar(&peers, "peer", nil, "NODE=ADDR: the agent of another node (unix:PATH, a run directory, or http://HOST:PORT); repeat per node. Default: <parent of --node-rundir>/<node>")
+	cmd.Flags().StringVar(&clientMAC, "client-mac", "02:00:5e:00:53:01", "the Ethernet source of the client's packets as they arrive on the uplink (its router's MAC); replies go back to it")
+	cmd.Flags().BoolVar(&local, "local", false, "trace only this node's OVS through its sockets, without its agent (no names, no other nodes)")
+	cmd.Flags().StringVar(&db, "ovsdb", "", "--local: the node's OVSDB, to find the uplink when --uplink is not given; unix:PATH or a bare PATH; default unix:<node-rundir>/db.sock")
+	cmd.Flags().StringVar(&bridge, "bridge", "br-ex", "--local: the external bridge")
+	cmd.Flags().StringVar(&uplink, "uplink", "", "--local: the uplink port name on the external bridge; empty: the only port of the bridge that is not internal, patch or a tunnel (as the agent finds it)")
 	cmd.Flags().StringVar(&proto, "proto", "tcp", "tcp or udp")
 	cmd.Flags().StringVar(&from, "from", "", "the external client, IP:PORT (required)")
 	cmd.Flags().StringVar(&to, "to", "", "the entry point, IP:PORT (node address:NodePort, LB IP:port or externalIP:port; required)")
-	cmd.Flags().StringVar(&dlDst, "dl-dst", "", "the Ethernet destination of the packet (default: the bridge's LOCAL MAC, as the agent reads it)")
-	cmd.Flags().BoolVar(&full, "full", false, "print the whole trace")
+	cmd.Flags().StringVar(&dlDst, "dl-dst", "", "--local: the Ethernet destination of the packet (default: the bridge's LOCAL MAC, as the agent reads it)")
+	cmd.Flags().BoolVar(&full, "full", false, "also print every ofproto/trace output whole")
 	_ = cmd.MarkFlagRequired("to")
 	return cmd
+}
+
+// peerFinder returns how trace reaches another node's agent: peers[node], else the status socket
+// in the sibling run directory <parent of runDir>/<node> (the lab's layout).
+func peerFinder(peers map[string]string, runDir string) func(context.Context, string) (*agentClient, error) {
+	return func(_ context.Context, node string) (*agentClient, error) {
+		if a, ok := peers[node]; ok {
+			return newAgentClient(a)
+		}
+		sock := filepath.Join(filepath.Dir(filepath.Clean(runDir)), node, statusSocketName)
+		if _, err := os.Stat(sock); err != nil {
+			return nil, fmt.Errorf("no agent address for node %s: give --peer %s=unix:PATH or http://HOST:PORT (looked for %s)", node, node, sock)
+		}
+		return newAgentClient("unix:" + sock)
+	}
+}
+
+// localTrace is the single-node trace through the node's OVS sockets (no agent): the tables, the
+// bucket and the datapath actions, with table names and drop reasons.
+func localTrace(ctx context.Context, out io.Writer, runDir, db, bridge, uplink, dlDst, proto string, client, entry netip.AddrPort, full bool) error {
+	var err error
+	if uplink == "" {
+		if db == "" {
+			db = "unix:" + filepath.Join(runDir, "db.sock")
+		}
+		if db, err = ofctl.NormalizeEndpoint(db); err != nil {
+			return fmt.Errorf("--ovsdb: %w", err)
+		}
+		if uplink, err = findUplink(ctx, db, bridge); err != nil {
+			return err
+		}
+	}
+	of := ofctl.NewOpenFlow(bridge, ofctl.MgmtTarget(runDir, bridge))
+	var nodeMAC net.HardwareAddr
+	if dlDst != "" {
+		if nodeMAC, err = net.ParseMAC(dlDst); err != nil {
+			return fmt.Errorf("--dl-dst: %w", err)
+		}
+	} else if nodeMAC, err = of.LocalMAC(ctx); err != nil {
+		return err
+	}
+	flow, ctNext, err := traceFlow(uplink, nodeMAC, proto, client, entry)
+	if err != nil {
+		return err
+	}
+	tr, err := of.Trace(ctx, flow, ctNext)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "# ofproto/trace %s %s --ct-next %s\n", bridge, flow, strings.Join(ctNext, " --ct-next "))
+	if full {
+		fmt.Fprint(out, tr)
+	} else {
+		fmt.Fprint(out, summarize(tr))
+	}
+	r := parseTrace(tr, map[string]flows.Bridge{bridge: flows.BrEx, "br-int": flows.BrInt})
+	t := &pathTracer{out: out}
+	t.printHits(&nodeView{name: "this node"}, r)
+	last, _ := r.lastHit()
+	switch {
+	case r.dropped():
+		fmt.Fprintf(out, "\nverdict: %s\n", dropVerdict("this node", r))
+	case last.bridge == flows.BrEx && last.has("LOCAL"):
+		fmt.Fprintf(out, "\nverdict: not handled by ovs-srcip: handed to the host stack\n")
+	case r.tunDst != "":
+		fmt.Fprintf(out, "\nverdict: DNAT to %s, Geneve to %s (other nodes not traced without the agent)\n", r.natDst, r.tunDst)
+	default:
+		fmt.Fprintf(out, "\nverdict: DNAT to %s, delivered on this node\n", r.natDst)
+	}
+	return nil
 }

@@ -29,13 +29,16 @@ func TestTrace(t *testing.T) {
 	dns := flows.ServicePort{Namespace: "demo", Name: "web", PortName: "dns", Protocol: flows.UDP, Port: 53, NodePort: 30053,
 		Endpoints: []flows.Endpoint{{IP: netip.MustParseAddr("10.244.2.5"), Port: 5353}}}
 	dns.GroupID = gids.ID(dns.Key())
+	// No endpoints: new connections are dropped by the empty group.
+	empty := flows.ServicePort{Namespace: "demo", Name: "empty", PortName: "http", Protocol: flows.TCP, Port: 80, NodePort: 30090}
+	empty.GroupID = gids.ID(empty.Key())
 	st := flows.NewState("node1", flows.Ports{ExUplink: 1, ExPatch: 2, IntPatch: 1, IntTunnel: 2, ExMAC: mac},
 		[]netip.Addr{netip.MustParseAddr("192.0.2.11")},
 		[]flows.Node{
 			{Name: "node1", InternalIP: netip.MustParseAddr("192.0.2.11"), PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}},
 			{Name: "node2", InternalIP: netip.MustParseAddr("192.0.2.12"), PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24")}},
 		},
-		nil, []flows.ServicePort{sp, dns})
+		nil, []flows.ServicePort{sp, dns, empty})
 	d, err := flows.Build(st)
 	require.NoError(t, err)
 	sb.LoadDesired(t, d)
@@ -50,6 +53,17 @@ func TestTrace(t *testing.T) {
 	assert.Contains(t, out, "dl_dst=02:00:c0:00:02:0b")
 	assert.Contains(t, out, "nat(dst=10.244.2.5:8080)")
 	assert.Contains(t, out, "cookie 0x5c10", "the Service port's flows are named by their cookie")
+
+	// Without an agent: this node only, with table names and a verdict.
+	assert.Contains(t, out, "ExServiceCT", "table names")
+	assert.Contains(t, out, "verdict: DNAT to 10.244.2.5:8080, Geneve to 192.0.2.12")
+	out = run(t, "trace", "--node-rundir", sb.RunDir, "--from", "198.51.100.10:40000", "--to", "192.0.2.11:30090")
+	assert.Contains(t, out, "verdict: dropped at this node br-ex ExServiceCT: no-endpoints")
+	out = run(t, "trace", "--node-rundir", sb.RunDir, "--from", "198.51.100.10:40000", "--to", "192.0.2.11:30999")
+	assert.Contains(t, out, "verdict: not handled by ovs-srcip")
+	// Geneve from an address that is no node's: the tunnel guard's drop reason.
+	out = run(t, "flows", "--node-rundir", sb.RunDir)
+	assert.Contains(t, out, "ex-base; ExClassifier; drop: tunnel-from-unknown-node")
 
 	out = run(t, "trace", "--node-rundir", sb.RunDir, "--proto", "udp", "--from", "198.51.100.10:40000", "--to", "192.0.2.11:30053")
 	assert.Contains(t, out, "nat(dst=10.244.2.5:5353)")

@@ -46,7 +46,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
 
 	"github.com/ovs-srcip/ovs-srcip/test/kube"
 	"github.com/ovs-srcip/ovs-srcip/test/lab"
@@ -65,7 +69,34 @@ const (
 	// (AgentImage) imported on every node, ServiceAccount tokens on and the "kubernetes" Service
 	// pointing at the API server.
 	CNIDaemonSet = "daemonset"
+	// CNIChained is srcip-cni in chained mode after the reference bridge + host-local (pods on
+	// cni0 with addresses from ChainedSubnet, masqueraded by the bridge plugin): node-setup and
+	// the agent run as for CNISrcip, then the harness replaces node-setup's conflist with
+	// ChainedConflist (docs/egress.md#chained-mode).
+	CNIChained = "chained"
 )
+
+// ChainedDestinations are the egressDestinations of ChainedConflist: the lab's client network.
+const ChainedDestinations = "198.51.100.0/24"
+
+// ChainedSubnet is the main CNI's pod subnet of a node in CNIChained mode: 10.88.N.0/24 for the
+// node whose pod CIDR is 10.244.N.0/24 (outside the cluster's pod CIDRs, which srcip-gw0 holds).
+func ChainedSubnet(podCIDR netip.Prefix) netip.Prefix {
+	b := podCIDR.Addr().As4()
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 88, b[2], 0}), 24)
+}
+
+// ChainedConflist is the conflist of CNIChained for a node with pod CIDR podCIDR: the bridge
+// plugin with host-local as the main CNI, then srcip-cni in chained mode.
+func ChainedConflist(podCIDR netip.Prefix) string {
+	return `{"cniVersion": "1.0.0", "name": "lab-chained", "plugins": [
+  {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "ipMasqBackend": "nftables", "mtu": 1400,
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": "` + ChainedSubnet(podCIDR).String() + `"}]],
+            "routes": [{"dst": "0.0.0.0/0"}]}},
+  {"type": "srcip-cni", "mode": "chained", "mtu": 1400, "egressDestinations": ["` + ChainedDestinations + `"]}
+]}
+`
+}
 
 // Image references the nodes import (imagePullPolicy: Never).
 const (
@@ -93,6 +124,9 @@ type Config struct {
 	CNI string
 	// ClusterCIDR is kube-controller-manager's --cluster-cidr; default 10.244.0.0/16 (/24 per node).
 	ClusterCIDR string
+	// CRDs are CustomResourceDefinition manifests (files) applied before the nodes start (e.g.
+	// deploy/crd-egressgateway.yaml, so the agents find EgressGateways served from the start).
+	CRDs []string
 	// AgentArgs are appended to each agent's flags.
 	AgentArgs []string
 	// Logf receives progress lines (t.Logf).
@@ -237,7 +271,12 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err := c.writeImages(); err != nil {
 		return c, err
 	}
-	if cfg.CNI == CNISrcip {
+	for _, f := range cfg.CRDs {
+		if err := c.applyCRD(ctx, f); err != nil {
+			return c, err
+		}
+	}
+	if cfg.CNI == CNISrcip || cfg.CNI == CNIChained {
 		// What node-setup installs into each node's /opt/cni/bin (--cni-source-dir).
 		src := filepath.Join(c.dir, "cni-src")
 		if err := os.MkdirAll(src, 0o755); err != nil {
@@ -610,4 +649,38 @@ func (p *proc) stop(logf func(string, ...any), timeout time.Duration) error {
 	case <-time.After(5 * time.Second):
 		return fmt.Errorf("%s pid %d did not exit after SIGKILL", p.name, p.pid)
 	}
+}
+
+// applyCRD applies the CustomResourceDefinition in file (server-side apply) and waits until it
+// is Established.
+func (c *Cluster) applyCRD(ctx context.Context, file string) error {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	u := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal(b, &u.Object); err != nil {
+		return fmt.Errorf("CRD %s: %w", file, err)
+	}
+	dyn, err := dynamic.NewForConfig(c.CP.RESTConfig)
+	if err != nil {
+		return err
+	}
+	gvr := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	if _, err := dyn.Resource(gvr).Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: "cluster", Force: true}); err != nil {
+		return fmt.Errorf("apply CRD %s: %w", file, err)
+	}
+	return lab.WaitFor(func() error {
+		got, err := dyn.Resource(gvr).Get(ctx, u.GetName(), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
+		for _, x := range conds {
+			if m, ok := x.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
+				return nil
+			}
+		}
+		return fmt.Errorf("CRD %s not Established yet", u.GetName())
+	}, time.Minute)
 }

@@ -45,9 +45,11 @@ var maskedSysctls = map[string]string{
 // netnsPath is the node's network namespace file.
 func (kn *KNode) netnsPath() string { return "/run/netns/" + kn.Netns }
 
-// enter is the argv prefix that runs a program in the node's netns and mount namespace.
+// enter is the argv prefix that runs a program in the node's netns and mount namespace. -r keeps
+// the holder's root directory: joining a mount namespace resets the root to that namespace's own,
+// which escapes a chroot (the test then runs in fresh-debian's, and the lab's paths are not there).
 func (kn *KNode) enter() []string {
-	return []string{"nsenter", "-t", strconv.Itoa(kn.holder.pid), "-m", "-n"}
+	return []string{"nsenter", "-t", strconv.Itoa(kn.holder.pid), "-m", "-n", "-r"}
 }
 
 // Exec runs argv in the node (its netns and mount namespace) and returns stdout.
@@ -167,6 +169,19 @@ func (kn *KNode) up(ctx context.Context) error {
 		if err := kn.StartAgent(); err != nil {
 			return err
 		}
+	case CNIChained:
+		if err := kn.nodeSetup(); err != nil {
+			return err
+		}
+		if err := os.Remove(kn.path("cni-conf", "10-ovs-srcip.conflist")); err != nil {
+			return err
+		}
+		if err := kn.writeConflistInPlace("10-lab-chained.conflist", ChainedConflist(kn.PodCIDR)); err != nil {
+			return err
+		}
+		if err := kn.StartAgent(); err != nil {
+			return err
+		}
 	case CNIDaemonSet:
 		return nil // Ready once the DaemonSet's node-setup wrote the conflist
 	}
@@ -224,7 +239,7 @@ func (kn *KNode) mounts() error {
 		}
 		sh = append(sh, "mount --bind "+f+" /proc/sys/"+k)
 	}
-	_, err := kn.c.run(append([]string{"nsenter", "-t", strconv.Itoa(kn.holder.pid), "-m", "sh", "-ec"},
+	_, err := kn.c.run(append([]string{"nsenter", "-t", strconv.Itoa(kn.holder.pid), "-m", "-r", "sh", "-ec"},
 		strings.Join(sh, "; "))...)
 	return err
 }

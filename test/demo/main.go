@@ -104,6 +104,7 @@ func run() int {
 		os.Exit(130)
 	}()
 	fmt.Printf("lab %s: %d nodes, %d pods, built in %s (dir %s)\n", l.Prefix, len(l.Nodes), len(l.Pods), l.SetupTime.Round(time.Millisecond), l.Dir)
+	printNodes(l)
 
 	ns, name, _ := strings.Cut(*service, "/")
 	svc := l.Manifests.Service(ns, name)
@@ -262,8 +263,19 @@ func dumpDebug(l *lab.Lab, node string) {
 	}
 }
 
+// printNodes prints each node's OVS run directory (OVS_RUNDIR for ovs-* and srcipctl), network
+// namespace and agent log.
+func printNodes(l *lab.Lab) {
+	for _, n := range l.Nodes {
+		fmt.Printf("  %s %s: OVS_RUNDIR=%s  netns %s  agent log %s\n", n.Name, n.IP, n.Dir, n.Netns, l.AgentLog(n.Name))
+	}
+}
+
 // hold keeps the lab up until the signal handler tears it down.
 func hold(l *lab.Lab) {
 	fmt.Printf("\nlab %s kept (netns %v, dir %s); Ctrl-C or SIGTERM to tear down\n", l.Prefix, l.NetnsNames(), l.Dir)
+	printNodes(l)
+	ing := l.IngressNode()
+	fmt.Printf("try: OVS_RUNDIR=%s bin/srcipctl status\n     OVS_RUNDIR=%s bin/srcipctl trace --from %s:40000 --to 203.0.113.100:80\n", ing.Dir, ing.Dir, l.Clients[0].IP)
 	select {}
 }

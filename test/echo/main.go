@@ -23,6 +23,13 @@
 // prints "ERROR <reason>" and exits 1; at the end of stdin it closes the
 // connection and exits 0. Tests use it to exchange data on an established
 // connection before, during and after a change.
+//
+//	echo udpstream --addr IP:PORT [--every 50ms]
+//
+// sends one datagram every --every from one UDP socket (one 5-tuple, one conntrack entry) until
+// stdin ends, reads the answers, and then prints one JSON line {"sent","received","maxGapMs",
+// "clients"}: the longest time without an answer (from the first answer to the end) and every
+// source address the server reported. Tests use it as the UDP stream of a failover.
 package main
 
 import (
@@ -75,6 +82,8 @@ func main() {
 		err = get(os.Args[2:])
 	case "stream":
 		err = stream(os.Args[2:])
+	case "udpstream":
+		err = udpStream(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q (want serve, get or stream)", os.Args[1])
 	}
@@ -317,4 +326,92 @@ func stream(args []string) error {
 		}
 	}
 	return in.Err()
+}
+
+// udpStreamResult is what udpstream prints.
+type udpStreamResult struct {
+	Sent     int      `json:"sent"`
+	Received int      `json:"received"`
+	MaxGapMs int64    `json:"maxGapMs"`
+	Clients  []string `json:"clients"`
+}
+
+func udpStream(args []string) error {
+	fs := flag.NewFlagSet("udpstream", flag.ContinueOnError)
+	addr := fs.String("addr", "", "IP:PORT to send to (UDP)")
+	every := fs.Duration("every", 50*time.Millisecond, "interval between two datagrams")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	dst, err := net.ResolveUDPAddr("udp4", *addr)
+	if err != nil {
+		return err
+	}
+	c, err := net.DialUDP("udp4", nil, dst)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var mu sync.Mutex
+	res := udpStreamResult{}
+	seen := map[string]bool{}
+	var last time.Time
+	var maxGap time.Duration
+	go func() {
+		buf := make([]byte, 65536)
+		for {
+			n, err := c.Read(buf)
+			if err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				continue // ICMP errors while the path is down
+			}
+			var r reply
+			now := time.Now()
+			mu.Lock()
+			if json.Unmarshal(buf[:n], &r) == nil {
+				if h, _, err := net.SplitHostPort(r.Client); err == nil && !seen[h] {
+					seen[h] = true
+					res.Clients = append(res.Clients, h)
+				}
+			}
+			res.Received++
+			if !last.IsZero() && now.Sub(last) > maxGap {
+				maxGap = now.Sub(last)
+			}
+			last = now
+			mu.Unlock()
+		}
+	}()
+	stop := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		close(stop)
+	}()
+	t := time.NewTicker(*every)
+	defer t.Stop()
+loop:
+	for {
+		select {
+		case <-stop:
+			break loop
+		case <-t.C:
+			if _, err := c.Write([]byte("hello\n")); err == nil {
+				mu.Lock()
+				res.Sent++
+				mu.Unlock()
+			}
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // the last answers
+	mu.Lock()
+	defer mu.Unlock()
+	if !last.IsZero() && time.Since(last)-500*time.Millisecond > maxGap {
+		maxGap = time.Since(last) - 500*time.Millisecond
+	}
+	res.MaxGapMs = maxGap.Milliseconds()
+	b, _ := json.Marshal(res)
+	fmt.Println(string(b))
+	return nil
 }

@@ -45,7 +45,7 @@ const (
 	APIServer             = "kube-apiserver"
 	ControllerManager     = "kube-controller-manager"
 	defaultReadyTimeout   = 90 * time.Second
-	defaultStopGrace      = 10 * time.Second
+	defaultStopGrace      = 20 * time.Second
 	startAttemptsOnEADDR  = 3
 	controllerStartedLine = `"Starting endpoint slice controller"`
 	startHeader           = "=== starting " // + component, as start.sh writes it
@@ -129,7 +129,13 @@ func StartT(t testing.TB, opts Options) *ControlPlane {
 			t.Log(cp.LogTails(30))
 		}
 		if err := cp.Stop(); err != nil {
-			t.Errorf("kube: stop control plane: %v", err)
+			if onlyKilled(err) {
+				// Stopped all the same: a component slow to shut down on a loaded machine (seen:
+				// kube-apiserver past 10 s in a CI run beside other jobs) is no test failure.
+				t.Logf("kube: stop control plane: %v", err)
+			} else {
+				t.Errorf("kube: stop control plane: %v", err)
+			}
 		}
 	})
 	return cp
@@ -365,7 +371,7 @@ func hasEndpointSlice(controllers string) bool {
 }
 
 // Stop ends the three processes (kube-controller-manager, kube-apiserver, etcd; SIGTERM, then
-// SIGKILL after 10 s), by the pids it started, and removes Dir unless KeepDir. Idempotent.
+// SIGKILL after 20 s), by the pids it started, and removes Dir unless KeepDir. Idempotent.
 func (cp *ControlPlane) Stop() error {
 	t0 := time.Now()
 	err := cp.stopAll()
@@ -415,6 +421,20 @@ func (cp *ControlPlane) stopComponent(c string) error {
 }
 
 var errKilled = errors.New("SIGKILL needed")
+
+// onlyKilled reports whether err (possibly joined) says nothing but that components needed
+// SIGKILL: they are stopped all the same.
+func onlyKilled(err error) bool {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if !onlyKilled(e) {
+				return false
+			}
+		}
+		return true
+	}
+	return errors.Is(err, errKilled)
+}
 
 // StopAPIServer stops kube-apiserver alone (etcd and kube-controller-manager keep running).
 func (cp *ControlPlane) StopAPIServer() error { return cp.stopComponent(APIServer) }

@@ -20,7 +20,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+
+	egressclient "github.com/ovs-srcip/ovs-srcip/agent/client/clientset/versioned"
 
 	"github.com/ovs-srcip/ovs-srcip/test/kube"
 	"github.com/ovs-srcip/ovs-srcip/test/lab"
@@ -29,12 +35,15 @@ import (
 const (
 	clientIP = "198.51.100.10"
 	ns       = "e2e"
+	// leaseNS holds the gateway-election Leases (the agents' --lease-namespace).
+	leaseNS = "ovs-srcip"
 )
 
 var (
 	theLab *lab.Lab
 	cp     *kube.ControlPlane
 	cs     kubernetes.Interface
+	ecs    egressclient.Interface
 )
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
@@ -92,7 +101,8 @@ func run(m *testing.M) int {
 		}
 	}
 	theLab, err = lab.New(lab.Config{ManifestsDir: dir, AgentBin: agent, EchoBin: echo,
-		Kubeconfig: cp.Kubeconfig, AgentArgs: []string{"--full-sync-period=5s"}})
+		Kubeconfig: cp.Kubeconfig, AgentArgs: []string{"--full-sync-period=5s", "--lease-namespace=" + leaseNS,
+			"--egress-lease-duration=3s", "--egress-renew-deadline=2s", "--egress-retry-period=500ms"}})
 	if err != nil {
 		return fail("lab: %v", err)
 	}
@@ -126,7 +136,13 @@ func tail(s string, n int) string {
 // createTopology writes the lab's Nodes and Pods to the API server as a kubelet would: the Node
 // with its addresses and pod CIDRs, each Pod with spec.nodeName, then its status (podIPs, Ready).
 func createTopology(ctx context.Context, mf *lab.Manifests) error {
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	for _, name := range []string{ns, leaseNS} {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	// The agents watch EgressGateways: their CRD is installed as deploy/ installs it.
+	if err := installCRD(ctx); err != nil {
 		return err
 	}
 	for i := range mf.Nodes {
@@ -190,6 +206,34 @@ func setPodReady(ctx context.Context, name string, ready bool) error {
 	}
 	_, err = cs.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
 	return err
+}
+
+// installCRD applies deploy/crd-egressgateway.yaml and waits until EgressGateways are served.
+func installCRD(ctx context.Context) error {
+	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "crd-egressgateway.yaml"))
+	if err != nil {
+		return err
+	}
+	u := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal(b, &u.Object); err != nil {
+		return fmt.Errorf("CRD: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(cp.RESTConfig)
+	if err != nil {
+		return err
+	}
+	gvr := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	if _, err := dyn.Resource(gvr).Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: "kubee2e", Force: true}); err != nil {
+		return fmt.Errorf("apply CRD: %w", err)
+	}
+	ecs, err = egressclient.NewForConfig(cp.RESTConfig)
+	if err != nil {
+		return err
+	}
+	return lab.WaitFor(func() error {
+		_, err := ecs.OvsSrcipV1alpha1().EgressGateways().List(ctx, metav1.ListOptions{})
+		return err
+	}, time.Minute)
 }
 
 // waitOK retries a request until it succeeds.

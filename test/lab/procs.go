@@ -224,6 +224,29 @@ func (l *Lab) StopAgent(node string) error {
 	return nil
 }
 
+// KillAgent SIGKILLs node's agent (by its pid), as a crash would: nothing it would do on
+// SIGTERM (handing over its egress Leases) happens. No-op if it is not running.
+func (l *Lab) KillAgent(node string) error {
+	n := l.Node(node)
+	if n == nil {
+		return fmt.Errorf("lab: no node %q", node)
+	}
+	l.mu.Lock()
+	p := n.agent
+	l.mu.Unlock()
+	if p == nil || !p.running() {
+		return nil
+	}
+	_ = syscall.Kill(p.pid, syscall.SIGKILL)
+	select {
+	case <-p.done:
+		l.logf("killed agent %s pid %d", node, p.pid)
+		return nil
+	case <-time.After(5 * time.Second):
+		return fmt.Errorf("node %s: agent pid %d survived SIGKILL", node, p.pid)
+	}
+}
+
 // RestartAgent is StopAgent then StartAgent.
 func (l *Lab) RestartAgent(node string) error {
 	if err := l.StopAgent(node); err != nil {

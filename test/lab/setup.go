@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -323,6 +324,27 @@ func (l *Lab) setupPod(p *Pod) error {
 	return nil
 }
 
+// KillVswitchd SIGKILLs node's ovs-vswitchd (by its pid), as a crash would: the datapath stops
+// forwarding at once. RestartVswitchd brings it back.
+func (l *Lab) KillVswitchd(node string) error {
+	n := l.Node(node)
+	if n == nil {
+		return fmt.Errorf("lab: no node %q", node)
+	}
+	if n.VswitchdPid <= 0 || !PidAlive(n.VswitchdPid) {
+		return fmt.Errorf("node %s: ovs-vswitchd is not running", node)
+	}
+	if err := syscall.Kill(n.VswitchdPid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("node %s: kill ovs-vswitchd %d: %w", node, n.VswitchdPid, err)
+	}
+	return WaitFor(func() error {
+		if PidAlive(n.VswitchdPid) {
+			return fmt.Errorf("pid %d still alive", n.VswitchdPid)
+		}
+		return nil
+	}, 5*time.Second)
+}
+
 // RestartVswitchd stops node's ovs-vswitchd (ovs-appctl exit, as a crash or an upgrade would
 // leave things: OVSDB keeps the bridges and ports, the switch comes back with empty flow tables)
 // and starts it again, then redoes what the node installer owns: br-ex's address, link and
@@ -335,8 +357,10 @@ func (l *Lab) RestartVswitchd(node string) error {
 	}
 	wrap := func(err error) error { return fmt.Errorf("node %s: restart ovs-vswitchd: %w", n.Name, err) }
 	old := n.VswitchdPid
-	if _, err := l.Appctl(n.Name, "-t", "ovs-vswitchd", "exit"); err != nil {
-		return wrap(err)
+	if PidAlive(old) { // not after KillVswitchd
+		if _, err := l.Appctl(n.Name, "-t", "ovs-vswitchd", "exit"); err != nil {
+			return wrap(err)
+		}
 	}
 	if err := WaitFor(func() error {
 		if PidAlive(old) {

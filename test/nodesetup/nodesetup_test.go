@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -239,12 +240,80 @@ func TestNodeSetupAndTeardown(t *testing.T) {
 	assert.NotRegexp(t, `(?m)^changed: `, out)
 	n.ping(t)
 
+	// A bare socket path as --ovsdb is unix:PATH (the conflist keeps the unix: form: unchanged).
+	bare := append(slices.Clone(setup), "--ovsdb="+n.dir+"/db.sock")
+	out, err = n.agent(t, bin, bare...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "node-setup: nothing changed")
+
+	// Changed cluster CIDRs: the new route is added, the old one on srcip-gw0 removed.
+	other := func(cidrs string) []string {
+		return slices.DeleteFunc(append(slices.Clone(setup), "--cluster-cidrs="+cidrs), func(s string) bool { return s == "--cluster-cidrs=10.244.0.0/16" })
+	}
+	out, err = n.agent(t, bin, other("10.244.0.0/15")...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "changed: removed stale route 10.244.0.0/16 dev srcip-gw0")
+	routes = must(t, nil, "ip", "-n", n.netns, "-4", "route", "show")
+	assert.Contains(t, routes, "10.244.0.0/15 dev srcip-gw0 proto static scope link src 10.244.1.1")
+	assert.NotContains(t, routes, "10.244.0.0/16")
+	assert.Contains(t, routes, "10.244.1.0/24 dev srcip-gw0 proto kernel", "the gateway address's own route stays")
+	out, err = n.agent(t, bin, setup...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "changed: removed stale route 10.244.0.0/15 dev srcip-gw0")
+
+	// A cluster CIDR routed through another device, and a pod CIDR outside the cluster CIDRs,
+	// are refused before anything changes.
+	must(t, nil, "ip", "-n", n.netns, "route", "add", "10.250.0.0/16", "via", peerIP, "dev", "br-ex")
+	out, err = n.agent(t, bin, other("10.244.0.0/16,10.250.0.0/16")...)
+	require.ErrorContains(t, err, "cluster CIDR 10.250.0.0/16 is already routed via "+peerIP+" dev br-ex")
+	assert.NotContains(t, out, "changed: ")
+	assert.Contains(t, must(t, nil, "ip", "-n", n.netns, "-4", "route", "show"), "10.250.0.0/16 via "+peerIP+" dev br-ex")
+	must(t, nil, "ip", "-n", n.netns, "route", "del", "10.250.0.0/16")
+	out, err = n.agent(t, bin, other("10.96.0.0/16")...)
+	require.ErrorContains(t, err, "pod CIDR 10.244.1.0/24 is not inside the cluster CIDRs [10.96.0.0/16]")
+	assert.NotContains(t, out, "changed: ")
+	// A bad --ovsdb makes node-teardown remove nothing.
+	_, err = n.agent(t, bin, append([]string{"node-teardown"}, append(slices.Clone(common), "--ovsdb=db.sock")...)...)
+	require.ErrorContains(t, err, "want unix:PATH")
+	_, err = os.Stat(filepath.Join(confDir, nodesetup.ConflistName))
+	require.NoError(t, err, "conflist still there")
+
 	// A changed MTU is written into the same conflist file (in place, same inode).
 	out, err = n.agent(t, bin, append(setup, "--mtu=1400")...)
 	require.NoError(t, err)
 	assert.Contains(t, out, "changed: wrote "+filepath.Join(confDir, nodesetup.ConflistName))
 	assert.Equal(t, confIno, inode(t, filepath.Join(confDir, nodesetup.ConflistName)), "conflist rewritten in place")
 	assert.Contains(t, must(t, nil, "ip", "-n", n.netns, "-o", "link", "show", "srcip-gw0"), "mtu 1400")
+
+	// A reboot: ovs-vswitchd restarts without flows (br-ex is fail_mode=secure) and with its
+	// internal ports new, the distribution's network configuration has put the address and the
+	// default route on eth0 again. The boot script node-setup wrote puts br-ex back; node-setup
+	// (the DaemonSet's init container) then finds br-ex in place.
+	script := filepath.Join(n.dir, "state", nodesetup.BootScript)
+	require.FileExists(t, script)
+	vsd := pidOf(t, filepath.Join(n.dir, "ovs-vswitchd.pid"))
+	must(t, nil, "ovs-appctl", "-t", filepath.Join(n.dir, fmt.Sprintf("ovs-vswitchd.%d.ctl", vsd)), "exit", "--cleanup")
+	for i := 0; i < 50 && lab.PidAlive(vsd); i++ {
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.False(t, lab.PidAlive(vsd))
+	must(t, nil, "ip", "-n", n.netns, "addr", "add", nodeIP+"/24", "dev", "eth0")
+	must(t, nil, "ip", "-n", n.netns, "route", "replace", "default", "via", peerIP, "dev", "eth0", "metric", "50")
+	must(t, n.ovsEnv(), "ip", "netns", "exec", n.netns, "ovs-vswitchd", "unix:"+n.dir+"/db.sock",
+		"--pidfile", "--detach", "--no-chdir", "--log-file", "-vconsole:off")
+	_, err = n.ns(t, "ping", "-c", "1", "-W", "1", peerIP)
+	require.Error(t, err, "no network after the reboot, before the boot script")
+	must(t, append(n.ovsEnv(), "OVS_RUNDIR="+n.dir), "ip", "netns", "exec", n.netns, "sh", "-x", script)
+	n.ping(t)
+	addrs = must(t, nil, "ip", "-n", n.netns, "-4", "-o", "addr", "show")
+	assert.Contains(t, addrs, "br-ex    inet "+nodeIP+"/24")
+	assert.NotContains(t, addrs, "eth0    inet")
+	must(t, append(n.ovsEnv(), "OVS_RUNDIR="+n.dir), "ip", "netns", "exec", n.netns, "sh", script) // twice: no error
+	out, err = n.agent(t, bin, append(setup, "--mtu=1400")...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "unchanged: br-ex exists (no NIC to move)")
+	assert.Contains(t, out, "unchanged: boot script "+script)
+	n.ping(t)
 
 	// Teardown: everything back, twice.
 	require.NoError(t, os.MkdirAll(filepath.Join(dataDir, nodesetup.NetworkName), 0o755))
@@ -271,7 +340,7 @@ func TestNodeSetupAndTeardown(t *testing.T) {
 	assert.NotContains(t, links, "srcip-gw0")
 	_, err = n.ns(t, "nft", "list", "table", "ip", "ovs-srcip")
 	assert.Error(t, err, "nft table left")
-	for _, p := range append([]string{filepath.Join(confDir, nodesetup.ConflistName), filepath.Join(n.dir, "state", nodesetup.StateFile),
+	for _, p := range append([]string{filepath.Join(confDir, nodesetup.ConflistName), filepath.Join(n.dir, "state", nodesetup.StateFile), script,
 		filepath.Join(dataDir, nodesetup.NetworkName)}, pluginPaths(binDir)...) {
 		_, err := os.Stat(p)
 		assert.ErrorIs(t, err, os.ErrNotExist, p)

@@ -1,0 +1,178 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// EgressGateway sends the traffic of selected pods towards destinations through one gateway
+// node per egress IP, which SNATs it to that egress IP (docs/egress.md). Cluster-scoped.
+//
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=egw
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Egress IPs",type=string,JSONPath=`.spec.egressIPs`
+// +kubebuilder:printcolumn:name="Gateways",type=string,description="The node that SNATs each egress IP.",JSONPath=`.status.activeGateways[*].node`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Destinations",type=string,priority=1,JSONPath=`.spec.destinations`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type EgressGateway struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec says what goes through the gateway and which nodes may be the gateway.
+	// +required
+	Spec EgressGatewaySpec `json:"spec"`
+	// Status is written by the agents.
+	// +optional
+	Status EgressGatewayStatus `json:"status,omitempty"`
+}
+
+// EgressGatewaySpec is what to send through the gateway, and which nodes may be the gateway.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.namespaceSelector) || has(self.podSelector)",message="at least one of namespaceSelector and podSelector is required (an empty selector {} selects everything)"
+// +kubebuilder:validation:XValidation:rule="!has(self.destinations) || self.egressIPs.all(e, !isIP(e) || self.destinations.all(d, !isCIDR(d) || cidr(d).ip().family() == ip(e).family()))",message="every destination must be of the egress IPs' address family"
+// +kubebuilder:validation:XValidation:rule="self.egressIPs.all(e, !isIP(e) || ip(e).family() == 4) || self.egressIPs.all(e, !isIP(e) || ip(e).family() == 6)",message="egress IPs must all be of one address family"
+type EgressGatewaySpec struct {
+	// EgressIPs are the source addresses of the selected pods' traffic after the gateway
+	// (IPv4 dotted quads; IPv6 is accepted by the API but not programmed yet). Each selected pod
+	// uses one of them, chosen by a hash of its namespace and name; each has its own active
+	// gateway. The network must deliver them to the gateway nodes' uplink L2 (the active
+	// gateway answers ARP for them). An address equal to a node address, a Service's
+	// LoadBalancer IP or another EgressGateway's egress IP is refused (condition Conflict).
+	// +required
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=45
+	// +kubebuilder:validation:items:XValidation:rule="isIP(self)",message="must be an IPv4 or IPv6 address"
+	// +kubebuilder:validation:items:XValidation:rule="!isIP(self) || ip(self).isGlobalUnicast()",message="must be a unicast address (not unspecified, loopback, link-local, multicast or broadcast)"
+	EgressIPs []string `json:"egressIPs"`
+
+	// GatewayNodeSelector selects the nodes that may be the gateway; for each egress IP the
+	// agents elect one of them that is Ready (a Lease per egress IP). Required: an empty selector
+	// {} allows every node.
+	// +required
+	GatewayNodeSelector metav1.LabelSelector `json:"gatewayNodeSelector"`
+
+	// NamespaceSelector selects the namespaces whose pods are selected. Absent: every namespace.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+
+	// PodSelector selects pods in those namespaces. Absent: every pod.
+	// +optional
+	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
+
+	// Destinations are the networks (CIDRs without host bits) whose traffic goes through the
+	// gateway. Absent or empty: everything outside the cluster's pod, Service and node networks
+	// (the agents' --egress-cluster-cidrs and every Node's pod CIDRs and addresses, which are
+	// always excluded).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=43
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 192.0.2.0/24 or 2001:db8::/32"
+	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self) == cidr(self).masked()",message="must be a network address without host bits (192.0.2.0/24, not 192.0.2.1/24)"
+	Destinations []string `json:"destinations,omitempty"`
+
+	// ExcludedDestinations are networks inside Destinations whose traffic keeps the node's
+	// own path (masqueraded to the node address).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=43
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 192.0.2.0/24 or 2001:db8::/32"
+	ExcludedDestinations []string `json:"excludedDestinations,omitempty"`
+}
+
+// EgressGatewayStatus is written by the agents (status subresource).
+type EgressGatewayStatus struct {
+	// ActiveGateways is the node that currently SNATs each egress IP (the holder of its
+	// Lease); an egress IP without an entry has no gateway: its pods' traffic to the
+	// destinations is dropped (fail closed).
+	// +optional
+	// +listType=map
+	// +listMapKey=egressIP
+	// +kubebuilder:validation:MaxItems=16
+	ActiveGateways []ActiveGateway `json:"activeGateways,omitempty"`
+
+	// Conditions: Ready (every usable egress IP has an active gateway) and Conflict (an egress
+	// IP is refused; reasons below).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Nodes is, per node whose agent applied this policy, the metadata.generation it applied.
+	// +optional
+	// +listType=map
+	// +listMapKey=node
+	// +kubebuilder:validation:MaxItems=5000
+	Nodes []NodeStatus `json:"nodes,omitempty"`
+}
+
+// ActiveGateway is the gateway node of one egress IP.
+type ActiveGateway struct {
+	// EgressIP is one of spec.egressIPs.
+	// +required
+	// +kubebuilder:validation:MaxLength=45
+	EgressIP string `json:"egressIP"`
+	// Node is the name of the node that holds the egress IP's Lease.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	Node string `json:"node"`
+}
+
+// NodeStatus is what one node's agent applied.
+type NodeStatus struct {
+	// Node is the node's name.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	Node string `json:"node"`
+	// ObservedGeneration is the metadata.generation of the policy the node's flows implement.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	ObservedGeneration int64 `json:"observedGeneration"`
+}
+
+// Condition types and reasons of EgressGatewayStatus.Conditions.
+const (
+	// ConditionReady is True when every egress IP that is not refused has an active gateway.
+	ConditionReady = "Ready"
+	// ConditionConflict is True when at least one egress IP is refused.
+	ConditionConflict = "Conflict"
+
+	// ReasonGatewaysActive: Ready=True.
+	ReasonGatewaysActive = "GatewaysActive"
+	// ReasonNoEligibleNode: Ready=False, no Ready node matches gatewayNodeSelector.
+	ReasonNoEligibleNode = "NoEligibleNode"
+	// ReasonElecting: Ready=False, eligible nodes exist but a Lease has no holder yet.
+	ReasonElecting = "Electing"
+	// ReasonInvalidSpec: Ready=False, a selector or CIDR of the spec cannot be used.
+	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonNodeAddress: Conflict=True, an egress IP is a Node's address.
+	ReasonNodeAddress = "NodeAddress"
+	// ReasonLoadBalancerIP: Conflict=True, an egress IP is a Service's LoadBalancer IP or
+	// externalIP.
+	ReasonLoadBalancerIP = "LoadBalancerIP"
+	// ReasonEgressIPInUse: Conflict=True, an egress IP belongs to an older EgressGateway.
+	ReasonEgressIPInUse = "EgressIPInUse"
+	// ReasonUnsupported: Conflict=True, an egress IP is IPv6 (not programmed yet).
+	ReasonUnsupported = "Unsupported"
+	// ReasonNoConflict: Conflict=False.
+	ReasonNoConflict = "NoConflict"
+)
+
+// EgressGatewayList is a list of EgressGateways.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:object:root=true
+type EgressGatewayList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the EgressGateways.
+	Items []EgressGateway `json:"items"`
+}

@@ -1,0 +1,296 @@
+package agent
+
+import (
+	"cmp"
+	"hash/fnv"
+	"net/netip"
+	"reflect"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
+
+	egressv1 "github.com/ovs-srcip/ovs-srcip/agent/apis/ovssrcip/v1alpha1"
+	"github.com/ovs-srcip/ovs-srcip/flows"
+)
+
+// EgressIPState is what the agent decided about one egress IP of an EgressGateway.
+type EgressIPState struct {
+	IP netip.Addr
+	// Refused is the Conflict reason (egressv1.Reason*) when the IP is not programmed.
+	Refused, Message string
+	// Gateway is the active gateway node ("" none); Eligible are the Ready nodes that match the
+	// policy's gatewayNodeSelector, by name.
+	Gateway  string
+	Eligible []string
+	usable   bool // programmed: not refused, policy valid
+}
+
+// EgressPolicy is one EgressGateway as converted by the agent.
+type EgressPolicy struct {
+	Name       string
+	Generation int64
+	IPs        []EgressIPState
+	// StatusWriter is the node whose agent writes the policy's activeGateways and conditions:
+	// the gateway of its first egress IP that has one, else the first Ready node by name (every
+	// agent computes the same).
+	StatusWriter string
+	// Invalid is set when the spec cannot be used (a selector or CIDR the agent cannot parse).
+	Invalid string
+	obj     *egressv1.EgressGateway
+	nsSel   labels.Selector // nil: every namespace
+	podSel  labels.Selector // nil: every pod
+	dsts    []netip.Prefix
+	exclude []netip.Prefix
+}
+
+// GatewayChooser returns the active gateway of an egress IP among eligible nodes (sorted by
+// name), or "" for none. The default (manifests mode) takes the policy's
+// status.activeGateways entry when it names an eligible node, else the first eligible node;
+// with Kubernetes the Lease holder is used (LeaseElector).
+type GatewayChooser func(policy *egressv1.EgressGateway, ip netip.Addr, eligible []string) string
+
+// StatusGateway is the default GatewayChooser.
+func StatusGateway(policy *egressv1.EgressGateway, ip netip.Addr, eligible []string) string {
+	for _, a := range policy.Status.ActiveGateways {
+		if a.EgressIP == ip.String() && slices.Contains(eligible, a.Node) {
+			return a.Node
+		}
+	}
+	if len(eligible) > 0 {
+		return eligible[0]
+	}
+	return ""
+}
+
+func egressGatewayEqual(a, b *egressv1.EgressGateway) bool {
+	return a.Generation == b.Generation && a.CreationTimestamp.Equal(&b.CreationTimestamp) &&
+		equality.Semantic.DeepEqual(a.Spec, b.Spec) &&
+		equality.Semantic.DeepEqual(a.Status.ActiveGateways, b.Status.ActiveGateways)
+}
+
+func namespaceEqual(a, b *corev1.Namespace) bool { return reflect.DeepEqual(a.Labels, b.Labels) }
+
+// convertEgress parses a policy's selectors and CIDRs.
+func convertEgress(g *egressv1.EgressGateway) *EgressPolicy {
+	p := &EgressPolicy{Name: g.Name, Generation: g.Generation, obj: g}
+	var err error
+	if g.Spec.NamespaceSelector != nil {
+		if p.nsSel, err = metav1.LabelSelectorAsSelector(g.Spec.NamespaceSelector); err != nil {
+			p.Invalid = "namespaceSelector: " + err.Error()
+		}
+	}
+	if g.Spec.PodSelector != nil {
+		if p.podSel, err = metav1.LabelSelectorAsSelector(g.Spec.PodSelector); err != nil {
+			p.Invalid = "podSelector: " + err.Error()
+		}
+	}
+	if g.Spec.NamespaceSelector == nil && g.Spec.PodSelector == nil {
+		p.Invalid = "neither namespaceSelector nor podSelector"
+	}
+	if p.dsts, err = ParseCIDRs(g.Spec.Destinations); err != nil {
+		p.Invalid = "destinations: " + err.Error()
+	}
+	if p.exclude, err = ParseCIDRs(g.Spec.ExcludedDestinations); err != nil {
+		p.Invalid = "excludedDestinations: " + err.Error()
+	}
+	return p
+}
+
+// selects reports whether the policy selects pod (namespace labels from ns; a namespace the
+// agent has not seen has only kubernetes.io/metadata.name).
+func (p *EgressPolicy) selects(pod *corev1.Pod, ns *corev1.Namespace) bool {
+	if p.Invalid != "" {
+		return false
+	}
+	if p.nsSel != nil {
+		nsLabels := labels.Set{corev1.LabelMetadataName: pod.Namespace}
+		if ns != nil {
+			nsLabels = labels.Set(ns.Labels)
+		}
+		if !p.nsSel.Matches(nsLabels) {
+			return false
+		}
+	}
+	return p.podSel == nil || p.podSel.Matches(labels.Set(pod.Labels))
+}
+
+// updateEgress recomputes the egress IPs (conflicts, gateways) and every local pod's egress
+// assignment; pods whose assignment changed are marked in touched.
+func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
+	// Policies, oldest first (an egress IP belongs to the oldest policy that names it, C28).
+	pols := make([]*EgressPolicy, 0, len(m.egws))
+	for _, g := range m.egws {
+		pols = append(pols, convertEgress(g))
+	}
+	slices.SortFunc(pols, func(a, b *EgressPolicy) int {
+		if c := a.obj.CreationTimestamp.Compare(b.obj.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Name, b.Name)
+	})
+	nodeAddrs := map[netip.Addr]string{}
+	for _, n := range m.nodes {
+		for _, a := range n.Status.Addresses {
+			if ip, err := netip.ParseAddr(a.Address); err == nil {
+				nodeAddrs[ip] = n.Name
+			}
+		}
+	}
+	lbAddrs := map[netip.Addr]string{}
+	for name, s := range m.services {
+		for _, in := range s.Status.LoadBalancer.Ingress {
+			if ip, err := netip.ParseAddr(in.IP); err == nil {
+				lbAddrs[ip] = name.String()
+			}
+		}
+		for _, e := range s.Spec.ExternalIPs {
+			if ip, err := netip.ParseAddr(e); err == nil {
+				lbAddrs[ip] = name.String()
+			}
+		}
+	}
+	readyNames := []string{}
+	for name, n := range m.nodes {
+		if nodeReady(n) == corev1.ConditionTrue {
+			readyNames = append(readyNames, name)
+		}
+	}
+	slices.Sort(readyNames)
+	taken := map[netip.Addr]string{}
+	egress := map[netip.Addr]flows.EgressIP{}
+	choose := m.chooseGateway
+	if choose == nil {
+		choose = StatusGateway
+	}
+	if m.election != nil {
+		choose = m.election.Choose
+	}
+	for _, p := range pols {
+		var eligible []string
+		if sel, err := metav1.LabelSelectorAsSelector(&p.obj.Spec.GatewayNodeSelector); err != nil {
+			p.Invalid = "gatewayNodeSelector: " + err.Error()
+		} else {
+			for _, name := range readyNames {
+				if sel.Matches(labels.Set(m.nodes[name].Labels)) {
+					eligible = append(eligible, name)
+				}
+			}
+		}
+		for _, s := range p.obj.Spec.EgressIPs {
+			st := EgressIPState{Eligible: eligible}
+			ip, err := netip.ParseAddr(s)
+			switch {
+			case err != nil:
+				st.Refused, st.Message = egressv1.ReasonUnsupported, "not an IP address: "+s
+			case !ip.Is4():
+				st.IP = ip
+				st.Refused, st.Message = egressv1.ReasonUnsupported, ip.String()+": IPv6 egress IPs are not programmed yet"
+			case nodeAddrs[ip] != "":
+				st.IP = ip
+				st.Refused, st.Message = egressv1.ReasonNodeAddress, ip.String()+" is an address of node "+nodeAddrs[ip]
+			case lbAddrs[ip] != "":
+				st.IP = ip
+				st.Refused, st.Message = egressv1.ReasonLoadBalancerIP, ip.String()+" is a LoadBalancer IP or externalIP of Service "+lbAddrs[ip]
+			case taken[ip] != "":
+				st.IP = ip
+				st.Refused, st.Message = egressv1.ReasonEgressIPInUse, ip.String()+" is an egress IP of the older EgressGateway "+taken[ip]
+			default:
+				st.IP = ip
+				taken[ip] = p.Name
+				st.usable = p.Invalid == ""
+			}
+			p.IPs = append(p.IPs, st)
+		}
+	}
+	// The election first learns what this node may serve (it gives up the rest at once), then
+	// names the gateways.
+	if m.election != nil {
+		var mine []netip.Addr
+		for _, p := range pols {
+			for _, st := range p.IPs {
+				if st.usable && slices.Contains(st.Eligible, m.node) {
+					mine = append(mine, st.IP)
+				}
+			}
+		}
+		m.election.Campaign(mine)
+	}
+	for _, p := range pols {
+		for i := range p.IPs {
+			st := &p.IPs[i]
+			if st.usable {
+				st.Gateway = choose(p.obj, st.IP, st.Eligible)
+				egress[st.IP] = flows.EgressIP{IP: st.IP, Policy: p.Name, Gateway: st.Gateway}
+				if p.StatusWriter == "" && st.Gateway != "" {
+					p.StatusWriter = st.Gateway
+				}
+			}
+		}
+		if p.StatusWriter == "" && len(readyNames) > 0 {
+			p.StatusWriter = readyNames[0]
+		}
+	}
+	m.st.Egress = egress
+	m.st.EgressClusterCIDRs = m.egressClusterCIDRs
+	m.egressPolicies = pols
+
+	// Local pods.
+	for k, fp := range m.st.Pods {
+		var pe *flows.PodEgress
+		if pod := m.pods[nn(k.Namespace, k.Name)]; pod != nil {
+			for _, p := range pols {
+				if !p.selects(pod, m.namespaces[pod.Namespace]) {
+					continue
+				}
+				var usable []netip.Addr
+				for _, s := range p.IPs {
+					if s.Refused == "" && s.IP.Is4() {
+						usable = append(usable, s.IP)
+					}
+				}
+				if len(usable) == 0 {
+					continue
+				}
+				h := fnv.New32a()
+				h.Write([]byte(pod.Namespace + "/" + pod.Name))
+				pe = &flows.PodEgress{IP: usable[int(h.Sum32())%len(usable)], Policy: p.Name,
+					Destinations: p.dsts, Excluded: p.exclude}
+				break
+			}
+		}
+		if !reflect.DeepEqual(pe, m.podEgress[k]) || !reflect.DeepEqual(pe, fp.Egress) {
+			markObject(touched, "Pod", k.Namespace, k.Name)
+			if pe == nil {
+				delete(m.podEgress, k)
+			} else {
+				m.podEgress[k] = pe
+				logger.V(2).Info("Pod egress", "pod", klog.KRef(k.Namespace, k.Name), "egressIP", pe.IP, "policy", pe.Policy)
+			}
+		}
+		fp.Egress = pe
+		m.st.Pods[k] = fp
+	}
+}
+
+// EgressPolicies returns the policies as last converted (status writers, srcipctl).
+func (m *model) EgressPolicies() []*EgressPolicy { return m.egressPolicies }
+
+// egressSummary is a one-line description for logs.
+func egressSummary(p *EgressPolicy) string {
+	var b strings.Builder
+	for _, s := range p.IPs {
+		b.WriteString(s.IP.String())
+		if s.Refused != "" {
+			b.WriteString("(refused:" + s.Refused + ")")
+		} else {
+			b.WriteString("->" + s.Gateway)
+		}
+		b.WriteString(" ")
+	}
+	return strings.TrimSpace(b.String())
+}

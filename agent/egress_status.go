@@ -1,0 +1,214 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	egressv1 "github.com/ovs-srcip/ovs-srcip/agent/apis/ovssrcip/v1alpha1"
+	egressclient "github.com/ovs-srcip/ovs-srcip/agent/client/clientset/versioned"
+)
+
+// Field managers of the EgressGateway status (server-side apply on the status subresource).
+const (
+	// StatusManagerGateways owns status.activeGateways and status.conditions; only the policy's
+	// EgressPolicy.StatusWriter applies them, so one manager name is shared by the nodes.
+	StatusManagerGateways = "srcip-agent-gateways"
+	// StatusManagerNodePrefix + node name owns that node's status.nodes entry.
+	StatusManagerNodePrefix = "srcip-agent-node-"
+)
+
+// statusRewrite is how long the writer trusts that an applied status reached its informer
+// before it applies the same content again.
+const statusRewrite = 10 * time.Second
+
+// EgressStatusWriter writes what this node's agent knows into the EgressGateway status
+// subresource, by server-side apply (JSON apply patches through the generated clientset):
+// every node its own status.nodes entry (observedGeneration: the generation whose flows the
+// last successful sync applied); the policy's StatusWriter node the activeGateways (from the
+// Lease holders) and the Ready and Conflict conditions with their reasons (egressv1.Reason*).
+// Writes run on Run's goroutine, never on the sync goroutine; a failed write is logged and
+// retried at the next Publish.
+type EgressStatusWriter struct {
+	client egressclient.Interface
+	node   string
+
+	mu      sync.Mutex
+	pending []*EgressPolicy
+	kick    chan struct{}
+	written map[string]writtenStatus // manager/policy -> last body
+}
+
+type writtenStatus struct {
+	body string
+	at   time.Time
+}
+
+var _ EgressStatusSink = (*EgressStatusWriter)(nil)
+
+// NewEgressStatusWriter returns the writer of node through c; call Run.
+func NewEgressStatusWriter(c egressclient.Interface, node string) *EgressStatusWriter {
+	return &EgressStatusWriter{client: c, node: node, kick: make(chan struct{}, 1), written: map[string]writtenStatus{}}
+}
+
+// Publish implements EgressStatusSink (the latest policies replace any not yet written).
+func (w *EgressStatusWriter) Publish(policies []*EgressPolicy) {
+	w.mu.Lock()
+	w.pending = policies
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run writes published policies until ctx is done.
+func (w *EgressStatusWriter) Run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.kick:
+		}
+		w.mu.Lock()
+		pols := w.pending
+		w.pending = nil
+		w.mu.Unlock()
+		for _, p := range pols {
+			if err := w.write(ctx, p); err != nil {
+				klog.FromContext(ctx).Error(err, "EgressGateway status not written", "egressGateway", p.Name)
+			}
+		}
+	}
+}
+
+func (w *EgressStatusWriter) write(ctx context.Context, p *EgressPolicy) error {
+	if p.obj == nil {
+		return nil
+	}
+	cur := p.obj.Status
+	if !slices.Contains(cur.Nodes, egressv1.NodeStatus{Node: w.node, ObservedGeneration: p.Generation}) {
+		st := egressv1.EgressGatewayStatus{Nodes: []egressv1.NodeStatus{{Node: w.node, ObservedGeneration: p.Generation}}}
+		if err := w.apply(ctx, StatusManagerNodePrefix+w.node, p.Name, st); err != nil {
+			return err
+		}
+	}
+	if p.StatusWriter != w.node {
+		return nil
+	}
+	want := PolicyStatus(p, time.Now())
+	if slices.Equal(want.ActiveGateways, cur.ActiveGateways) && conditionsEqual(want.Conditions, cur.Conditions) {
+		return nil
+	}
+	return w.apply(ctx, StatusManagerGateways, p.Name, want)
+}
+
+// apply sends one apply patch of st to the status subresource of policy name as manager,
+// unless the same body was applied less than statusRewrite ago.
+func (w *EgressStatusWriter) apply(ctx context.Context, manager, name string, st egressv1.EgressGatewayStatus) error {
+	body, err := json.Marshal(map[string]any{
+		"apiVersion": egressv1.SchemeGroupVersion.String(),
+		"kind":       "EgressGateway",
+		"metadata":   map[string]any{"name": name},
+		"status":     st,
+	})
+	if err != nil {
+		return err
+	}
+	key := manager + "/" + name
+	w.mu.Lock()
+	last := w.written[key]
+	w.mu.Unlock()
+	if last.body == string(body) && time.Since(last.at) < statusRewrite {
+		return nil
+	}
+	force := true
+	_, err = w.client.OvsSrcipV1alpha1().EgressGateways().Patch(ctx, name, types.ApplyPatchType, body,
+		metav1.PatchOptions{FieldManager: manager, Force: &force}, "status")
+	if err != nil {
+		return fmt.Errorf("apply status (%s): %w", manager, err)
+	}
+	w.mu.Lock()
+	w.written[key] = writtenStatus{body: string(body), at: time.Now()}
+	w.mu.Unlock()
+	klog.FromContext(ctx).V(2).Info("Applied EgressGateway status", "egressGateway", name, "manager", manager)
+	return nil
+}
+
+// PolicyStatus is the activeGateways and conditions of p as converted (now is the transition
+// time of a condition whose status changes; unchanged ones keep theirs from p's object):
+//   - Ready True GatewaysActive when every programmed egress IP has a gateway; else False with
+//     InvalidSpec (the spec cannot be used), NoEligibleNode (an IP has no Ready node matching
+//     gatewayNodeSelector), Electing (eligible nodes, no Lease holder yet), or the refusal
+//     reason when no egress IP is usable;
+//   - Conflict True with the first refused IP's reason (every refusal in the message), else
+//     False NoConflict.
+func PolicyStatus(p *EgressPolicy, now time.Time) egressv1.EgressGatewayStatus {
+	var st egressv1.EgressGatewayStatus
+	var refused, noGW []string
+	refReason, readyReason := "", egressv1.ReasonGatewaysActive
+	usable := 0
+	for _, s := range p.IPs {
+		switch {
+		case s.Refused != "":
+			if refReason == "" {
+				refReason = s.Refused
+			}
+			refused = append(refused, s.Message)
+		case p.Invalid != "":
+		case s.Gateway != "":
+			usable++
+			st.ActiveGateways = append(st.ActiveGateways, egressv1.ActiveGateway{EgressIP: s.IP.String(), Node: s.Gateway})
+		default:
+			usable++
+			if len(s.Eligible) == 0 {
+				readyReason = egressv1.ReasonNoEligibleNode
+				noGW = append(noGW, s.IP.String()+": no Ready node matches gatewayNodeSelector")
+			} else {
+				if readyReason != egressv1.ReasonNoEligibleNode {
+					readyReason = egressv1.ReasonElecting
+				}
+				noGW = append(noGW, s.IP.String()+": no Lease holder yet among "+strings.Join(s.Eligible, ","))
+			}
+		}
+	}
+	ready := metav1.Condition{Type: egressv1.ConditionReady, Status: metav1.ConditionTrue, Reason: readyReason,
+		Message: "every egress IP has an active gateway", ObservedGeneration: p.Generation}
+	switch {
+	case p.Invalid != "":
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, egressv1.ReasonInvalidSpec, p.Invalid
+	case usable == 0 && refReason != "":
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, refReason, "no usable egress IP"
+	case len(noGW) > 0:
+		ready.Status, ready.Message = metav1.ConditionFalse, strings.Join(noGW, "; ")
+	}
+	conflict := metav1.Condition{Type: egressv1.ConditionConflict, Status: metav1.ConditionFalse,
+		Reason: egressv1.ReasonNoConflict, Message: "no egress IP is refused", ObservedGeneration: p.Generation}
+	if refReason != "" {
+		conflict.Status, conflict.Reason, conflict.Message = metav1.ConditionTrue, refReason, strings.Join(refused, "; ")
+	}
+	conds := slices.Clone(p.obj.Status.Conditions)
+	for _, c := range []metav1.Condition{ready, conflict} {
+		c.LastTransitionTime = metav1.NewTime(now)
+		meta.SetStatusCondition(&conds, c) // keeps the transition time when the status is unchanged
+	}
+	slices.SortFunc(conds, func(a, b metav1.Condition) int { return strings.Compare(a.Type, b.Type) })
+	st.Conditions = conds
+	return st
+}
+
+func conditionsEqual(a, b []metav1.Condition) bool {
+	return slices.EqualFunc(a, b, func(x, y metav1.Condition) bool {
+		return x.Type == y.Type && x.Status == y.Status && x.Reason == y.Reason && x.Message == y.Message &&
+			x.ObservedGeneration == y.ObservedGeneration
+	})
+}

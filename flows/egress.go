@@ -1,0 +1,243 @@
+package flows
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+
+	"github.com/digitalocean/go-openvswitch/ovs"
+)
+
+// Egress gateways (path P4, docs/egress.md): KindEgress (br-int) and KindEgressAnnounce (br-ex),
+// one flow set each per egress IP, plus the pod's own egress flows (BuildPod, podEgressFlows),
+// the fixed parts in BuildIntBase (egressBaseFlows) and the tunnel classification per peer
+// (BuildNode, egressNodeFlows).
+
+// EgressMAC is the inner Ethernet destination of a packet tunnelled to the gateway of egress IP
+// ip (0a:5e:<ip>): it tells the gateway which egress IP to SNAT to.
+func EgressMAC(ip netip.Addr) net.HardwareAddr {
+	b := ip.As4()
+	return net.HardwareAddr{0x0a, 0x5e, b[0], b[1], b[2], b[3]}
+}
+
+// ipv4Hex is ip as a 32-bit value for load actions.
+func ipv4Hex(ip netip.Addr) string {
+	b := ip.As4()
+	return fmt.Sprintf("%#x", uint32(b[0])<<24|uint32(b[1])<<16|uint32(b[2])<<8|uint32(b[3]))
+}
+
+// egressExcluded lists what is never sent to an egress gateway: every node's pod CIDRs and
+// InternalIP, the cluster's Service and node networks (State.EgressClusterCIDRs) and the
+// policy's excludedDestinations.
+func egressExcluded(st *State, e *PodEgress) []netip.Prefix {
+	var out []netip.Prefix
+	for _, n := range st.Nodes {
+		for _, c := range n.PodCIDRs {
+			if c.Addr().Is4() {
+				out = append(out, c.Masked())
+			}
+		}
+		if n.InternalIP.Is4() {
+			out = append(out, netip.PrefixFrom(n.InternalIP, 32))
+		}
+	}
+	for _, c := range append(slices.Clone(st.EgressClusterCIDRs), e.Excluded...) {
+		if c.Addr().Is4() {
+			out = append(out, c.Masked())
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	return slices.Compact(out)
+}
+
+// podEgressFlows are the IntL3Forwarding flows of a local pod selected by an EgressGateway: a
+// NEW connection from the pod's own address (its port's spoof guard holds it to that address)
+// to one of the destinations is committed in ZonePod with EgressPath and its egress IP in
+// CTLabelEgressIP (so it keeps that path for its life, C37) and goes to IntEgressOut; to an
+// excluded network it keeps the host path (IntGatewayOut, or drop without a gateway port).
+// Established packets of such a connection go to IntEgressOut by BuildIntBase's flow; replies
+// to connections that came IN to the pod were steered away earlier (IntPodEgressCT, C22).
+func podEgressFlows(st *State, p Pod, ip netip.Addr) []ovs.Flow {
+	e := p.Egress
+	if e == nil || !e.IP.Is4() || !ip.Is4() {
+		return nil
+	}
+	src := ovs.NetworkSource(ip.String())
+	newConn := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateNew))
+	var fl []ovs.Flow
+	hostPath := DropFor(DropNoRoute)
+	if st.Ports.HasGateway() {
+		hostPath = Goto(IntGatewayOut)
+	}
+	for _, x := range egressExcluded(st, e) {
+		fl = append(fl, flow(IntL3Forwarding, prioEgressExcl, ovs.ProtocolIPv4, 0,
+			[]ovs.Match{SourcePod.Match(), src, ovs.NetworkDestination(x.String()), newConn}, hostPath))
+	}
+	dsts := e.Destinations
+	if len(dsts) == 0 {
+		dsts = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}
+	}
+	for _, d := range dsts {
+		if !d.Addr().Is4() {
+			continue
+		}
+		m := []ovs.Match{SourcePod.Match(), src, newConn}
+		if d.Bits() > 0 {
+			m = append(m, ovs.NetworkDestination(d.Masked().String()))
+		}
+		fl = append(fl, flow(IntL3Forwarding, prioEgress, ovs.ProtocolIPv4, 0, m,
+			CT{Commit: true, Zone: ZonePod, Exec: []ovs.Action{EgressPath.Load(), CTLabelEgressIP.Load(ipv4Value(e.IP))}},
+			RegEgressIP.Load(uint32(ipv4Value(e.IP))), Goto(IntEgressOut)))
+	}
+	return fl
+}
+
+// egressBaseFlows are the fixed egress flows of br-int (part of BuildIntBase).
+func egressBaseFlows(st *State) []ovs.Flow {
+	p := st.Ports
+	trk := ovs.SetState(ovs.CTStateTracked)
+	estOrig := ctState(trk, ovs.SetState(ovs.CTStateEstablished), ovs.UnsetState(ovs.CTStateReply))
+	rpl := ctState(trk, ovs.SetState(ovs.CTStateEstablished), ovs.SetState(ovs.CTStateReply))
+	rel := ctState(trk, ovs.SetState(ovs.CTStateRelated))
+	local := CTLabelEgressNode.Match(0)
+	return []ovs.Flow{
+		// A pod's packet of a connection pinned to the egress path goes to its egress IP's
+		// gateway, whatever the policies say now (C37); without that IP's flow set it is dropped.
+		flow(IntL3Forwarding, prioEgress, ovs.ProtocolIPv4, 0, []ovs.Match{SourcePod.Match(), estOrig, EgressPath.Match()},
+			ovs.Move(CTLabelEgressIP.NXM(), RegEgressIP.NXM()), Goto(IntEgressOut)),
+		flow(IntEgressOut, prioDefault, "", 0, nil, DropFor(DropEgressNoGateway)),
+		flow(IntEgressSNAT, prioDefault, "", 0, nil, DropFor(DropEgressNotGateway)),
+		flow(IntEgressSend, prioDefault, "", 0, nil, DropFor(DropEgressNotGateway)),
+		// Gateway: un-SNATed replies go back to the pod's node, or to this node's pod.
+		flow(IntEgressReply, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rpl, local},
+			SourceEgress.Load(), CT{Zone: ZonePod, Table: tableRef(IntEgressReplyCT)}),
+		flow(IntEgressReply, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rel, local},
+			SourceEgress.Load(), CT{Zone: ZonePod, Table: tableRef(IntEgressReplyCT)}),
+		flow(IntEgressReply, prioLow+1, ovs.ProtocolIPv4, 0, []ovs.Match{rpl},
+			CTLabelEgressNode.MoveTo(nxmTunIPv4), ovs.SetTunnel(VNIEgressReply), output(p.IntTunnel)),
+		flow(IntEgressReply, prioLow+1, ovs.ProtocolIPv4, 0, []ovs.Match{rel},
+			CTLabelEgressNode.MoveTo(nxmTunIPv4), ovs.SetTunnel(VNIEgressReply), output(p.IntTunnel)),
+		flow(IntEgressReply, prioDefault, "", 0, nil, DropFor(DropEgressReplyNoConnection)),
+		// Pod's node: only replies of what the pod opened on the egress path reach it.
+		flow(IntEgressReplyCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rpl, EgressPath.Match()}, Goto(IntL3Forwarding)),
+		flow(IntEgressReplyCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rel, EgressPath.Match()}, Goto(IntL3Forwarding)),
+		flow(IntEgressReplyCT, prioDefault, "", 0, nil, DropFor(DropEgressReplyNoConnection)),
+	}
+}
+
+// egressNodeFlows are the Geneve classification flows of the egress VNIs from one peer node,
+// tunSrc matching its InternalIP (part of BuildNode): VNIEgress from it goes to IntEgressSNAT, which SNATs only for egress IPs
+// this node is the active gateway of; VNIEgressReply goes through ZonePod to IntEgressReplyCT.
+// The inner source is not checked against the peer's pod CIDRs: a chained pod's address is its main
+// CNI's (docs/egress.md#chained-mode), the pod's node already held it to its port (spoof
+// guard), and the reply goes back to the tunnel source whatever the source (CTLabelEgressNode).
+func egressNodeFlows(st *State, tunSrc ovs.Match) []ovs.Flow {
+	return []ovs.Flow{
+		flow(IntClassifier, prioHook, ovs.ProtocolIPv4, st.Ports.IntTunnel, []ovs.Match{tunSrc, ovs.TunnelID(VNIEgress)},
+			Goto(IntEgressSNAT)),
+		flow(IntClassifier, prioHook, ovs.ProtocolIPv4, st.Ports.IntTunnel, []ovs.Match{tunSrc, ovs.TunnelID(VNIEgressReply)},
+			SourceEgress.Load(), CT{Zone: ZonePod, Table: tableRef(IntEgressReplyCT)}),
+	}
+}
+
+// BuildEgress returns the br-int flows of one egress IP (KindEgress), on every node: where
+// IntEgressOut sends the pods' packets (the active gateway over Geneve, this node's own SNAT, or
+// drop when there is no gateway: fail closed, C29); and on the active gateway the SNAT in
+// ZoneEgress (ovs-actions(7) "ct", nat(src=IP)), the hand-off to br-ex and the un-SNAT of what
+// br-ex passes back for the egress IP.
+func BuildEgress(st *State, e EgressIP) (*FlowSet, error) {
+	fs := &FlowSet{Key: Key{Kind: KindEgress, Name: e.IP.String()}, Bridge: BrInt}
+	if !e.IP.Is4() {
+		return fs, fs.Finish()
+	}
+	p := st.Ports
+	match := ovs.FieldMatch(RegEgressIP.Ref(), ipv4Hex(e.IP))
+	mac := EgressMAC(e.IP)
+	gw, known := st.Nodes[e.Gateway]
+	switch {
+	case e.Gateway == "" || !known || !gw.InternalIP.Is4():
+		fs.Flows = append(fs.Flows, flow(IntEgressOut, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{match}, DropFor(DropEgressNoGateway)))
+		if e.Gateway != "" {
+			fs.Warnings = append(fs.Warnings, fmt.Sprintf("egress IP %s: gateway node %s unknown or without IPv4 InternalIP: its traffic is dropped", e.IP, e.Gateway))
+		}
+	case e.Gateway == st.Node:
+		fs.Flows = append(fs.Flows, flow(IntEgressOut, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{match},
+			ovs.ModDataLinkDestination(mac), Goto(IntEgressSNAT)))
+	default:
+		fs.Flows = append(fs.Flows, flow(IntEgressOut, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{match},
+			ovs.ModDataLinkDestination(mac), ovs.SetField(gw.InternalIP.String(), "tun_dst"), ovs.SetTunnel(VNIEgress),
+			output(p.IntTunnel)))
+	}
+	if e.Gateway == st.Node {
+		fs.Flows = append(fs.Flows,
+			flow(IntEgressSNAT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{ovs.DataLinkDestination(mac.String())},
+				CT{Commit: true, Zone: ZoneEgress, NAT: &NAT{Src: e.IP}, Table: tableRef(IntEgressSend),
+					Exec: []ovs.Action{CTLabelEgressNode.MoveFrom(nxmTunSrc)}}),
+			flow(IntEgressSend, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{ovs.NetworkSource(e.IP.String())},
+				ovs.ModDataLinkSource(mac), ovs.ModDataLinkDestination(p.ExMAC), output(p.IntPatch)),
+			flow(IntClassifier, prioEgressHook, ovs.ProtocolIPv4, p.IntPatch,
+				[]ovs.Match{ovs.DataLinkDestination(p.ExMAC.String()), ovs.NetworkDestination(e.IP.String())},
+				CT{Zone: ZoneEgress, NAT: &NAT{}, Table: tableRef(IntEgressReply)}),
+		)
+	}
+	return fs, fs.Finish()
+}
+
+// BuildEgressAnnounce returns the br-ex flows of one egress IP on its active gateway
+// (KindEgressAnnounce; nothing elsewhere): ARP requests for the egress IP from the uplink are
+// answered with br-ex's MAC; IP to it from the uplink goes to br-int (the un-SNAT); the SNATed
+// packets br-int sends go to the host, which routes them (next hop and NIC from its routing
+// table).
+func BuildEgressAnnounce(st *State, e EgressIP) (*FlowSet, error) {
+	fs := &FlowSet{Key: Key{Kind: KindEgressAnnounce, Name: e.IP.String()}, Bridge: BrEx}
+	if !e.IP.Is4() || e.Gateway != st.Node {
+		return fs, fs.Finish()
+	}
+	p := st.Ports
+	fs.Flows = []ovs.Flow{
+		flow(ExClassifier, prioEgressHook, ovs.ProtocolARP, p.ExUplink,
+			[]ovs.Match{ovs.ARPOperation(arpOpRequest), ovs.ARPTargetProtocolAddress(e.IP.String())}, arpReply(p.ExMAC)...),
+		flow(ExClassifier, prioEgressHook, ovs.ProtocolIPv4, p.ExUplink,
+			[]ovs.Match{ovs.DataLinkDestination(p.ExMAC.String()), ovs.NetworkDestination(e.IP.String())}, output(p.ExPatch)),
+		flow(ExClassifier, prioEgressHook, ovs.ProtocolIPv4, p.ExPatch,
+			[]ovs.Match{ovs.NetworkSource(e.IP.String())}, ovs.ModDataLinkSource(p.ExMAC), outputLocal),
+	}
+	return fs, fs.Finish()
+}
+
+func egressKeys(k Kind) func(st *State) []Key {
+	return func(st *State) []Key {
+		out := make([]Key, 0, len(st.Egress))
+		for ip := range st.Egress {
+			out = append(out, Key{Kind: k, Name: ip.String()})
+		}
+		return out
+	}
+}
+
+func egressBuild(b func(*State, EgressIP) (*FlowSet, error)) func(*State, Key) (*FlowSet, error) {
+	return func(st *State, k Key) (*FlowSet, error) {
+		ip, err := netip.ParseAddr(k.Name)
+		if err != nil {
+			return nil, nil
+		}
+		e, ok := st.Egress[ip]
+		if !ok {
+			return nil, nil
+		}
+		return b(st, e)
+	}
+}
+
+// PodEgressFlow reports whether a flow of a pod flow set in table t with priority prio is one of
+// the pod's egress flows (podEgressFlows: to the egress path, or an excluded destination kept on
+// the host path), for srcipctl get egress.
+func PodEgressFlow(t Table, prio int) bool {
+	return t == IntL3Forwarding && (prio == prioEgress || prio == prioEgressExcl)
+}

@@ -1,0 +1,464 @@
+package kubee2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/netip"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ovs-srcip/ovs-srcip/agent"
+	egressv1 "github.com/ovs-srcip/ovs-srcip/agent/apis/ovssrcip/v1alpha1"
+	"github.com/ovs-srcip/ovs-srcip/test/lab"
+)
+
+// Egress gateway election and failover against the live API server (issue 9 points 3 and 5,
+// docs/egress.md). echo-a (10.244.2.5 on node2) is selected; node1 and node3 are eligible; the
+// echo server in the client netns (behind the lab router) logs the source it sees.
+
+const (
+	egressIP   = "192.0.2.50"
+	egressPort = "9090"
+	egwName    = "job"
+)
+
+var gatewayCandidates = []string{"node1", "node3"}
+
+// serveFromClient runs an echo server (TCP and UDP egressPort) in the client netns.
+func serveFromClient(t *testing.T) {
+	t.Helper()
+	ns, err := theLab.Netns("client")
+	require.NoError(t, err)
+	cmd := exec.Command("ip", "netns", "exec", ns, theLab.EchoBin(), "serve", "--name", "client", "--node", "client",
+		"--tcp", ":"+egressPort, "--udp", ":"+egressPort)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	pid := cmd.Process.Pid
+	t.Cleanup(func() {
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "ready") }, 5*time.Second, 20*time.Millisecond)
+}
+
+// ensurePolicy creates the EgressGateway selecting echo-a with node1 and node3 eligible, and
+// deletes it when the test ends (later tests compare whole bridges).
+func ensurePolicy(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	egw := &egressv1.EgressGateway{
+		ObjectMeta: metav1.ObjectMeta{Name: egwName},
+		Spec: egressv1.EgressGatewaySpec{
+			EgressIPs: []string{egressIP},
+			GatewayNodeSelector: metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: "kubernetes.io/hostname", Operator: metav1.LabelSelectorOpIn, Values: gatewayCandidates}}},
+			PodSelector:  &metav1.LabelSelector{MatchLabels: map[string]string{"pod": "echo-a"}},
+			Destinations: []string{"198.51.100.0/24"},
+		},
+	}
+	_, err := ecs.OvsSrcipV1alpha1().EgressGateways().Create(ctx, egw, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		assert.NoError(t, ecs.OvsSrcipV1alpha1().EgressGateways().Delete(ctx, egwName, metav1.DeleteOptions{}))
+		time.Sleep(2 * time.Second) // every agent removes the policy's flows
+	})
+}
+
+// activeGateway waits until the policy's status names one active gateway (Ready True, every
+// node's observedGeneration current, the Lease held by that node) that is not `not`, and
+// returns it.
+func activeGateway(t *testing.T, not string, timeout time.Duration) string {
+	t.Helper()
+	ctx := context.Background()
+	var active string
+	var last egressv1.EgressGatewayStatus
+	err := lab.WaitFor(func() error {
+		g, err := ecs.OvsSrcipV1alpha1().EgressGateways().Get(ctx, egwName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		last = g.Status
+		if len(g.Status.ActiveGateways) != 1 || g.Status.ActiveGateways[0].EgressIP != egressIP {
+			return fmt.Errorf("activeGateways %v", g.Status.ActiveGateways)
+		}
+		active = g.Status.ActiveGateways[0].Node
+		if active == not || !slices.Contains(gatewayCandidates, active) {
+			return fmt.Errorf("active gateway %s", active)
+		}
+		if !meta.IsStatusConditionTrue(g.Status.Conditions, egressv1.ConditionReady) {
+			return fmt.Errorf("not Ready: %v", g.Status.Conditions)
+		}
+		l, err := cs.CoordinationV1().Leases(leaseNS).Get(ctx, agent.LeaseName(netip.MustParseAddr(egressIP)), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != active {
+			return fmt.Errorf("Lease holder %v, status says %s", l.Spec.HolderIdentity, active)
+		}
+		return nil
+	}, timeout)
+	require.NoError(t, err, "status: %+v", last)
+	return active
+}
+
+// announces reports whether node's br-ex answers ARP for the egress IP.
+func announces(t *testing.T, node string) bool {
+	t.Helper()
+	out, err := theLab.DumpFlows(node, "br-ex")
+	require.NoError(t, err)
+	return strings.Contains(out, "arp_tpa="+egressIP)
+}
+
+// newConnFromEchoA makes one new TCP connection from echo-a to the client's server and returns
+// the source the server saw.
+func newConnFromEchoA(proto string) (string, error) {
+	r, err := theLab.RequestWith("echo-a", proto, clientIP+":"+egressPort, lab.RequestOpts{Timeout: "1s"})
+	if err != nil {
+		return "", err
+	}
+	return r.ClientIP(), nil
+}
+
+// waitNewConns waits until a new TCP connection from echo-a leaves with the egress IP (and,
+// when notVia is set, the egress IP's Lease is held by another node) and returns how long that
+// took from start.
+func waitNewConns(t *testing.T, start time.Time, notVia string, timeout time.Duration) time.Duration {
+	t.Helper()
+	var took time.Duration
+	require.NoError(t, lab.WaitFor(func() error {
+		if notVia != "" {
+			l, err := cs.CoordinationV1().Leases(leaseNS).Get(context.Background(), agent.LeaseName(netip.MustParseAddr(egressIP)), metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if h := l.Spec.HolderIdentity; h == nil || *h == "" || *h == notVia {
+				return fmt.Errorf("the Lease has not moved from %s", notVia)
+			}
+		}
+		src, err := newConnFromEchoA("tcp")
+		if err != nil {
+			return err
+		}
+		if src != egressIP {
+			return fmt.Errorf("the server saw %s", src)
+		}
+		took = time.Since(start)
+		return nil
+	}, timeout), "new connections from echo-a through the egress IP")
+	return took
+}
+
+// captureGARP runs tcpdump on the router's node-side bridge for gratuitous ARPs of the egress IP
+// (ARP request, sender and target address both the egress IP) and returns a function that
+// waits for the first one and returns tcpdump's line (with the Ethernet source).
+func captureGARP(t *testing.T) func(timeout time.Duration) string {
+	t.Helper()
+	filter := "arp and arp[6:2] = 1 and arp[14:4] = 0xc0000232 and arp[24:4] = 0xc0000232"
+	cmd := exec.Command("ip", "netns", "exec", theLab.RouterNetns, "tcpdump", "-l", "-n", "-e", "-c", "1", "-i", "br0", filter)
+	var out bytes.Buffer
+	var mu sync.Mutex
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	cmd.Stdout = writerFunc(func(b []byte) { mu.Lock(); out.Write(b); mu.Unlock() })
+	require.NoError(t, cmd.Start())
+	pid := cmd.Process.Pid
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+		<-done
+	})
+	listening := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		once := sync.Once{}
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "listening on") {
+				once.Do(func() { close(listening) })
+			}
+		}
+	}()
+	select {
+	case <-listening:
+	case <-time.After(5 * time.Second):
+		t.Fatal("tcpdump in the router netns did not start")
+	}
+	return func(timeout time.Duration) string {
+		select {
+		case <-done:
+		case <-time.After(timeout):
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.TrimSpace(out.String())
+	}
+}
+
+type writerFunc func([]byte)
+
+func (f writerFunc) Write(b []byte) (int, error) { f(b); return len(b), nil }
+
+func otherCandidate(node string) string {
+	if node == gatewayCandidates[0] {
+		return gatewayCandidates[1]
+	}
+	return gatewayCandidates[0]
+}
+
+// TestEgressGatewayElection: one Lease holder per egress IP is the active gateway and says so
+// in the status; its agent stopped (SIGTERM), the Lease moves at once, the new gateway
+// announces the IP by gratuitous ARP (captured in the router netns), echo-a's new connections
+// leave with the egress IP again, and the old gateway neither answers ARP any more (C25) nor
+// takes the IP back when its agent restarts (C26).
+func TestEgressGatewayElection(t *testing.T) {
+	ctx := context.Background()
+	serveFromClient(t)
+	ensurePolicy(t)
+	active := activeGateway(t, "", 30*time.Second)
+	g, err := ecs.OvsSrcipV1alpha1().EgressGateways().Get(ctx, egwName, metav1.GetOptions{})
+	require.NoError(t, err)
+	b, _ := json.Marshal(g.Status)
+	t.Logf("status: %s", b)
+	require.NoError(t, lab.WaitFor(func() error {
+		g, err := ecs.OvsSrcipV1alpha1().EgressGateways().Get(ctx, egwName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(g.Status.Nodes) != len(theLab.Nodes) {
+			return fmt.Errorf("nodes %v", g.Status.Nodes)
+		}
+		for _, n := range g.Status.Nodes {
+			if n.ObservedGeneration != g.Generation {
+				return fmt.Errorf("nodes %v, generation %d", g.Status.Nodes, g.Generation)
+			}
+		}
+		return nil
+	}, 20*time.Second), "every node reports the policy's generation")
+	c := meta.FindStatusCondition(g.Status.Conditions, egressv1.ConditionConflict)
+	require.NotNil(t, c)
+	assert.Equal(t, metav1.ConditionFalse, c.Status)
+	assert.Equal(t, egressv1.ReasonNoConflict, c.Reason)
+
+	waitNewConns(t, time.Now(), "", 20*time.Second)
+	for _, n := range theLab.Nodes {
+		assert.Equal(t, n.Name == active, announces(t, n.Name), "%s answers ARP for %s (active %s)", n.Name, egressIP, active)
+	}
+	src, err := newConnFromEchoA("udp")
+	require.NoError(t, err)
+	assert.Equal(t, egressIP, src, "UDP from echo-a")
+	t.Logf("active gateway %s; echo-a's TCP and UDP leave as %s", active, egressIP)
+
+	next := otherCandidate(active)
+	garp := captureGARP(t)
+	start := time.Now()
+	require.NoError(t, theLab.StopAgent(active))
+	stopped := time.Since(start)
+	took := waitNewConns(t, start, active, 30*time.Second)
+	t.Logf("FAILOVER (agent of %s stopped with SIGTERM, %v): new connections from echo-a leave as %s again after %v",
+		active, stopped.Round(time.Millisecond), egressIP, took.Round(time.Millisecond))
+	assert.Equal(t, next, activeGateway(t, active, 20*time.Second))
+	line := garp(10 * time.Second)
+	t.Logf("gratuitous ARP seen by the router: %s", line)
+	assert.Contains(t, line, theLab.Node(next).MAC, "the gratuitous ARP comes from %s's br-ex", next)
+	assert.False(t, announces(t, active), "%s still answers ARP for %s after its agent stopped (C25)", active, egressIP)
+	assert.True(t, announces(t, next))
+
+	// C26: the old gateway's agent restarts; the Lease stays with the new gateway and the old
+	// one does not answer.
+	require.NoError(t, theLab.StartAgent(active))
+	time.Sleep(4 * time.Second)
+	assert.False(t, announces(t, active), "%s answers ARP for %s after its agent restarted without the Lease (C26)", active, egressIP)
+	assert.Equal(t, next, activeGateway(t, active, 10*time.Second))
+	src, err = newConnFromEchoA("tcp")
+	require.NoError(t, err)
+	assert.Equal(t, egressIP, src)
+}
+
+// tcpStream is one long TCP connection from echo-a's netns to the client's server (`echo
+// stream`), exchanging every 200 ms.
+type tcpStream struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string
+
+	mu        sync.Mutex
+	answers   int
+	lastOK    time.Time
+	maxGap    time.Duration
+	sources   map[string]bool
+	err       error
+	stop      chan struct{}
+	stoppedCh chan struct{}
+}
+
+func startTCPStream(t *testing.T) *tcpStream {
+	t.Helper()
+	ns, err := theLab.Netns("echo-a")
+	require.NoError(t, err)
+	cmd := exec.Command("ip", "netns", "exec", ns, theLab.EchoBin(), "stream", "--addr", clientIP+":"+egressPort, "--timeout", "30s")
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	s := &tcpStream{cmd: cmd, stdin: stdin, lines: make(chan string, 4), sources: map[string]bool{},
+		stop: make(chan struct{}), stoppedCh: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			s.lines <- sc.Text()
+		}
+		close(s.lines)
+	}()
+	t.Cleanup(func() {
+		stdin.Close()
+		_ = cmd.Wait()
+	})
+	require.NoError(t, s.read(), "stream not established")
+	go s.loop()
+	return s
+}
+
+func (s *tcpStream) read() error {
+	l, ok := <-s.lines
+	if !ok {
+		return fmt.Errorf("stream exited")
+	}
+	if strings.HasPrefix(l, "ERROR") {
+		return fmt.Errorf("%s", l)
+	}
+	var r lab.Reply
+	if err := json.Unmarshal([]byte(l), &r); err != nil {
+		return err
+	}
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sources[r.ClientIP()] = true
+	if !s.lastOK.IsZero() && now.Sub(s.lastOK) > s.maxGap {
+		s.maxGap = now.Sub(s.lastOK)
+	}
+	s.answers++
+	s.lastOK = now
+	return nil
+}
+
+func (s *tcpStream) loop() {
+	defer close(s.stoppedCh)
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+		_, err := s.stdin.Write([]byte("\n"))
+		if err == nil {
+			err = s.read()
+		}
+		if err != nil {
+			s.mu.Lock()
+			s.err = err
+			s.mu.Unlock()
+			return
+		}
+	}
+}
+
+// result stops the stream and reports whether it answered after since and never failed.
+func (s *tcpStream) result(since time.Time) (alive bool, gap time.Duration, srcs []string, err error) {
+	close(s.stop)
+	select {
+	case <-s.stoppedCh:
+	case <-time.After(35 * time.Second):
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.sources {
+		srcs = append(srcs, k)
+	}
+	return s.err == nil && s.lastOK.After(since), s.maxGap, srcs, s.err
+}
+
+// TestEgressFailoverSessions measures what established sessions through the gateway survive
+// when the active gateway dies hard (its agent and its ovs-vswitchd SIGKILLed): 5 long TCP
+// connections and one UDP stream from echo-a, the time until new connections leave with the
+// egress IP again, and what the server saw. Figures are printed; the test requires that new
+// connections work again and that the server never saw another source than the egress IP.
+func TestEgressFailoverSessions(t *testing.T) {
+	const nTCP = 5
+	serveFromClient(t)
+	ensurePolicy(t)
+	active := activeGateway(t, "", 30*time.Second)
+	waitNewConns(t, time.Now(), "", 20*time.Second)
+
+	var streams []*tcpStream
+	for range nTCP {
+		streams = append(streams, startTCPStream(t))
+	}
+	ns, err := theLab.Netns("echo-a")
+	require.NoError(t, err)
+	udp := exec.Command("ip", "netns", "exec", ns, theLab.EchoBin(), "udpstream", "--addr", clientIP+":"+egressPort, "--every", "50ms")
+	udpIn, err := udp.StdinPipe()
+	require.NoError(t, err)
+	var udpOut bytes.Buffer
+	udp.Stdout = &udpOut
+	require.NoError(t, udp.Start())
+	t.Cleanup(func() { udpIn.Close(); _ = udp.Wait() })
+	time.Sleep(2 * time.Second) // every stream established and talking
+
+	start := time.Now()
+	require.NoError(t, theLab.KillAgent(active))
+	require.NoError(t, theLab.KillVswitchd(active))
+	t.Cleanup(func() {
+		assert.NoError(t, theLab.RestartVswitchd(active))
+		assert.NoError(t, theLab.StartAgent(active))
+	})
+	took := waitNewConns(t, start, active, 60*time.Second)
+	newGW := activeGateway(t, active, 20*time.Second)
+	time.Sleep(12 * time.Second) // the held connections' retransmissions reach the new gateway
+
+	alive := 0
+	var gaps []string
+	for i, s := range streams {
+		ok, gap, srcs, err := s.result(start)
+		if ok {
+			alive++
+		}
+		gaps = append(gaps, fmt.Sprintf("#%d alive=%v longest-gap=%v sources=%v err=%v", i, ok, gap.Round(time.Millisecond), srcs, err))
+		for _, src := range srcs {
+			assert.Equal(t, egressIP, src, "TCP stream %d: the server saw another source", i)
+		}
+	}
+	udpIn.Close()
+	require.NoError(t, udp.Wait())
+	var u struct {
+		Sent, Received int
+		MaxGapMs       int64
+		Clients        []string
+	}
+	require.NoError(t, json.Unmarshal(udpOut.Bytes(), &u), "udpstream printed %q", udpOut.String())
+	for _, c := range u.Clients {
+		assert.Equal(t, egressIP, c, "UDP: the server saw another source")
+	}
+	for _, g := range gaps {
+		t.Logf("TCP %s", g)
+	}
+	t.Logf("FAILOVER (agent and ovs-vswitchd of %s SIGKILLed; new gateway %s; lease duration 3s, renew deadline 2s, retry 500ms): "+
+		"new connections work after %v; TCP sessions kept: %d/%d; UDP stream: %d sent, %d answered, longest silence %d ms, sources %v",
+		active, newGW, took.Round(time.Millisecond), alive, nTCP, u.Sent, u.Received, u.MaxGapMs, u.Clients)
+}
