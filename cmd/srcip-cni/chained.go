@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"slices"
-	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -142,18 +141,8 @@ func chainedAdd(args *skel.CmdArgs, conf *NetConf) (err error) {
 			return fmt.Errorf("srcip-cni: %w", err)
 		}
 	}
-	ids := map[string]string{
-		ofctl.ExtIDPodNamespace: string(kargs.K8S_POD_NAMESPACE),
-		ofctl.ExtIDPodName:      string(kargs.K8S_POD_NAME),
-		ofctl.ExtIDAttachedMAC:  contIf.HardwareAddr.String(),
-		ofctl.ExtIDIPAddresses:  addr.Address.String(),
-		ofctl.ExtIDContainer:    args.ContainerID,
-		ofctl.ExtIDIfName:       args.IfName,
-		ofctl.ExtIDMode:         ofctl.ModeChained,
-	}
-	if uid := string(kargs.K8S_POD_UID); uid != "" {
-		ids[ofctl.ExtIDPodUID] = uid
-	}
+	ids := podExternalIDs(args, kargs, contIf.HardwareAddr.String(), addr.Address.String())
+	ids[ofctl.ExtIDMode] = ofctl.ModeChained
 	ofport, err := db.AttachPort(ctx, conf.Bridge, hostName, ids, connectWait)
 	defer func() {
 		if err != nil {
@@ -165,10 +154,7 @@ func chainedAdd(args *skel.CmdArgs, conf *NetConf) (err error) {
 	if err != nil {
 		return fmt.Errorf("srcip-cni: attach %s to %s: %w", hostName, conf.Bridge, err)
 	}
-	of := ofctl.NewOpenFlow(conf.Bridge, ofctl.MgmtTarget(conf.OVSRunDir, conf.Bridge))
-	wctx, cancel := context.WithTimeout(ctx, conf.FlowWait)
-	defer cancel()
-	if werr := of.WaitPodFlows(wctx, ofport, 100*time.Millisecond); werr != nil {
+	if werr := waitPodFlows(ctx, conf, ofport); werr != nil {
 		return fmt.Errorf("srcip-cni: srcip-agent did not program chained pod %s (port %s, ofport %d on %s) within %s: is srcip-agent running on this node? see its log: %w",
 			pod, hostName, ofport, conf.Bridge, conf.FlowWait, werr)
 	}

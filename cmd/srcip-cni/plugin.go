@@ -157,17 +157,7 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	}
 
 	// 3. The port on the bridge.
-	ids := map[string]string{
-		ofctl.ExtIDPodNamespace: string(kargs.K8S_POD_NAMESPACE),
-		ofctl.ExtIDPodName:      string(kargs.K8S_POD_NAME),
-		ofctl.ExtIDAttachedMAC:  contIf.HardwareAddr.String(),
-		ofctl.ExtIDIPAddresses:  ipAddresses(result),
-		ofctl.ExtIDContainer:    args.ContainerID,
-		ofctl.ExtIDIfName:       args.IfName,
-	}
-	if uid := string(kargs.K8S_POD_UID); uid != "" {
-		ids[ofctl.ExtIDPodUID] = uid
-	}
+	ids := podExternalIDs(args, kargs, contIf.HardwareAddr.String(), ipAddresses(result))
 	ofport, err := db.AttachPort(ctx, conf.Bridge, hostName, ids, connectWait)
 	defer func() {
 		if err != nil {
@@ -181,10 +171,7 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	}
 
 	// 4. Wait for srcip-agent.
-	of := ofctl.NewOpenFlow(conf.Bridge, ofctl.MgmtTarget(conf.OVSRunDir, conf.Bridge))
-	wctx, cancel := context.WithTimeout(ctx, conf.FlowWait)
-	defer cancel()
-	if werr := of.WaitPodFlows(wctx, ofport, 100*time.Millisecond); werr != nil {
+	if werr := waitPodFlows(ctx, conf, ofport); werr != nil {
 		return fmt.Errorf("srcip-cni: srcip-agent did not program pod %s (port %s, ofport %d on %s) within %s: is srcip-agent running on this node? see its log (does it see the Pod, and is %s inside this node's pod CIDR?): %w",
 			pod, hostName, ofport, conf.Bridge, conf.FlowWait, ipAddresses(result), werr)
 	}
@@ -449,4 +436,31 @@ func hostEndQuiet(name string) error {
 		return fmt.Errorf("host end %s: %s: %w", name, p, err)
 	}
 	return nil
+}
+
+// podExternalIDs is the pod's identity written to its port's Interface.external_ids
+// (ovs-vswitchd.conf.db(5)): namespace, name and UID from CNI_ARGS, the container's MAC and
+// addresses (comma-separated CIDRs), and the attachment (container id, interface name).
+func podExternalIDs(args *skel.CmdArgs, kargs *K8sArgs, mac, ips string) map[string]string {
+	ids := map[string]string{
+		ofctl.ExtIDPodNamespace: string(kargs.K8S_POD_NAMESPACE),
+		ofctl.ExtIDPodName:      string(kargs.K8S_POD_NAME),
+		ofctl.ExtIDAttachedMAC:  mac,
+		ofctl.ExtIDIPAddresses:  ips,
+		ofctl.ExtIDContainer:    args.ContainerID,
+		ofctl.ExtIDIfName:       args.IfName,
+	}
+	if uid := string(kargs.K8S_POD_UID); uid != "" {
+		ids[ofctl.ExtIDPodUID] = uid
+	}
+	return ids
+}
+
+// waitPodFlows waits, at most conf.FlowWait, until srcip-agent has programmed the port ofport on
+// conf.Bridge (a flow with the pod kind's cookie for that in_port).
+func waitPodFlows(ctx context.Context, conf *NetConf, ofport int) error {
+	of := ofctl.NewOpenFlow(conf.Bridge, ofctl.MgmtTarget(conf.OVSRunDir, conf.Bridge))
+	wctx, cancel := context.WithTimeout(ctx, conf.FlowWait)
+	defer cancel()
+	return of.WaitPodFlows(wctx, ofport, 100*time.Millisecond)
 }

@@ -166,8 +166,14 @@ func withStreamService(t *testing.T) {
 	startLineServer(t)
 	writeManifest(t, "entry-stream.yaml", streamService())
 	t.Cleanup(func() { removeStreamService(t) })
+	waitLineAnswers(t, fmt.Sprintf("192.0.2.11:%d", streamNodePort))
+}
+
+// waitLineAnswers waits (at most 20 s) until a line sent to addr from the client is answered.
+func waitLineAnswers(t *testing.T, addr string) {
+	t.Helper()
 	require.NoError(t, lab.WaitFor(func() error {
-		c, err := dialLine("client", fmt.Sprintf("192.0.2.11:%d", streamNodePort), 0, time.Second)
+		c, err := dialLine("client", addr, 0, time.Second)
 		if err != nil {
 			return err
 		}
@@ -447,15 +453,7 @@ func TestEntrySameClientPortTwoIngressNodesKeepsFirst(t *testing.T) {
 	withStreamService(t)
 	// node3's NodePort answers (its flows are in, the router knows node3's MAC): the time below
 	// is the refusal's alone.
-	require.NoError(t, lab.WaitFor(func() error {
-		c, err := dialLine("client", fmt.Sprintf("192.0.2.13:%d", streamNodePort), 0, time.Second)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		_, err = c.Send("probe")
-		return err
-	}, 20*time.Second))
+	waitLineAnswers(t, fmt.Sprintf("192.0.2.13:%d", streamNodePort))
 	const lport = 45420
 	a := mustDial(t, "client", fmt.Sprintf("192.0.2.11:%d", streamNodePort), lport, 3*time.Second)
 	r, err := a.Send("a1")
