@@ -153,6 +153,7 @@ func TestGolden(t *testing.T) {
 			d, err := Build(st)
 			require.NoError(t, err)
 			r := render(t, d)
+			checkRenderedOnce(t, d)
 			checkGolden(t, name+".br-ex", r[BrEx])
 			checkGolden(t, name+".br-int", r[BrInt])
 		})
@@ -169,3 +170,20 @@ func servicePort(t testing.TB, st *State) *ServicePort {
 	return nil
 }
 func mustAddrPort(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
+
+// checkRenderedOnce checks Finish's single rendering against a second one done the plain way:
+// each line is the flow's own MarshalText (cookie included) and each MatchKey is matchKeyOf's.
+func checkRenderedOnce(t *testing.T, d Desired) {
+	t.Helper()
+	for _, fs := range d {
+		require.Len(t, fs.FlowLines(), len(fs.Flows), fs.Key.String())
+		for i := range fs.Flows {
+			b, err := fs.Flows[i].MarshalText()
+			require.NoError(t, err)
+			require.Equal(t, string(b), fs.FlowLines()[i], fs.Key.String())
+			k, err := matchKeyOf(fs.Bridge, &fs.Flows[i])
+			require.NoError(t, err)
+			require.Equal(t, k, fs.MatchKeys()[i], fs.Key.String())
+		}
+	}
+}

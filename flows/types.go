@@ -5,7 +5,9 @@ import (
 	"hash/fnv"
 	"maps"
 	"net/netip"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/digitalocean/go-openvswitch/ovs"
@@ -212,7 +214,10 @@ func (fs *FlowSet) Finish() error {
 		// reported again).
 		fmt.Fprintf(h, "declined|%s\n", fs.Declined)
 	}
-	bodies := make([]string, 0, len(fs.Flows))
+	// Each flow is rendered once, without its cookie: the sorted bodies are fingerprinted, and
+	// the line is the body with the cookie spliced in before its actions (where go-openvswitch's
+	// MarshalText puts it), which halves the rendering cost of a full sync.
+	bodies := make([]string, len(fs.Flows))
 	for i := range fs.Flows {
 		f := fs.Flows[i]
 		f.Cookie = 0
@@ -220,9 +225,10 @@ func (fs *FlowSet) Finish() error {
 		if err != nil {
 			return fmt.Errorf("%s: flow %d (table %s): %w", fs.Key, i, Table(f.Table), err)
 		}
-		bodies = append(bodies, string(b))
+		bodies[i] = string(b)
 	}
-	sort.Strings(bodies)
+	sorted := slices.Clone(bodies)
+	slices.Sort(sorted)
 	glines := make([]string, 0, len(fs.Groups))
 	gparts := make([]groupText, 0, len(fs.Groups))
 	sort.Slice(fs.Groups, func(i, j int) bool { return fs.Groups[i].ID < fs.Groups[j].ID })
@@ -234,7 +240,7 @@ func (fs *FlowSet) Finish() error {
 		glines = append(glines, gt.String())
 		gparts = append(gparts, gt)
 	}
-	for _, s := range bodies {
+	for _, s := range sorted {
 		h.Write([]byte(s))
 		h.Write([]byte{'\n'})
 	}
@@ -246,29 +252,49 @@ func (fs *FlowSet) Finish() error {
 	fs.glines = glines
 	fs.gparts = gparts
 	// Lines are ordered as a reader follows the pipeline: by table, then highest priority first.
-	sort.SliceStable(fs.Flows, func(i, j int) bool {
-		a, b := fs.Flows[i], fs.Flows[j]
+	order := make([]int, len(fs.Flows))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(i, j int) bool {
+		a, b := &fs.Flows[order[i]], &fs.Flows[order[j]]
 		if a.Table != b.Table {
 			return a.Table < b.Table
 		}
 		return a.Priority > b.Priority
 	})
+	cookie := fmt.Sprintf(",cookie=0x%016x", uint64(fs.cookie))
+	flowsSorted := make([]ovs.Flow, len(fs.Flows))
 	fs.lines = fs.lines[:0]
 	fs.keys = fs.keys[:0]
-	for i := range fs.Flows {
-		fs.Flows[i].Cookie = uint64(fs.cookie)
-		b, err := fs.Flows[i].MarshalText()
+	for n, i := range order {
+		flowsSorted[n] = fs.Flows[i]
+		flowsSorted[n].Cookie = uint64(fs.cookie)
+		body := bodies[i]
+		line, k, err := withCookie(fs.Bridge, &flowsSorted[n], body, cookie)
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: flow %d (table %s): %w", fs.Key, i, Table(fs.Flows[i].Table), err)
 		}
-		k, err := matchKeyOf(fs.Bridge, &fs.Flows[i])
-		if err != nil {
-			return err
-		}
-		fs.lines = append(fs.lines, string(b))
+		fs.lines = append(fs.lines, line)
 		fs.keys = append(fs.keys, k)
 	}
+	fs.Flows = flowsSorted
 	return nil
+}
+
+// withCookie returns the line of flow f (its MarshalText with Cookie 0 is body) with cookie
+// (",cookie=0x...") spliced in before ",actions=", where MarshalText writes a non-zero cookie, and
+// f's MatchKey: the part of body between "priority=N" and ",table=", which MarshalText renders
+// from f.Protocol, f.InPort and f.Matches in that order. A body of another shape is an error.
+func withCookie(b Bridge, f *ovs.Flow, body, cookie string) (string, MatchKey, error) {
+	act := strings.Index(body, ",actions=")
+	tbl := strings.Index(body, ",table=")
+	prio := "priority=" + strconv.Itoa(f.Priority)
+	if act < 0 || tbl < 0 || tbl > act || !strings.HasPrefix(body, prio) {
+		return "", MatchKey{}, fmt.Errorf("unexpected flow text %q", body)
+	}
+	match := strings.TrimPrefix(body[len(prio):tbl], ",")
+	return body[:act] + cookie + body[act:], MatchKey{Bridge: b, Table: Table(f.Table), Priority: f.Priority, Match: match}, nil
 }
 
 // MatchKey is a flow's identity in its bridge: two flows with the same MatchKey are one flow in
