@@ -19,7 +19,11 @@ import (
 func (s *syncer) apply(ctx context.Context, p *pass) error {
 	for _, b := range applyOrder {
 		plan := p.plans[b]
-		bad, err := s.write(ctx, b, plan)
+		write := s.write
+		if p.full && coldBridge(p.invs[b]) {
+			write = s.writeCold
+		}
+		bad, err := write(ctx, b, plan)
 		if err != nil {
 			return err
 		}
@@ -87,6 +91,56 @@ func (s *syncer) recordFull(p *pass, b flows.Bridge, plan *flows.Plan) {
 		s.setApplied(b, k, fs)
 		s.clearRejected(b, k)
 	}
+}
+
+// coldChunk is the most flow sets one bundle carries when a full sync writes into a bridge that
+// holds none of the agent's flows (writeCold).
+var coldChunk = 1000
+
+// coldBridge reports whether inv holds none of the agent's flow sets (learned flows aside): a new
+// bridge, or one whose Open vSwitch restarted without its flows.
+func coldBridge(inv flows.Inventory) bool {
+	for c := range inv.Flows {
+		if c.Owned() && !c.Learned() {
+			return false
+		}
+	}
+	return true
+}
+
+// writeCold applies a full sync's plan into a cold bridge (coldBridge) as bundles of at most
+// coldChunk flow sets, ordered by kind, then one bundle of the deletes; each is written (and
+// its rejections isolated) as write does. The plan is then not atomic as a whole, each flow set
+// still is: a cold bridge has no pipeline of the agent that a partly written one could be
+// inconsistent with, and the text of only one chunk is held at a time (at 10k Service ports the
+// whole plan's text is tens of MB, copied twice on its way to ovs-ofctl).
+func (s *syncer) writeCold(ctx context.Context, b flows.Bridge, plan *flows.Plan) ([]*flows.FlowSet, error) {
+	if len(plan.Add)+len(plan.Repair) <= coldChunk {
+		return s.write(ctx, b, plan)
+	}
+	// Base kinds first (the registry's kind numbers put them before Service ports).
+	slices.SortStableFunc(plan.Add, func(a, b *flows.FlowSet) int { return int(a.Key.Kind) - int(b.Key.Kind) })
+	var bad []*flows.FlowSet
+	chunk := func(add, repair []*flows.FlowSet) error {
+		nb, err := s.write(ctx, b, &flows.Plan{Bridge: b, Add: add, Repair: repair, BucketsPerMessage: plan.BucketsPerMessage})
+		bad = append(bad, nb...)
+		return err
+	}
+	for lo := 0; lo < len(plan.Add); lo += coldChunk {
+		if err := chunk(plan.Add[lo:min(lo+coldChunk, len(plan.Add))], nil); err != nil {
+			return nil, err
+		}
+	}
+	for lo := 0; lo < len(plan.Repair); lo += coldChunk {
+		if err := chunk(nil, plan.Repair[lo:min(lo+coldChunk, len(plan.Repair))]); err != nil {
+			return nil, err
+		}
+	}
+	nb, err := s.write(ctx, b, &flows.Plan{Bridge: b, DeleteCookies: plan.DeleteCookies, DeleteGroups: plan.DeleteGroups})
+	if err != nil {
+		return nil, err
+	}
+	return append(bad, nb...), nil
 }
 
 // write applies one plan as one bundle (nothing when it is empty) and reports the warnings of

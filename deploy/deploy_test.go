@@ -183,14 +183,21 @@ func TestManifests(t *testing.T) {
 			t.Errorf("--%s=%q, want %q", k, args[k], v)
 		}
 	}
-	var nodeNameEnv bool
+	var nodeNameEnv, memLimitEnv bool
 	for _, e := range c.Env {
 		if e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName" {
 			nodeNameEnv = true
 		}
+		if r := e.ValueFrom; e.Name == "GOMEMLIMIT" && r != nil && r.ResourceFieldRef != nil &&
+			r.ResourceFieldRef.Resource == "limits.memory" && r.ResourceFieldRef.ContainerName == c.Name {
+			memLimitEnv = true
+		}
 	}
 	if !nodeNameEnv {
 		t.Error("no env NODE_NAME from spec.nodeName")
+	}
+	if !memLimitEnv || c.Resources.Limits.Memory().IsZero() {
+		t.Error("no env GOMEMLIMIT from the container's limits.memory (or no memory limit)")
 	}
 	if len(c.Ports) != 1 || c.Ports[0].Name != "metrics" || c.Ports[0].ContainerPort != 9464 {
 		t.Errorf("ports %+v, want metrics 9464", c.Ports)
