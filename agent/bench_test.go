@@ -3,7 +3,12 @@ package agent
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"runtime/metrics"
 	"testing"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/stretchr/testify/require"
 
@@ -46,5 +51,89 @@ func BenchmarkPartialSync(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkColdFullSync measures the first full sync of n opted-in Services x 10 endpoints on 10
+// of 50 nodes into null bridges (a cold bridge: written in chunks), from objects already in the
+// Reconciler: its time; before-MB and after-MB, the live heap (runtime/metrics
+// /memory/classes/heap/objects:bytes after a GC) before and after it; and peak-heap-MB, the
+// largest heap (live and not yet collected objects, sampled every millisecond) during it.
+func BenchmarkColdFullSync(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			var peak, base, after uint64
+			heap := func() uint64 {
+				runtime.GC()
+				s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+				metrics.Read(s)
+				return s[0].Value.Uint64()
+			}
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				f := newFixture(b)
+				f.r = f.newReconcilerWith(func(c *ReconcilerConfig) {
+					c.Bridges = map[flows.Bridge]FlowBridge{flows.BrEx: &nullBridge{}, flows.BrInt: &nullBridge{}}
+					c.NodePortRange = [2]uint16{20000, 32767}
+				})
+				seedLarge(f.r, n, 10, 50)
+				base = heap()
+				done := make(chan struct{})
+				sampled := make(chan uint64)
+				go func() {
+					s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+					var max uint64
+					t := time.NewTicker(time.Millisecond)
+					defer t.Stop()
+					for {
+						metrics.Read(s)
+						max = maxU(max, s[0].Value.Uint64())
+						select {
+						case <-done:
+							sampled <- max
+							return
+						case <-t.C:
+						}
+					}
+				}()
+				b.StartTimer()
+				if err := f.sync(); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				close(done)
+				peak = maxU(peak, <-sampled)
+				after = heap()
+				runtime.KeepAlive(f)
+			}
+			b.ReportMetric(float64(base)/1e6, "before-MB")
+			b.ReportMetric(float64(peak)/1e6, "peak-heap-MB")
+			b.ReportMetric(float64(after)/1e6, "after-MB")
+		})
+	}
+}
+
+func maxU(a, b uint64) uint64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// seedLarge gives r nodes Nodes (node1 is this node) and n opted-in NodePort Services, each with
+// one EndpointSlice of eps ready endpoints on eps different nodes.
+func seedLarge(r *Reconciler, n, eps, nodes int) {
+	for i := 1; i <= nodes; i++ {
+		r.OnNode(nil, makeNode(fmt.Sprintf("node%d", i), fmt.Sprintf("192.168.%d.%d", i/250, i%250), fmt.Sprintf("10.%d.%d.0/24", 100+i/250, i%250)))
+	}
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("svc%d", i)
+		r.OnService(nil, makeService("ns1", name, int32(20000+i)))
+		var es []discoveryv1.Endpoint
+		for j := 0; j < eps; j++ {
+			node := (i+j)%nodes + 1
+			es = append(es, ep(fmt.Sprintf("10.%d.%d.%d", 100+node/250, node%250, i%250+2), fmt.Sprintf("node%d", node)))
+		}
+		r.OnEndpointSlice(nil, makeSlice("ns1", name, name+"-a", es...))
 	}
 }

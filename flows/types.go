@@ -293,8 +293,11 @@ func withCookie(b Bridge, f *ovs.Flow, body, cookie string) (string, MatchKey, e
 	if act < 0 || tbl < 0 || tbl > act || !strings.HasPrefix(body, prio) {
 		return "", MatchKey{}, fmt.Errorf("unexpected flow text %q", body)
 	}
-	match := strings.TrimPrefix(body[len(prio):tbl], ",")
-	return body[:act] + cookie + body[act:], MatchKey{Bridge: b, Table: Table(f.Table), Priority: f.Priority, Match: match}, nil
+	line := body[:act] + cookie + body[act:]
+	// The match is taken from line (same offsets: the cookie goes after it), so that the key
+	// shares the line's memory instead of keeping body alive.
+	match := strings.TrimPrefix(line[len(prio):tbl], ",")
+	return line, MatchKey{Bridge: b, Table: Table(f.Table), Priority: f.Priority, Match: match}, nil
 }
 
 // MatchKey is a flow's identity in its bridge: two flows with the same MatchKey are one flow in
