@@ -96,8 +96,8 @@ func TestLargeGroupLines(t *testing.T) {
 		n += c
 	}
 	assert.Equal(t, 1000, n)
-	// The whole group is one line in the fingerprint and in FlowSet.glines.
-	assert.Equal(t, 1000, strings.Count(fs.glines[0], "bucket="))
+	// The whole group is one line in the fingerprint.
+	assert.Equal(t, 1000, strings.Count(fs.gparts[0].String(), "bucket="))
 
 	// Repair sets are split the same way; a smaller BucketsPerMessage gives more messages.
 	r := Plan{Bridge: BrEx, BucketsPerMessage: 100}

@@ -3,6 +3,7 @@ package flows
 import (
 	"fmt"
 	"hash/fnv"
+	"io"
 	"maps"
 	"net/netip"
 	"slices"
@@ -184,7 +185,6 @@ type FlowSet struct {
 	cookie    Cookie
 	lines     []string                  // rendered flows (with cookie), sorted
 	keys      []MatchKey                // MatchKey of each line
-	glines    []string                  // rendered groups, sorted by id
 	gparts    []groupText               // the same groups split into header and buckets (Plan.Lines)
 	entryKeys map[EntryPoint][]MatchKey // per entry point: its ExServiceLB flow, then its ExServiceCT flows
 }
@@ -229,7 +229,6 @@ func (fs *FlowSet) Finish() error {
 	}
 	sorted := slices.Clone(bodies)
 	slices.Sort(sorted)
-	glines := make([]string, 0, len(fs.Groups))
 	gparts := make([]groupText, 0, len(fs.Groups))
 	sort.Slice(fs.Groups, func(i, j int) bool { return fs.Groups[i].ID < fs.Groups[j].ID })
 	for _, g := range fs.Groups {
@@ -237,19 +236,17 @@ func (fs *FlowSet) Finish() error {
 		if err != nil {
 			return fmt.Errorf("%s: group %#x: %w", fs.Key, g.ID, err)
 		}
-		glines = append(glines, gt.String())
 		gparts = append(gparts, gt)
 	}
 	for _, s := range sorted {
 		h.Write([]byte(s))
 		h.Write([]byte{'\n'})
 	}
-	for _, s := range glines {
-		h.Write([]byte(s))
+	for _, gt := range gparts {
+		gt.writeTo(h) // the bytes of gt.String(), without building it
 		h.Write([]byte{'\n'})
 	}
 	fs.cookie = NewCookie(fs.Key.Kind, h.Sum64())
-	fs.glines = glines
 	fs.gparts = gparts
 	// Lines are ordered as a reader follows the pipeline: by table, then highest priority first.
 	order := make([]int, len(fs.Flows))
@@ -404,6 +401,15 @@ func (gt groupText) String() string {
 		return gt.head
 	}
 	return gt.head + "," + strings.Join(gt.buckets, ",")
+}
+
+// writeTo writes String()'s bytes to w.
+func (gt groupText) writeTo(w io.Writer) {
+	io.WriteString(w, gt.head)
+	for _, b := range gt.buckets {
+		io.WriteString(w, ",")
+		io.WriteString(w, b)
+	}
 }
 
 func (g OFGroup) render() (groupText, error) {
