@@ -746,32 +746,15 @@ type PodPort struct {
 // without a recognised pod identity, without a parseable attached-mac or without an ofport
 // (> 0) are skipped; unparseable addresses are skipped. Error: ErrBridgeNotFound (wrapped).
 func (d *DB) PodPorts(ctx context.Context, brInt string) ([]PodPort, error) {
-	br := &bridgeRow{Name: brInt}
-	if err := d.c.Get(ctx, br); err != nil {
-		if errors.Is(err, client.ErrNotFound) {
-			return nil, fmt.Errorf("%s: %w", brInt, ErrBridgeNotFound)
-		}
-		return nil, fmt.Errorf("read bridge %s: %w", brInt, err)
-	}
 	var out []PodPort
-	for _, pu := range br.Ports {
-		p := &portRow{UUID: pu}
-		if err := d.c.Get(ctx, p); errors.Is(err, client.ErrNotFound) {
-			continue // deleted meanwhile
-		} else if err != nil {
-			return nil, fmt.Errorf("read port %s of %s: %w", pu, brInt, err)
+	err := d.eachInterface(ctx, brInt, func(_ *portRow, i *ifaceRow) bool {
+		if pp, ok := podPort(i); ok {
+			out = append(out, pp)
 		}
-		for _, iu := range p.Interfaces {
-			i := &ifaceRow{UUID: iu}
-			if err := d.c.Get(ctx, i); errors.Is(err, client.ErrNotFound) {
-				continue
-			} else if err != nil {
-				return nil, fmt.Errorf("read interface %s of port %s: %w", iu, p.Name, err)
-			}
-			if pp, ok := podPort(i); ok {
-				out = append(out, pp)
-			}
-		}
+		return false
+	})
+	if err != nil {
+		return nil, err
 	}
 	slices.SortFunc(out, func(a, b PodPort) int {
 		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
@@ -783,6 +766,39 @@ func (d *DB) PodPorts(ctx context.Context, brInt string) ([]PodPort, error) {
 		return strings.Compare(a.Interface, b.Interface)
 	})
 	return out, nil
+}
+
+// eachInterface calls visit with every interface of every port of bridge, in the bridge's port
+// order; visit returns true to skip the port's other interfaces. Rows deleted during the walk are
+// skipped. Errors: ErrBridgeNotFound (wrapped), or the OVSDB read that failed.
+func (d *DB) eachInterface(ctx context.Context, bridge string, visit func(p *portRow, i *ifaceRow) (nextPort bool)) error {
+	br := &bridgeRow{Name: bridge}
+	if err := d.c.Get(ctx, br); err != nil {
+		if errors.Is(err, client.ErrNotFound) {
+			return fmt.Errorf("%s: %w", bridge, ErrBridgeNotFound)
+		}
+		return fmt.Errorf("read bridge %s: %w", bridge, err)
+	}
+	for _, pu := range br.Ports {
+		p := &portRow{UUID: pu}
+		if err := d.c.Get(ctx, p); errors.Is(err, client.ErrNotFound) {
+			continue // deleted meanwhile
+		} else if err != nil {
+			return fmt.Errorf("read port %s of %s: %w", pu, bridge, err)
+		}
+		for _, iu := range p.Interfaces {
+			i := &ifaceRow{UUID: iu}
+			if err := d.c.Get(ctx, i); errors.Is(err, client.ErrNotFound) {
+				continue
+			} else if err != nil {
+				return fmt.Errorf("read interface %s of port %s: %w", iu, p.Name, err)
+			}
+			if visit(p, i) {
+				break
+			}
+		}
+	}
+	return nil
 }
 
 // podPort extracts a PodPort from an interface row.

@@ -164,43 +164,25 @@ func (d *DB) waitOFPort(ctx context.Context, name string, wait time.Duration) (i
 // ContainerPorts lists the ports of bridge whose Interface.external_ids carry ExtIDContainer,
 // sorted by name. Error: ErrBridgeNotFound (wrapped) or a read error.
 func (d *DB) ContainerPorts(ctx context.Context, bridge string) ([]ContainerPort, error) {
-	br := &bridgeRow{Name: bridge}
-	if err := d.c.Get(ctx, br); err != nil {
-		if errors.Is(err, client.ErrNotFound) {
-			return nil, fmt.Errorf("%s: %w", bridge, ErrBridgeNotFound)
-		}
-		return nil, fmt.Errorf("read bridge %s: %w", bridge, err)
-	}
 	var out []ContainerPort
-	for _, pu := range br.Ports {
-		p := &portRow{UUID: pu}
-		if err := d.c.Get(ctx, p); errors.Is(err, client.ErrNotFound) {
-			continue
-		} else if err != nil {
-			return nil, fmt.Errorf("read port %s of %s: %w", pu, bridge, err)
+	err := d.eachInterface(ctx, bridge, func(p *portRow, i *ifaceRow) bool {
+		id := i.ExternalIDs[ExtIDContainer]
+		if id == "" {
+			return false
 		}
-		for _, iu := range p.Interfaces {
-			i := &ifaceRow{UUID: iu}
-			if err := d.c.Get(ctx, i); errors.Is(err, client.ErrNotFound) {
-				continue
-			} else if err != nil {
-				return nil, fmt.Errorf("read interface %s of port %s: %w", iu, p.Name, err)
-			}
-			id := i.ExternalIDs[ExtIDContainer]
-			if id == "" {
-				continue
-			}
-			cp := ContainerPort{Name: p.Name, ContainerID: id, IfName: i.ExternalIDs[ExtIDIfName],
-				ExternalIDs: maps.Clone(i.ExternalIDs)}
-			if i.OFPort != nil {
-				cp.OFPort = *i.OFPort
-			}
-			if i.Error != nil {
-				cp.Error = *i.Error
-			}
-			out = append(out, cp)
-			break
+		cp := ContainerPort{Name: p.Name, ContainerID: id, IfName: i.ExternalIDs[ExtIDIfName],
+			ExternalIDs: maps.Clone(i.ExternalIDs)}
+		if i.OFPort != nil {
+			cp.OFPort = *i.OFPort
 		}
+		if i.Error != nil {
+			cp.Error = *i.Error
+		}
+		out = append(out, cp)
+		return true
+	})
+	if err != nil {
+		return nil, err
 	}
 	slices.SortFunc(out, func(a, b ContainerPort) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
