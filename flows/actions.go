@@ -3,6 +3,7 @@ package flows
 import (
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/digitalocean/go-openvswitch/ovs"
@@ -36,27 +37,42 @@ type NAT struct {
 
 // MarshalText implements encoding.TextMarshaler.
 func (c CT) MarshalText() ([]byte, error) {
-	var args []string
+	// Appended by hand, not with fmt: a full sync renders one of these per Service bucket.
+	b := make([]byte, 0, 96)
+	b = append(b, "ct("...)
 	if c.Commit {
-		args = append(args, "commit")
+		b = append(b, "commit,"...)
 	}
 	if c.Table != nil {
-		args = append(args, fmt.Sprintf("table=%d", int(*c.Table)))
+		b = append(b, "table="...)
+		b = strconv.AppendInt(b, int64(*c.Table), 10)
+		b = append(b, ',')
 	}
-	args = append(args, fmt.Sprintf("zone=%d", c.Zone))
+	b = append(b, "zone="...)
+	b = strconv.AppendUint(b, uint64(c.Zone), 10)
 	if c.NAT != nil {
 		switch {
 		case c.NAT.Src.Is4() && !c.NAT.Dst.IsValid():
 			if !c.Commit {
 				return nil, fmt.Errorf("ct: nat(src=...) requires commit")
 			}
-			args = append(args, fmt.Sprintf("nat(src=%s)", c.NAT.Src))
+			b = append(b, ",nat(src="...)
+			b = c.NAT.Src.AppendTo(b)
+			b = append(b, ')')
 		case !c.NAT.Dst.IsValid():
-			args = append(args, "nat")
+			b = append(b, ",nat"...)
 		case c.NAT.Dst.Addr().Is4():
-			args = append(args, fmt.Sprintf("nat(dst=%s:%d)", c.NAT.Dst.Addr(), c.NAT.Dst.Port()))
+			b = append(b, ",nat(dst="...)
+			b = c.NAT.Dst.Addr().AppendTo(b)
+			b = append(b, ':')
+			b = strconv.AppendUint(b, uint64(c.NAT.Dst.Port()), 10)
+			b = append(b, ')')
 		default:
-			args = append(args, fmt.Sprintf("nat(dst=[%s]:%d)", c.NAT.Dst.Addr(), c.NAT.Dst.Port()))
+			b = append(b, ",nat(dst=["...)
+			b = c.NAT.Dst.Addr().AppendTo(b)
+			b = append(b, "]:"...)
+			b = strconv.AppendUint(b, uint64(c.NAT.Dst.Port()), 10)
+			b = append(b, ')')
 		}
 		if c.NAT.Dst.IsValid() && !c.Commit {
 			return nil, fmt.Errorf("ct: nat(dst=...) requires commit")
@@ -66,17 +82,20 @@ func (c CT) MarshalText() ([]byte, error) {
 		if !c.Commit {
 			return nil, fmt.Errorf("ct: exec requires commit")
 		}
-		ex := make([]string, 0, len(c.Exec))
-		for _, a := range c.Exec {
+		b = append(b, ",exec("...)
+		for i, a := range c.Exec {
 			t, err := a.MarshalText()
 			if err != nil {
 				return nil, err
 			}
-			ex = append(ex, string(t))
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, t...)
 		}
-		args = append(args, "exec("+strings.Join(ex, ",")+")")
+		b = append(b, ')')
 	}
-	return []byte("ct(" + strings.Join(args, ",") + ")"), nil
+	return append(b, ')'), nil
 }
 
 // GoString implements fmt.GoStringer.

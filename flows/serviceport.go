@@ -92,11 +92,7 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 		} else {
 			ct = append(ct, flow(ExServiceCT, prioEntry, proto, 0, append(slices.Clone(nc), entryMatch(e)...), Group(sp.GroupID)))
 		}
-		keys := []MatchKey{mustMatchKey(BrEx, &lb)}
-		for i := range ct {
-			keys = append(keys, mustMatchKey(BrEx, &ct[i]))
-		}
-		fs.entryFlow(e, keys...)
+		fs.entryFlow(e, append([]ovs.Flow{lb}, ct...)...)
 		fs.Flows = append(append(fs.Flows, lb), ct...)
 	}
 	g := OFGroup{ID: sp.GroupID, Type: "select", SelectionFields: fields}

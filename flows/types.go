@@ -182,11 +182,11 @@ type FlowSet struct {
 	// flow set has no flows and no group; docs/field-cases.md#c34).
 	Declined string
 
-	cookie    Cookie
-	lines     []string                  // rendered flows (with cookie), sorted
-	keys      []MatchKey                // MatchKey of each line
-	gparts    []groupText               // the same groups split into header and buckets (Plan.Lines)
-	entryKeys map[EntryPoint][]MatchKey // per entry point: its ExServiceLB flow, then its ExServiceCT flows
+	cookie     Cookie
+	lines      []string                  // rendered flows (with cookie), sorted
+	keys       []MatchKey                // MatchKey of each line
+	gparts     []groupText               // the same groups split into header and buckets (Plan.Lines)
+	entryFlows map[EntryPoint][]ovs.Flow // per entry point: its ExServiceLB flow, then its ExServiceCT flows
 }
 
 // Cookie returns the FlowSet's cookie (valid after Finish).
@@ -345,8 +345,16 @@ func (fs *FlowSet) Without(drop map[MatchKey]bool, warnings ...string) (*FlowSet
 		Warnings:  append(append([]string{}, fs.Warnings...), warnings...),
 		Endpoints: fs.Endpoints, Declined: fs.Declined}
 	gone := maps.Clone(drop)
+	entryKeys := make(map[EntryPoint][]MatchKey, len(fs.entryFlows))
+	for e, fl := range fs.entryFlows {
+		ks := make([]MatchKey, len(fl))
+		for i := range fl {
+			ks[i] = mustMatchKey(fs.Bridge, &fl[i])
+		}
+		entryKeys[e] = ks
+	}
 	for _, e := range fs.EntryPoints {
-		if ks := fs.entryKeys[e]; len(ks) > 0 && drop[ks[0]] {
+		if ks := entryKeys[e]; len(ks) > 0 && drop[ks[0]] {
 			for _, k := range ks[1:] {
 				gone[k] = true
 			}
@@ -361,21 +369,22 @@ func (fs *FlowSet) Without(drop map[MatchKey]bool, warnings ...string) (*FlowSet
 		out.Flows = append(out.Flows, f)
 	}
 	for _, e := range fs.EntryPoints {
-		if ks, ok := fs.entryKeys[e]; ok && len(ks) > 0 && !gone[ks[0]] {
+		if ks := entryKeys[e]; len(ks) > 0 && !gone[ks[0]] {
 			out.EntryPoints = append(out.EntryPoints, e)
-			out.entryFlow(e, ks...)
+			out.entryFlow(e, fs.entryFlows[e]...)
 		}
 	}
 	return out, out.Finish()
 }
 
-// entryFlow records that the flows with MatchKeys keys serve entry point e: keys[0] is its
-// ExServiceLB flow (Without keeps e while that flow remains), the rest its ExServiceCT flows.
-func (fs *FlowSet) entryFlow(e EntryPoint, keys ...MatchKey) {
-	if fs.entryKeys == nil {
-		fs.entryKeys = map[EntryPoint][]MatchKey{}
+// entryFlow records that flows serve entry point e: flows[0] is its ExServiceLB flow (Without
+// keeps e while that flow remains), the rest its ExServiceCT flows. Their MatchKeys are computed
+// only by Without (conflicts are rare; a full sync builds every flow set).
+func (fs *FlowSet) entryFlow(e EntryPoint, flows ...ovs.Flow) {
+	if fs.entryFlows == nil {
+		fs.entryFlows = map[EntryPoint][]ovs.Flow{}
 	}
-	fs.entryKeys[e] = keys
+	fs.entryFlows[e] = flows
 }
 
 // MarshalText renders the group in ovs-ofctl(8) group syntax (OpenFlow 1.5).
@@ -418,16 +427,25 @@ func (g OFGroup) render() (groupText, error) {
 		gt.head += fmt.Sprintf(",selection_method=hash,fields(%s)", strings.Join(g.SelectionFields, ","))
 	}
 	gt.buckets = make([]string, 0, len(g.Buckets))
+	var b []byte
 	for _, bk := range g.Buckets {
-		acts := make([]string, 0, len(bk.Actions))
-		for _, a := range bk.Actions {
+		// "bucket=bucket_id:ID,weight:W,actions=A,B", appended by hand (one per endpoint).
+		b = append(b[:0], "bucket=bucket_id:"...)
+		b = strconv.AppendUint(b, uint64(bk.ID), 10)
+		b = append(b, ",weight:"...)
+		b = strconv.AppendUint(b, uint64(bk.Weight), 10)
+		b = append(b, ",actions="...)
+		for i, a := range bk.Actions {
 			t, err := a.MarshalText()
 			if err != nil {
 				return groupText{}, err
 			}
-			acts = append(acts, string(t))
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, t...)
 		}
-		gt.buckets = append(gt.buckets, fmt.Sprintf("bucket=bucket_id:%d,weight:%d,actions=%s", bk.ID, bk.Weight, strings.Join(acts, ",")))
+		gt.buckets = append(gt.buckets, string(b))
 	}
 	return gt, nil
 }
