@@ -359,7 +359,7 @@ func (r *Reconciler) afterSync(ctx context.Context) {
 		logger := klog.FromContext(ctx).WithValues("egressIP", ip)
 		// Twice: one lost frame must not leave the router on the old gateway.
 		for range 2 {
-			if err := r.cfg.Announcer.AnnounceIP(ctx, ip, st.Ports.ExMAC, st.Ports.ExUplink); err != nil {
+			if err := r.cfg.Announcer.AnnounceIP(ctx, ip, st.Ports.ExMAC, st.Ports.UplinkFor(ip)); err != nil {
 				logger.Error(err, "Gratuitous ARP failed; neighbours learn the new gateway when their entry expires")
 				break
 			}
