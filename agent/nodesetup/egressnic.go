@@ -296,25 +296,25 @@ func (r *run) setupEgressNIC(ctx context.Context, ei EgressInterface, st *Egress
 		}
 	}
 	if len(addrs) > 0 {
-		if err := moveAddrsRoutes(link, br, &State{Addrs: st.Addrs, Routes: st.Routes}); err != nil {
+		// The NIC's default route (if any) goes to its own table only: in the main table it would
+		// compete with (or replace) the primary NIC's.
+		if err := moveAddrsRoutes(link, br, &State{Addrs: st.Addrs, Routes: st.mainRoutes()}); err != nil {
 			return err
 		}
 		r.changed("moved %s's %d addresses and %d routes to %s", ei.NIC, len(st.Addrs), len(st.Routes), c.BridgeEx)
 	}
-	// Source routing: table st.Table holds the subnets (on-link through br-ex) and the default
-	// route via the NIC's router; one rule per subnet sends its sources there.
-	for i, p := range subnets {
-		_, dst, _ := net.ParseCIDR(p.String())
-		rt := &netlink.Route{LinkIndex: br.Attrs().Index, Dst: dst, Scope: netlink.SCOPE_LINK, Src: net.IP(srcs[i].AsSlice()),
-			Table: st.Table, Family: unix.AF_INET, Protocol: unix.RTPROT_STATIC}
-		if err := netlink.RouteReplace(rt); err != nil {
-			return fmt.Errorf("route %s table %d: %w", p, st.Table, err)
+	// Source routing: table st.Table holds the subnets (on-link through br-ex), the NIC's own
+	// routes through a gateway and the default route via the NIC's router; one rule per subnet
+	// sends its sources there.
+	for _, sr := range egressTableRoutes(*st) {
+		rt, err := sr.route(br.Attrs().Index)
+		if err != nil {
+			return err
 		}
-	}
-	def := &netlink.Route{LinkIndex: br.Attrs().Index, Dst: &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)},
-		Gw: net.IP(router.AsSlice()), Table: st.Table, Family: unix.AF_INET, Protocol: unix.RTPROT_STATIC}
-	if err := netlink.RouteReplace(def); err != nil {
-		return fmt.Errorf("default route via %s table %d: %w", router, st.Table, err)
+		rt.Table = st.Table
+		if err := netlink.RouteReplace(rt); err != nil {
+			return fmt.Errorf("route %s table %d: %w", sr.Dst, st.Table, err)
+		}
 	}
 	for _, p := range subnets {
 		added, err := ensureRule(p, st.Table)
@@ -328,6 +328,54 @@ func (r *run) setupEgressNIC(ctx context.Context, ei EgressInterface, st *Egress
 		}
 	}
 	return nil
+}
+
+// mainRoutes are the NIC's saved routes that go to br-ex in the main table: all but a default
+// route.
+func (st EgressNICState) mainRoutes() []SavedRoute {
+	var out []SavedRoute
+	for _, r := range st.Routes {
+		if r.Dst != "0.0.0.0/0" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// egressTableRoutes are the routes of st's table: each subnet on-link (source: the NIC's
+// address in it), the NIC's saved routes through a gateway inside its subnets (so a destination
+// the NIC's network routes elsewhere keeps that next hop), and the default route via st.Router.
+func egressTableRoutes(st EgressNICState) []SavedRoute {
+	var out []SavedRoute
+	var subnets []netip.Prefix
+	for _, s := range st.Subnets {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			continue
+		}
+		subnets = append(subnets, p)
+		src := ""
+		for _, a := range st.Addrs {
+			if ap, err := netip.ParsePrefix(a.CIDR); err == nil && ap.Masked() == p {
+				src = ap.Addr().String()
+				break
+			}
+		}
+		out = append(out, SavedRoute{Dst: p.String(), Src: src, Scope: int(netlink.SCOPE_LINK), Protocol: unix.RTPROT_STATIC})
+	}
+	hasDefault := false
+	for _, r := range st.Routes {
+		gw, err := netip.ParseAddr(r.Gw)
+		if err != nil || !slices.ContainsFunc(subnets, func(p netip.Prefix) bool { return p.Contains(gw) }) {
+			continue
+		}
+		hasDefault = hasDefault || r.Dst == "0.0.0.0/0"
+		out = append(out, SavedRoute{Dst: r.Dst, Gw: r.Gw, Metric: r.Metric, Scope: int(netlink.SCOPE_UNIVERSE), Protocol: unix.RTPROT_STATIC})
+	}
+	if !hasDefault && st.Router != "" {
+		out = append(out, SavedRoute{Dst: "0.0.0.0/0", Gw: st.Router, Scope: int(netlink.SCOPE_UNIVERSE), Protocol: unix.RTPROT_STATIC})
+	}
+	return out
 }
 
 // egressRule is the ip rule "from p lookup table priority table".
