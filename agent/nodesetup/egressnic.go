@@ -120,6 +120,9 @@ func SetupEgressInterfaces(ctx context.Context, cfg Config) (Result, error) {
 	if err := cfg.defaults(); err != nil {
 		return Result{}, err
 	}
+	if err := checkEgressInterfaces(cfg); err != nil {
+		return Result{}, err
+	}
 	db, err := ofctl.Connect(ctx, cfg.OVSDB)
 	if err != nil {
 		return Result{}, err
@@ -145,6 +148,20 @@ func TeardownEgressInterfaces(ctx context.Context, cfg Config) (Result, error) {
 	r := &run{cfg: &cfg, db: db}
 	err = r.teardownEgressNICs(ctx)
 	return r.res, err
+}
+
+// checkEgressInterfaces refuses, before anything changes, an --egress-interface that names no
+// network device, the primary NIC or br-ex.
+func checkEgressInterfaces(c Config) error {
+	for _, ei := range c.EgressInterfaces {
+		if ei.NIC == c.NIC || ei.NIC == c.BridgeEx || (c.BridgeEx == "" && ei.NIC == DefaultBridgeEx) {
+			return fmt.Errorf("--egress-interface %s: that is the primary NIC or br-ex; name a secondary NIC", ei.NIC)
+		}
+		if _, err := netlink.LinkByName(ei.NIC); err != nil {
+			return fmt.Errorf("--egress-interface %s: %w (no such network device on this node)", ei.NIC, err)
+		}
+	}
+	return nil
 }
 
 func (r *run) setupEgressNICs(ctx context.Context) error {

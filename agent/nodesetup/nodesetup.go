@@ -176,6 +176,9 @@ func Setup(ctx context.Context, cfg Config) (Result, error) {
 	if err := checkClusterRoutes(cfg.GatewayPort, cfg.ClusterCIDRs); err != nil {
 		return Result{}, err
 	}
+	if err := checkEgressInterfaces(cfg); err != nil {
+		return Result{}, err
+	}
 	db, err := ofctl.Connect(ctx, cfg.OVSDB)
 	if err != nil {
 		return Result{}, fmt.Errorf("%w (is Open vSwitch running, and %s its database socket?)", err, cfg.OVSDB)
