@@ -309,7 +309,6 @@ func TestEgressSecondaryNIC(t *testing.T) {
 	}
 
 	// Teardown puts eth1 back as it was.
-	writeManifest(t, "egress-c38.yaml", "")
 	require.NoError(t, teardown())
 	addr := nsRun(t, node3NS, "ip", "-4", "-o", "addr", "show", "dev", "eth1")
 	assert.Contains(t, addr, "203.0.113.13/24")
@@ -317,6 +316,11 @@ func TestEgressSecondaryNIC(t *testing.T) {
 	assert.NotContains(t, nsRun(t, node3NS, "ip", "-4", "-o", "addr", "show", "dev", "br-ex"), "203.0.113.13")
 	_, err = theLab.Vsctl("node3", "get", "Interface", "eth1", "ofport")
 	assert.Error(t, err, "eth1 is still an OVS interface after the teardown")
+
+	// C38's move to the VLAN subinterface eth1.100 is not tested: this machine's kernel has no
+	// 8021q support ("ip link add ... type vlan": Unknown device type) and modules cannot be
+	// loaded.
+	writeManifest(t, "egress-c38.yaml", "")
 }
 
 func must2(s string, err error) string {
