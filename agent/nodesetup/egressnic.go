@@ -274,17 +274,12 @@ func (r *run) setupEgressNIC(ctx context.Context, ei EgressInterface, st *Egress
 		return err
 	}
 
-	changes, err := r.db.EnsureSecondaryUplink(ctx, c.BridgeEx, ei.NIC, subnets)
-	if err != nil {
-		return err
-	}
-	for _, ch := range changes {
-		r.changed("%s", ch)
-	}
 	if dpType == "netdev" {
 		// The node's kernel still sees the NIC's frames (docs/lab-facts.md pitfalls 2): no ARP
 		// answers from the NIC itself, and strict reverse-path filtering drops the kernel's copy
 		// of every packet (its route back goes through br-ex, not the NIC).
+		// Before the NIC goes into OVS: ovs-vswitchd writes back the interface flags it read when
+		// it opened the NIC, which would undo an ARP off set meanwhile.
 		if link.Attrs().RawFlags&unix.IFF_NOARP == 0 {
 			if err := netlink.LinkSetARPOff(link); err != nil {
 				return fmt.Errorf("arp off: %w", err)
@@ -310,6 +305,23 @@ func (r *run) setupEgressNIC(ctx context.Context, ei EgressInterface, st *Egress
 				return err
 			}
 			r.changed("net.ipv4.conf.%s.rp_filter=1 (userspace datapath)", ei.NIC)
+		}
+	}
+	changes, err := r.db.EnsureSecondaryUplink(ctx, c.BridgeEx, ei.NIC, subnets)
+	if err != nil {
+		return err
+	}
+	for _, ch := range changes {
+		r.changed("%s", ch)
+	}
+	if _, _, err := r.db.WaitInterface(ctx, ei.NIC, false, 30*time.Second); err != nil {
+		return err
+	}
+	if st.ARPOffSet {
+		if l, err := netlink.LinkByName(ei.NIC); err == nil && l.Attrs().RawFlags&unix.IFF_NOARP == 0 {
+			if err := netlink.LinkSetARPOff(l); err != nil {
+				return fmt.Errorf("arp off: %w", err)
+			}
 		}
 	}
 	if len(addrs) > 0 {

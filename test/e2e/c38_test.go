@@ -178,12 +178,14 @@ func TestEgressSecondaryNIC(t *testing.T) {
 		return err
 	}))
 	t.Logf("node3: %s", strings.TrimSpace(nsRun(t, node3NS, "ip", "-4", "rule", "show", "table", "7100")))
-	ofport := strings.TrimSpace(must2(theLab.Vsctl("node3", "get", "Interface", "eth1", "ofport")))
-	// The agent found the secondary uplink: LOCAL's packets of 203.0.113.0/24 go to eth1.
+	// The agent found the secondary uplink: LOCAL's packets of 203.0.113.0/24 go to eth1 (its
+	// ofport is "[]" until ovs-vswitchd has added it).
+	var ofport string
 	require.NoError(t, lab.WaitFor(func() error {
-		if !strings.Contains(egressFlows(t, "node3"), "in_port=LOCAL,nw_src=203.0.113.0/24 actions=output:"+ofport) &&
-			!strings.Contains(egressFlows(t, "node3"), "nw_src=203.0.113.0/24 actions=output:eth1") {
-			return fmt.Errorf("node3's br-ex has no flow for the secondary uplink yet")
+		ofport = strings.TrimSpace(must2(theLab.Vsctl("node3", "get", "Interface", "eth1", "ofport")))
+		secFlow := regexp.MustCompile(`in_port=LOCAL,nw_src=203\.0\.113\.0/24 actions=output:(eth1|` + regexp.QuoteMeta(ofport) + `)\b`)
+		if fl := egressFlows(t, "node3"); !secFlow.MatchString(fl) {
+			return fmt.Errorf("node3's br-ex has no flow for the secondary uplink (ofport %s) yet:\n%s", ofport, fl)
 		}
 		return nil
 	}, 20*time.Second))
@@ -269,7 +271,7 @@ func TestEgressSecondaryNIC(t *testing.T) {
 	l0 := cap0.lines(t)
 	var leaked []string
 	for _, l := range l0 {
-		if !strings.Contains(l, "Request who-has "+c38EgressIP) {
+		if !strings.Contains(l, "Request who-has "+c38EgressIP+" tell 192.0.2.1,") { // the probe
 			leaked = append(leaked, l)
 		}
 	}
@@ -280,7 +282,7 @@ func TestEgressSecondaryNIC(t *testing.T) {
 	// node3's eth1: the egress packets with source 203.0.113.50 to the second router's MAC; the
 	// replies; ARP answers for the egress IP from br-ex's MAC; never a pod address.
 	l1 := cap1.lines(t)
-	out1, in1, arpAns := 0, 0, 0
+	out1, in1, arpAns, garp := 0, 0, 0, 0
 	toServer := regexp.MustCompile(`> ` + regexp.QuoteMeta(routerMAC) + `, .* ` + regexp.QuoteMeta(c38EgressIP) + `\.\d+ > ` + regexp.QuoteMeta(c38Server) + `\.` + hostPort)
 	for _, l := range l1 {
 		assert.NotContains(t, l, " 10.244.", "a pod address on node3's eth1: %s", l)
@@ -292,6 +294,9 @@ func TestEgressSecondaryNIC(t *testing.T) {
 			in1++
 		case strings.Contains(l, "Reply "+c38EgressIP+" is-at "+n3.MAC):
 			arpAns++
+		case strings.Contains(l, "Request who-has "+c38EgressIP+" tell "+c38EgressIP+","):
+			garp++
+			assert.True(t, strings.HasPrefix(strings.Fields(l)[1], n3.MAC), "gratuitous ARP not from br-ex's MAC: %s", l)
 		case strings.Contains(l, c38Server):
 			t.Errorf("unexpected frame to/from the server on eth1: %s", l)
 		}
@@ -299,8 +304,9 @@ func TestEgressSecondaryNIC(t *testing.T) {
 	assert.Positive(t, out1, "no egress packet 203.0.113.50 -> server on eth1")
 	assert.Positive(t, in1, "no reply on eth1")
 	assert.Positive(t, arpAns, "no ARP answer for the egress IP on eth1")
-	t.Logf("node3 eth1: %d frames; %d egress packets %s -> %s to the router's MAC %s, %d replies, %d ARP answers for %s",
-		len(l1), out1, c38EgressIP, c38Server, routerMAC, in1, arpAns, c38EgressIP)
+	assert.Positive(t, garp, "no gratuitous ARP for the egress IP on eth1 (the takeover's)")
+	t.Logf("node3 eth1: %d frames; %d egress packets %s -> %s to the router's MAC %s, %d replies, %d ARP answers and %d gratuitous ARPs for %s",
+		len(l1), out1, c38EgressIP, c38Server, routerMAC, in1, arpAns, garp, c38EgressIP)
 	flowsNow := egressFlows(t, "node3")
 	for _, l := range strings.Split(flowsNow, "\n") {
 		if strings.Contains(l, "arp_tpa="+c38EgressIP) {
