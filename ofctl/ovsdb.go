@@ -65,6 +65,8 @@ type DB struct {
 	gatewayState atomic.Value
 	// uplink is the uplink EnsureIntegration last found (logged only when it changes).
 	uplink atomic.Value
+	// secondaryErr is the last logged problem with a secondary uplink ("" none).
+	secondaryErr atomic.Value
 }
 
 // Connect connects to ovsdb-server at endpoint ("unix:/path/db.sock", a bare "/path/db.sock",

@@ -53,8 +53,9 @@ func ParseEgressSubnets(v string) ([]netip.Prefix, error) {
 }
 
 // secondaryUplinks returns the secondary uplinks of bridge brEx, sorted by ofport, and the names
-// of those still without an ofport. A port whose subnets do not parse is left out and reported
-// in err (the others are still returned).
+// of those still without an ofport. A port whose subnets do not parse, or that ovs-vswitchd
+// could not add (ofport -1), is left out and logged (once per change); the others are still
+// returned, so a broken secondary NIC never stops the agent.
 func (d *DB) secondaryUplinks(ctx context.Context, brEx string) ([]flows.SecondaryUplink, []string, error) {
 	br := &bridgeRow{Name: brEx}
 	if err := d.c.Get(ctx, br); err != nil {
@@ -81,14 +82,27 @@ func (d *DB) secondaryUplinks(ctx context.Context, brEx string) ([]flows.Seconda
 			errs = append(errs, fmt.Errorf("secondary uplink %s: %w (ignored)", i.Name, err))
 			continue
 		}
-		if i.OFPort == nil || *i.OFPort <= 0 {
+		if i.OFPort != nil && *i.OFPort < 0 {
+			msg := "no ofport"
+			if i.Error != nil {
+				msg = *i.Error
+			}
+			errs = append(errs, fmt.Errorf("secondary uplink %s: ovs-vswitchd could not add it: %s (ignored)", i.Name, msg))
+			continue
+		}
+		if i.OFPort == nil || *i.OFPort == 0 {
 			pending = append(pending, i.Name)
 			continue
 		}
 		out = append(out, flows.SecondaryUplink{Name: i.Name, OFPort: *i.OFPort, Subnets: subnets})
 	}
 	slices.SortFunc(out, func(a, b flows.SecondaryUplink) int { return a.OFPort - b.OFPort })
+	// Logged when it changes, not at every sync.
+	msg := ""
 	if len(errs) > 0 {
+		msg = errors.Join(errs...).Error()
+	}
+	if prev, _ := d.secondaryErr.Swap(msg).(string); prev != msg && msg != "" {
 		klog.FromContext(ctx).Error(errors.Join(errs...), "Secondary uplink of the external bridge ignored", "bridge", brEx)
 	}
 	return out, pending, nil

@@ -41,6 +41,16 @@ func TestSecondaryUplink(t *testing.T) {
 	assert.Equal(t, ports.Secondary[0].OFPort, ports.UplinkFor(netip.MustParseAddr("203.0.113.50")))
 	assert.Equal(t, ports.ExUplink, ports.UplinkFor(netip.MustParseAddr("192.0.2.50")))
 
+	// A secondary port ovs-vswitchd cannot add (ofport -1) is left out; the agent keeps going.
+	sb.Vsctl(t, "add-port", "br-ex", "eth3", "--", "set", "Interface", "eth3", "type=bogus",
+		`external_ids:ovs-srcip.io/egress-subnets="198.51.100.0/24"`)
+	require.Eventually(t, func() bool { return vsGet(t, sb, "Interface", "eth3", "ofport") == "-1" }, 5*time.Second, 50*time.Millisecond)
+	ports, err = db.EnsureIntegration(ctx, c)
+	require.NoError(t, err)
+	require.Len(t, ports.Secondary, 1)
+	assert.Equal(t, "eth1", ports.Secondary[0].Name)
+	sb.Vsctl(t, "del-port", "br-ex", "eth3")
+
 	// Corrected: other subnets, the tag put back.
 	sb.Vsctl(t, "set", "Port", "eth1", "tag=7")
 	two := append(subnets, netip.MustParsePrefix("198.18.0.0/15"))
