@@ -117,8 +117,10 @@ type Reconciler struct {
 	// syncMu is held by Sync and by Report (which reads the model and the syncer).
 	syncMu sync.Mutex
 
-	// announced are the egress IPs this node answers for and has announced (sync goroutine).
-	announced map[netip.Addr]bool
+	// announced are the egress IPs this node answers for and has announced, with the br-ex
+	// port announced on (sync goroutine): a move to another uplink (docs/egress.md "Secondary
+	// NICs") is announced again.
+	announced map[netip.Addr]int
 }
 
 // Status is the Reconciler's health, for /readyz.
@@ -152,7 +154,7 @@ func NewReconciler(cfg ReconcilerConfig) *Reconciler {
 	r.model.egressClusterCIDRs = cfg.EgressClusterCIDRs
 	r.model.chooseGateway = cfg.ChooseGateway
 	r.model.election = cfg.Election
-	r.announced = map[netip.Addr]bool{}
+	r.announced = map[netip.Addr]int{}
 	r.syncer.warn = func(fs *flows.FlowSet) {
 		reason := ReasonWarning
 		if fs.Declined != "" {
@@ -338,7 +340,8 @@ func (r *Reconciler) sync(ctx context.Context, full bool) (bool, error) {
 }
 
 // afterSync runs after every successful sync: a gratuitous ARP for each egress IP this node
-// has just become the gateway of (its ARP answer is installed now, C25), the election's
+// has just become the gateway of (its ARP answer is installed now, C25) or whose uplink changed
+// (C38), the election's
 // Synced (Leases given up are released now that the answers are gone), and the policies to the
 // status writer.
 func (r *Reconciler) afterSync(ctx context.Context) {
@@ -349,17 +352,18 @@ func (r *Reconciler) afterSync(ctx context.Context) {
 		}
 	}
 	for ip, e := range st.Egress {
-		if e.Gateway != r.cfg.NodeName || r.announced[ip] {
+		port := st.Ports.UplinkFor(ip)
+		if e.Gateway != r.cfg.NodeName || r.announced[ip] == port {
 			continue
 		}
-		r.announced[ip] = true
+		r.announced[ip] = port
 		if r.cfg.Announcer == nil {
 			continue
 		}
 		logger := klog.FromContext(ctx).WithValues("egressIP", ip)
 		// Twice: one lost frame must not leave the router on the old gateway.
 		for range 2 {
-			if err := r.cfg.Announcer.AnnounceIP(ctx, ip, st.Ports.ExMAC, st.Ports.ExUplink); err != nil {
+			if err := r.cfg.Announcer.AnnounceIP(ctx, ip, st.Ports.ExMAC, port); err != nil {
 				logger.Error(err, "Gratuitous ARP failed; neighbours learn the new gateway when their entry expires")
 				break
 			}

@@ -104,6 +104,16 @@ type PortsReport struct {
 	ExMAC         string `json:"exMAC"`
 	GatewayMAC    string `json:"gatewayMAC,omitempty"`
 	TunnelUDPPort int    `json:"tunnelUDPPort"`
+	// Secondary are br-ex's secondary uplinks (flows.Ports.Secondary; docs/egress.md
+	// "Secondary NICs").
+	Secondary []SecondaryUplinkReport `json:"secondary,omitempty"`
+}
+
+// SecondaryUplinkReport is flows.SecondaryUplink for JSON.
+type SecondaryUplinkReport struct {
+	Name    string   `json:"name"`
+	OFPort  int      `json:"ofport"`
+	Subnets []string `json:"subnets"`
 }
 
 // NodeReport is one Node as the agent uses it.
@@ -253,6 +263,13 @@ func (r *Reconciler) Report() Report {
 	}
 	if len(p.GatewayMAC) == 6 {
 		rep.Ports.GatewayMAC = p.GatewayMAC.String()
+	}
+	for _, u := range p.Secondary {
+		sr := SecondaryUplinkReport{Name: u.Name, OFPort: u.OFPort}
+		for _, n := range u.Subnets {
+			sr.Subnets = append(sr.Subnets, n.String())
+		}
+		rep.Ports.Secondary = append(rep.Ports.Secondary, sr)
 	}
 	for _, n := range m.st.Nodes {
 		nr := NodeReport{Name: n.Name, InternalIP: addrString(n.InternalIP), Down: n.Down}

@@ -97,6 +97,7 @@ func BuildExBase(st *State) (*FlowSet, error) {
 			output(p.ExUplink)),
 		flow(ExServiceReply, prioDefault, "", 0, nil, DropFor(DropReplyNoConnection)),
 	}
+	fs.Flows = append(fs.Flows, secondaryUplinkFlows(st)...)
 	return fs, fs.Finish()
 }
 

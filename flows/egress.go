@@ -190,20 +190,24 @@ func BuildEgress(st *State, e EgressIP) (*FlowSet, error) {
 }
 
 // BuildEgressAnnounce returns the br-ex flows of one egress IP on its active gateway
-// (KindEgressAnnounce; nothing elsewhere): ARP requests for the egress IP from the uplink are
-// answered with br-ex's MAC; IP to it from the uplink goes to br-int (the un-SNAT); the SNATed
+// (KindEgressAnnounce; nothing elsewhere): ARP requests for the egress IP from its uplink are
+// answered with br-ex's MAC; IP to it from that uplink goes to br-int (the un-SNAT); the SNATed
 // packets br-int sends go to the host, which routes them (next hop and NIC from its routing
-// table).
+// table). Its uplink is Ports.UplinkFor(IP): the secondary NIC whose subnet holds the egress IP
+// (C38: node-setup's source routing sends the SNATed packets out that NIC, and
+// secondaryUplinkFlows lets them through), else the primary uplink. The other uplinks neither
+// answer nor intercept anything for it.
 func BuildEgressAnnounce(st *State, e EgressIP) (*FlowSet, error) {
 	fs := &FlowSet{Key: Key{Kind: KindEgressAnnounce, Name: e.IP.String()}, Bridge: BrEx}
 	if !e.IP.Is4() || e.Gateway != st.Node {
 		return fs, fs.Finish()
 	}
 	p := st.Ports
+	up := p.UplinkFor(e.IP)
 	fs.Flows = []ovs.Flow{
-		flow(ExClassifier, prioEgressHook, ovs.ProtocolARP, p.ExUplink,
+		flow(ExClassifier, prioEgressHook, ovs.ProtocolARP, up,
 			[]ovs.Match{ovs.ARPOperation(arpOpRequest), ovs.ARPTargetProtocolAddress(e.IP.String())}, arpReply(p.ExMAC)...),
-		flow(ExClassifier, prioEgressHook, ovs.ProtocolIPv4, p.ExUplink,
+		flow(ExClassifier, prioEgressHook, ovs.ProtocolIPv4, up,
 			[]ovs.Match{ovs.DataLinkDestination(p.ExMAC.String()), ovs.NetworkDestination(e.IP.String())}, output(p.ExPatch)),
 		flow(ExClassifier, prioEgressHook, ovs.ProtocolIPv4, p.ExPatch,
 			[]ovs.Match{ovs.NetworkSource(e.IP.String())}, ovs.ModDataLinkSource(p.ExMAC), outputLocal),

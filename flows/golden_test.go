@@ -148,6 +148,13 @@ func TestGolden(t *testing.T) {
 		return st
 	}
 	cases["node1-egress"] = egress("node3")
+	// C38: node1 has a secondary uplink eth1 (ofport 5, 203.0.113.0/24); egress IP 203.0.113.50
+	// (gateway node1) is announced and intercepted on eth1 only, 192.0.2.51 on the primary
+	// uplink; LOCAL's packets and ARP of 203.0.113.0/24 go to eth1.
+	sec := egress("node3")
+	sec.Ports.Secondary = []SecondaryUplink{{Name: "eth1", OFPort: 5, Subnets: []netip.Prefix{pfx("203.0.113.0/24")}}}
+	sec.Egress[ip("203.0.113.50")] = EgressIP{IP: ip("203.0.113.50"), Policy: "sec", Gateway: "node1"}
+	cases["node1-egress-secondary-nic"] = sec
 	for name, st := range cases {
 		t.Run(name, func(t *testing.T) {
 			d, err := Build(st)

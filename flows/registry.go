@@ -107,7 +107,7 @@ var registry = []KindSpec{
 		Tier: 0, Triggers: EverySync, Keys: gatewayKeys, Build: buildGatewayKey},
 	{Kind: KindEgress, Name: "egress", Doc: "one egress IP of an EgressGateway on br-int: its pods' packets to the active gateway over Geneve (VNI 4) or drop without one; on the active gateway the SNAT in ZoneEgress and the un-SNAT of replies (key: the egress IP)", Bridge: BrInt,
 		Tier: 1, Triggers: EverySync, Keys: egressKeys(KindEgress), Build: egressBuild(BuildEgress)},
-	{Kind: KindEgressAnnounce, Name: "egress-announce", Doc: "one egress IP on br-ex of its active gateway only: ARP answer on the uplink, its replies to br-int, SNATed packets to the host (key: the egress IP)", Bridge: BrEx,
+	{Kind: KindEgressAnnounce, Name: "egress-announce", Doc: "one egress IP on br-ex of its active gateway only: ARP answer on the uplink (the secondary uplink whose subnet holds the IP, if any), its replies to br-int, SNATed packets to the host (key: the egress IP)", Bridge: BrEx,
 		Tier: 1, Triggers: EverySync, Keys: egressKeys(KindEgressAnnounce), Build: egressBuild(BuildEgressAnnounce)},
 	{Kind: KindServicePort, Name: "service-port", Doc: "one opted-in Service port: entry points and its select group", Bridge: BrEx,
 		Tier: 1, Triggers: OwnObject | PodCIDRs, Keys: servicePortKeys, Build: buildServicePortKey, Rank: servicePortRank, Object: "Service"},

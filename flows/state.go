@@ -115,6 +115,35 @@ type Ports struct {
 	// GatewayMAC is the gateway port's MAC address (Interface.mac_in_use): the Ethernet
 	// destination of every packet br-int hands to the host.
 	GatewayMAC net.HardwareAddr
+	// Secondary are br-ex's secondary uplinks (node-setup --egress-interface, docs/egress.md
+	// "Secondary NICs"), sorted by OFPort: NICs of other segments that carry only the traffic of
+	// their own subnets (host traffic sourced there and egress IPs inside them). Empty on most
+	// nodes.
+	Secondary []SecondaryUplink
+}
+
+// SecondaryUplink is one secondary uplink of br-ex: its ofport and the IPv4 subnets of its
+// segment (the NIC's addresses, recorded by node-setup in Interface.external_ids).
+type SecondaryUplink struct {
+	// Name is the NIC's name (e.g. "eth1"), for messages.
+	Name string
+	// OFPort is its ofport on br-ex.
+	OFPort int
+	// Subnets are its segment's IPv4 networks (e.g. 203.0.113.0/24).
+	Subnets []netip.Prefix
+}
+
+// UplinkFor returns the br-ex port on which ip is announced and reached: the secondary uplink
+// whose subnet contains ip (the first by OFPort when several do), else ExUplink.
+func (p Ports) UplinkFor(ip netip.Addr) int {
+	for _, s := range p.Secondary {
+		for _, n := range s.Subnets {
+			if n.Contains(ip) {
+				return s.OFPort
+			}
+		}
+	}
+	return p.ExUplink
 }
 
 // HasGateway reports whether the node's gateway port is known (ofport and MAC).

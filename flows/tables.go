@@ -10,7 +10,8 @@ type Table int
 const (
 	// ExClassifier (br-ex table 0) holds the hooks: IP from the uplink to br-ex's MAC ->
 	// ExServiceLB; anything from the patch port -> ExFromInt; frames to br-ex's MAC -> LOCAL;
-	// everything else NORMAL (the installer's default, for ports the agent does not own).
+	// secondary uplinks <-> LOCAL by their subnets (secondaryUplinkFlows); everything else
+	// NORMAL (the installer's default, for ports the agent does not own).
 	ExClassifier Table = 0
 	// ExServiceLB matches the entry points (NodePort on node addresses, LB ingress IPs,
 	// externalIPs) of opted-in Service ports and sends them through ct(zone=ZoneService,nat) to

@@ -41,6 +41,9 @@ type portRow struct {
 	UUID       string   `ovsdb:"_uuid"`
 	Name       string   `ovsdb:"name"`
 	Interfaces []string `ovsdb:"interfaces"`
+	// Tag is the port's access VLAN for the NORMAL action (node-setup isolates a secondary
+	// uplink with SecondaryUplinkTag).
+	Tag *int `ovsdb:"tag"`
 }
 
 // ifaceRow is a row of the Interface table.

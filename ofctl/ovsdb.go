@@ -65,6 +65,8 @@ type DB struct {
 	gatewayState atomic.Value
 	// uplink is the uplink EnsureIntegration last found (logged only when it changes).
 	uplink atomic.Value
+	// secondaryErr is the last logged problem with a secondary uplink ("" none).
+	secondaryErr atomic.Value
 }
 
 // Connect connects to ovsdb-server at endpoint ("unix:/path/db.sock", a bare "/path/db.sock",
@@ -122,7 +124,7 @@ func Connect(ctx context.Context, endpoint string) (*DB, error) {
 	mon := c.NewMonitor(
 		client.WithTable(&o, &o.Bridges),
 		client.WithTable(&b, &b.Name, &b.DatapathType, &b.FailMode, &b.Protocols, &b.Ports, &b.FlowTables, &b.OtherConfig),
-		client.WithTable(&p, &p.Name, &p.Interfaces),
+		client.WithTable(&p, &p.Name, &p.Interfaces, &p.Tag),
 		client.WithTable(&i, &i.Name, &i.Type, &i.Options, &i.ExternalIDs, &i.OFPort, &i.MACInUse, &i.Error, &i.MTURequest),
 		client.WithTable(&ft, &ft.Name),
 	)
@@ -456,6 +458,9 @@ func (d *DB) findUplink(ctx context.Context, br *bridgeRow, patch string) (strin
 		case "internal", "patch", "geneve", "vxlan", "gre", "stt":
 			continue
 		}
+		if _, secondary := i.ExternalIDs[ExternalIDEgressSubnets]; secondary {
+			continue
+		}
 		cands = append(cands, p.Name)
 	}
 	if len(cands) != 1 {
@@ -591,6 +596,12 @@ func (d *DB) waitPorts(ctx context.Context, c IntegrationConfig) (flows.Ports, e
 		if p.ExMAC == nil {
 			pending = append(pending, c.BrEx+" mac_in_use")
 		}
+		sec, secPending, err := d.secondaryUplinks(ctx, c.BrEx)
+		if err != nil {
+			causes = append(causes, err)
+		}
+		p.Secondary = sec
+		pending = append(pending, secPending...)
 		if len(pending) == 0 {
 			gw, state, wait := d.gatewayPort(ctx, c)
 			if !wait {

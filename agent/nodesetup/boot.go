@@ -64,29 +64,76 @@ ip -4 addr flush dev %s
 		b.WriteString("\n")
 	}
 	for _, r := range st.Routes {
-		dst := r.Dst
-		if dst == "0.0.0.0/0" {
-			dst = "default"
+		renderRoute(&b, r, br, 0)
+	}
+	return b.String()
+}
+
+// renderRoute writes the "ip route replace" line of r through br, in table (0: main).
+func renderRoute(b *strings.Builder, r SavedRoute, br string, table int) {
+	q := shellQuote
+	dst := r.Dst
+	if dst == "0.0.0.0/0" {
+		dst = "default"
+	}
+	fmt.Fprintf(b, "ip route replace %s", q(dst))
+	if r.Gw != "" {
+		fmt.Fprintf(b, " via %s", q(r.Gw))
+	}
+	fmt.Fprintf(b, " dev %s", br)
+	if r.Flags&unix.RTNH_F_ONLINK != 0 {
+		b.WriteString(" onlink")
+	}
+	if r.Src != "" {
+		fmt.Fprintf(b, " src %s", q(r.Src))
+	}
+	fmt.Fprintf(b, " metric %d proto %d scope %d", r.Metric, r.Protocol, r.Scope)
+	if r.MTU != 0 {
+		fmt.Fprintf(b, " mtu %d", r.MTU)
+	}
+	if r.AdvMSS != 0 {
+		fmt.Fprintf(b, " advmss %d", r.AdvMSS)
+	}
+	if table != 0 {
+		fmt.Fprintf(b, " table %d", table)
+	}
+	b.WriteString("\n")
+}
+
+// RenderEgressBootLines returns the boot script's part for the secondary NICs
+// (--egress-interface): each NIC's addresses off it and onto br-ex with its routes, ARP off and
+// strict rp_filter (userspace datapath), its routing table and ip rules. The OVSDB part (the
+// port, its tag and external_ids) survives a reboot in the database.
+func RenderEgressBootLines(egress []EgressNICState) string {
+	q := shellQuote
+	var b strings.Builder
+	for _, e := range egress {
+		br, nic := q(e.BridgeEx), q(e.NIC)
+		fmt.Fprintf(&b, "# secondary NIC %s (--egress-interface)\n", e.NIC)
+		if e.ARPOffSet {
+			fmt.Fprintf(&b, "ip link set dev %s arp off\n", nic)
 		}
-		fmt.Fprintf(&b, "ip route replace %s", q(dst))
-		if r.Gw != "" {
-			fmt.Fprintf(&b, " via %s", q(r.Gw))
+		if e.RPFilter != "" {
+			fmt.Fprintf(&b, "sysctl -q -w net.ipv4.conf.%s.rp_filter=1\n", strings.ReplaceAll(e.NIC, ".", "/"))
 		}
-		fmt.Fprintf(&b, " dev %s", br)
-		if r.Flags&unix.RTNH_F_ONLINK != 0 {
-			b.WriteString(" onlink")
+		fmt.Fprintf(&b, "ip link set dev %s up\nip -4 addr flush dev %s\n", nic, nic)
+		for _, a := range e.Addrs {
+			fmt.Fprintf(&b, "ip addr replace %s", q(a.CIDR))
+			if a.Broadcast != "" {
+				fmt.Fprintf(&b, " broadcast %s", q(a.Broadcast))
+			}
+			fmt.Fprintf(&b, " dev %s scope %d\n", br, a.Scope)
 		}
-		if r.Src != "" {
-			fmt.Fprintf(&b, " src %s", q(r.Src))
+		for _, r := range e.mainRoutes() {
+			renderRoute(&b, r, br, 0)
 		}
-		fmt.Fprintf(&b, " metric %d proto %d scope %d", r.Metric, r.Protocol, r.Scope)
-		if r.MTU != 0 {
-			fmt.Fprintf(&b, " mtu %d", r.MTU)
+		for _, r := range egressTableRoutes(e) {
+			renderRoute(&b, r, br, e.Table)
 		}
-		if r.AdvMSS != 0 {
-			fmt.Fprintf(&b, " advmss %d", r.AdvMSS)
+		for _, sn := range e.Subnets {
+			fmt.Fprintf(&b, "ip rule show from %s table %d priority %d | grep -q . || ip rule add from %s lookup %d priority %d\n",
+				q(sn), e.Table, e.Table, q(sn), e.Table, e.Table)
 		}
-		b.WriteString("\n")
 	}
 	return b.String()
 }
@@ -110,7 +157,11 @@ func (r *run) writeBootScript() error {
 	if st == nil {
 		return r.removeBootScript()
 	}
-	want := []byte(RenderBootScript(st, c.statePath()))
+	egress, err := c.readEgressState()
+	if err != nil {
+		return err
+	}
+	want := []byte(RenderBootScript(st, c.statePath()) + RenderEgressBootLines(egress))
 	if have, err := os.ReadFile(path); err == nil && bytes.Equal(have, want) {
 		r.unchanged("boot script %s", path)
 		return nil

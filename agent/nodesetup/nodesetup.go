@@ -78,6 +78,9 @@ type Config struct {
 	// VerifyTimeout bounds the check that the default gateway still answers after a move
 	// (0: 10 s).
 	VerifyTimeout time.Duration
+	// EgressInterfaces are the secondary NICs (--egress-interface) made second uplinks of br-ex
+	// for egress IPs in their subnets (egressnic.go; docs/egress.md "Secondary NICs").
+	EgressInterfaces []EgressInterface
 	// Logf reports each step's outcome (nil: discarded).
 	Logf func(format string, args ...any)
 }
@@ -173,6 +176,9 @@ func Setup(ctx context.Context, cfg Config) (Result, error) {
 	if err := checkClusterRoutes(cfg.GatewayPort, cfg.ClusterCIDRs); err != nil {
 		return Result{}, err
 	}
+	if err := checkEgressInterfaces(cfg); err != nil {
+		return Result{}, err
+	}
 	db, err := ofctl.Connect(ctx, cfg.OVSDB)
 	if err != nil {
 		return Result{}, fmt.Errorf("%w (is Open vSwitch running, and %s its database socket?)", err, cfg.OVSDB)
@@ -182,6 +188,9 @@ func Setup(ctx context.Context, cfg Config) (Result, error) {
 	underlayMTU, err := r.setupBrEx(ctx)
 	if err != nil {
 		return r.res, fmt.Errorf("br-ex: %w", err)
+	}
+	if err := r.setupEgressNICs(ctx); err != nil {
+		return r.res, fmt.Errorf("egress interfaces: %w", err)
 	}
 	if err := r.writeBootScript(); err != nil {
 		return r.res, fmt.Errorf("br-ex boot script: %w", err)
@@ -240,6 +249,9 @@ func Teardown(ctx context.Context, cfg Config) (Result, error) {
 	}
 	if err := r.teardownGateway(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("gateway port: %w", err))
+	}
+	if err := r.teardownEgressNICs(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("egress interfaces: %w", err))
 	}
 	if err := r.teardownBrEx(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("br-ex: %w", err))

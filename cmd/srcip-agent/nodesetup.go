@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"slices"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -25,6 +27,8 @@ type nodeSetupOptions struct {
 	nodeName     string
 	kubeconfig   string
 	podCIDRWait  time.Duration
+	// egressInterfaces are the --egress-interface values (NIC[=ROUTER]).
+	egressInterfaces []string
 }
 
 // commonNodeFlags are the flags node-setup and node-teardown share.
@@ -61,6 +65,10 @@ func newNodeSetupCommand() *cobra.Command {
     pod MTU, and the cluster CIDRs routed through it.
  3. nftables table ip ovs-srcip: pod traffic to outside the cluster CIDRs is masqueraded;
     forwarding through srcip-gw0 accepted; net.ipv4.ip_forward=1.
+ 1b. --egress-interface NIC[=ROUTER] (repeatable): each secondary NIC becomes a second uplink of
+    br-ex (Port tag 4094, external_ids ovs-srcip.io/egress-subnets), its addresses and routes move
+    to br-ex, and ip rule from <its subnets> lookup <table 7100+> (default via ROUTER) routes what
+    is sourced there out of it (egress IPs in those subnets, docs/egress.md "Secondary NICs").
  4. CNI: srcip-cni, host-local and loopback copied from --cni-source-dir into --cni-bin-dir, the
     conflist written in place into --cni-conf-dir.
 The pod CIDR comes from --pod-cidr or from the Node object (--node-name), waiting for
@@ -86,6 +94,7 @@ spec.podCIDRs. It runs as the DaemonSet's init container (privileged, host netwo
 	f.IntVar(&o.cfg.MTU, "mtu", 0, "pod MTU (srcip-gw0 and the conflist); 0: the underlay's (br-ex's) MTU - 50 (Geneve)")
 	f.DurationVar(&o.cfg.FlowWait, "flow-wait", 20*time.Second, "srcip-cni's bound on the wait for the agent's flows (conflist flowWait)")
 	f.StringVar(&o.cfg.CNISourceDir, "cni-source-dir", nodesetup.DefaultCNISourceDir, "directory holding srcip-cni, host-local and loopback to install")
+	f.StringArrayVar(&o.egressInterfaces, "egress-interface", nil, `repeatable: NIC[=ROUTER], a secondary NIC (e.g. eth1=203.0.113.1) made a second uplink of br-ex for egress IPs inside its subnets: its addresses and routes move to br-ex, and what is sourced in its subnets is routed to ROUTER (default: the gateway of the NIC's own routes) by ip rule + table `+strconv.Itoa(nodesetup.EgressRouteTableBase)+`+ (docs/egress.md "Secondary NICs")`)
 	return cmd
 }
 
@@ -130,6 +139,16 @@ func summary(what string, res nodesetup.Result) {
 func runNodeSetup(ctx context.Context, o *nodeSetupOptions) error {
 	o.cfg.Logf = logf
 	var err error
+	for _, v := range o.egressInterfaces {
+		ei, err := nodesetup.ParseEgressInterface(v)
+		if err != nil {
+			return err
+		}
+		if slices.ContainsFunc(o.cfg.EgressInterfaces, func(x nodesetup.EgressInterface) bool { return x.NIC == ei.NIC }) {
+			return fmt.Errorf("--egress-interface %s given twice", ei.NIC)
+		}
+		o.cfg.EgressInterfaces = append(o.cfg.EgressInterfaces, ei)
+	}
 	if o.cfg.ClusterCIDRs, err = parsePrefixes(o.clusterCIDRs); err != nil {
 		return fmt.Errorf("--cluster-cidrs: %w", err)
 	}

@@ -253,6 +253,17 @@ func portsOf(r *agent.Report) (flows.Ports, []agent.PodPort, error) {
 			return flows.Ports{}, nil, fmt.Errorf("agent report: gateway MAC: %w", err)
 		}
 	}
+	for _, sr := range p.Secondary {
+		u := flows.SecondaryUplink{Name: sr.Name, OFPort: sr.OFPort}
+		for _, n := range sr.Subnets {
+			pfx, err := netip.ParsePrefix(n)
+			if err != nil {
+				return flows.Ports{}, nil, fmt.Errorf("agent report: secondary uplink %s: %w", sr.Name, err)
+			}
+			u.Subnets = append(u.Subnets, pfx)
+		}
+		ports.Secondary = append(ports.Secondary, u)
+	}
 	pps := []agent.PodPort{}
 	for _, pr := range r.Pods {
 		pp := agent.PodPort{Namespace: pr.Namespace, Name: pr.Name, Interface: pr.Namespace + "_" + pr.Name, OFPort: pr.OFPort}

@@ -1,0 +1,545 @@
+package nodesetup
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/ovs-srcip/ovs-srcip/ofctl"
+)
+
+// Secondary NICs for egress IPs (--egress-interface; docs/egress.md "Secondary NICs", field case
+// C38). Each NIC becomes a second uplink of br-ex: its IPv4 addresses and main-table routes move
+// to br-ex like the primary NIC's, the port is isolated from br-ex's NORMAL (Port.tag
+// ofctl.SecondaryUplinkTag) and marked for the agent (Interface.external_ids
+// ofctl.ExternalIDEgressSubnets = the NIC's subnets), and static source routing makes the host
+// send whatever is sourced in those subnets (an egress IP's SNATed packets, the host's own
+// address there) to the NIC's router:
+//
+//	ip rule add from SUBNET lookup TABLE priority PRIO
+//	ip route add SUBNET dev br-ex scope link src ADDR table TABLE
+//	ip route add default via ROUTER dev br-ex table TABLE
+//
+// All of it is static per NIC: the agent (no capability) only writes flows.
+
+// EgressStateFile is the file in StateDir that records what --egress-interface changed, for
+// node-teardown.
+const EgressStateFile = "egress-interfaces.json"
+
+// EgressRouteTableBase is the routing table (and ip rule priority) of the first
+// --egress-interface; the next ones take the following numbers.
+const EgressRouteTableBase = 7100
+
+// EgressInterface is one --egress-interface value, NIC[=ROUTER].
+type EgressInterface struct {
+	// NIC is the secondary NIC (e.g. "eth1").
+	NIC string
+	// Router is the next hop of what is sourced in the NIC's subnets; zero: the gateway of the
+	// NIC's own main-table routes (an error when it has none).
+	Router netip.Addr
+}
+
+// ParseEgressInterface parses "NIC" or "NIC=ROUTER" (an IPv4 address).
+func ParseEgressInterface(s string) (EgressInterface, error) {
+	nic, router, hasRouter := strings.Cut(strings.TrimSpace(s), "=")
+	if nic == "" || strings.ContainsAny(nic, " /,") {
+		return EgressInterface{}, fmt.Errorf("--egress-interface %q: want NIC or NIC=ROUTER (e.g. eth1=203.0.113.1)", s)
+	}
+	e := EgressInterface{NIC: nic}
+	if hasRouter {
+		a, err := netip.ParseAddr(router)
+		if err != nil || !a.Is4() {
+			return EgressInterface{}, fmt.Errorf("--egress-interface %q: router %q is not an IPv4 address", s, router)
+		}
+		e.Router = a
+	}
+	return e, nil
+}
+
+// EgressNICState is what --egress-interface changed for one NIC, saved before the change.
+type EgressNICState struct {
+	NIC      string       `json:"nic"`
+	BridgeEx string       `json:"bridgeEx"`
+	Subnets  []string     `json:"subnets"`
+	Router   string       `json:"router"`
+	Table    int          `json:"table"`
+	Addrs    []SavedAddr  `json:"addrs"`
+	Routes   []SavedRoute `json:"routes"`
+	// ARPOffSet and RPFilter: as State's (userspace datapath only).
+	ARPOffSet bool   `json:"arpOffSet,omitempty"`
+	RPFilter  string `json:"rpFilter,omitempty"`
+}
+
+func (c *Config) egressStatePath() string { return filepath.Join(c.StateDir, EgressStateFile) }
+
+func (c *Config) readEgressState() ([]EgressNICState, error) {
+	b, err := os.ReadFile(c.egressStatePath())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var st []EgressNICState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("state file %s: %w (fix or remove it)", c.egressStatePath(), err)
+	}
+	return st, nil
+}
+
+func (c *Config) writeEgressState(st []EgressNICState) error {
+	if err := os.MkdirAll(c.StateDir, 0o700); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := c.egressStatePath() + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, c.egressStatePath())
+}
+
+// SetupEgressInterfaces does the --egress-interface part of Setup alone (Setup calls it after
+// br-ex is built): each of cfg.EgressInterfaces becomes a secondary uplink of br-ex, with source
+// routing for its subnets. Idempotent. br-ex must exist. Errors name the NIC and what to fix.
+func SetupEgressInterfaces(ctx context.Context, cfg Config) (Result, error) {
+	if err := cfg.defaults(); err != nil {
+		return Result{}, err
+	}
+	if err := checkEgressInterfaces(cfg); err != nil {
+		return Result{}, err
+	}
+	db, err := ofctl.Connect(ctx, cfg.OVSDB)
+	if err != nil {
+		return Result{}, err
+	}
+	defer db.Close()
+	r := &run{cfg: &cfg, db: db}
+	err = r.setupEgressNICs(ctx)
+	return r.res, err
+}
+
+// TeardownEgressInterfaces undoes SetupEgressInterfaces from its state file (Teardown calls it
+// before br-ex goes): the rules and tables, the port, the NIC's addresses and routes back on the
+// NIC, ARP and rp_filter as they were.
+func TeardownEgressInterfaces(ctx context.Context, cfg Config) (Result, error) {
+	if err := cfg.defaults(); err != nil {
+		return Result{}, err
+	}
+	db, err := ofctl.Connect(ctx, cfg.OVSDB)
+	if err != nil {
+		return Result{}, err
+	}
+	defer db.Close()
+	r := &run{cfg: &cfg, db: db}
+	err = r.teardownEgressNICs(ctx)
+	return r.res, err
+}
+
+// checkEgressInterfaces refuses, before anything changes, an --egress-interface that names no
+// network device, the primary NIC or br-ex.
+func checkEgressInterfaces(c Config) error {
+	for _, ei := range c.EgressInterfaces {
+		if ei.NIC == c.NIC || ei.NIC == c.BridgeEx || (c.BridgeEx == "" && ei.NIC == DefaultBridgeEx) {
+			return fmt.Errorf("--egress-interface %s: that is the primary NIC or br-ex; name a secondary NIC", ei.NIC)
+		}
+		if _, err := netlink.LinkByName(ei.NIC); err != nil {
+			return fmt.Errorf("--egress-interface %s: %w (no such network device on this node)", ei.NIC, err)
+		}
+	}
+	return nil
+}
+
+func (r *run) setupEgressNICs(ctx context.Context) error {
+	c := r.cfg
+	if len(c.EgressInterfaces) == 0 {
+		return nil
+	}
+	saved, err := c.readEgressState()
+	if err != nil {
+		return err
+	}
+	_, dpType, err := r.db.Bridge(ctx, c.BridgeEx)
+	if err != nil {
+		return fmt.Errorf("--egress-interface needs %s: %w", c.BridgeEx, err)
+	}
+	brLink, err := netlink.LinkByName(c.BridgeEx)
+	if err != nil {
+		return fmt.Errorf("network device %s: %w", c.BridgeEx, err)
+	}
+	for i, ei := range c.EgressInterfaces {
+		if ei.NIC == c.BridgeEx {
+			return fmt.Errorf("--egress-interface %s: that is br-ex itself", ei.NIC)
+		}
+		idx := slices.IndexFunc(saved, func(s EgressNICState) bool { return s.NIC == ei.NIC })
+		var st EgressNICState
+		if idx >= 0 {
+			st = saved[idx]
+		} else {
+			st = EgressNICState{NIC: ei.NIC, BridgeEx: c.BridgeEx, Table: EgressRouteTableBase + i}
+			for slices.ContainsFunc(saved, func(s EgressNICState) bool { return s.Table == st.Table }) {
+				st.Table++
+			}
+		}
+		if err := r.setupEgressNIC(ctx, ei, &st, brLink, dpType, func() error {
+			if idx >= 0 {
+				saved[idx] = st
+			} else {
+				saved = append(saved, st)
+				idx = len(saved) - 1
+			}
+			return c.writeEgressState(saved)
+		}); err != nil {
+			return fmt.Errorf("--egress-interface %s: %w", ei.NIC, err)
+		}
+	}
+	return nil
+}
+
+func (r *run) setupEgressNIC(ctx context.Context, ei EgressInterface, st *EgressNICState, br netlink.Link, dpType string, save func() error) error {
+	c := r.cfg
+	link, err := netlink.LinkByName(ei.NIC)
+	if err != nil {
+		return fmt.Errorf("%w (check --egress-interface)", err)
+	}
+	addrs, routes, err := nicAddrsRoutes(link)
+	if err != nil {
+		return err
+	}
+	for _, a := range addrs {
+		sa := saveAddr(a)
+		if !slices.ContainsFunc(st.Addrs, func(x SavedAddr) bool { return x.CIDR == sa.CIDR }) {
+			st.Addrs = append(st.Addrs, sa)
+		}
+	}
+	for _, rt := range routes {
+		sr := saveRoute(rt)
+		if !slices.ContainsFunc(st.Routes, func(x SavedRoute) bool { return x.Dst == sr.Dst && x.Metric == sr.Metric }) {
+			st.Routes = append(st.Routes, sr)
+		}
+	}
+	var subnets []netip.Prefix
+	var srcs []netip.Addr
+	for _, sa := range st.Addrs {
+		p, err := netip.ParsePrefix(sa.CIDR)
+		if err != nil || !p.Addr().Is4() {
+			continue
+		}
+		if !slices.Contains(subnets, p.Masked()) {
+			subnets = append(subnets, p.Masked())
+			srcs = append(srcs, p.Addr())
+		}
+	}
+	if len(subnets) == 0 {
+		return fmt.Errorf("%s has no IPv4 address: the egress IPs' subnet is the NIC's (give it its address first)", ei.NIC)
+	}
+	router := ei.Router
+	if !router.IsValid() && st.Router != "" {
+		router, _ = netip.ParseAddr(st.Router)
+	}
+	if !router.IsValid() {
+		for _, sr := range st.Routes {
+			if a, err := netip.ParseAddr(sr.Gw); err == nil && a.Is4() {
+				router = a
+				break
+			}
+		}
+	}
+	if !router.IsValid() {
+		return fmt.Errorf("no router known for %s (no route through it has a gateway): give --egress-interface %s=ROUTER", ei.NIC, ei.NIC)
+	}
+	if !slices.ContainsFunc(subnets, func(p netip.Prefix) bool { return p.Contains(router) }) {
+		return fmt.Errorf("router %s is not inside %s's subnets %v", router, ei.NIC, subnets)
+	}
+	st.Router = router.String()
+	st.Subnets = nil
+	for _, p := range subnets {
+		st.Subnets = append(st.Subnets, p.String())
+	}
+	if err := save(); err != nil {
+		return err
+	}
+
+	if dpType == "netdev" {
+		// The node's kernel still sees the NIC's frames (docs/lab-facts.md pitfalls 2): no ARP
+		// answers from the NIC itself, and strict reverse-path filtering drops the kernel's copy
+		// of every packet (its route back goes through br-ex, not the NIC).
+		// Before the NIC goes into OVS: ovs-vswitchd writes back the interface flags it read when
+		// it opened the NIC, which would undo an ARP off set meanwhile.
+		if link.Attrs().RawFlags&unix.IFF_NOARP == 0 {
+			if err := netlink.LinkSetARPOff(link); err != nil {
+				return fmt.Errorf("arp off: %w", err)
+			}
+			st.ARPOffSet = true
+			if err := save(); err != nil {
+				return err
+			}
+			r.changed("ARP off on %s (userspace datapath)", ei.NIC)
+		}
+		old, err := readSysctl(rpFilterPath(ei.NIC))
+		if err != nil {
+			return err
+		}
+		if old != "1" {
+			if st.RPFilter == "" {
+				st.RPFilter = old
+				if err := save(); err != nil {
+					return err
+				}
+			}
+			if err := writeSysctl(rpFilterPath(ei.NIC), "1"); err != nil {
+				return err
+			}
+			r.changed("net.ipv4.conf.%s.rp_filter=1 (userspace datapath)", ei.NIC)
+		}
+	}
+	changes, err := r.db.EnsureSecondaryUplink(ctx, c.BridgeEx, ei.NIC, subnets)
+	if err != nil {
+		return err
+	}
+	for _, ch := range changes {
+		r.changed("%s", ch)
+	}
+	if _, _, err := r.db.WaitInterface(ctx, ei.NIC, false, 30*time.Second); err != nil {
+		return err
+	}
+	if st.ARPOffSet {
+		if l, err := netlink.LinkByName(ei.NIC); err == nil && l.Attrs().RawFlags&unix.IFF_NOARP == 0 {
+			if err := netlink.LinkSetARPOff(l); err != nil {
+				return fmt.Errorf("arp off: %w", err)
+			}
+		}
+	}
+	if len(addrs) > 0 {
+		// The NIC's default route (if any) goes to its own table only: in the main table it would
+		// compete with (or replace) the primary NIC's.
+		if err := moveAddrsRoutes(link, br, &State{Addrs: st.Addrs, Routes: st.mainRoutes()}); err != nil {
+			return err
+		}
+		r.changed("moved %s's %d addresses and %d routes to %s", ei.NIC, len(st.Addrs), len(st.Routes), c.BridgeEx)
+	}
+	// Source routing: table st.Table holds the subnets (on-link through br-ex), the NIC's own
+	// routes through a gateway and the default route via the NIC's router; one rule per subnet
+	// sends its sources there.
+	for _, sr := range egressTableRoutes(*st) {
+		rt, err := sr.route(br.Attrs().Index)
+		if err != nil {
+			return err
+		}
+		rt.Table = st.Table
+		if err := netlink.RouteReplace(rt); err != nil {
+			return fmt.Errorf("route %s table %d: %w", sr.Dst, st.Table, err)
+		}
+	}
+	for _, p := range subnets {
+		added, err := ensureRule(p, st.Table)
+		if err != nil {
+			return err
+		}
+		if added {
+			r.changed("ip rule from %s lookup %d (default via %s dev %s)", p, st.Table, router, c.BridgeEx)
+		} else {
+			r.unchanged("ip rule from %s lookup %d", p, st.Table)
+		}
+	}
+	return nil
+}
+
+// mainRoutes are the NIC's saved routes that go to br-ex in the main table: all but a default
+// route.
+func (st EgressNICState) mainRoutes() []SavedRoute {
+	var out []SavedRoute
+	for _, r := range st.Routes {
+		if r.Dst != "0.0.0.0/0" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// egressTableRoutes are the routes of st's table: each subnet on-link (source: the NIC's
+// address in it), the NIC's saved routes through a gateway inside its subnets (so a destination
+// the NIC's network routes elsewhere keeps that next hop), and the default route via st.Router.
+func egressTableRoutes(st EgressNICState) []SavedRoute {
+	var out []SavedRoute
+	var subnets []netip.Prefix
+	for _, s := range st.Subnets {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			continue
+		}
+		subnets = append(subnets, p)
+		src := ""
+		for _, a := range st.Addrs {
+			if ap, err := netip.ParsePrefix(a.CIDR); err == nil && ap.Masked() == p {
+				src = ap.Addr().String()
+				break
+			}
+		}
+		out = append(out, SavedRoute{Dst: p.String(), Src: src, Scope: int(netlink.SCOPE_LINK), Protocol: unix.RTPROT_STATIC})
+	}
+	hasDefault := false
+	for _, r := range st.Routes {
+		gw, err := netip.ParseAddr(r.Gw)
+		if err != nil || !slices.ContainsFunc(subnets, func(p netip.Prefix) bool { return p.Contains(gw) }) {
+			continue
+		}
+		hasDefault = hasDefault || r.Dst == "0.0.0.0/0"
+		out = append(out, SavedRoute{Dst: r.Dst, Gw: r.Gw, Metric: r.Metric, Scope: int(netlink.SCOPE_UNIVERSE), Protocol: unix.RTPROT_STATIC})
+	}
+	if !hasDefault && st.Router != "" {
+		out = append(out, SavedRoute{Dst: "0.0.0.0/0", Gw: st.Router, Scope: int(netlink.SCOPE_UNIVERSE), Protocol: unix.RTPROT_STATIC})
+	}
+	return out
+}
+
+// egressRule is the ip rule "from p lookup table priority table".
+func egressRule(p netip.Prefix, table int) *netlink.Rule {
+	rule := netlink.NewRule()
+	_, src, _ := net.ParseCIDR(p.String())
+	rule.Src = src
+	rule.Table = table
+	rule.Priority = table
+	rule.Family = unix.AF_INET
+	return rule
+}
+
+// ensureRule adds egressRule(p, table) when no such rule exists; added reports whether it did.
+func ensureRule(p netip.Prefix, table int) (added bool, err error) {
+	want := egressRule(p, table)
+	rules, err := netlink.RuleListFiltered(unix.AF_INET, want, netlink.RT_FILTER_SRC|netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return false, fmt.Errorf("list ip rules: %w", err)
+	}
+	for _, r := range rules {
+		if r.Priority == table {
+			return false, nil
+		}
+	}
+	if err := netlink.RuleAdd(want); err != nil {
+		return false, fmt.Errorf("ip rule from %s lookup %d: %w", p, table, err)
+	}
+	return true, nil
+}
+
+func (r *run) teardownEgressNICs(ctx context.Context) error {
+	c := r.cfg
+	saved, err := c.readEgressState()
+	if err != nil {
+		return err
+	}
+	if saved == nil {
+		r.unchanged("no state file %s: no secondary NIC to put back", c.egressStatePath())
+		return nil
+	}
+	var errs []error
+	for _, st := range saved {
+		if err := r.teardownEgressNIC(ctx, st); err != nil {
+			errs = append(errs, fmt.Errorf("secondary NIC %s: %w", st.NIC, err))
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if err := os.Remove(c.egressStatePath()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	r.changed("removed %s", c.egressStatePath())
+	return nil
+}
+
+func (r *run) teardownEgressNIC(ctx context.Context, st EgressNICState) error {
+	for _, s := range st.Subnets {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			continue
+		}
+		if err := netlink.RuleDel(egressRule(p, st.Table)); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("delete ip rule from %s lookup %d: %w", p, st.Table, err)
+		}
+	}
+	routes, err := netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Table: st.Table}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return fmt.Errorf("routes of table %d: %w", st.Table, err)
+	}
+	for _, rt := range routes {
+		if err := netlink.RouteDel(&rt); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("delete route %s table %d: %w", rt.Dst, st.Table, err)
+		}
+	}
+	r.changed("removed the ip rules and table %d of %s", st.Table, st.NIC)
+	if err := r.db.DetachPorts(ctx, st.BridgeEx, st.NIC); err != nil {
+		return err
+	}
+	nic, err := netlink.LinkByName(st.NIC)
+	if err != nil {
+		return fmt.Errorf("NIC %s: %w", st.NIC, err)
+	}
+	if br, err := netlink.LinkByName(st.BridgeEx); err == nil {
+		for _, sa := range st.Addrs {
+			if a, err := sa.addr(); err == nil {
+				_ = netlink.AddrDel(br, a)
+			}
+		}
+	}
+	for _, sa := range st.Addrs {
+		a, err := sa.addr()
+		if err != nil {
+			return err
+		}
+		if err := netlink.AddrReplace(nic, a); err != nil {
+			return fmt.Errorf("address %s on %s: %w", sa.CIDR, st.NIC, err)
+		}
+	}
+	for _, sr := range st.Routes {
+		rt, err := sr.route(nic.Attrs().Index)
+		if err != nil {
+			return err
+		}
+		if err := netlink.RouteReplace(rt); err != nil {
+			return fmt.Errorf("route %s on %s: %w", sr.Dst, st.NIC, err)
+		}
+	}
+	if st.RPFilter != "" {
+		if err := writeSysctl(rpFilterPath(st.NIC), st.RPFilter); err != nil {
+			return err
+		}
+	}
+	if st.ARPOffSet {
+		// ovs-vswitchd writes back the flags it read when it let the NIC go (brex.go's
+		// restoreNIC): wait for it to have closed the NIC, then set ARP on.
+		for try := 0; try < 10; try++ {
+			if err := ensureARPOn(st.NIC); err != nil {
+				return err
+			}
+			if try >= 2 {
+				if l, err := netlink.LinkByName(st.NIC); err == nil && l.Attrs().RawFlags&unix.IFF_NOARP == 0 {
+					break
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-timeAfter200ms():
+			}
+		}
+	}
+	r.changed("%s has its %d addresses and %d routes back, out of %s", st.NIC, len(st.Addrs), len(st.Routes), st.BridgeEx)
+	return nil
+}
+
+func timeAfter200ms() <-chan time.Time { return time.After(200 * time.Millisecond) }

@@ -1,0 +1,48 @@
+package flows
+
+import (
+	"github.com/digitalocean/go-openvswitch/ovs"
+)
+
+// Secondary uplinks of br-ex (node-setup --egress-interface; docs/egress.md "Secondary NICs",
+// field case C38). A secondary NIC is a port of br-ex on another segment; its addresses are on
+// br-ex's internal port (LOCAL) beside the primary NIC's, and the host routes what is sourced in
+// its subnets by its own routing table (node-setup's `ip rule from SUBNET`). br-ex keeps the two
+// segments apart: node-setup gives the secondary port an isolating VLAN tag, so NORMAL (which
+// serves the primary uplink) never floods into it, and these flows connect it to LOCAL only.
+
+// secondaryUplinkFlows are the ExClassifier flows of every secondary uplink (part of BuildExBase):
+//
+//   - in_port=NIC: everything -> LOCAL (the host answers ARP for its own address on that NIC,
+//     receives the replies of its connections). An egress IP inside the NIC's subnets is
+//     answered and intercepted before this by BuildEgressAnnounce (prioEgressHook), on this
+//     port only.
+//   - in_port=LOCAL: IPv4 with nw_src or nw_dst in one of its subnets, ARP with arp_spa or
+//     arp_tpa in one of them -> the NIC (the host's routing chose that segment: a source address
+//     of the subnet, e.g. an egress IP's SNATed packet or the host's own address, or an on-link
+//     neighbour of it). Everything else from LOCAL keeps NORMAL, which cannot reach the NIC.
+//
+// Geneve and Service entry points are served on the primary uplink only.
+func secondaryUplinkFlows(st *State) []ovs.Flow {
+	var fl []ovs.Flow
+	fromLocal := ovs.FieldMatch("in_port", "LOCAL")
+	for _, s := range st.Ports.Secondary {
+		if s.OFPort <= 0 {
+			continue
+		}
+		fl = append(fl, flow(ExClassifier, prioHook, "", s.OFPort, nil, outputLocal))
+		for _, n := range s.Subnets {
+			if !n.Addr().Is4() {
+				continue
+			}
+			net := n.Masked().String()
+			fl = append(fl,
+				flow(ExClassifier, prioHook, ovs.ProtocolIPv4, 0, []ovs.Match{fromLocal, ovs.NetworkSource(net)}, output(s.OFPort)),
+				flow(ExClassifier, prioHook, ovs.ProtocolIPv4, 0, []ovs.Match{fromLocal, ovs.NetworkDestination(net)}, output(s.OFPort)),
+				flow(ExClassifier, prioHook, ovs.ProtocolARP, 0, []ovs.Match{fromLocal, ovs.ARPSourceProtocolAddress(net)}, output(s.OFPort)),
+				flow(ExClassifier, prioHook, ovs.ProtocolARP, 0, []ovs.Match{fromLocal, ovs.ARPTargetProtocolAddress(net)}, output(s.OFPort)),
+			)
+		}
+	}
+	return fl
+}

@@ -1,0 +1,185 @@
+package ofctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/ovn-org/libovsdb/client"
+	"github.com/ovn-org/libovsdb/model"
+	"github.com/ovn-org/libovsdb/ovsdb"
+	"k8s.io/klog/v2"
+
+	"github.com/ovs-srcip/ovs-srcip/flows"
+)
+
+// Secondary uplinks of br-ex (node-setup --egress-interface, docs/egress.md "Secondary NICs").
+
+// ExternalIDEgressSubnets is the Interface.external_ids key that marks a port of br-ex as a
+// secondary uplink; its value is the comma-separated IPv4 subnets of the NIC's segment (e.g.
+// "203.0.113.0/24"). node-setup writes it, the agent reads it (EnsureIntegration: Ports.Secondary)
+// and never takes such a port for the primary uplink.
+const ExternalIDEgressSubnets = "ovs-srcip.io/egress-subnets"
+
+// SecondaryUplinkTag is the access VLAN (Port.tag) node-setup gives a secondary uplink. It only
+// changes what the NORMAL action does (ovs-vswitchd.conf.db(5), "VLAN Configuration"): br-ex's
+// NORMAL serves the untagged primary uplink, LOCAL and the patch port, so it never floods or
+// forwards into the secondary segment; the agent's flows (which output to the port explicitly,
+// untagged) are the only way in and out.
+const SecondaryUplinkTag = 4094
+
+// ParseEgressSubnets parses an ExternalIDEgressSubnets value.
+func ParseEgressSubnets(v string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(v, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(f)
+		if err != nil || !p.Addr().Is4() {
+			return nil, fmt.Errorf("%s=%q: %q is not an IPv4 network", ExternalIDEgressSubnets, v, f)
+		}
+		out = append(out, p.Masked())
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s=%q: no subnet", ExternalIDEgressSubnets, v)
+	}
+	return out, nil
+}
+
+// secondaryUplinks returns the secondary uplinks of bridge brEx, sorted by ofport, and the names
+// of those still without an ofport. A port whose subnets do not parse, or that ovs-vswitchd
+// could not add (ofport -1), is left out and logged (once per change); the others are still
+// returned, so a broken secondary NIC never stops the agent.
+func (d *DB) secondaryUplinks(ctx context.Context, brEx string) ([]flows.SecondaryUplink, []string, error) {
+	br := &bridgeRow{Name: brEx}
+	if err := d.c.Get(ctx, br); err != nil {
+		return nil, nil, nil
+	}
+	var out []flows.SecondaryUplink
+	var pending []string
+	var errs []error
+	for _, pu := range br.Ports {
+		p := &portRow{UUID: pu}
+		if err := d.c.Get(ctx, p); err != nil || len(p.Interfaces) != 1 {
+			continue
+		}
+		i := &ifaceRow{UUID: p.Interfaces[0]}
+		if err := d.c.Get(ctx, i); err != nil {
+			continue
+		}
+		v, ok := i.ExternalIDs[ExternalIDEgressSubnets]
+		if !ok {
+			continue
+		}
+		subnets, err := ParseEgressSubnets(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("secondary uplink %s: %w (ignored)", i.Name, err))
+			continue
+		}
+		if i.OFPort != nil && *i.OFPort < 0 {
+			msg := "no ofport"
+			if i.Error != nil {
+				msg = *i.Error
+			}
+			errs = append(errs, fmt.Errorf("secondary uplink %s: ovs-vswitchd could not add it: %s (ignored)", i.Name, msg))
+			continue
+		}
+		if i.OFPort == nil || *i.OFPort == 0 {
+			pending = append(pending, i.Name)
+			continue
+		}
+		out = append(out, flows.SecondaryUplink{Name: i.Name, OFPort: *i.OFPort, Subnets: subnets})
+	}
+	slices.SortFunc(out, func(a, b flows.SecondaryUplink) int { return a.OFPort - b.OFPort })
+	// Logged when it changes, not at every sync.
+	msg := ""
+	if len(errs) > 0 {
+		msg = errors.Join(errs...).Error()
+	}
+	if prev, _ := d.secondaryErr.Swap(msg).(string); prev != msg && msg != "" {
+		klog.FromContext(ctx).Error(errors.Join(errs...), "Secondary uplink of the external bridge ignored", "bridge", brEx)
+	}
+	return out, pending, nil
+}
+
+// EnsureSecondaryUplink makes system interface nic a port of bridge with access VLAN
+// SecondaryUplinkTag and Interface.external_ids ExternalIDEgressSubnets = subnets, in one
+// transaction; it returns what it changed (none when all was right). The bridge must exist; a
+// port of another bridge is an error.
+func (d *DB) EnsureSecondaryUplink(ctx context.Context, bridge, nic string, subnets []netip.Prefix) ([]string, error) {
+	if len(subnets) == 0 {
+		return nil, fmt.Errorf("secondary uplink %s: no IPv4 subnet", nic)
+	}
+	var vs []string
+	for _, s := range subnets {
+		vs = append(vs, s.Masked().String())
+	}
+	val := strings.Join(vs, ",")
+	br := &bridgeRow{Name: bridge}
+	if err := d.c.Get(ctx, br); err != nil {
+		if errors.Is(err, client.ErrNotFound) {
+			return nil, fmt.Errorf("%s: %w", bridge, ErrBridgeNotFound)
+		}
+		return nil, fmt.Errorf("read bridge %s: %w", bridge, err)
+	}
+	t := &txn{}
+	var changes []string
+	tag := SecondaryUplinkTag
+	iface := &ifaceRow{Name: nic}
+	switch err := d.c.Get(ctx, iface); {
+	case errors.Is(err, client.ErrNotFound):
+		row := &ifaceRow{Name: nic, ExternalIDs: map[string]string{ExternalIDEgressSubnets: val}}
+		row.UUID = t.name()
+		port := &portRow{UUID: t.name(), Name: nic, Interfaces: []string{row.UUID}, Tag: &tag}
+		if err := t.add(d.c.Create(row, port)); err != nil {
+			return nil, fmt.Errorf("create port %s: %w", nic, err)
+		}
+		if err := t.add(d.c.Where(br).Mutate(br, model.Mutation{
+			Field: &br.Ports, Mutator: ovsdb.MutateOperationInsert, Value: []string{port.UUID},
+		})); err != nil {
+			return nil, fmt.Errorf("add port %s to %s: %w", nic, bridge, err)
+		}
+		changes = append(changes, fmt.Sprintf("added %s to %s (tag %d, %s=%s)", nic, bridge, tag, ExternalIDEgressSubnets, val))
+	case err != nil:
+		return nil, fmt.Errorf("read interface %s: %w", nic, err)
+	default:
+		if got, err := d.portBridge(ctx, nic); err != nil {
+			return nil, err
+		} else if got != bridge {
+			return nil, fmt.Errorf("port %s is on bridge %s, want %s", nic, got, bridge)
+		}
+		if iface.ExternalIDs[ExternalIDEgressSubnets] != val {
+			ids := maps.Clone(iface.ExternalIDs)
+			if ids == nil {
+				ids = map[string]string{}
+			}
+			ids[ExternalIDEgressSubnets] = val
+			iface.ExternalIDs = ids
+			if err := t.add(d.c.Where(iface).Update(iface, &iface.ExternalIDs)); err != nil {
+				return nil, fmt.Errorf("update interface %s: %w", nic, err)
+			}
+			changes = append(changes, fmt.Sprintf("set %s=%s on %s", ExternalIDEgressSubnets, val, nic))
+		}
+		p := &portRow{Name: nic}
+		if err := d.c.Get(ctx, p); err != nil {
+			return nil, fmt.Errorf("read port %s: %w", nic, err)
+		}
+		if p.Tag == nil || *p.Tag != tag {
+			p.Tag = &tag
+			if err := t.add(d.c.Where(p).Update(p, &p.Tag)); err != nil {
+				return nil, fmt.Errorf("update port %s: %w", nic, err)
+			}
+			changes = append(changes, fmt.Sprintf("set tag %d on %s", tag, nic))
+		}
+	}
+	if err := d.transact(ctx, t); err != nil {
+		return nil, fmt.Errorf("secondary uplink %s on %s: %w", nic, bridge, err)
+	}
+	return changes, nil
+}

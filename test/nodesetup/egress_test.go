@@ -1,0 +1,105 @@
+package nodesetup_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ovs-srcip/ovs-srcip/agent/nodesetup"
+)
+
+// --egress-interface (C38, docs/egress.md "Secondary NICs"): the real binary makes eth1
+// (203.0.113.13/24, its own route 10.60.0.0/16 via 203.0.113.254) a secondary uplink of br-ex
+// with source routing; a second run changes nothing; node-teardown puts eth1 back as it was.
+func TestNodeSetupEgressInterface(t *testing.T) {
+	bin := agentBinary(t)
+	n := startNode(t)
+	peer2 := n.peer + "2"
+	must(t, nil, "ip", "netns", "add", peer2)
+	t.Cleanup(func() { _, _ = run(t, nil, "ip", "netns", "del", peer2) })
+	must(t, nil, "ip", "link", "add", "name", "eth1", "netns", n.netns, "type", "veth", "peer", "name", "p1", "netns", peer2)
+	must(t, nil, "ip", "-n", peer2, "addr", "add", "203.0.113.1/24", "dev", "p1")
+	must(t, nil, "ip", "-n", peer2, "link", "set", "p1", "up")
+	must(t, nil, "ip", "netns", "exec", n.netns, "sysctl", "-q", "-w", "net.ipv6.conf.eth1.disable_ipv6=1")
+	must(t, nil, "ip", "-n", n.netns, "addr", "add", "203.0.113.13/24", "dev", "eth1")
+	must(t, nil, "ip", "-n", n.netns, "link", "set", "eth1", "up")
+	must(t, nil, "ip", "-n", n.netns, "route", "add", "10.60.0.0/16", "via", "203.0.113.254", "dev", "eth1")
+
+	src := filepath.Join(n.dir, "cni-src")
+	require.NoError(t, os.MkdirAll(src, 0o755))
+	for _, p := range nodesetup.CNIPlugins {
+		require.NoError(t, os.WriteFile(filepath.Join(src, p), []byte("#!/bin/sh\n"), 0o755))
+	}
+	common := []string{"--ovsdb=unix:" + n.dir + "/db.sock", "--ovs-rundir=" + n.dir, "--state-dir=" + filepath.Join(n.dir, "state"),
+		"--cni-bin-dir=" + filepath.Join(n.dir, "bin"), "--cni-conf-dir=" + filepath.Join(n.dir, "net.d"), "--cni-data-dir=" + filepath.Join(n.dir, "cni-data")}
+	setup := append([]string{"node-setup", "--nic=auto", "--datapath-type=netdev", "--cluster-cidrs=10.244.0.0/16",
+		"--pod-cidr=10.244.1.0/24", "--cni-source-dir=" + src, "--egress-interface=eth1=203.0.113.1"}, common...)
+
+	// Bad values are refused before anything changes.
+	for bad, msg := range map[string]string{"--egress-interface=eth1=2001:db8::1": "is not an IPv4 address",
+		"--egress-interface=eth9": "--egress-interface eth9: Link not found", "--egress-interface=eth0": "that is the primary NIC"} {
+		args := append(setup, bad)
+		if bad == "--egress-interface=eth0" {
+			args = append(args, "--nic=eth0")
+		}
+		out, err := n.agent(t, bin, args...)
+		require.ErrorContains(t, err, msg, bad)
+		assert.NotContains(t, out, "changed: ", bad)
+	}
+
+	out, err := n.agent(t, bin, setup...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "changed: added eth1 to br-ex (tag 4094, ovs-srcip.io/egress-subnets=203.0.113.0/24)")
+	assert.Contains(t, out, "changed: ip rule from 203.0.113.0/24 lookup 7100 (default via 203.0.113.1 dev br-ex)")
+	n.ping(t)
+	ports, err := n.vsctl(t, "list-ports", "br-ex")
+	require.NoError(t, err)
+	assert.Equal(t, "eth0\neth1", strings.TrimSpace(ports))
+	tag, err := n.vsctl(t, "get", "Port", "eth1", "tag")
+	require.NoError(t, err)
+	assert.Equal(t, "4094", strings.TrimSpace(tag))
+	ids, err := n.vsctl(t, "get", "Interface", "eth1", "external_ids")
+	require.NoError(t, err)
+	assert.Contains(t, ids, `"ovs-srcip.io/egress-subnets"="203.0.113.0/24"`)
+	addrs := must(t, nil, "ip", "-n", n.netns, "-4", "-o", "addr", "show")
+	assert.Contains(t, addrs, "br-ex    inet 203.0.113.13/24")
+	assert.NotContains(t, addrs, "eth1    inet")
+	assert.Contains(t, must(t, nil, "ip", "-n", n.netns, "-4", "rule", "show"), "7100:\tfrom 203.0.113.0/24 lookup 7100")
+	table := must(t, nil, "ip", "-n", n.netns, "-4", "route", "show", "table", "7100")
+	assert.Contains(t, table, "default via 203.0.113.1 dev br-ex")
+	assert.Contains(t, table, "10.60.0.0/16 via 203.0.113.254 dev br-ex")
+	assert.Contains(t, table, "203.0.113.0/24 dev br-ex proto static scope link src 203.0.113.13")
+	main := must(t, nil, "ip", "-n", n.netns, "-4", "route", "show")
+	assert.Contains(t, main, "10.60.0.0/16 via 203.0.113.254 dev br-ex")
+	assert.Contains(t, main, "default via "+peerIP+" dev br-ex", "the primary default route stays")
+	// The host routes by source: the egress subnet to the second router, the rest as before.
+	assert.Contains(t, must(t, nil, "ip", "-n", n.netns, "route", "get", "198.51.100.20", "from", "203.0.113.50", "iif", "br-ex"), "via 203.0.113.1 dev br-ex")
+	assert.Contains(t, must(t, nil, "ip", "-n", n.netns, "route", "get", "198.51.100.20"), "via "+peerIP+" dev br-ex")
+	assert.Contains(t, must(t, nil, "ip", "-n", n.netns, "-o", "link", "show", "eth1"), "NOARP")
+	assert.Equal(t, "net.ipv4.conf.eth1.rp_filter = 1", strings.TrimSpace(must(t, nil, "ip", "netns", "exec", n.netns, "sysctl", "net.ipv4.conf.eth1.rp_filter")))
+	script, err := os.ReadFile(filepath.Join(n.dir, "state", nodesetup.BootScript))
+	require.NoError(t, err)
+	assert.Contains(t, string(script), "ip rule add from 203.0.113.0/24 lookup 7100 priority 7100")
+	assert.Regexp(t, `ip addr replace 203.0.113.13/24 (broadcast \S+ )?dev br-ex`, string(script))
+
+	out, err = n.agent(t, bin, setup...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "node-setup: nothing changed")
+
+	out, err = n.agent(t, bin, append([]string{"node-teardown"}, common...)...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "changed: eth1 has its 1 addresses and 1 routes back, out of br-ex")
+	addrs = must(t, nil, "ip", "-n", n.netns, "-4", "-o", "addr", "show")
+	assert.Contains(t, addrs, "eth1    inet 203.0.113.13/24")
+	assert.Contains(t, must(t, nil, "ip", "-n", n.netns, "-4", "route", "show"), "10.60.0.0/16 via 203.0.113.254 dev eth1")
+	assert.NotContains(t, must(t, nil, "ip", "-n", n.netns, "-4", "rule", "show"), "7100")
+	assert.Empty(t, strings.TrimSpace(must(t, nil, "ip", "-n", n.netns, "-4", "route", "show", "table", "7100")))
+	assert.NotContains(t, must(t, nil, "ip", "-n", n.netns, "-o", "link", "show", "eth1"), "NOARP")
+	assert.Equal(t, "net.ipv4.conf.eth1.rp_filter = 0", strings.TrimSpace(must(t, nil, "ip", "netns", "exec", n.netns, "sysctl", "net.ipv4.conf.eth1.rp_filter")))
+	must(t, nil, "ip", "netns", "exec", n.netns, "ping", "-c", "1", "-W", "2", "203.0.113.1")
+	n.ping(t)
+}
