@@ -48,6 +48,8 @@ var (
 	dpWorkers  = flag.Int("dp-workers", 16, "data path: concurrent short connections in the cps measurement")
 	dpStreams  = flag.Int("dp-streams", 1, "data path: TCP streams of the bulk measurements")
 	dpRounds   = flag.Int("dp-rounds", 1, "data path: rounds (each measures both paths; the order flips every round)")
+	dpMeasure  = flag.String("dp-measure", "cps,down,up", "data path: measurements to run (cps, down, up)")
+	dpPorts    = flag.String("dp-client-ports", "1024 65535", "data path: the client's net.ipv4.ip_local_port_range (a small range makes the cps measurement reuse ports)")
 )
 
 const (
@@ -77,17 +79,19 @@ type dpPath struct {
 	SawSource []string // every source address the sinks reported
 	Conns     int
 	Errors    int
-	CPS       float64
-	P50ms     float64
-	P99ms     float64
-	DownMbps  float64
-	UpMbps    float64
-	cpsS      float64
-	downB     int64
-	downS     float64
-	upB       int64
-	upS       float64
-	seen      map[string]int
+	// ErrorKinds counts the failed connections by step and error.
+	ErrorKinds map[string]int `json:",omitempty"`
+	CPS        float64
+	P50ms      float64
+	P99ms      float64
+	DownMbps   float64
+	UpMbps     float64
+	cpsS       float64
+	downB      int64
+	downS      float64
+	upB        int64
+	upS        float64
+	seen       map[string]int
 }
 
 const dpNodesYAML = `apiVersion: v1
@@ -234,7 +238,7 @@ func (b *bench) datapathPhase(ctx context.Context, c kubernetes.Interface, agent
 	}
 	// The client's ephemeral ports: all of them, so that ~10^4 short connections per window
 	// never reuse a port whose conntrack entries are still around.
-	if _, err := l.Exec(client.Netns, "sysctl", "-q", "-w", "net.ipv4.ip_local_port_range=1024 65535"); err != nil {
+	if _, err := l.Exec(client.Netns, "sysctl", "-q", "-w", "net.ipv4.ip_local_port_range="+*dpPorts); err != nil {
 		return nil, err
 	}
 	if err := l.StartAgents(); err != nil {
@@ -358,6 +362,11 @@ func (b *bench) datapathPhase(ctx context.Context, c kubernetes.Interface, agent
 	logf("data path: both Services answer through dpnode1 (%.1f s after kube-proxy's first sync); %v per measurement, %d workers, %d stream(s), %d round(s)",
 		time.Since(t).Seconds(), *dpDuration, *dpWorkers, *dpStreams, *dpRounds)
 
+	for _, m := range strings.Split(*dpMeasure, ",") {
+		if m != "cps" && m != "down" && m != "up" {
+			return nil, fmt.Errorf("-dp-measure: unknown measurement %q (cps, down, up)", m)
+		}
+	}
 	common := []string{"-duration", dpDuration.String(), "-warmup", dpWarmup.String()}
 	var lats = map[*dpPath][]float64{}
 	for round := 0; round < *dpRounds; round++ {
@@ -365,7 +374,7 @@ func (b *bench) datapathPhase(ctx context.Context, c kubernetes.Interface, agent
 		if round%2 == 1 {
 			order = []*dpPath{&r.SNAT, &r.Preserved}
 		}
-		for _, mode := range []string{"cps", "down", "up"} {
+		for _, mode := range strings.Split(*dpMeasure, ",") {
 			for _, p := range order {
 				n := *dpStreams
 				if mode == "cps" {
@@ -379,9 +388,15 @@ func (b *bench) datapathPhase(ctx context.Context, c kubernetes.Interface, agent
 				case "cps":
 					p.Conns += lr.Conns
 					p.Errors += lr.Errors
+					for k, v := range lr.ErrorKinds {
+						if p.ErrorKinds == nil {
+							p.ErrorKinds = map[string]int{}
+						}
+						p.ErrorKinds[k] += v
+					}
 					p.cpsS += lr.Seconds
 					lats[p] = append(lats[p], lr.P50ms, lr.P99ms)
-					logf("data path: %-14s cps %7.0f  p50 %.2f ms  p99 %.2f ms  (%d conns, %d errors)", p.Service, lr.CPS, lr.P50ms, lr.P99ms, lr.Conns, lr.Errors)
+					logf("data path: %-14s cps %7.0f  p50 %.2f ms  p99 %.2f ms  (%d conns, %d errors %v)", p.Service, lr.CPS, lr.P50ms, lr.P99ms, lr.Conns, lr.Errors, lr.ErrorKinds)
 				case "down":
 					p.downB += lr.Bytes
 					p.downS += lr.Seconds
@@ -394,10 +409,16 @@ func (b *bench) datapathPhase(ctx context.Context, c kubernetes.Interface, agent
 			}
 		}
 	}
+	div := func(a, b float64) float64 {
+		if b == 0 {
+			return 0
+		}
+		return a / b
+	}
 	for _, p := range paths {
-		p.CPS = float64(p.Conns) / p.cpsS
-		p.DownMbps = float64(p.downB) * 8 / p.downS / 1e6
-		p.UpMbps = float64(p.upB) * 8 / p.upS / 1e6
+		p.CPS = div(float64(p.Conns), p.cpsS)
+		p.DownMbps = div(float64(p.downB)*8/1e6, p.downS)
+		p.UpMbps = div(float64(p.upB)*8/1e6, p.upS)
 		// Latency percentiles: the mean of the rounds' (each round's are over its whole window).
 		var s50, s99 float64
 		for i := 0; i < len(lats[p]); i += 2 {
@@ -413,11 +434,11 @@ func (b *bench) datapathPhase(ctx context.Context, c kubernetes.Interface, agent
 			return nil, fmt.Errorf("%s: the backends saw sources %v, want only %s: the comparison would not be what it says", p.Service, p.seen, want[p])
 		}
 	}
-	r.RatioCPS = r.Preserved.CPS / r.SNAT.CPS
-	r.RatioDown = r.Preserved.DownMbps / r.SNAT.DownMbps
-	r.RatioUp = r.Preserved.UpMbps / r.SNAT.UpMbps
-	r.RatioP50 = r.Preserved.P50ms / r.SNAT.P50ms
-	r.RatioP99 = r.Preserved.P99ms / r.SNAT.P99ms
+	r.RatioCPS = div(r.Preserved.CPS, r.SNAT.CPS)
+	r.RatioDown = div(r.Preserved.DownMbps, r.SNAT.DownMbps)
+	r.RatioUp = div(r.Preserved.UpMbps, r.SNAT.UpMbps)
+	r.RatioP50 = div(r.Preserved.P50ms, r.SNAT.P50ms)
+	r.RatioP99 = div(r.Preserved.P99ms, r.SNAT.P99ms)
 	return r, nil
 }
 
@@ -447,6 +468,9 @@ func printDatapath(r *DatapathResult) {
 	fmt.Fprintf(w, " DNAT + masquerade on dpnode1's host, then srcip-gw0 and Geneve; shared 2-core machine: compare within this run)\n\n")
 	fmt.Fprintf(w, "%-52s %14s %14s %10s\n", "", "preserved", "SNAT", "ratio")
 	row := func(name string, a, s float64, format string, ratio float64) {
+		if a == 0 && s == 0 {
+			return // not measured (-dp-measure)
+		}
 		fmt.Fprintf(w, "%-52s %14s %14s %9.2fx\n", name, fmt.Sprintf(format, a), fmt.Sprintf(format, s), ratio)
 	}
 	row(fmt.Sprintf("connections/s (%d workers, 1 request each)", r.Workers), r.Preserved.CPS, r.SNAT.CPS, "%.0f", r.RatioCPS)
@@ -455,6 +479,11 @@ func printDatapath(r *DatapathResult) {
 	row(fmt.Sprintf("throughput pod -> client, %d stream(s) (Mbit/s)", r.Streams), r.Preserved.DownMbps, r.SNAT.DownMbps, "%.0f", r.RatioDown)
 	row(fmt.Sprintf("throughput client -> pod, %d stream(s) (Mbit/s)", r.Streams), r.Preserved.UpMbps, r.SNAT.UpMbps, "%.0f", r.RatioUp)
 	fmt.Fprintf(w, "%-52s %14s %14s\n", "source address the backends saw", strings.Join(r.Preserved.SawSource, ","), strings.Join(r.SNAT.SawSource, ","))
-	fmt.Fprintf(w, "%-52s %14d %14d\n", "failed connections", r.Preserved.Errors, r.SNAT.Errors)
+	fmt.Fprintf(w, "%-52s %14d %14d\n", "failed short connections (5 s timeout)", r.Preserved.Errors, r.SNAT.Errors)
+	for _, p := range []*dpPath{&r.Preserved, &r.SNAT} {
+		if len(p.ErrorKinds) > 0 {
+			fmt.Fprintf(w, "  %s: %v\n", p.Service, p.ErrorKinds)
+		}
+	}
 	fmt.Fprintf(w, "(ratios are preserved / SNAT: goal >= 0.95 for connections/s and throughput; for latency lower is better)\n")
 }

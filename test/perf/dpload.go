@@ -81,9 +81,11 @@ type loadResult struct {
 	// cps: connections completed inside the window, their rate, connect+response latency.
 	Conns  int
 	Errors int // failed connections (dial, write or read), warm-up included
-	CPS    float64
-	P50ms  float64
-	P99ms  float64
+	// ErrorKinds counts the failures by step and error ("dial: i/o timeout", ...).
+	ErrorKinds map[string]int `json:",omitempty"`
+	CPS        float64
+	P50ms      float64
+	P99ms      float64
 	// down / up: bytes moved inside the window, in Mbit/s (10^6 bit/s).
 	Bytes int64
 	Mbps  float64
@@ -133,16 +135,16 @@ func request(addr string, timeout time.Duration) (string, time.Duration, error) 
 	t0 := time.Now()
 	c, err := net.DialTimeout("tcp", addr, timeout)
 	if err != nil {
-		return "", 0, err
+		return "", 0, fmt.Errorf("dial: %w", err)
 	}
 	defer c.Close()
 	_ = c.SetDeadline(t0.Add(timeout))
 	if _, err := c.Write([]byte{'R'}); err != nil {
-		return "", 0, err
+		return "", 0, fmt.Errorf("write: %w", err)
 	}
 	b, err := io.ReadAll(c)
 	if err != nil {
-		return "", 0, err
+		return "", 0, fmt.Errorf("read: %w", err)
 	}
 	d := time.Since(t0)
 	src := strings.TrimSpace(string(b))
@@ -158,6 +160,7 @@ func loadCPS(addr string, workers int, warmup, dur time.Duration) (*loadResult, 
 	type wres struct {
 		lat    []time.Duration
 		seen   map[string]int
+		kinds  map[string]int
 		errors int
 		last   error
 	}
@@ -167,7 +170,7 @@ func loadCPS(addr string, workers int, warmup, dur time.Duration) (*loadResult, 
 		wg.Add(1)
 		go func(w *wres) {
 			defer wg.Done()
-			w.seen = map[string]int{}
+			w.seen, w.kinds = map[string]int{}, map[string]int{}
 			for {
 				t0 := time.Now()
 				if !t0.Before(to) {
@@ -177,6 +180,7 @@ func loadCPS(addr string, workers int, warmup, dur time.Duration) (*loadResult, 
 				if err != nil {
 					w.errors++
 					w.last = err
+					w.kinds[errorKind(err)]++
 					continue
 				}
 				w.seen[src]++
@@ -187,7 +191,7 @@ func loadCPS(addr string, workers int, warmup, dur time.Duration) (*loadResult, 
 		}(&res[w])
 	}
 	wg.Wait()
-	r := &loadResult{Mode: "cps", Seconds: dur.Seconds(), Seen: map[string]int{}}
+	r := &loadResult{Mode: "cps", Seconds: dur.Seconds(), Seen: map[string]int{}, ErrorKinds: map[string]int{}}
 	var all []time.Duration
 	var last error
 	for _, w := range res {
@@ -198,6 +202,9 @@ func loadCPS(addr string, workers int, warmup, dur time.Duration) (*loadResult, 
 		}
 		for k, v := range w.seen {
 			r.Seen[k] += v
+		}
+		for k, v := range w.kinds {
+			r.ErrorKinds[k] += v
 		}
 	}
 	if len(all) == 0 {
@@ -297,4 +304,15 @@ func loadBulk(addr, mode string, streams int, warmup, dur time.Duration) (*loadR
 	r.Bytes = b1 - b0
 	r.Mbps = float64(r.Bytes) * 8 / r.Seconds / 1e6
 	return r, nil
+}
+
+// errorKind is err without the addresses and ports in it: "dial: i/o timeout",
+// "read: connection reset by peer".
+func errorKind(err error) string {
+	step, _, _ := strings.Cut(err.Error(), ":")
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		return step + ": " + op.Err.Error()
+	}
+	return err.Error()
 }

@@ -3,7 +3,13 @@
 // node's Open vSwitch (test/lab). It prints a table and writes the figures as JSON (-out), from
 // which test/perf/plot draws docs/performance.png.
 //
-// For each cluster size (-sizes; opted-in NodePort Services x -endpoints ready endpoints over
+// First (-datapath, on by default; -only=datapath runs it alone) the data path, on a two-node lab
+// of its own (datapath.go): connections per second and bulk throughput from an external client
+// through one ingress node to the same two pods on the other node, for an opted-in Service (the
+// agents' preserved-source path) and for an unannotated Service over the same pods (kube-proxy's
+// DNAT + masquerade on the ingress node's host), side by side, with their ratios.
+//
+// Then, for each cluster size (-sizes; opted-in NodePort Services x -endpoints ready endpoints over
 // -nodes Nodes), in order:
 //  1. srcip-agent cold start: the bridges hold none of its flows; from the process start to
 //     /readyz (first full sync applied), then its flows and groups counted in OVS, its RSS and
