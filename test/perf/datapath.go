@@ -47,7 +47,8 @@ var (
 	dpWarmup   = flag.Duration("dp-warmup", time.Second, "data path: load before each window, not counted")
 	dpWorkers  = flag.Int("dp-workers", 16, "data path: concurrent short connections in the cps measurement")
 	dpStreams  = flag.Int("dp-streams", 1, "data path: TCP streams of the bulk measurements")
-	dpRounds   = flag.Int("dp-rounds", 1, "data path: rounds (each measures both paths; the order flips every round)")
+	dpRounds   = flag.Int("dp-rounds", 2, "data path: rounds (each measures both paths; the order flips every round, so two cancel the order)")
+	dpClientCl = flag.Bool("dp-client-closes", true, "data path: in the cps measurement the client closes first (its namespace gets net.ipv4.tcp_tw_reuse=1); false: the sink does, and the pods' TIME_WAIT sockets meet reused client ports")
 	dpMeasure  = flag.String("dp-measure", "cps,down,up", "data path: measurements to run (cps, down, up)")
 	dpPorts    = flag.String("dp-client-ports", "1024 65535", "data path: the client's net.ipv4.ip_local_port_range (a small range makes the cps measurement reuse ports)")
 )
@@ -367,7 +368,12 @@ func (b *bench) datapathPhase(ctx context.Context, c kubernetes.Interface, agent
 			return nil, fmt.Errorf("-dp-measure: unknown measurement %q (cps, down, up)", m)
 		}
 	}
-	common := []string{"-duration", dpDuration.String(), "-warmup", dpWarmup.String()}
+	common := []string{"-duration", dpDuration.String(), "-warmup", dpWarmup.String(), "-client-closes=" + strconv.FormatBool(*dpClientCl)}
+	if *dpClientCl {
+		if _, err := l.Exec(client.Netns, "sysctl", "-q", "-w", "net.ipv4.tcp_tw_reuse=1"); err != nil {
+			return nil, err
+		}
+	}
 	var lats = map[*dpPath][]float64{}
 	for round := 0; round < *dpRounds; round++ {
 		order := paths

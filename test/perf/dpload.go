@@ -4,8 +4,12 @@ package main
 // namespace, `perf dp-load` in the external client's. One TCP protocol for all three
 // measurements; the first byte the client sends selects the operation:
 //
-//	'R'  request/response: the sink answers "<source IP it saw>\n" and closes (it closes first,
-//	     so the TIME_WAIT is the pod's and the client's ports are not used up);
+//	'r'  request/response: the sink answers "<source IP it saw>\n" and closes once the client
+//	     has closed (the client closes first and keeps the TIME_WAIT; dp-load's default);
+//	'R'  the same, but the sink closes first (-client-closes=false): the TIME_WAIT is the pod's,
+//	     and with one client address a reused client port meets it - at ~10^4 connections per
+//	     window some connections then never get an answer to their SYNs (5 s dial timeout) on
+//	     both paths, an artefact of one client address that the default avoids;
 //	'D'  download: the sink writes "<source IP>\n", then 128 KiB blocks until the client closes;
 //	'U'  upload: the sink reads to EOF, then answers "<source IP> <bytes read>\n".
 //
@@ -58,6 +62,11 @@ func sinkConn(c *net.TCPConn) {
 	switch op[0] {
 	case 'R':
 		_, _ = c.Write([]byte(src + "\n"))
+	case 'r': // as 'R', but the client closes first (its side keeps the TIME_WAIT)
+		if _, err := c.Write([]byte(src + "\n")); err == nil {
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			_, _ = io.Copy(io.Discard, c)
+		}
 	case 'D':
 		if _, err := c.Write([]byte(src + "\n")); err != nil {
 			return
@@ -93,6 +102,8 @@ type loadResult struct {
 	Seen map[string]int
 }
 
+var clientCloses = new(bool)
+
 // dpLoad runs one measurement against -addr and prints a loadResult.
 func dpLoad(args []string) error {
 	fs := flag.NewFlagSet("dp-load", flag.ExitOnError)
@@ -101,6 +112,7 @@ func dpLoad(args []string) error {
 	workers := fs.Int("workers", 16, "cps: concurrent connections; down/up: streams")
 	dur := fs.Duration("duration", 10*time.Second, "measured window")
 	warmup := fs.Duration("warmup", time.Second, "load before the window, not counted")
+	clientCloses = fs.Bool("client-closes", true, "cps: the client closes first (false: the sink does, the TIME_WAIT is the pod's)")
 	_ = fs.Parse(args)
 	if *addr == "" {
 		return errors.New("dp-load: -addr is required")
@@ -139,10 +151,21 @@ func request(addr string, timeout time.Duration) (string, time.Duration, error) 
 	}
 	defer c.Close()
 	_ = c.SetDeadline(t0.Add(timeout))
-	if _, err := c.Write([]byte{'R'}); err != nil {
+	op := byte('R')
+	if *clientCloses {
+		op = 'r'
+	}
+	if _, err := c.Write([]byte{op}); err != nil {
 		return "", 0, fmt.Errorf("write: %w", err)
 	}
-	b, err := io.ReadAll(c)
+	var b []byte
+	if *clientCloses {
+		var s string
+		s, err = bufio.NewReader(c).ReadString('\n')
+		b = []byte(s)
+	} else {
+		b, err = io.ReadAll(c)
+	}
 	if err != nil {
 		return "", 0, fmt.Errorf("read: %w", err)
 	}
