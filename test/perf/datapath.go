@@ -71,6 +71,9 @@ type DatapathResult struct {
 	RatioCPS, RatioDown, RatioUp float64
 	// Latency p50 and p99 of the short connections, preserved / SNAT (lower is better).
 	RatioP50, RatioP99 float64
+	// RoundRatios: preserved / SNAT of each round, by measurement (cps, down, up): how much the
+	// shared machine moved the figures between rounds.
+	RoundRatios map[string][]float64
 }
 
 type dpPath struct {
@@ -93,6 +96,7 @@ type dpPath struct {
 	upB        int64
 	upS        float64
 	seen       map[string]int
+	perRound   map[string][]float64 // by measurement
 }
 
 const dpNodesYAML = `apiVersion: v1
@@ -375,6 +379,7 @@ func (b *bench) datapathPhase(ctx context.Context, c kubernetes.Interface, agent
 		}
 	}
 	var lats = map[*dpPath][]float64{}
+	r.Preserved.perRound, r.SNAT.perRound = map[string][]float64{}, map[string][]float64{}
 	for round := 0; round < *dpRounds; round++ {
 		order := paths
 		if round%2 == 1 {
@@ -390,6 +395,11 @@ func (b *bench) datapathPhase(ctx context.Context, c kubernetes.Interface, agent
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", p.Service, err)
 				}
+				v := lr.CPS
+				if mode != "cps" {
+					v = lr.Mbps
+				}
+				p.perRound[mode] = append(p.perRound[mode], v)
 				switch mode {
 				case "cps":
 					p.Conns += lr.Conns
@@ -440,6 +450,12 @@ func (b *bench) datapathPhase(ctx context.Context, c kubernetes.Interface, agent
 			return nil, fmt.Errorf("%s: the backends saw sources %v, want only %s: the comparison would not be what it says", p.Service, p.seen, want[p])
 		}
 	}
+	r.RoundRatios = map[string][]float64{}
+	for mode, vs := range r.Preserved.perRound {
+		for i, v := range vs {
+			r.RoundRatios[mode] = append(r.RoundRatios[mode], div(v, r.SNAT.perRound[mode][i]))
+		}
+	}
 	r.RatioCPS = div(r.Preserved.CPS, r.SNAT.CPS)
 	r.RatioDown = div(r.Preserved.DownMbps, r.SNAT.DownMbps)
 	r.RatioUp = div(r.Preserved.UpMbps, r.SNAT.UpMbps)
@@ -484,6 +500,15 @@ func printDatapath(r *DatapathResult) {
 	row("  connect+response p99 (ms)", r.Preserved.P99ms, r.SNAT.P99ms, "%.2f", r.RatioP99)
 	row(fmt.Sprintf("throughput pod -> client, %d stream(s) (Mbit/s)", r.Streams), r.Preserved.DownMbps, r.SNAT.DownMbps, "%.0f", r.RatioDown)
 	row(fmt.Sprintf("throughput client -> pod, %d stream(s) (Mbit/s)", r.Streams), r.Preserved.UpMbps, r.SNAT.UpMbps, "%.0f", r.RatioUp)
+	for _, m := range []struct{ mode, name string }{{"cps", "connections/s"}, {"down", "pod -> client"}, {"up", "client -> pod"}} {
+		if vs := r.RoundRatios[m.mode]; len(vs) > 1 {
+			var f []string
+			for _, v := range vs {
+				f = append(f, fmt.Sprintf("%.2f", v))
+			}
+			fmt.Fprintf(w, "%-52s %40s\n", "  ratio of each round, "+m.name, strings.Join(f, " "))
+		}
+	}
 	fmt.Fprintf(w, "%-52s %14s %14s\n", "source address the backends saw", strings.Join(r.Preserved.SawSource, ","), strings.Join(r.SNAT.SawSource, ","))
 	fmt.Fprintf(w, "%-52s %14d %14d\n", "failed short connections (5 s timeout)", r.Preserved.Errors, r.SNAT.Errors)
 	for _, p := range []*dpPath{&r.Preserved, &r.SNAT} {
