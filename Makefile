@@ -69,8 +69,9 @@ golden:
 # srcip-agent side by side with the OVS floor and kube-proxy (nftables) at 1k and 10k opted-in
 # Services x 10 endpoints over 50 nodes, through a live API server (test/perf; docs/performance.md).
 # Prints the tables (and progress on stderr), writes bin/bench/results.json and the plot
-# bin/bench/performance.png. About 17 minutes on 2 cores (the data-path phase first, ~2.5 min) once the control plane and hack/cluster
-# are cached. BENCH_ARGS adds test/perf flags, e.g. BENCH_ARGS=-sizes=100,1000.
+# bin/bench/performance.png. About 17 minutes on 2 cores (the data-path phase first, ~2.5 min)
+# once the control plane and hack/cluster are cached. BENCH_ARGS adds test/perf flags, e.g.
+# BENCH_ARGS=-sizes=100,1000.
 BENCH_ARGS ?=
 bench: deps build controlplane cluster
 	$(GO) build -o $(BIN)/perf ./test/perf
