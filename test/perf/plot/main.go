@@ -79,7 +79,8 @@ func draw2(in, out string) error {
 		return err
 	}
 	if len(rs) == 0 {
-		return fmt.Errorf("%s: no cluster sizes to plot", in)
+		fmt.Fprintf(os.Stderr, "plot: %s has no cluster sizes (-only=datapath?): nothing drawn\n", in)
+		return nil
 	}
 	var ap50, ap99, kp50, kp99, arss, krss plotter.XYs
 	for _, r := range rs {
