@@ -3,7 +3,13 @@
 // node's Open vSwitch (test/lab). It prints a table and writes the figures as JSON (-out), from
 // which test/perf/plot draws docs/performance.png.
 //
-// For each cluster size (-sizes; opted-in NodePort Services x -endpoints ready endpoints over
+// First (-datapath, on by default; -only=datapath runs it alone) the data path, on a two-node lab
+// of its own (datapath.go): connections per second and bulk throughput from an external client
+// through one ingress node to the same two pods on the other node, for an opted-in Service (the
+// agents' preserved-source path) and for an unannotated Service over the same pods (kube-proxy's
+// DNAT + masquerade on the ingress node's host), side by side, with their ratios.
+//
+// Then, for each cluster size (-sizes; opted-in NodePort Services x -endpoints ready endpoints over
 // -nodes Nodes), in order:
 //  1. srcip-agent cold start: the bridges hold none of its flows; from the process start to
 //     /readyz (first full sync applied), then its flows and groups counted in OVS, its RSS and
@@ -59,6 +65,7 @@ var (
 	kpSpacing    = flag.Duration("kp-spacing", 1100*time.Millisecond, "time between kube-proxy changes (its minimum sync period is 1 s)")
 	profileDir   = flag.String("profile", "", "directory: run the agent with --profiling and save a CPU profile of each cold start (cpu-N.pprof) and a heap profile after it (heap-N.pprof)")
 	outFile      = flag.String("out", "bin/bench/results.json", "figures as JSON")
+	only         = flag.String("only", "", "run one phase alone: datapath")
 )
 
 const nodePortRange = "20000-32767" // 10k NodePorts do not fit the default range
@@ -96,6 +103,18 @@ type Result struct {
 }
 
 func main() {
+	// The data path's sink and load generator are this binary too (dpload.go).
+	if len(os.Args) > 1 && (os.Args[1] == "dp-sink" || os.Args[1] == "dp-load") {
+		f := dpSink
+		if os.Args[1] == "dp-load" {
+			f = dpLoad
+		}
+		if err := f(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "perf:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	flag.Parse()
 	if err := mainErr(); err != nil {
 		fmt.Fprintln(os.Stderr, "perf:", err)
@@ -113,11 +132,26 @@ type bench struct {
 	kpNS     string
 	kpIP     string
 	nextPort int32
+	apiIP    string // the API server's address (root namespace)
 	results  []*Result
+	datapath *DatapathResult
+}
+
+// Results is what -out holds: the data-path phase and one Result per cluster size.
+type Results struct {
+	Datapath *DatapathResult `json:",omitempty"`
+	Sizes    []*Result
 }
 
 func mainErr() error {
 	var sizes []int
+	switch *only {
+	case "":
+	case "datapath":
+		*dpEnabled = true
+	default:
+		return fmt.Errorf("-only: unknown phase %q (datapath)", *only)
+	}
 	for _, s := range strings.Split(*sizesFlag, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil {
@@ -159,6 +193,27 @@ func mainErr() error {
 		return fmt.Errorf("control plane: %w", err)
 	}
 	defer b.cp.Stop()
+	b.apiIP = rootIP
+
+	// The data path first, on a lab of its own, while the API server holds nothing else; it
+	// removes its objects when done.
+	if *dpEnabled {
+		cfg := rest.CopyConfig(b.cp.RESTConfig)
+		c, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		if b.datapath, err = b.datapathPhase(ctx, c, agent, tmp, rb); err != nil {
+			return fmt.Errorf("data path: %w", err)
+		}
+		if err := b.writeResults(); err != nil {
+			return err
+		}
+		if *only == "datapath" {
+			printDatapath(b.datapath)
+			return nil
+		}
+	}
 
 	// The lab: one node (node1), whose agent watches the API server.
 	mdir := filepath.Join(tmp, "manifests")
@@ -216,11 +271,14 @@ func mainErr() error {
 				return fmt.Errorf("kube-proxy at %d Services: %w", n, err)
 			}
 		}
-		if err := writeResults(b.results); err != nil {
+		if err := b.writeResults(); err != nil {
 			return err
 		}
 	}
 	printTable(b.results)
+	if b.datapath != nil {
+		printDatapath(b.datapath)
+	}
 	return nil
 }
 
@@ -233,15 +291,15 @@ func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
 }
 
-func writeResults(rs []*Result) error {
+func (b *bench) writeResults() error {
 	if err := os.MkdirAll(filepath.Dir(*outFile), 0o755); err != nil {
 		return err
 	}
-	b, err := json.MarshalIndent(rs, "", "  ")
+	j, err := json.MarshalIndent(Results{Datapath: b.datapath, Sizes: b.results}, "", "  ")
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(*outFile, b, 0o644)
+	return os.WriteFile(*outFile, j, 0o644)
 }
 
 // linkNetns creates netns ns with a veth to the root namespace: rootIP/30 at the root end,

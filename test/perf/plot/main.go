@@ -70,9 +70,17 @@ func draw2(in, out string) error {
 	if err != nil {
 		return err
 	}
+	// test/perf writes {"Datapath": ..., "Sizes": [...]}; earlier runs wrote the sizes alone.
+	var all struct{ Sizes []result }
 	var rs []result
-	if err := json.Unmarshal(b, &rs); err != nil {
+	if err := json.Unmarshal(b, &all); err == nil {
+		rs = all.Sizes
+	} else if err := json.Unmarshal(b, &rs); err != nil {
 		return err
+	}
+	if len(rs) == 0 {
+		fmt.Fprintf(os.Stderr, "plot: %s has no cluster sizes (-only=datapath?): nothing drawn\n", in)
+		return nil
 	}
 	var ap50, ap99, kp50, kp99, arss, krss plotter.XYs
 	for _, r := range rs {
