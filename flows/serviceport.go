@@ -203,8 +203,31 @@ func sourceRanges(sp *ServicePort) (ranges []netip.Prefix, filter bool) {
 
 // entryMatch matches the packets addressed to entry point e (its protocol is the flow's).
 func entryMatch(e EntryPoint) []ovs.Match {
-	return []ovs.Match{ovs.NetworkDestination(e.Addr.Addr().String()), ovs.TransportDestinationPort(e.Addr.Port())}
+	return []ovs.Match{nwDst(e.Addr.Addr()), ovs.TransportDestinationPort(e.Addr.Port())}
 }
+
+// ipv4Match is "FIELD=ADDR" for an IPv4 address field (ovs-fields(7) "IPv4 Source Address",
+// "IPv4 Destination Address"): the text of ovs.NetworkDestination/ovs.NetworkSource with a bare
+// address, rendered without their parse of the string and their eagerly built error (a full
+// sync renders one per entry point). A non-IPv4 address is an error.
+type ipv4Match struct {
+	field string
+	addr  netip.Addr
+}
+
+// nwDst matches the IPv4 destination address a.
+func nwDst(a netip.Addr) ovs.Match { return ipv4Match{field: "nw_dst", addr: a} }
+
+// MarshalText implements encoding.TextMarshaler.
+func (m ipv4Match) MarshalText() ([]byte, error) {
+	if !m.addr.Is4() {
+		return nil, fmt.Errorf("%s: %q is not an IPv4 address", m.field, m.addr)
+	}
+	return m.addr.AppendTo(append(make([]byte, 0, len(m.field)+16), m.field+"="...)), nil
+}
+
+// GoString implements fmt.GoStringer.
+func (m ipv4Match) GoString() string { return fmt.Sprintf("flows.ipv4Match(%s=%s)", m.field, m.addr) }
 
 // Claims returns the entry points sp asks for, in the form that Services compete for: the NodePort
 // as NodePortEntry (every NodePort address of a node), then each LoadBalancer ingress IP and
