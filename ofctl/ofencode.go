@@ -678,6 +678,36 @@ func (a *copyField) UnmarshalBinary([]byte) error {
 	return fmt.Errorf("copyField: decode not supported")
 }
 
+// setTunnel is NXAST_SET_TUNNEL (struct nx_action_set_tunnel: Nicira header, subtype 2, pad,
+// 32-bit tun_id; ovs-actions(7) "set_tunnel"), what ovs-ofctl sends for set_tunnel with a
+// value of 32 bits or less; built on libOpenflow's Nicira action header, which has no such
+// action.
+type setTunnel struct {
+	*of13.NXActionHeader
+	tunID uint32
+}
+
+func newSetTunnel(id uint32) *setTunnel {
+	h := of13.NewNxActionHeader(2) // NXAST_SET_TUNNEL
+	h.Length = 16
+	return &setTunnel{NXActionHeader: h, tunID: id}
+}
+
+func (a *setTunnel) Len() uint16 { return 16 }
+
+func (a *setTunnel) MarshalBinary() ([]byte, error) {
+	h, err := a.NXActionHeader.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 16)
+	copy(b, h) // 10 bytes: type, length, vendor, subtype
+	binary.BigEndian.PutUint32(b[12:], a.tunID)
+	return b, nil
+}
+
+func (a *setTunnel) UnmarshalBinary([]byte) error { return fmt.Errorf("setTunnel: decode not supported") }
+
 func macValue(s string) (uint64, error) {
 	mac, err := net.ParseMAC(s)
 	if err != nil || len(mac) != 6 {
@@ -790,6 +820,12 @@ func parseAction(t string) (of13.Action, error) {
 		return loadValue(v, f, 0, 48)
 	case "ct":
 		return parseCT(arg)
+	case "set_tunnel":
+		v, err := parseUint(arg, 64)
+		if err != nil || v > 0xffffffff {
+			return nil, cannot("set_tunnel:%s", arg) // ovs-ofctl sends NXAST_SET_TUNNEL64 then
+		}
+		return newSetTunnel(uint32(v)), nil
 	}
 	return nil, cannot("unknown action %q", t)
 }
