@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ovs-srcip/ovs-srcip/flows"
 	"github.com/ovs-srcip/ovs-srcip/ofctl"
 	"github.com/ovs-srcip/ovs-srcip/ofctl/ovstest"
 )
@@ -230,4 +232,39 @@ func TestNativeReconnect(t *testing.T) {
 	assert.Contains(t, fl[0], "priority=5")
 }
 
-var _ = context.Background
+
+// BenchmarkServiceBundle applies one Service's bundle (its select group with 3 buckets and its
+// flows: what one Service change writes) through one ovs-ofctl process per bundle and through the
+// persistent native connection, on a sandbox ovs-vswitchd (same bytes every iteration: the
+// group is modified in place and the flows overwritten).
+func BenchmarkServiceBundle(b *testing.B) {
+	sb := ovstest.StartDummy(b)
+	sb.AddBridge(b, "br0")
+	eps := []flows.Endpoint{
+		{IP: netip.MustParseAddr("10.244.2.5"), Port: 8080, NodeName: "node2"},
+		{IP: netip.MustParseAddr("10.244.3.5"), Port: 8080, NodeName: "node3"},
+		{IP: netip.MustParseAddr("10.244.1.5"), Port: 8080, NodeName: "node1"},
+	}
+	fs := servicePortOf(b, eps)
+	p := flows.FullDiff(fs.Bridge, []*flows.FlowSet{fs}, flows.Inventory{})
+	lines := p.Lines()
+	if err := ofctl.Translate(lines); err != nil {
+		b.Fatalf("the service bundle must be native: %v", err)
+	}
+	ctx := context.Background()
+	for _, mode := range []string{"ovs-ofctl", "native"} {
+		b.Run(mode, func(b *testing.B) {
+			o := ofctl.NewOpenFlow("br0", sb.MgmtTarget("br0"))
+			if mode == "native" {
+				o.Native = ofctl.NewConn(o.Target)
+				defer o.Native.Close()
+			}
+			for b.Loop() {
+				if err := o.Bundle(ctx, lines); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(lines)), "lines/bundle")
+		})
+	}
+}
