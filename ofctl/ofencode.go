@@ -706,7 +706,9 @@ func (a *setTunnel) MarshalBinary() ([]byte, error) {
 	return b, nil
 }
 
-func (a *setTunnel) UnmarshalBinary([]byte) error { return fmt.Errorf("setTunnel: decode not supported") }
+func (a *setTunnel) UnmarshalBinary([]byte) error {
+	return fmt.Errorf("setTunnel: decode not supported")
+}
 
 func macValue(s string) (uint64, error) {
 	mac, err := net.ParseMAC(s)
@@ -820,6 +822,8 @@ func parseAction(t string) (of13.Action, error) {
 		return loadValue(v, f, 0, 48)
 	case "ct":
 		return parseCT(arg)
+	case "learn":
+		return parseLearn(arg)
 	case "set_tunnel":
 		v, err := parseUint(arg, 64)
 		if err != nil || v > 0xffffffff {
@@ -1133,4 +1137,126 @@ func bucket(toks []string) ([]byte, error) {
 	}
 	binary.BigEndian.PutUint16(b[0:], uint16(len(b)))
 	return b, nil
+}
+
+// learnFieldNames maps the ovs-fields(7) names allowed as "name=value" in learn to NXM names.
+var learnFieldNames = map[string]string{"eth_type": "NXM_OF_ETH_TYPE", "dl_type": "NXM_OF_ETH_TYPE",
+	"nw_proto": "NXM_OF_IP_PROTO", "ip_proto": "NXM_OF_IP_PROTO"}
+
+// learnValue is an immediate value of a learn spec: n bits, right-aligned in 2*ceil(n/16) bytes.
+func learnValue(s string, n uint16) ([]byte, error) {
+	if n > 64 {
+		return nil, cannot("learn immediate wider than 64 bits")
+	}
+	v, err := parseUint(s, 64)
+	if err != nil {
+		return nil, cannot("learn value %q", s)
+	}
+	if n < 64 && v>>n != 0 {
+		return nil, fmt.Errorf("learn value %q does not fit in %d bits", s, n)
+	}
+	return intBytes(v, int(2*((n+15)/16))), nil
+}
+
+// parseLearn encodes "(table=N,priority=N,idle_timeout=N,hard_timeout=N,cookie=N,SPEC,...)" as
+// NXAST_LEARN with libOpenflow's learn specs (ovs-actions(7) "The learn action"): FIELD=VALUE
+// and DST[..]=SRC[..] match specs, load:VALUE->DST[..] and load:SRC[..]->DST[..] load specs,
+// output:SRC[..].
+func parseLearn(arg string) (of13.Action, error) {
+	if !strings.HasPrefix(arg, "(") || !strings.HasSuffix(arg, ")") {
+		return nil, cannot("learn%s", arg)
+	}
+	l := of13.NewNXActionLearn()
+	l.TableID = 1 // ovs-ofctl's defaults
+	l.Priority = 32768
+	for _, t := range splitTop(arg[1 : len(arg)-1]) {
+		k, v, hasV := strings.Cut(t, "=")
+		num := func(bits int) (uint64, error) { return parseUint(v, bits) }
+		var err error
+		var n uint64
+		switch {
+		case k == "table" && hasV:
+			n, err = num(8)
+			l.TableID = uint8(n)
+		case k == "priority" && hasV:
+			n, err = num(16)
+			l.Priority = uint16(n)
+		case k == "idle_timeout" && hasV:
+			n, err = num(16)
+			l.IdleTimeout = uint16(n)
+		case k == "hard_timeout" && hasV:
+			n, err = num(16)
+			l.HardTimeout = uint16(n)
+		case k == "cookie" && hasV:
+			l.Cookie, err = num(64)
+		case strings.HasPrefix(t, "load:"):
+			src, dst, ok := strings.Cut(strings.TrimPrefix(t, "load:"), "->")
+			if !ok {
+				return nil, fmt.Errorf("learn load without ->")
+			}
+			df, dofs, dn, err := fieldRange(dst)
+			if err != nil {
+				return nil, err
+			}
+			spec := &of13.NXLearnSpec{DstField: &of13.NXLearnSpecField{Field: df, Ofs: dofs}}
+			if strings.HasPrefix(src, "NXM_") {
+				sf, sofs, sn, err := fieldRange(src)
+				if err != nil {
+					return nil, err
+				}
+				if sn != dn {
+					return nil, fmt.Errorf("learn load of %d bits into %d", sn, dn)
+				}
+				spec.Header = of13.NewLearnHeaderLoadFromField(dn)
+				spec.SrcField = &of13.NXLearnSpecField{Field: sf, Ofs: sofs}
+			} else {
+				if spec.SrcValue, err = learnValue(src, dn); err != nil {
+					return nil, err
+				}
+				spec.Header = of13.NewLearnHeaderLoadFromValue(dn)
+			}
+			l.LearnSpecs = append(l.LearnSpecs, spec)
+		case strings.HasPrefix(t, "output:"):
+			sf, sofs, sn, err := fieldRange(strings.TrimPrefix(t, "output:"))
+			if err != nil {
+				return nil, err
+			}
+			l.LearnSpecs = append(l.LearnSpecs, &of13.NXLearnSpec{Header: of13.NewLearnHeaderOutputFromField(sn),
+				SrcField: &of13.NXLearnSpecField{Field: sf, Ofs: sofs}})
+		case hasV:
+			var df *of13.MatchField
+			var dofs, dn uint16
+			if name, ok := learnFieldNames[k]; ok {
+				df, _ = of13.FindFieldHeaderByName(name, false)
+				dn = uint16(df.Length) * 8
+			} else if df, dofs, dn, err = fieldRange(k); err != nil {
+				return nil, err
+			}
+			spec := &of13.NXLearnSpec{DstField: &of13.NXLearnSpecField{Field: df, Ofs: dofs}}
+			if strings.HasPrefix(v, "NXM_") {
+				sf, sofs, sn, err := fieldRange(v)
+				if err != nil {
+					return nil, err
+				}
+				if sn != dn {
+					return nil, fmt.Errorf("learn match of %d bits against %d", dn, sn)
+				}
+				spec.Header = of13.NewLearnHeaderMatchFromField(dn)
+				spec.SrcField = &of13.NXLearnSpecField{Field: sf, Ofs: sofs}
+			} else {
+				if spec.SrcValue, err = learnValue(v, dn); err != nil {
+					return nil, err
+				}
+				spec.Header = of13.NewLearnHeaderMatchFromValue(dn)
+			}
+			l.LearnSpecs = append(l.LearnSpecs, spec)
+		default:
+			return nil, cannot("learn argument %q", t)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("learn %s: %w", k, err)
+		}
+	}
+	l.Length = l.Len()
+	return l, nil
 }
