@@ -271,7 +271,6 @@ func TestNativeReconnect(t *testing.T) {
 	assert.Contains(t, fl[0], "priority=5")
 }
 
-
 // BenchmarkServiceBundle applies one Service's bundle (its select group with 3 buckets and its
 // flows: what one Service change writes) through one ovs-ofctl process per bundle and through the
 // persistent native connection, on a sandbox ovs-vswitchd (same bytes every iteration: the

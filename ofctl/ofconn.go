@@ -296,7 +296,11 @@ func (c *Conn) session(ctx context.Context) (*session, error) {
 // wait returns the next message on ch, or an error when the session ends, ctx is done or
 // Timeout passes.
 func (c *Conn) wait(ctx context.Context, s *session, ch chan reply) (reply, error) {
-	t := time.NewTimer(c.timeout())
+	return c.waitFor(ctx, s, ch, c.timeout())
+}
+
+func (c *Conn) waitFor(ctx context.Context, s *session, ch chan reply, d time.Duration) (reply, error) {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case r := <-ch:
@@ -345,7 +349,7 @@ func (c *Conn) apply(ctx context.Context, msgs []ofMessage) error {
 	if err != nil {
 		return c.bundleError(fmt.Errorf("connect: %w", err), nil)
 	}
-	err, errs := c.applyOn(ctx, s, msgs)
+	errs, err := c.applyOn(ctx, s, msgs)
 	if err != nil {
 		var rej *rejectedError
 		if !errors.As(err, &rej) {
@@ -361,7 +365,10 @@ type rejectedError struct{ msg string }
 
 func (r *rejectedError) Error() string { return r.msg }
 
-func (c *Conn) applyOn(ctx context.Context, s *session, msgs []ofMessage) (error, []string) {
+func (c *Conn) applyOn(ctx context.Context, s *session, msgs []ofMessage) ([]string, error) {
+	// The barrier and the commit of a large bundle (a cold start writes tens of thousands of
+	// messages) take longer than one small exchange: 1 ms more per message.
+	budget := c.timeout() + time.Duration(len(msgs))*time.Millisecond
 	c.bundleID++
 	id := c.bundleID
 	var xids []uint32
@@ -375,14 +382,17 @@ func (c *Conn) applyOn(ctx context.Context, s *session, msgs []ofMessage) (error
 	// Open.
 	_, ch, b := ctrl(bundleOpenRequest)
 	if err := s.write(b); err != nil {
-		return err, nil
+		return nil, err
 	}
 	r, err := c.wait(ctx, s, ch)
 	if err != nil {
-		return err, nil
+		return nil, err
 	}
 	if r.typ == of13.Type_Error {
-		return &rejectedError{"bundle open refused"}, []string{"Error " + formatOFError(r.body) + " for: bundle open"}
+		return []string{"Error " + formatOFError(r.body) + " for: bundle open"}, &rejectedError{"bundle open refused"}
+	}
+	if r.typ != ofpt15BundleControl || len(r.body) < 6 || binary.BigEndian.Uint16(r.body[4:]) != bundleOpenReply {
+		return nil, fmt.Errorf("unexpected reply type %d to bundle open", r.typ)
 	}
 	// Add every message, then a barrier, in one write.
 	var buf []byte
@@ -395,7 +405,7 @@ func (c *Conn) applyOn(ctx context.Context, s *session, msgs []ofMessage) (error
 		add := of13.BundleAdd{BundleID: id, Flags: bundleAtomicOrdered, Message: rawMessage(inner)}
 		body, err := add.MarshalBinary()
 		if err != nil {
-			return err, nil
+			return nil, err
 		}
 		buf = append(buf, message(ofpt15BundleAdd, xid, body)...)
 	}
@@ -403,37 +413,37 @@ func (c *Conn) applyOn(ctx context.Context, s *session, msgs []ofMessage) (error
 	xids = append(xids, bxid)
 	buf = append(buf, message(ofptBarrierRequest, bxid, nil)...)
 	if err := s.write(buf); err != nil {
-		return err, nil
+		return nil, err
 	}
-	if r, err = c.wait(ctx, s, bch); err != nil {
-		return err, nil
+	if r, err = c.waitFor(ctx, s, bch, budget); err != nil {
+		return nil, err
 	}
 	if errs := addErrors(msgs, adds); len(errs) > 0 {
 		// Discard: nothing of the bundle is applied (closing the connection would too).
 		_, dch, b := ctrl(bundleDiscardRequest)
 		if err := s.write(b); err != nil {
-			return err, errs
+			return errs, err
 		}
 		if _, err := c.wait(ctx, s, dch); err != nil {
-			return err, errs
+			return errs, err
 		}
-		return &rejectedError{"bundle message refused, bundle discarded"}, errs
+		return errs, &rejectedError{"bundle message refused, bundle discarded"}
 	}
 	// Commit.
 	_, ch, b = ctrl(bundleCommitRequest)
 	if err := s.write(b); err != nil {
-		return err, nil
+		return nil, err
 	}
-	if r, err = c.wait(ctx, s, ch); err != nil {
-		return err, nil
+	if r, err = c.waitFor(ctx, s, ch, budget); err != nil {
+		return nil, err
 	}
 	if r.typ == of13.Type_Error {
 		errs := addErrors(msgs, adds)
 		errs = append(errs, "Error "+formatOFError(r.body)+" for: bundle commit")
-		return &rejectedError{"bundle commit failed, nothing applied"}, errs
+		return errs, &rejectedError{"bundle commit failed, nothing applied"}
 	}
 	if r.typ != ofpt15BundleControl || len(r.body) < 6 || binary.BigEndian.Uint16(r.body[4:]) != bundleCommitReply {
-		return fmt.Errorf("unexpected reply type %d to bundle commit", r.typ), nil
+		return nil, fmt.Errorf("unexpected reply type %d to bundle commit", r.typ)
 	}
 	return nil, nil
 }
