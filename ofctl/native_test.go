@@ -157,6 +157,24 @@ func TestNativeEquivalence(t *testing.T) {
 	// shows up here (add it to ofencode.go).
 	assert.Zero(t, fallback, "golden flow sets that go through ovs-ofctl")
 
+	// The one kind without a golden case: service-drain (UDP and TCP).
+	clearBridge(t, sb, "ref")
+	clearBridge(t, sb, "nat")
+	for _, e := range []flows.EntryPoint{{Protocol: flows.TCP, Addr: netip.MustParseAddrPort("203.0.113.100:80")},
+		{Protocol: flows.UDP, Addr: netip.MustParseAddrPort("192.0.2.11:30053")}} {
+		fs, err := flows.BuildServiceDrain(e)
+		require.NoError(t, err)
+		p := flows.FullDiff(fs.Bridge, []*flows.FlowSet{fs}, flows.Inventory{})
+		dl := p.Lines()
+		require.NoError(t, ofctl.Translate(dl))
+		require.NoError(t, ref.Bundle(ctx, dl))
+		require.NoError(t, nat.Bundle(ctx, dl))
+	}
+	df, _ := dumpState(t, sb, "ref")
+	dn, _ := dumpState(t, sb, "nat")
+	assert.Len(t, df, 2)
+	assert.Equal(t, df, dn, "service-drain flows")
+
 	// A group written in several messages: add_or_mod plus insert_bucket messages, one bundle
 	// (600 buckets, 100 per message; dump-groups cannot print more than ~744 buckets).
 	clearBridge(t, sb, "ref")
