@@ -210,6 +210,16 @@ func TestNativeFallback(t *testing.T) {
 	fl, _ := dumpState(t, sb, "br0")
 	require.Len(t, fl, 2)
 	assert.Contains(t, fl[1], "note:01.02")
+	native, viaOfctl := o.BundleCounts()
+	assert.Equal(t, [2]uint64{0, 1}, [2]uint64{native, viaOfctl})
+
+	// A group message longer than OpenFlow's 64 KiB (2,000 buckets in one message) is not
+	// encoded natively: through ovs-ofctl, OVS refuses it as it always did (OFPGMFC_BAD_BUCKET).
+	p := flows.FullDiff(flows.BrEx, []*flows.FlowSet{bigService(t, 2000)}, flows.Inventory{})
+	p.BucketsPerMessage = 2000
+	err := ofctl.Translate(p.Lines())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "too long")
 }
 
 // A bundle with one refused message applies nothing: not the flows before it, not a group; the

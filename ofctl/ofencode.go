@@ -78,6 +78,12 @@ func translate(lines []string) ([]ofMessage, error) {
 		if err != nil {
 			return nil, cannot("%v in line %q", err, l)
 		}
+		// An OpenFlow message is at most 65,535 bytes, and in a bundle it is wrapped in a 16-byte
+		// bundle-add message: a longer one (a group of too many buckets for one message, see
+		// flows.MaxGroupBuckets) goes through ovs-ofctl, which behaves as it always did with it.
+		if 8+len(m.body)+16 > 0xffff {
+			return nil, cannot("message of %d bytes too long for OpenFlow in line %.80q...", 8+len(m.body), l)
+		}
 		m.line = l
 		out = append(out, m)
 	}

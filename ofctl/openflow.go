@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -80,6 +81,14 @@ type OpenFlow struct {
 	// one ovs-ofctl process per bundle; a bundle with any line the native encoder cannot
 	// translate exactly still goes through ovs-ofctl (logged at V(2) with the reason).
 	Native *Conn
+
+	nativeBundles, ofctlBundles atomic.Uint64
+}
+
+// BundleCounts returns how many bundles Bundle applied over the native connection and how many
+// through ovs-ofctl (with Native set: those it could not translate), since the start.
+func (o *OpenFlow) BundleCounts() (native, ovsOfctl uint64) {
+	return o.nativeBundles.Load(), o.ofctlBundles.Load()
 }
 
 // NewOpenFlow returns an OpenFlow for bridge at target (see MgmtTarget). For a
@@ -160,6 +169,7 @@ func (o *OpenFlow) Bundle(ctx context.Context, lines []string) error {
 			if err := o.Native.apply(ctx, msgs); err != nil {
 				return err
 			}
+			o.nativeBundles.Add(1)
 			log.V(2).Info("Applied OpenFlow bundle", "lines", len(lines), "path", "native", "elapsed", time.Since(start))
 			return nil
 		}
@@ -180,6 +190,7 @@ func (o *OpenFlow) Bundle(ctx context.Context, lines []string) error {
 	if err := run(ctx, argv, &buf, nil); err != nil {
 		return err
 	}
+	o.ofctlBundles.Add(1)
 	log.V(2).Info("Applied OpenFlow bundle", "lines", len(lines), "path", "ovs-ofctl", "elapsed", time.Since(start))
 	return nil
 }

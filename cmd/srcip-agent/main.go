@@ -221,10 +221,23 @@ func run(ctx context.Context, o options) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	brEx := ofctl.NewOpenFlow(o.bridgeEx, ofctl.MgmtTarget(o.ovsRunDir, o.bridgeEx))
 	brInt := ofctl.NewOpenFlow(o.bridgeInt, ofctl.MgmtTarget(o.ovsRunDir, o.bridgeInt))
-	if o.openflow == "native" {
-		for _, b := range []*ofctl.OpenFlow{brEx, brInt} {
+	for _, b := range []*ofctl.OpenFlow{brEx, brInt} {
+		if o.openflow == "native" {
 			b.Native = ofctl.NewConn(b.Target)
 			defer b.Native.Close()
+		}
+		for _, path := range []string{"native", "ovs-ofctl"} {
+			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name:        "srcip_agent_openflow_bundles_total",
+				Help:        "OpenFlow bundles applied, by bridge and path: native (the persistent OpenFlow connection) or ovs-ofctl (--openflow=ovs-ofctl, or a bundle the native encoder could not translate).",
+				ConstLabels: prometheus.Labels{"bridge": b.Bridge, "path": path},
+			}, func() float64 {
+				n, f := b.BundleCounts()
+				if path == "native" {
+					return float64(n)
+				}
+				return float64(f)
+			}))
 		}
 	}
 	a, err := agent.New(agent.Config{
