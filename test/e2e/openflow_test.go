@@ -5,8 +5,12 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ovs-srcip/ovs-srcip/test/lab"
 )
 
 var bundlesRE = regexp.MustCompile(`(?m)^srcip_agent_openflow_bundles_total\{bridge="([^"]+)",path="([^"]+)"\} (\d+)$`)
@@ -20,10 +24,20 @@ var bundlesRE = regexp.MustCompile(`(?m)^srcip_agent_openflow_bundles_total\{bri
 func TestNativeOpenFlowPath(t *testing.T) {
 	for _, n := range theLab.Nodes {
 		counts := map[string]int{}
-		for _, m := range bundlesRE.FindAllStringSubmatch(metrics(t, n.Name, "/metrics"), -1) {
-			v, _ := strconv.Atoi(m[3])
-			counts[m[1]+"/"+m[2]] = v
-		}
+		require.NoError(t, lab.WaitFor(func() error {
+			out, err := theLab.Exec(n.Name, "curl", "-sS", "--max-time", "5", "http://127.0.0.1:9464/metrics")
+			if err != nil {
+				return fmt.Errorf("%s: %v: %s", n.Name, err, out)
+			}
+			for _, m := range bundlesRE.FindAllStringSubmatch(out, -1) {
+				v, _ := strconv.Atoi(m[3])
+				counts[m[1]+"/"+m[2]] = v
+			}
+			if counts["br-ex/native"] == 0 || counts["br-int/native"] == 0 {
+				return fmt.Errorf("%s: no native bundles yet: %v", n.Name, counts)
+			}
+			return nil
+		}, 30*time.Second))
 		t.Logf("%s: %v", n.Name, counts)
 		for _, br := range []string{"br-ex", "br-int"} {
 			assert.Positive(t, counts[br+"/native"], fmt.Sprintf("%s %s: native bundles", n.Name, br))
