@@ -199,7 +199,7 @@ func (c *Conn) dial(ctx context.Context) (*session, error) {
 		nc.Close()
 		return nil, fmt.Errorf("hello: %w", err)
 	}
-	if typ != of13.Type_Hello || !helloHas15(nc, body) {
+	if typ != of13.Type_Hello || !helloHas15(body) {
 		nc.Close()
 		return nil, fmt.Errorf("switch does not accept OpenFlow 1.5 (set the bridge's protocols to include OpenFlow15)")
 	}
@@ -221,7 +221,7 @@ func helloBitmap() []byte {
 
 // helloHas15 reports whether the switch's hello offers OpenFlow 1.5: its version bitmap if it
 // sent one, else its header version.
-func helloHas15(_ net.Conn, body []byte) bool {
+func helloHas15(body []byte) bool {
 	for len(body) >= 4 {
 		t, n := binary.BigEndian.Uint16(body[0:]), int(binary.BigEndian.Uint16(body[2:]))
 		if n < 4 || n > len(body) {

@@ -191,6 +191,10 @@ var order = []string{"in_port", "dl_src", "dl_dst", "eth_type", "ip_proto", "nw_
 	"reg0", "reg1", "reg2", "reg3", "reg4", "reg5", "reg6", "reg7",
 	"ct_state", "ct_mark", "ct_label", "tun_id", "tun_src"}
 
+// protocols are the ovs-fields(7) protocol shorthands: eth_type and ip_proto (-1: none).
+var protocols = map[string][2]int{"ip": {0x0800, -1}, "tcp": {0x0800, 6}, "udp": {0x0800, 17},
+	"icmp": {0x0800, 1}, "arp": {0x0806, -1}}
+
 // flowAdd encodes "flow add KEY=VALUE,...,actions=...".
 func flowAdd(spec string) (ofMessage, error) {
 	i := strings.Index(spec, "actions=")
@@ -213,9 +217,7 @@ func flowAdd(spec string) (ofMessage, error) {
 			if hasV {
 				return ofMessage{}, cannot("%s=", k)
 			}
-			et, proto := map[string][2]int{"ip": {0x0800, -1}, "tcp": {0x0800, 6}, "udp": {0x0800, 17},
-				"icmp": {0x0800, 1}, "arp": {0x0806, -1}}[k][0], map[string][2]int{"ip": {0x0800, -1}, "tcp": {0x0800, 6}, "udp": {0x0800, 17},
-				"icmp": {0x0800, 1}, "arp": {0x0806, -1}}[k][1]
+			et, proto := protocols[k][0], protocols[k][1]
 			if m.ethType != -1 && m.ethType != et || m.ipProto != -1 && proto != -1 && m.ipProto != proto {
 				return ofMessage{}, cannot("conflicting protocols")
 			}
