@@ -130,6 +130,33 @@ func TestNativeEquivalence(t *testing.T) {
 		assert.Equal(t, rf, nf, "flows of %s", filepath.Base(g))
 		assert.Equal(t, rg, ng, "groups of %s", filepath.Base(g))
 
+		// Repairs (flows.Plan.Repair's "flow modify_strict" lines): first every flow's actions
+		// replaced by drop, then the golden's own lines again.
+		for _, actions := range []string{"drop", ""} {
+			var mods []string
+			for _, set := range sets {
+				for _, l := range set.lines {
+					if f, ok := strings.CutPrefix(l, "flow add "); ok {
+						if actions != "" {
+							f = f[:strings.Index(f, "actions=")] + "actions=" + actions
+						}
+						mods = append(mods, "flow modify_strict "+f)
+					}
+				}
+			}
+			require.NoError(t, ofctl.Translate(mods))
+			require.NoError(t, ref.Bundle(ctx, mods))
+			require.NoError(t, nat.Bundle(ctx, mods))
+			rf2, _ := dumpState(t, sb, "ref")
+			nf2, _ := dumpState(t, sb, "nat")
+			assert.Equal(t, rf2, nf2, "flows of %s after modify_strict to %q", filepath.Base(g), actions)
+			if actions == "drop" {
+				assert.NotEqual(t, rf, rf2, "modify_strict changed nothing")
+			} else {
+				assert.Equal(t, rf, rf2, "modify_strict with the golden's lines restores it")
+			}
+		}
+
 		// Deletes: every other cookie, and every group (flows referencing a deleted group go
 		// with it in OVS).
 		for _, l := range rg {

@@ -16,7 +16,7 @@ import (
 // file syntax) into OpenFlow 1.5 messages built from libOpenflow's structures (flow mods,
 // OXM/NXM match fields, instructions, OpenFlow and Nicira actions). It knows a closed set of
 // keywords (those the flows package writes; see ovs-fields(7), ovs-actions(7)); any other
-// keyword, or a shape it does not know (e.g. learn(), set_tunnel, "flow modify_strict"), makes
+// keyword, or a shape it does not know (e.g. note, resubmit, conjunction, a masked tp_dst), makes
 // translate return an *untranslatable error so that the caller sends that whole bundle through
 // ovs-ofctl instead. Correctness therefore never depends on the coverage of this file, only on
 // what it does translate being exact, which TestNativeEquivalence checks against ovs-ofctl on
@@ -93,7 +93,9 @@ func translate(lines []string) ([]ofMessage, error) {
 func translateLine(l string) (ofMessage, error) {
 	switch {
 	case strings.HasPrefix(l, "flow add "):
-		return flowAdd(strings.TrimPrefix(l, "flow add "))
+		return flowMod(of13.FC_ADD, strings.TrimPrefix(l, "flow add "))
+	case strings.HasPrefix(l, "flow modify_strict "):
+		return flowMod(of13.FC_MODIFY_STRICT, strings.TrimPrefix(l, "flow modify_strict "))
 	case strings.HasPrefix(l, "flow delete "):
 		return flowDeleteCookie(strings.TrimPrefix(l, "flow delete "))
 	case strings.HasPrefix(l, "group add_or_mod "):
@@ -195,15 +197,19 @@ var order = []string{"in_port", "dl_src", "dl_dst", "eth_type", "ip_proto", "nw_
 var protocols = map[string][2]int{"ip": {0x0800, -1}, "tcp": {0x0800, 6}, "udp": {0x0800, 17},
 	"icmp": {0x0800, 1}, "arp": {0x0806, -1}}
 
-// flowAdd encodes "flow add KEY=VALUE,...,actions=...".
-func flowAdd(spec string) (ofMessage, error) {
+// flowMod encodes "flow add KEY=VALUE,...,actions=..." (OFPFC_ADD) or "flow modify_strict
+// ..." (OFPFC_MODIFY_STRICT). As ovs-ofctl does in OpenFlow 1.1+, the cookie of an add is the
+// new flow's cookie, while a modify carries cookie 0 and cookie mask 0: it matches the flow
+// whatever its cookie and leaves the cookie as it is (the text's unmasked cookie only says
+// what to set, which OpenFlow 1.5 cannot express in a modify).
+func flowMod(command uint8, spec string) (ofMessage, error) {
 	i := strings.Index(spec, "actions=")
 	if i < 0 || (i > 0 && spec[i-1] != ',') {
 		return ofMessage{}, cannot("no actions")
 	}
 	matchText, actText := strings.TrimSuffix(spec[:i], ","), spec[i+len("actions="):]
 	fm := of13.NewFlowMod()
-	fm.Command = of13.FC_ADD
+	fm.Command = command
 	fm.Priority = 32768 // ovs-ofctl's default (OFP_DEFAULT_PRIORITY)
 	fm.BufferId = 0xffffffff
 	m := matchSpec{ethType: -1, ipProto: -1, fields: map[string]of13.MatchField{}}
@@ -278,6 +284,9 @@ func flowAdd(spec string) (ofMessage, error) {
 		if !known[name] {
 			return ofMessage{}, fmt.Errorf("internal: field %s has no order", name)
 		}
+	}
+	if command != of13.FC_ADD {
+		fm.Cookie = 0
 	}
 	instrs, err := parseInstructions(actText)
 	if err != nil {
