@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -360,4 +361,50 @@ func BenchmarkServiceBundle(b *testing.B) {
 			b.ReportMetric(float64(len(lines)), "lines/bundle")
 		})
 	}
+}
+
+// BenchmarkColdStartBundle applies one bundle of n Services (a 3-bucket select group and 2 flows
+// each, the shape of a cold start's full sync) natively into an emptied bridge; with -benchmem
+// it shows the memory a large native bundle costs.
+func BenchmarkColdStartBundle(b *testing.B) {
+	const n = 2000
+	sb := ovstest.StartDummy(b)
+	sb.AddBridge(b, "br0")
+	var lines []string
+	for i := 0; i < n; i++ {
+		eps := []flows.Endpoint{
+			{IP: netip.AddrFrom4([4]byte{10, 244, 2, byte(1 + i%250)}), Port: 8080, NodeName: "node2"},
+			{IP: netip.AddrFrom4([4]byte{10, 244, 3, byte(1 + i%250)}), Port: 8080, NodeName: "node3"},
+			{IP: netip.AddrFrom4([4]byte{10, 244, 1, byte(1 + i%250)}), Port: 8080, NodeName: "node1"},
+		}
+		fs := servicePortOf(b, eps)
+		p := flows.FullDiff(fs.Bridge, []*flows.FlowSet{fs}, flows.Inventory{})
+		for _, l := range p.Lines() {
+			// One service template, n copies: distinct group ids, ports and cookies.
+			l = strings.ReplaceAll(l, "tp_dst=30080", fmt.Sprintf("tp_dst=%d", 20000+i))
+			l = strings.ReplaceAll(l, "tp_dst=80,", fmt.Sprintf("tp_dst=%d,", 1000+i))
+			gid := fmt.Sprint(fs.Groups[0].ID)
+			l = strings.ReplaceAll(l, "group_id="+gid, fmt.Sprintf("group_id=%d", i+1))
+			l = strings.ReplaceAll(l, "group:"+gid, fmt.Sprintf("group:%d", i+1))
+			lines = append(lines, l)
+		}
+	}
+	if err := ofctl.Translate(lines); err != nil {
+		b.Fatal(err)
+	}
+	o := ofctl.NewOpenFlow("br0", sb.MgmtTarget("br0"))
+	o.Native = ofctl.NewConn(o.Target)
+	defer o.Native.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		sb.Run(b, "ovs-ofctl", "-O", "OpenFlow15", "del-flows", sb.MgmtTarget("br0"))
+		sb.Run(b, "ovs-ofctl", "-O", "OpenFlow15", "del-groups", sb.MgmtTarget("br0"))
+		b.StartTimer()
+		if err := o.Bundle(ctx, lines); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(lines)), "lines/bundle")
 }

@@ -68,9 +68,14 @@ type session struct {
 	pmu     sync.Mutex
 	xid     uint32
 	pending map[uint32]chan reply
-	done    chan struct{}
-	err     error
-	once    sync.Once
+	// addLo..addHi are the xids of the bundle-add messages in flight (0, 0: none); errors
+	// answering them are collected in addErrs (one slice instead of a channel per message: a
+	// cold start bundle has tens of thousands of messages).
+	addLo, addHi uint32
+	addErrs      []xidReply
+	done         chan struct{}
+	err          error
+	once         sync.Once
 }
 
 func (s *session) close(err error) {
@@ -100,6 +105,39 @@ func (s *session) register() (uint32, chan reply) {
 	ch := make(chan reply, 4)
 	s.pending[s.xid] = ch
 	return s.xid, ch
+}
+
+// xidReply is a message received for one xid.
+type xidReply struct {
+	xid uint32
+	reply
+}
+
+// reserveAdds allocates n consecutive xids for bundle-add messages and starts collecting the
+// errors answering them; endAdds stops it and returns them.
+func (s *session) reserveAdds(n int) uint32 {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	if uint64(s.xid)+uint64(n)+1 > 0xffffffff {
+		s.xid = 0 // wrap before the range, never inside it
+	}
+	lo := s.xid + 1
+	s.xid += uint32(n)
+	s.addLo, s.addHi, s.addErrs = lo, s.xid, nil
+	return lo
+}
+
+// addErrorsSoFar returns the errors received so far for the reserved bundle-add xids.
+func (s *session) addErrorsSoFar() []xidReply {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	return append([]xidReply(nil), s.addErrs...)
+}
+
+func (s *session) endAdds() {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	s.addLo, s.addHi, s.addErrs = 0, 0, nil
 }
 
 func (s *session) unregister(xids ...uint32) {
@@ -137,6 +175,9 @@ func (s *session) readLoop(r *bufio.Reader) {
 		}
 		s.pmu.Lock()
 		ch := s.pending[xid]
+		if ch == nil && typ == of13.Type_Error && s.addLo != 0 && xid >= s.addLo && xid <= s.addHi {
+			s.addErrs = append(s.addErrs, xidReply{xid: xid, reply: reply{typ: typ, body: body}})
+		}
 		s.pmu.Unlock()
 		if ch != nil {
 			select {
@@ -394,13 +435,12 @@ func (c *Conn) applyOn(ctx context.Context, s *session, msgs []ofMessage) ([]str
 	if r.typ != ofpt15BundleControl || len(r.body) < 6 || binary.BigEndian.Uint16(r.body[4:]) != bundleOpenReply {
 		return nil, fmt.Errorf("unexpected reply type %d to bundle open", r.typ)
 	}
-	// Add every message, then a barrier, in one write.
+	// Add every message, then a barrier, written in chunks of about 256 KiB.
+	lo := s.reserveAdds(len(msgs))
+	defer s.endAdds()
 	var buf []byte
-	adds := make([]chan reply, len(msgs))
 	for i, m := range msgs {
-		xid, ch := s.register()
-		xids = append(xids, xid)
-		adds[i] = ch
+		xid := lo + uint32(i)
 		inner := message(m.typ, xid, m.body)
 		add := of13.BundleAdd{BundleID: id, Flags: bundleAtomicOrdered, Message: rawMessage(inner)}
 		body, err := add.MarshalBinary()
@@ -408,6 +448,12 @@ func (c *Conn) applyOn(ctx context.Context, s *session, msgs []ofMessage) ([]str
 			return nil, err
 		}
 		buf = append(buf, message(ofpt15BundleAdd, xid, body)...)
+		if len(buf) >= 256<<10 {
+			if err := s.write(buf); err != nil {
+				return nil, err
+			}
+			buf = buf[:0]
+		}
 	}
 	bxid, bch := s.register()
 	xids = append(xids, bxid)
@@ -418,7 +464,7 @@ func (c *Conn) applyOn(ctx context.Context, s *session, msgs []ofMessage) ([]str
 	if r, err = c.waitFor(ctx, s, bch, budget); err != nil {
 		return nil, err
 	}
-	if errs := addErrors(msgs, adds); len(errs) > 0 {
+	if errs := addErrors(msgs, lo, s.addErrorsSoFar()); len(errs) > 0 {
 		// Discard: nothing of the bundle is applied (closing the connection would too).
 		_, dch, b := ctrl(bundleDiscardRequest)
 		if err := s.write(b); err != nil {
@@ -438,7 +484,7 @@ func (c *Conn) applyOn(ctx context.Context, s *session, msgs []ofMessage) ([]str
 		return nil, err
 	}
 	if r.typ == of13.Type_Error {
-		errs := addErrors(msgs, adds)
+		errs := addErrors(msgs, lo, s.addErrorsSoFar())
 		errs = append(errs, "Error "+formatOFError(r.body)+" for: bundle commit")
 		return errs, &rejectedError{"bundle commit failed, nothing applied"}
 	}
@@ -448,20 +494,13 @@ func (c *Conn) applyOn(ctx context.Context, s *session, msgs []ofMessage) ([]str
 	return nil, nil
 }
 
-// addErrors collects the errors already received for bundle messages.
-func addErrors(msgs []ofMessage, adds []chan reply) []string {
+// addErrors renders the errors received for bundle-add messages (xids from lo) with the lines
+// they answer.
+func addErrors(msgs []ofMessage, lo uint32, got []xidReply) []string {
 	var errs []string
-	for i, ch := range adds {
-		for {
-			select {
-			case r := <-ch:
-				if r.typ == of13.Type_Error {
-					errs = append(errs, "Error "+formatOFError(r.body)+" for: "+msgs[i].line)
-				}
-				continue
-			default:
-			}
-			break
+	for _, r := range got {
+		if i := int(r.xid - lo); i >= 0 && i < len(msgs) {
+			errs = append(errs, "Error "+formatOFError(r.body)+" for: "+msgs[i].line)
 		}
 	}
 	return errs
