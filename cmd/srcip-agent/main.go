@@ -41,6 +41,7 @@ type options struct {
 	manifests          string
 	ovsdb              string
 	ovsRunDir          string
+	openflow           string
 	bridgeEx           string
 	bridgeInt          string
 	uplink             string
@@ -99,6 +100,7 @@ LoadBalancer, or externalIPs). SIGTERM stops the agent and leaves every flow in 
 	f.StringVar(&o.manifests, "manifests", "", "directory of YAML/JSON manifests (Nodes, Services, EndpointSlices, Pods) to use instead of the Kubernetes API; re-read on change. Exclusive with --kubeconfig")
 	f.StringVar(&o.ovsdb, "ovsdb", "unix:/var/run/openvswitch/db.sock", "OVSDB endpoint of the node's ovsdb-server: unix:PATH (a bare /PATH is taken as unix:PATH), tcp:IP:PORT or ssl:IP:PORT")
 	f.StringVar(&o.ovsRunDir, "ovs-rundir", ofctl.DefaultRunDir, "OVS run directory; ovs-ofctl talks to unix:<rundir>/<bridge>.mgmt")
+	f.StringVar(&o.openflow, "openflow", "native", "how flow bundles reach the bridges: native (one persistent OpenFlow 1.5 connection per bridge; bundles with a line it cannot encode go through ovs-ofctl) or ovs-ofctl (one process per bundle)")
 	f.StringVar(&o.bridgeEx, "bridge-ex", "br-ex", "the node's external bridge (must exist; holds the uplink and the node IP)")
 	f.StringVar(&o.bridgeInt, "bridge-int", "br-int", "the pod (integration) bridge; created when missing")
 	f.StringVar(&o.uplink, "uplink", "", "the uplink port on the external bridge; empty: the only port of the external bridge that is not internal, patch or a tunnel (the agent fails clearly if there is not exactly one)")
@@ -150,6 +152,9 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.zoneLimitPercent < 0 || o.zoneLimitPercent > 100 {
 		return fmt.Errorf("--conntrack-zone-limit-percent %d: want 0..100", o.zoneLimitPercent)
+	}
+	if o.openflow != "native" && o.openflow != "ovs-ofctl" {
+		return fmt.Errorf("--openflow %q: want native or ovs-ofctl", o.openflow)
 	}
 	npRange, err := parsePortRange(o.nodePortRange)
 	if err != nil {
@@ -216,6 +221,25 @@ func run(ctx context.Context, o options) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	brEx := ofctl.NewOpenFlow(o.bridgeEx, ofctl.MgmtTarget(o.ovsRunDir, o.bridgeEx))
 	brInt := ofctl.NewOpenFlow(o.bridgeInt, ofctl.MgmtTarget(o.ovsRunDir, o.bridgeInt))
+	for _, b := range []*ofctl.OpenFlow{brEx, brInt} {
+		if o.openflow == "native" {
+			b.Native = ofctl.NewConn(b.Target)
+			defer b.Native.Close()
+		}
+		for _, path := range []string{"native", "ovs-ofctl"} {
+			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name:        "srcip_agent_openflow_bundles_total",
+				Help:        "OpenFlow bundles applied, by bridge and path: native (the persistent OpenFlow connection) or ovs-ofctl (--openflow=ovs-ofctl, or a bundle the native encoder could not translate).",
+				ConstLabels: prometheus.Labels{"bridge": b.Bridge, "path": path},
+			}, func() float64 {
+				n, f := b.BundleCounts()
+				if path == "native" {
+					return float64(n)
+				}
+				return float64(f)
+			}))
+		}
+	}
 	a, err := agent.New(agent.Config{
 		NodeName:  o.nodeName,
 		Source:    src,
@@ -294,7 +318,7 @@ func run(ctx context.Context, o options) error {
 			}
 		}()
 	}
-	logger.Info("Starting", "ovsdb", o.ovsdb, "bridgeEx", o.bridgeEx, "bridgeInt", o.bridgeInt, "manifests", o.manifests)
+	logger.Info("Starting", "openflow", o.openflow, "ovsdb", o.ovsdb, "bridgeEx", o.bridgeEx, "bridgeInt", o.bridgeInt, "manifests", o.manifests)
 	return a.Run(ctx)
 }
 

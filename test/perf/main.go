@@ -64,6 +64,7 @@ var (
 	kpChanges    = flag.Int("kp-changes", 100, "kube-proxy single changes at the largest size (a quarter at the others)")
 	kpSpacing    = flag.Duration("kp-spacing", 1100*time.Millisecond, "time between kube-proxy changes (its minimum sync period is 1 s)")
 	profileDir   = flag.String("profile", "", "directory: run the agent with --profiling and save a CPU profile of each cold start (cpu-N.pprof) and a heap profile after it (heap-N.pprof)")
+	extraArgs    = flag.String("agent-args", "", "extra srcip-agent arguments, space-separated (e.g. --openflow=ovs-ofctl)")
 	outFile      = flag.String("out", "bin/bench/results.json", "figures as JSON")
 	only         = flag.String("only", "", "run one phase alone: datapath")
 )
@@ -228,6 +229,7 @@ func mainErr() error {
 	if *profileDir != "" {
 		agentArgs = append(agentArgs, "--profiling")
 	}
+	agentArgs = append(agentArgs, strings.Fields(*extraArgs)...)
 	b.lab, err = lab.New(lab.Config{ManifestsDir: mdir, AgentBin: agent, Kubeconfig: b.cp.Kubeconfig, Prefix: prefix, AgentArgs: agentArgs})
 	if err != nil {
 		return fmt.Errorf("lab: %w", err)
