@@ -64,7 +64,7 @@ func TestAgentOnDummyOVS(t *testing.T) {
 	o := options{
 		nodeName: "node1", manifests: dir, ovsdb: sb.Endpoint(), ovsRunDir: sb.RunDir,
 		bridgeEx: "br-ex", bridgeInt: "br-int", uplink: "eth0", genevePort: 6081,
-		fullSyncPeriod: time.Minute, metricsAddr: "0",
+		fullSyncPeriod: time.Minute, metricsAddr: "0", openflow: "native",
 	}
 	ex := ofctl.NewOpenFlow("br-ex", ofctl.MgmtTarget(sb.RunDir, "br-ex"))
 	in := ofctl.NewOpenFlow("br-int", ofctl.MgmtTarget(sb.RunDir, "br-int"))
