@@ -55,3 +55,20 @@ func TestEgressTableRoutes(t *testing.T) {
 	}
 	assert.NotContains(t, lines, "ip route replace default via 203.0.113.2 dev br-ex metric 100 proto 0 scope 0\n")
 }
+
+// A router must be a host of the NIC's subnets other than the NIC itself.
+func TestCheckRouter(t *testing.T) {
+	subnets := []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("198.51.100.0/31")}
+	own := map[netip.Addr]bool{netip.MustParseAddr("203.0.113.13"): true}
+	for _, ok := range []string{"203.0.113.1", "203.0.113.254", "198.51.100.0", "198.51.100.1"} {
+		assert.NoError(t, checkRouter(netip.MustParseAddr(ok), subnets, own), ok)
+	}
+	for bad, msg := range map[string]string{
+		"192.0.2.1":     "not inside the NIC's subnets",
+		"203.0.113.13":  "the NIC's own address",
+		"203.0.113.0":   "network or broadcast address of 203.0.113.0/24",
+		"203.0.113.255": "network or broadcast address of 203.0.113.0/24",
+	} {
+		assert.ErrorContains(t, checkRouter(netip.MustParseAddr(bad), subnets, own), msg, bad)
+	}
+}
