@@ -73,6 +73,9 @@ type EgressNICState struct {
 	BridgeEx string       `json:"bridgeEx"`
 	Subnets  []string     `json:"subnets"`
 	Router   string       `json:"router"`
+	// RouterGiven: Router came from --egress-interface NIC=ROUTER; it then replaces a default
+	// route of the NIC's own in the NIC's table.
+	RouterGiven bool `json:"routerGiven,omitempty"`
 	Table    int          `json:"table"`
 	Addrs    []SavedAddr  `json:"addrs"`
 	Routes   []SavedRoute `json:"routes"`
@@ -374,14 +377,19 @@ func (r *run) setupEgressNIC(ctx context.Context, ei EgressInterface, st *Egress
 		return fmt.Errorf("%s has no IPv4 address: the egress IPs' subnet is the NIC's (give it its address first)", ei.NIC)
 	}
 	router := ei.Router
+	if router.IsValid() {
+		st.RouterGiven = true
+	}
 	if !router.IsValid() && st.Router != "" {
 		router, _ = netip.ParseAddr(st.Router)
 	}
 	if !router.IsValid() {
-		for _, sr := range st.Routes {
-			if a, err := netip.ParseAddr(sr.Gw); err == nil && a.Is4() {
-				router = a
-				break
+		// The gateway of the NIC's own default route, else of any of its routes.
+		for _, dflt := range []bool{true, false} {
+			for _, sr := range st.Routes {
+				if a, err := netip.ParseAddr(sr.Gw); err == nil && a.Is4() && (!dflt || sr.Dst == "0.0.0.0/0") && !router.IsValid() {
+					router = a
+				}
 			}
 		}
 	}
@@ -470,15 +478,42 @@ func (r *run) setupEgressNIC(ctx context.Context, ei EgressInterface, st *Egress
 	// Source routing: table st.Table holds the subnets (on-link through br-ex), the NIC's own
 	// routes through a gateway and the default route via the NIC's router; one rule per subnet
 	// sends its sources there.
-	for _, sr := range egressTableRoutes(*st) {
+	// The table is the NIC's alone: what is not wanted there goes, what is missing or differs is
+	// written (and reported).
+	want := egressTableRoutes(*st)
+	gw := router.String()
+	var wantRoutes []*netlink.Route
+	for _, sr := range want {
 		rt, err := sr.route(br.Attrs().Index)
 		if err != nil {
 			return err
 		}
 		rt.Table = st.Table
-		if err := netlink.RouteReplace(rt); err != nil {
-			return fmt.Errorf("route %s table %d: %w", sr.Dst, st.Table, err)
+		wantRoutes = append(wantRoutes, rt)
+		if sr.Dst == "0.0.0.0/0" {
+			gw = sr.Gw
 		}
+	}
+	have, err := netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Table: st.Table}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return fmt.Errorf("routes of table %d: %w", st.Table, err)
+	}
+	for i := range have {
+		if !slices.ContainsFunc(wantRoutes, func(w *netlink.Route) bool { return sameTableRoute(&have[i], w) }) {
+			if err := netlink.RouteDel(&have[i]); err != nil && !errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("delete route %s table %d: %w", have[i].Dst, st.Table, err)
+			}
+			r.changed("deleted route %s via %s from table %d", have[i].Dst, have[i].Gw, st.Table)
+		}
+	}
+	for _, rt := range wantRoutes {
+		if slices.ContainsFunc(have, func(h netlink.Route) bool { return sameTableRoute(&h, rt) }) {
+			continue
+		}
+		if err := netlink.RouteReplace(rt); err != nil {
+			return fmt.Errorf("route %s table %d: %w", rt.Dst, st.Table, err)
+		}
+		r.changed("route %s via %s dev %s table %d", rt.Dst, rt.Gw, c.BridgeEx, st.Table)
 	}
 	for _, p := range subnets {
 		added, err := ensureRule(p, st.Table)
@@ -486,7 +521,7 @@ func (r *run) setupEgressNIC(ctx context.Context, ei EgressInterface, st *Egress
 			return err
 		}
 		if added {
-			r.changed("ip rule from %s lookup %d (default via %s dev %s)", p, st.Table, router, c.BridgeEx)
+			r.changed("ip rule from %s lookup %d (default via %s dev %s)", p, st.Table, gw, c.BridgeEx)
 		} else {
 			r.unchanged("ip rule from %s lookup %d", p, st.Table)
 		}
@@ -533,6 +568,9 @@ func egressTableRoutes(st EgressNICState) []SavedRoute {
 		if err != nil || !slices.ContainsFunc(subnets, func(p netip.Prefix) bool { return p.Contains(gw) }) {
 			continue
 		}
+		if r.Dst == "0.0.0.0/0" && st.RouterGiven {
+			continue // NIC=ROUTER replaces the NIC's own default route
+		}
 		hasDefault = hasDefault || r.Dst == "0.0.0.0/0"
 		out = append(out, SavedRoute{Dst: r.Dst, Gw: r.Gw, Metric: r.Metric, Scope: int(netlink.SCOPE_UNIVERSE), Protocol: unix.RTPROT_STATIC})
 	}
@@ -540,6 +578,18 @@ func egressTableRoutes(st EgressNICState) []SavedRoute {
 		out = append(out, SavedRoute{Dst: "0.0.0.0/0", Gw: st.Router, Scope: int(netlink.SCOPE_UNIVERSE), Protocol: unix.RTPROT_STATIC})
 	}
 	return out
+}
+
+// sameTableRoute reports whether route a of the NIC's table is b (destination, gateway,
+// source, device, metric).
+func sameTableRoute(a, b *netlink.Route) bool {
+	dst := func(r *netlink.Route) string {
+		if r.Dst == nil {
+			return "0.0.0.0/0"
+		}
+		return r.Dst.String()
+	}
+	return dst(a) == dst(b) && a.Gw.Equal(b.Gw) && a.Src.Equal(b.Src) && a.LinkIndex == b.LinkIndex && a.Priority == b.Priority
 }
 
 // egressRule is the ip rule "from p lookup table priority table".

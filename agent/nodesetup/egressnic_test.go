@@ -43,6 +43,13 @@ func TestEgressTableRoutes(t *testing.T) {
 	assert.Equal(t, "203.0.113.2", got[2].Gw, "the NIC's own default route")
 	assert.Len(t, st.mainRoutes(), 2, "the NIC's default route stays out of the main table")
 
+	// NIC=ROUTER given: it replaces the NIC's own default route.
+	given := st
+	given.RouterGiven = true
+	got = egressTableRoutes(given)
+	require.Len(t, got, 3)
+	assert.Equal(t, SavedRoute{Dst: "0.0.0.0/0", Gw: "203.0.113.1", Scope: 0, Protocol: 4}, got[2], "the given router")
+
 	lines := RenderEgressBootLines([]EgressNICState{st})
 	for _, want := range []string{
 		"ip -4 addr flush dev eth1\n",

@@ -111,6 +111,17 @@ func TestNodeSetupEgressInterface(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, out, "node-setup: nothing changed")
 
+	// The table is kept exact, and said so: a route deleted by hand comes back, a stray one goes.
+	must(t, nil, "ip", "-n", n.netns, "route", "del", "default", "table", "7100")
+	must(t, nil, "ip", "-n", n.netns, "route", "add", "10.99.0.0/16", "via", "203.0.113.7", "dev", "br-ex", "table", "7100")
+	out, err = n.agent(t, bin, setup...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "changed: route 0.0.0.0/0 via 203.0.113.1 dev br-ex table 7100")
+	assert.Contains(t, out, "changed: deleted route 10.99.0.0/16 via 203.0.113.7 from table 7100")
+	table = must(t, nil, "ip", "-n", n.netns, "-4", "route", "show", "table", "7100")
+	assert.Contains(t, table, "default via 203.0.113.1 dev br-ex")
+	assert.NotContains(t, table, "10.99.0.0/16")
+
 	// Once set up: a port OVS already has (the primary uplink in br-ex, the gateway port in
 	// br-int) is refused before anything changes, --nic=auto now finding br-ex.
 	for _, bad := range []string{"--egress-interface=eth0=192.0.2.1", "--egress-interface=srcip-gw0=10.244.1.2"} {
