@@ -69,16 +69,16 @@ func ParseEgressInterface(s string) (EgressInterface, error) {
 
 // EgressNICState is what --egress-interface changed for one NIC, saved before the change.
 type EgressNICState struct {
-	NIC      string       `json:"nic"`
-	BridgeEx string       `json:"bridgeEx"`
-	Subnets  []string     `json:"subnets"`
-	Router   string       `json:"router"`
+	NIC      string   `json:"nic"`
+	BridgeEx string   `json:"bridgeEx"`
+	Subnets  []string `json:"subnets"`
+	Router   string   `json:"router"`
 	// RouterGiven: Router came from --egress-interface NIC=ROUTER; it then replaces a default
 	// route of the NIC's own in the NIC's table.
-	RouterGiven bool `json:"routerGiven,omitempty"`
-	Table    int          `json:"table"`
-	Addrs    []SavedAddr  `json:"addrs"`
-	Routes   []SavedRoute `json:"routes"`
+	RouterGiven bool         `json:"routerGiven,omitempty"`
+	Table       int          `json:"table"`
+	Addrs       []SavedAddr  `json:"addrs"`
+	Routes      []SavedRoute `json:"routes"`
 	// ARPOffSet and RPFilter: as State's (userspace datapath only).
 	ARPOffSet bool   `json:"arpOffSet,omitempty"`
 	RPFilter  string `json:"rpFilter,omitempty"`
