@@ -648,12 +648,15 @@ func (r *run) teardownEgressNICs(ctx context.Context) error {
 }
 
 func (r *run) teardownEgressNIC(ctx context.Context, st EgressNICState) error {
+	removed := 0
 	for _, s := range st.Subnets {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
 			continue
 		}
-		if err := netlink.RuleDel(egressRule(p, st.Table)); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ESRCH) {
+		if err := netlink.RuleDel(egressRule(p, st.Table)); err == nil {
+			removed++
+		} else if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ESRCH) {
 			return fmt.Errorf("delete ip rule from %s lookup %d: %w", p, st.Table, err)
 		}
 	}
@@ -662,11 +665,17 @@ func (r *run) teardownEgressNIC(ctx context.Context, st EgressNICState) error {
 		return fmt.Errorf("routes of table %d: %w", st.Table, err)
 	}
 	for _, rt := range routes {
-		if err := netlink.RouteDel(&rt); err != nil && !errors.Is(err, unix.ESRCH) {
+		if err := netlink.RouteDel(&rt); err == nil {
+			removed++
+		} else if !errors.Is(err, unix.ESRCH) {
 			return fmt.Errorf("delete route %s table %d: %w", rt.Dst, st.Table, err)
 		}
 	}
-	r.changed("removed the ip rules and table %d of %s", st.Table, st.NIC)
+	if removed > 0 {
+		r.changed("removed the ip rules and table %d of %s", st.Table, st.NIC)
+	} else {
+		r.unchanged("no ip rule or route of table %d (%s)", st.Table, st.NIC)
+	}
 	if err := r.db.DetachPorts(ctx, st.BridgeEx, st.NIC); err != nil {
 		return err
 	}
