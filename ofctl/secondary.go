@@ -183,3 +183,23 @@ func (d *DB) EnsureSecondaryUplink(ctx context.Context, bridge, nic string, subn
 	}
 	return changes, nil
 }
+
+// PortBridge returns the bridge that holds the port named name ("" when no port has that name)
+// and whether its interface is marked as a secondary uplink (ExternalIDEgressSubnets). node-setup
+// uses it to refuse an --egress-interface that is already another port (the primary uplink, the
+// gateway port, a pod's veth) before it changes anything.
+func (d *DB) PortBridge(ctx context.Context, name string) (bridge string, secondary bool, err error) {
+	bridge, err = d.portBridge(ctx, name)
+	if errors.Is(err, ErrPortNotFound) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	i := &ifaceRow{Name: name}
+	if err := d.c.Get(ctx, i); err != nil && !errors.Is(err, client.ErrNotFound) {
+		return "", false, fmt.Errorf("read interface %s: %w", name, err)
+	}
+	_, secondary = i.ExternalIDs[ExternalIDEgressSubnets]
+	return bridge, secondary, nil
+}

@@ -69,13 +69,16 @@ func ParseEgressInterface(s string) (EgressInterface, error) {
 
 // EgressNICState is what --egress-interface changed for one NIC, saved before the change.
 type EgressNICState struct {
-	NIC      string       `json:"nic"`
-	BridgeEx string       `json:"bridgeEx"`
-	Subnets  []string     `json:"subnets"`
-	Router   string       `json:"router"`
-	Table    int          `json:"table"`
-	Addrs    []SavedAddr  `json:"addrs"`
-	Routes   []SavedRoute `json:"routes"`
+	NIC      string   `json:"nic"`
+	BridgeEx string   `json:"bridgeEx"`
+	Subnets  []string `json:"subnets"`
+	Router   string   `json:"router"`
+	// RouterGiven: Router came from --egress-interface NIC=ROUTER; it then replaces a default
+	// route of the NIC's own in the NIC's table.
+	RouterGiven bool         `json:"routerGiven,omitempty"`
+	Table       int          `json:"table"`
+	Addrs       []SavedAddr  `json:"addrs"`
+	Routes      []SavedRoute `json:"routes"`
 	// ARPOffSet and RPFilter: as State's (userspace datapath only).
 	ARPOffSet bool   `json:"arpOffSet,omitempty"`
 	RPFilter  string `json:"rpFilter,omitempty"`
@@ -129,6 +132,9 @@ func SetupEgressInterfaces(ctx context.Context, cfg Config) (Result, error) {
 	}
 	defer db.Close()
 	r := &run{cfg: &cfg, db: db}
+	if err := r.preflightEgressInterfaces(ctx); err != nil {
+		return r.res, err
+	}
 	err = r.setupEgressNICs(ctx)
 	return r.res, err
 }
@@ -151,14 +157,137 @@ func TeardownEgressInterfaces(ctx context.Context, cfg Config) (Result, error) {
 }
 
 // checkEgressInterfaces refuses, before anything changes, an --egress-interface that names no
-// network device, the primary NIC or br-ex.
+// network device, the primary NIC (also the one --nic=auto picks: the interface of the default
+// route) or br-ex.
 func checkEgressInterfaces(c Config) error {
+	primary := c.NIC
+	if primary == NICAuto && len(c.EgressInterfaces) > 0 {
+		primary, _ = defaultRouteLink() // none: the br-ex step says so
+	}
 	for _, ei := range c.EgressInterfaces {
-		if ei.NIC == c.NIC || ei.NIC == c.BridgeEx || (c.BridgeEx == "" && ei.NIC == DefaultBridgeEx) {
+		if ei.NIC == primary || ei.NIC == c.BridgeEx || (c.BridgeEx == "" && ei.NIC == DefaultBridgeEx) {
 			return fmt.Errorf("--egress-interface %s: that is the primary NIC or br-ex; name a secondary NIC", ei.NIC)
 		}
 		if _, err := netlink.LinkByName(ei.NIC); err != nil {
 			return fmt.Errorf("--egress-interface %s: %w (no such network device on this node)", ei.NIC, err)
+		}
+	}
+	return nil
+}
+
+// preflightEgressInterfaces refuses, before anything on the node changes (Setup calls it before
+// the br-ex step), an --egress-interface that cannot work: a port OVS already has that is not a
+// secondary uplink (the primary uplink, srcip-gw0, a pod's veth), a NIC without an IPv4 address
+// (neither now nor recorded by an earlier run), a ROUTER that is not a host of the NIC's
+// subnets, and a subnet that overlaps an address of another interface (the primary NIC's,
+// another secondary NIC's, the pod gateway's): its ip rule and br-ex's flows would take that
+// interface's traffic to the secondary segment.
+func (r *run) preflightEgressInterfaces(ctx context.Context) error {
+	c := r.cfg
+	if len(c.EgressInterfaces) == 0 {
+		return nil
+	}
+	saved, err := c.readEgressState()
+	if err != nil {
+		return err
+	}
+	all, err := netlink.AddrList(nil, unix.AF_INET)
+	if err != nil {
+		return fmt.Errorf("list addresses: %w", err)
+	}
+	for _, ei := range c.EgressInterfaces {
+		bridge, secondary, err := r.db.PortBridge(ctx, ei.NIC)
+		if err != nil {
+			return fmt.Errorf("--egress-interface %s: %w", ei.NIC, err)
+		}
+		if bridge != "" && !secondary {
+			return fmt.Errorf("--egress-interface %s: already a port of OVS bridge %s (the primary uplink, the gateway port or a pod's port?); name a secondary NIC that is in no bridge", ei.NIC, bridge)
+		}
+		link, err := netlink.LinkByName(ei.NIC)
+		if err != nil {
+			return fmt.Errorf("--egress-interface %s: %w (no such network device on this node)", ei.NIC, err)
+		}
+		own := map[netip.Addr]bool{}
+		var subnets []netip.Prefix
+		addPrefix := func(p netip.Prefix) {
+			if !p.Addr().Is4() {
+				return
+			}
+			own[p.Addr()] = true
+			if !slices.Contains(subnets, p.Masked()) {
+				subnets = append(subnets, p.Masked())
+			}
+		}
+		for _, a := range all {
+			if a.LinkIndex == link.Attrs().Index {
+				if p, ok := addrPrefix(a); ok {
+					addPrefix(p)
+				}
+			}
+		}
+		if i := slices.IndexFunc(saved, func(s EgressNICState) bool { return s.NIC == ei.NIC }); i >= 0 {
+			for _, sa := range saved[i].Addrs {
+				if p, err := netip.ParsePrefix(sa.CIDR); err == nil {
+					addPrefix(p)
+				}
+			}
+		}
+		if len(subnets) == 0 {
+			return fmt.Errorf("--egress-interface %s: %s has no IPv4 address: the egress IPs' subnet is the NIC's (give it its address first)", ei.NIC, ei.NIC)
+		}
+		if ei.Router.IsValid() {
+			if err := checkRouter(ei.Router, subnets, own); err != nil {
+				return fmt.Errorf("--egress-interface %s: %w", ei.NIC, err)
+			}
+		}
+		for _, a := range all {
+			p, ok := addrPrefix(a)
+			if !ok || a.LinkIndex == link.Attrs().Index || own[p.Addr()] || p.Addr().IsLoopback() {
+				continue
+			}
+			for _, s := range subnets {
+				if s.Overlaps(p.Masked()) {
+					name := fmt.Sprint(a.LinkIndex)
+					if l, err := netlink.LinkByIndex(a.LinkIndex); err == nil {
+						name = l.Attrs().Name
+					}
+					return fmt.Errorf("--egress-interface %s: its subnet %s overlaps %s on %s (the primary NIC's, another secondary NIC's or the pod gateway's): its source routing would take that traffic to the secondary segment; give the NIC an address in a subnet of its own", ei.NIC, s, p, name)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// addrPrefix is a's IPv4 address with its prefix length.
+func addrPrefix(a netlink.Addr) (netip.Prefix, bool) {
+	if a.IPNet == nil {
+		return netip.Prefix{}, false
+	}
+	ip, ok := netip.AddrFromSlice(a.IP.To4())
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	bits, _ := a.Mask.Size()
+	return netip.PrefixFrom(ip, bits), true
+}
+
+// checkRouter refuses a router outside subnets, or that is a subnet's network or broadcast
+// address (below /31) or one of the NIC's own addresses (own).
+func checkRouter(router netip.Addr, subnets []netip.Prefix, own map[netip.Addr]bool) error {
+	i := slices.IndexFunc(subnets, func(p netip.Prefix) bool { return p.Contains(router) })
+	if i < 0 {
+		return fmt.Errorf("router %s is not inside the NIC's subnets %v", router, subnets)
+	}
+	if own[router] {
+		return fmt.Errorf("router %s is the NIC's own address; give the next hop's address", router)
+	}
+	if p := subnets[i]; p.Bits() < 31 {
+		a := p.Masked().Addr().As4()
+		host := ^uint32(0) >> p.Bits()
+		bcast := netip.AddrFrom4([4]byte{a[0] | byte(host>>24), a[1] | byte(host>>16), a[2] | byte(host>>8), a[3] | byte(host)})
+		if router == p.Masked().Addr() || router == bcast {
+			return fmt.Errorf("router %s is the network or broadcast address of %s; give the next hop's address", router, p)
 		}
 	}
 	return nil
@@ -248,22 +377,36 @@ func (r *run) setupEgressNIC(ctx context.Context, ei EgressInterface, st *Egress
 		return fmt.Errorf("%s has no IPv4 address: the egress IPs' subnet is the NIC's (give it its address first)", ei.NIC)
 	}
 	router := ei.Router
+	if router.IsValid() {
+		st.RouterGiven = true
+	}
 	if !router.IsValid() && st.Router != "" {
 		router, _ = netip.ParseAddr(st.Router)
 	}
 	if !router.IsValid() {
-		for _, sr := range st.Routes {
-			if a, err := netip.ParseAddr(sr.Gw); err == nil && a.Is4() {
-				router = a
-				break
+		// The gateway of the NIC's own default route, else of any of its routes.
+		for _, dflt := range []bool{true, false} {
+			for _, sr := range st.Routes {
+				if a, err := netip.ParseAddr(sr.Gw); err == nil && a.Is4() && (!dflt || sr.Dst == "0.0.0.0/0") && !router.IsValid() {
+					router = a
+				}
 			}
 		}
 	}
 	if !router.IsValid() {
 		return fmt.Errorf("no router known for %s (no route through it has a gateway): give --egress-interface %s=ROUTER", ei.NIC, ei.NIC)
 	}
-	if !slices.ContainsFunc(subnets, func(p netip.Prefix) bool { return p.Contains(router) }) {
-		return fmt.Errorf("router %s is not inside %s's subnets %v", router, ei.NIC, subnets)
+	own := map[netip.Addr]bool{}
+	for _, a := range srcs {
+		own[a] = true
+	}
+	for _, sa := range st.Addrs {
+		if p, err := netip.ParsePrefix(sa.CIDR); err == nil {
+			own[p.Addr()] = true
+		}
+	}
+	if err := checkRouter(router, subnets, own); err != nil {
+		return err
 	}
 	st.Router = router.String()
 	st.Subnets = nil
@@ -335,15 +478,42 @@ func (r *run) setupEgressNIC(ctx context.Context, ei EgressInterface, st *Egress
 	// Source routing: table st.Table holds the subnets (on-link through br-ex), the NIC's own
 	// routes through a gateway and the default route via the NIC's router; one rule per subnet
 	// sends its sources there.
-	for _, sr := range egressTableRoutes(*st) {
+	// The table is the NIC's alone: what is not wanted there goes, what is missing or differs is
+	// written (and reported).
+	want := egressTableRoutes(*st)
+	gw := router.String()
+	var wantRoutes []*netlink.Route
+	for _, sr := range want {
 		rt, err := sr.route(br.Attrs().Index)
 		if err != nil {
 			return err
 		}
 		rt.Table = st.Table
-		if err := netlink.RouteReplace(rt); err != nil {
-			return fmt.Errorf("route %s table %d: %w", sr.Dst, st.Table, err)
+		wantRoutes = append(wantRoutes, rt)
+		if sr.Dst == "0.0.0.0/0" {
+			gw = sr.Gw
 		}
+	}
+	have, err := netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Table: st.Table}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return fmt.Errorf("routes of table %d: %w", st.Table, err)
+	}
+	for i := range have {
+		if !slices.ContainsFunc(wantRoutes, func(w *netlink.Route) bool { return sameTableRoute(&have[i], w) }) {
+			if err := netlink.RouteDel(&have[i]); err != nil && !errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("delete route %s table %d: %w", have[i].Dst, st.Table, err)
+			}
+			r.changed("deleted route %s via %s from table %d", have[i].Dst, have[i].Gw, st.Table)
+		}
+	}
+	for _, rt := range wantRoutes {
+		if slices.ContainsFunc(have, func(h netlink.Route) bool { return sameTableRoute(&h, rt) }) {
+			continue
+		}
+		if err := netlink.RouteReplace(rt); err != nil {
+			return fmt.Errorf("route %s table %d: %w", rt.Dst, st.Table, err)
+		}
+		r.changed("route %s via %s dev %s table %d", rt.Dst, rt.Gw, c.BridgeEx, st.Table)
 	}
 	for _, p := range subnets {
 		added, err := ensureRule(p, st.Table)
@@ -351,7 +521,7 @@ func (r *run) setupEgressNIC(ctx context.Context, ei EgressInterface, st *Egress
 			return err
 		}
 		if added {
-			r.changed("ip rule from %s lookup %d (default via %s dev %s)", p, st.Table, router, c.BridgeEx)
+			r.changed("ip rule from %s lookup %d (default via %s dev %s)", p, st.Table, gw, c.BridgeEx)
 		} else {
 			r.unchanged("ip rule from %s lookup %d", p, st.Table)
 		}
@@ -398,6 +568,9 @@ func egressTableRoutes(st EgressNICState) []SavedRoute {
 		if err != nil || !slices.ContainsFunc(subnets, func(p netip.Prefix) bool { return p.Contains(gw) }) {
 			continue
 		}
+		if r.Dst == "0.0.0.0/0" && st.RouterGiven {
+			continue // NIC=ROUTER replaces the NIC's own default route
+		}
 		hasDefault = hasDefault || r.Dst == "0.0.0.0/0"
 		out = append(out, SavedRoute{Dst: r.Dst, Gw: r.Gw, Metric: r.Metric, Scope: int(netlink.SCOPE_UNIVERSE), Protocol: unix.RTPROT_STATIC})
 	}
@@ -405,6 +578,18 @@ func egressTableRoutes(st EgressNICState) []SavedRoute {
 		out = append(out, SavedRoute{Dst: "0.0.0.0/0", Gw: st.Router, Scope: int(netlink.SCOPE_UNIVERSE), Protocol: unix.RTPROT_STATIC})
 	}
 	return out
+}
+
+// sameTableRoute reports whether route a of the NIC's table is b (destination, gateway,
+// source, device, metric).
+func sameTableRoute(a, b *netlink.Route) bool {
+	dst := func(r *netlink.Route) string {
+		if r.Dst == nil {
+			return "0.0.0.0/0"
+		}
+		return r.Dst.String()
+	}
+	return dst(a) == dst(b) && a.Gw.Equal(b.Gw) && a.Src.Equal(b.Src) && a.LinkIndex == b.LinkIndex && a.Priority == b.Priority
 }
 
 // egressRule is the ip rule "from p lookup table priority table".
@@ -463,12 +648,15 @@ func (r *run) teardownEgressNICs(ctx context.Context) error {
 }
 
 func (r *run) teardownEgressNIC(ctx context.Context, st EgressNICState) error {
+	removed := 0
 	for _, s := range st.Subnets {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
 			continue
 		}
-		if err := netlink.RuleDel(egressRule(p, st.Table)); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ESRCH) {
+		if err := netlink.RuleDel(egressRule(p, st.Table)); err == nil {
+			removed++
+		} else if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ESRCH) {
 			return fmt.Errorf("delete ip rule from %s lookup %d: %w", p, st.Table, err)
 		}
 	}
@@ -477,17 +665,19 @@ func (r *run) teardownEgressNIC(ctx context.Context, st EgressNICState) error {
 		return fmt.Errorf("routes of table %d: %w", st.Table, err)
 	}
 	for _, rt := range routes {
-		if err := netlink.RouteDel(&rt); err != nil && !errors.Is(err, unix.ESRCH) {
+		if err := netlink.RouteDel(&rt); err == nil {
+			removed++
+		} else if !errors.Is(err, unix.ESRCH) {
 			return fmt.Errorf("delete route %s table %d: %w", rt.Dst, st.Table, err)
 		}
 	}
-	r.changed("removed the ip rules and table %d of %s", st.Table, st.NIC)
+	if removed > 0 {
+		r.changed("removed the ip rules and table %d of %s", st.Table, st.NIC)
+	} else {
+		r.unchanged("no ip rule or route of table %d (%s)", st.Table, st.NIC)
+	}
 	if err := r.db.DetachPorts(ctx, st.BridgeEx, st.NIC); err != nil {
 		return err
-	}
-	nic, err := netlink.LinkByName(st.NIC)
-	if err != nil {
-		return fmt.Errorf("NIC %s: %w", st.NIC, err)
 	}
 	if br, err := netlink.LinkByName(st.BridgeEx); err == nil {
 		for _, sa := range st.Addrs {
@@ -495,6 +685,16 @@ func (r *run) teardownEgressNIC(ctx context.Context, st EgressNICState) error {
 				_ = netlink.AddrDel(br, a)
 			}
 		}
+	}
+	nic, err := netlink.LinkByName(st.NIC)
+	if nf := (netlink.LinkNotFoundError{}); errors.As(err, &nf) {
+		// The NIC is gone (unplugged, renamed): its addresses are off br-ex, there is nothing
+		// to put them back on. Done, so that the state file goes and a second run is clean.
+		r.changed("%s is gone: its %d addresses taken off %s, nothing to put back", st.NIC, len(st.Addrs), st.BridgeEx)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("NIC %s: %w", st.NIC, err)
 	}
 	for _, sa := range st.Addrs {
 		a, err := sa.addr()

@@ -43,6 +43,13 @@ func TestEgressTableRoutes(t *testing.T) {
 	assert.Equal(t, "203.0.113.2", got[2].Gw, "the NIC's own default route")
 	assert.Len(t, st.mainRoutes(), 2, "the NIC's default route stays out of the main table")
 
+	// NIC=ROUTER given: it replaces the NIC's own default route.
+	given := st
+	given.RouterGiven = true
+	got = egressTableRoutes(given)
+	require.Len(t, got, 3)
+	assert.Equal(t, SavedRoute{Dst: "0.0.0.0/0", Gw: "203.0.113.1", Scope: 0, Protocol: 4}, got[2], "the given router")
+
 	lines := RenderEgressBootLines([]EgressNICState{st})
 	for _, want := range []string{
 		"ip -4 addr flush dev eth1\n",
@@ -54,4 +61,21 @@ func TestEgressTableRoutes(t *testing.T) {
 		assert.Contains(t, lines, want)
 	}
 	assert.NotContains(t, lines, "ip route replace default via 203.0.113.2 dev br-ex metric 100 proto 0 scope 0\n")
+}
+
+// A router must be a host of the NIC's subnets other than the NIC itself.
+func TestCheckRouter(t *testing.T) {
+	subnets := []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("198.51.100.0/31")}
+	own := map[netip.Addr]bool{netip.MustParseAddr("203.0.113.13"): true}
+	for _, ok := range []string{"203.0.113.1", "203.0.113.254", "198.51.100.0", "198.51.100.1"} {
+		assert.NoError(t, checkRouter(netip.MustParseAddr(ok), subnets, own), ok)
+	}
+	for bad, msg := range map[string]string{
+		"192.0.2.1":     "not inside the NIC's subnets",
+		"203.0.113.13":  "the NIC's own address",
+		"203.0.113.0":   "network or broadcast address of 203.0.113.0/24",
+		"203.0.113.255": "network or broadcast address of 203.0.113.0/24",
+	} {
+		assert.ErrorContains(t, checkRouter(netip.MustParseAddr(bad), subnets, own), msg, bad)
+	}
 }

@@ -185,6 +185,9 @@ func Setup(ctx context.Context, cfg Config) (Result, error) {
 	}
 	defer db.Close()
 	r := &run{cfg: &cfg, db: db}
+	if err := r.preflightEgressInterfaces(ctx); err != nil {
+		return r.res, err
+	}
 	underlayMTU, err := r.setupBrEx(ctx)
 	if err != nil {
 		return r.res, fmt.Errorf("br-ex: %w", err)

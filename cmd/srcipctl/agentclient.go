@@ -46,7 +46,7 @@ func newAgentClient(addr string) (*agentClient, error) {
 		}}
 		return &agentClient{addr: "unix:" + path, base: "http://agent", hc: &http.Client{Transport: tr, Timeout: 60 * time.Second}}, nil
 	}
-	return nil, fmt.Errorf("agent address %q: want unix:PATH (the agent's --status-socket, by default <ovs-rundir>/%s), a run directory, or http://HOST:PORT (its --metrics-bind-address)", addr, statusSocketName)
+	return nil, fmt.Errorf("agent address %q: want unix:PATH (the agent's --status-socket, by default <ovs-rundir>/%s), a run directory, or http://HOST:PORT (its --debug-bind-address; --metrics-bind-address serves no /status)", addr, statusSocketName)
 }
 
 func (c *agentClient) get(ctx context.Context, path string, q url.Values) ([]byte, error) {
@@ -97,7 +97,7 @@ func (c *agentClient) Trace(ctx context.Context, bridge, flow string, ctNext []s
 func agentFlag(fs interface {
 	StringVar(p *string, name, value, usage string)
 }, p *string) {
-	fs.StringVar(p, "agent", "", "the node's srcip-agent: unix:PATH, or http://HOST:PORT (its --metrics-bind-address; on a cluster e.g. through kubectl port-forward); default unix:<node-rundir>/"+statusSocketName)
+	fs.StringVar(p, "agent", "", "the node's srcip-agent: unix:PATH, or http://HOST:PORT (its --debug-bind-address; on a cluster e.g. through kubectl port-forward); default unix:<node-rundir>/"+statusSocketName)
 }
 
 // nodeAgent returns the client of the node's agent: addr, or the status socket in runDir.

@@ -120,7 +120,7 @@ func writeStatus(out io.Writer, r *agent.Report) {
 		if z.Limit > 0 {
 			lim = fmt.Sprintf("limit %d", z.Limit)
 		}
-		fmt.Fprintf(out, "  conntrack %s (zone %d): %d entries, %s\n", z.Name, z.Zone, z.Entries, lim)
+		fmt.Fprintf(out, "  conntrack %s (zone %d): %d entries at the last full sync, %s\n", z.Name, z.Zone, z.Entries, lim)
 	}
 	if len(r.Drains) > 0 {
 		fmt.Fprintf(out, "  draining entry points: %s\n", strings.Join(r.Drains, ", "))

@@ -125,11 +125,11 @@ bucket chosen (endpoint pod and node) and the reason of a drop. The last line is
 delivered, dropped where and why, or not handled by ovs-srcip.
 
 Each node's agent serves ofproto/trace and its status on its status socket
-(<ovs-rundir>/srcip-agent.sock) and on --metrics-bind-address. Other nodes' agents are found with
---peer NODE=ADDR; without it, at <parent of --node-rundir>/<node>/srcip-agent.sock (the lab's
-layout). On a cluster, reach each agent with kubectl port-forward (its HTTP server listens on the
-node's 127.0.0.1:9464) and name it with --peer node2=http://127.0.0.1:PORT, or run srcipctl in the
-agent's Pod with kubectl exec.
+(<ovs-rundir>/srcip-agent.sock) and on --debug-bind-address (not on --metrics-bind-address).
+Other nodes' agents are found with --peer NODE=ADDR; without it, at <parent of
+--node-rundir>/<node>/srcip-agent.sock (the lab's layout). On a cluster, reach each agent with
+kubectl port-forward (the DaemonSet's --debug-bind-address is the node's 127.0.0.1:9465) and name
+it with --peer node2=http://127.0.0.1:PORT, or run srcipctl in the agent's Pod with kubectl exec.
 
 Without a reachable agent (or with --local) only the ingress node is traced, through its OVS
 sockets, as before: tables, bucket and datapath actions, without object names.

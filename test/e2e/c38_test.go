@@ -51,7 +51,10 @@ type pcapture struct {
 
 func startCapture(t *testing.T, ns, iface, file, filter string) *pcapture {
 	t.Helper()
-	args := []string{"netns", "exec", ns, "tcpdump", "-n", "-U", "-i", iface, "-w", file}
+	// --immediate-mode: without it libpcap hands packets over a buffer block at a time (when
+	// full or after its 1 s timeout), and tcpdump stopped by SIGINT drops the block not yet
+	// handed over ("0 packets captured, 49 packets received by filter" in 4 of 12 runs).
+	args := []string{"netns", "exec", ns, "tcpdump", "-n", "-U", "--immediate-mode", "-i", iface, "-w", file}
 	if filter != "" {
 		args = append(args, filter)
 	}

@@ -3,6 +3,7 @@ package nodesetup_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -36,20 +37,40 @@ func TestNodeSetupEgressInterface(t *testing.T) {
 	}
 	common := []string{"--ovsdb=unix:" + n.dir + "/db.sock", "--ovs-rundir=" + n.dir, "--state-dir=" + filepath.Join(n.dir, "state"),
 		"--cni-bin-dir=" + filepath.Join(n.dir, "bin"), "--cni-conf-dir=" + filepath.Join(n.dir, "net.d"), "--cni-data-dir=" + filepath.Join(n.dir, "cni-data")}
-	setup := append([]string{"node-setup", "--nic=auto", "--datapath-type=netdev", "--cluster-cidrs=10.244.0.0/16",
-		"--pod-cidr=10.244.1.0/24", "--cni-source-dir=" + src, "--egress-interface=eth1=203.0.113.1"}, common...)
+	base := append([]string{"node-setup", "--nic=auto", "--datapath-type=netdev", "--cluster-cidrs=10.244.0.0/16",
+		"--pod-cidr=10.244.1.0/24", "--cni-source-dir=" + src}, common...)
+	setup := append(slices.Clone(base), "--egress-interface=eth1=203.0.113.1")
 
-	// Bad values are refused before anything changes.
-	for bad, msg := range map[string]string{"--egress-interface=eth1=2001:db8::1": "is not an IPv4 address",
-		"--egress-interface=eth9": "--egress-interface eth9: Link not found", "--egress-interface=eth0": "that is the primary NIC"} {
-		args := append(setup, bad)
-		if bad == "--egress-interface=eth0" {
-			args = append(args, "--nic=eth0")
+	// eth2: up, no address yet; eth3: an address in the primary NIC's subnet.
+	must(t, nil, "ip", "link", "add", "name", "eth2", "netns", n.netns, "type", "veth", "peer", "name", "p2", "netns", peer2)
+	must(t, nil, "ip", "link", "add", "name", "eth3", "netns", n.netns, "type", "veth", "peer", "name", "p3", "netns", peer2)
+	must(t, nil, "ip", "-n", n.netns, "link", "set", "eth2", "up")
+	must(t, nil, "ip", "-n", n.netns, "addr", "add", "192.0.2.20/24", "dev", "eth3", "noprefixroute")
+
+	// Bad values are refused before anything changes (the primary NIC also when --nic=auto
+	// picks it; a router that is the NIC's own, network or broadcast address; a subnet that
+	// overlaps another interface's).
+	bads := []struct{ arg, nic, msg string }{
+		{"--egress-interface=eth1=2001:db8::1", "", "is not an IPv4 address"},
+		{"--egress-interface=eth9", "", "--egress-interface eth9: Link not found"},
+		{"--egress-interface=eth0", "--nic=eth0", "that is the primary NIC"},
+		{"--egress-interface=eth0=192.0.2.1", "", "that is the primary NIC"},
+		{"--egress-interface=eth2=203.0.113.1", "", "eth2 has no IPv4 address"},
+		{"--egress-interface=eth1=203.0.113.13", "", "router 203.0.113.13 is the NIC's own address"},
+		{"--egress-interface=eth1=203.0.113.255", "", "network or broadcast address of 203.0.113.0/24"},
+		{"--egress-interface=eth1=198.51.100.1", "", "router 198.51.100.1 is not inside the NIC's subnets"},
+		{"--egress-interface=eth3=192.0.2.1", "", "its subnet 192.0.2.0/24 overlaps 192.0.2.10/24 on eth0"},
+	}
+	for _, b := range bads {
+		args := append(slices.Clone(base), b.arg)
+		if b.nic != "" {
+			args = append(args, b.nic)
 		}
 		out, err := n.agent(t, bin, args...)
-		require.ErrorContains(t, err, msg, bad)
-		assert.NotContains(t, out, "changed: ", bad)
+		require.ErrorContains(t, err, b.msg, b.arg)
+		assert.NotContains(t, out, "changed: ", b.arg)
 	}
+	must(t, nil, "ip", "-n", n.netns, "addr", "flush", "dev", "eth3")
 
 	out, err := n.agent(t, bin, setup...)
 	require.NoError(t, err)
@@ -90,6 +111,25 @@ func TestNodeSetupEgressInterface(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, out, "node-setup: nothing changed")
 
+	// The table is kept exact, and said so: a route deleted by hand comes back, a stray one goes.
+	must(t, nil, "ip", "-n", n.netns, "route", "del", "default", "table", "7100")
+	must(t, nil, "ip", "-n", n.netns, "route", "add", "10.99.0.0/16", "via", "203.0.113.7", "dev", "br-ex", "table", "7100")
+	out, err = n.agent(t, bin, setup...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "changed: route 0.0.0.0/0 via 203.0.113.1 dev br-ex table 7100")
+	assert.Contains(t, out, "changed: deleted route 10.99.0.0/16 via 203.0.113.7 from table 7100")
+	table = must(t, nil, "ip", "-n", n.netns, "-4", "route", "show", "table", "7100")
+	assert.Contains(t, table, "default via 203.0.113.1 dev br-ex")
+	assert.NotContains(t, table, "10.99.0.0/16")
+
+	// Once set up: a port OVS already has (the primary uplink in br-ex, the gateway port in
+	// br-int) is refused before anything changes, --nic=auto now finding br-ex.
+	for _, bad := range []string{"--egress-interface=eth0=192.0.2.1", "--egress-interface=srcip-gw0=10.244.1.2"} {
+		out, err := n.agent(t, bin, append(slices.Clone(base), bad)...)
+		require.ErrorContains(t, err, "already a port of OVS bridge", bad)
+		assert.NotContains(t, out, "changed: ", bad)
+	}
+
 	out, err = n.agent(t, bin, append([]string{"node-teardown"}, common...)...)
 	require.NoError(t, err)
 	assert.Contains(t, out, "changed: eth1 has its 1 addresses and 1 routes back, out of br-ex")
@@ -102,4 +142,18 @@ func TestNodeSetupEgressInterface(t *testing.T) {
 	assert.Equal(t, "net.ipv4.conf.eth1.rp_filter = 0", strings.TrimSpace(must(t, nil, "ip", "netns", "exec", n.netns, "sysctl", "net.ipv4.conf.eth1.rp_filter")))
 	must(t, nil, "ip", "netns", "exec", n.netns, "ping", "-c", "1", "-W", "2", "203.0.113.1")
 	n.ping(t)
+
+	// A secondary NIC that is gone by teardown time (unplugged) does not stall node-teardown:
+	// its addresses leave br-ex, the state file goes, a second run changes nothing.
+	_, err = n.agent(t, bin, setup...)
+	require.NoError(t, err)
+	must(t, nil, "ip", "-n", n.netns, "link", "del", "eth1")
+	out, err = n.agent(t, bin, append([]string{"node-teardown"}, common...)...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "changed: eth1 is gone: its 1 addresses taken off br-ex, nothing to put back")
+	assert.NoFileExists(t, filepath.Join(n.dir, "state", nodesetup.EgressStateFile))
+	assert.NotContains(t, must(t, nil, "ip", "-n", n.netns, "-4", "rule", "show"), "7100")
+	out, err = n.agent(t, bin, append([]string{"node-teardown"}, common...)...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "node-teardown: nothing changed")
 }

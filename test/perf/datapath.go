@@ -288,9 +288,6 @@ func (b *bench) datapathPhase(ctx context.Context, c kubernetes.Interface, agent
 		}
 	}
 	kpLog := filepath.Join(tmp, "dp-kube-proxy.log")
-	if *kubeProxyBin == "" {
-		return nil, fmt.Errorf("the SNAT path needs kube-proxy (-kube-proxy)")
-	}
 	kp := exec.Command("ip", "netns", "exec", ingress.Netns, *kubeProxyBin,
 		"--kubeconfig="+b.cp.Kubeconfig, "--proxy-mode=nftables", "--hostname-override=dpnode1",
 		"--cluster-cidr=10.244.0.0/16", "--metrics-bind-address="+nodeSide+":10249",
@@ -316,7 +313,7 @@ func (b *bench) datapathPhase(ctx context.Context, c kubernetes.Interface, agent
 			<-done
 		}
 	}()
-	if _, _, err := waitKubeProxySync(nodeSide+":10249", 2*time.Minute); err != nil {
+	if _, _, err := waitKubeProxySync(ctx, nodeSide+":10249", 2*time.Minute); err != nil {
 		out, _ := os.ReadFile(kpLog)
 		return nil, fmt.Errorf("kube-proxy on dpnode1: %w\n%s", err, tailLines(string(out), 20))
 	}
@@ -358,6 +355,9 @@ func (b *bench) datapathPhase(ctx context.Context, c kubernetes.Interface, agent
 			if err == nil && lr.Seen[want[p]] == 1 {
 				break
 			}
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("interrupted while waiting for %s to answer: %w", p.Service, ctx.Err())
+			}
 			if time.Since(t) > 2*time.Minute {
 				return nil, fmt.Errorf("%s via %s: no answer seen from %s within 2 minutes (last: %v, %+v)", p.Service, p.Addr, want[p], err, lr)
 			}
@@ -367,11 +367,6 @@ func (b *bench) datapathPhase(ctx context.Context, c kubernetes.Interface, agent
 	logf("data path: both Services answer through dpnode1 (%.1f s after kube-proxy's first sync); %v per measurement, %d workers, %d stream(s), %d round(s)",
 		time.Since(t).Seconds(), *dpDuration, *dpWorkers, *dpStreams, *dpRounds)
 
-	for _, m := range strings.Split(*dpMeasure, ",") {
-		if m != "cps" && m != "down" && m != "up" {
-			return nil, fmt.Errorf("-dp-measure: unknown measurement %q (cps, down, up)", m)
-		}
-	}
 	common := []string{"-duration", dpDuration.String(), "-warmup", dpWarmup.String(), "-client-closes=" + strconv.FormatBool(*dpClientCl)}
 	if *dpClientCl {
 		if _, err := l.Exec(client.Netns, "sysctl", "-q", "-w", "net.ipv4.tcp_tw_reuse=1"); err != nil {
@@ -462,6 +457,25 @@ func (b *bench) datapathPhase(ctx context.Context, c kubernetes.Interface, agent
 	r.RatioP50 = div(r.Preserved.P50ms, r.SNAT.P50ms)
 	r.RatioP99 = div(r.Preserved.P99ms, r.SNAT.P99ms)
 	return r, nil
+}
+
+// checkDatapathFlags refuses bad data-path flags before anything is built (mainErr calls it).
+func checkDatapathFlags() error {
+	if *kubeProxyBin == "" {
+		return fmt.Errorf("the data path's SNAT path needs kube-proxy (-kube-proxy), or -datapath=false")
+	}
+	for _, m := range strings.Split(*dpMeasure, ",") {
+		if m != "cps" && m != "down" && m != "up" {
+			return fmt.Errorf("-dp-measure: unknown measurement %q (cps, down, up)", m)
+		}
+	}
+	if *dpRounds < 1 || *dpWorkers < 1 || *dpStreams < 1 {
+		return fmt.Errorf("-dp-rounds, -dp-workers and -dp-streams must be at least 1")
+	}
+	if *dpDuration <= 0 || *dpWarmup < 0 {
+		return fmt.Errorf("-dp-duration must be positive and -dp-warmup not negative")
+	}
+	return nil
 }
 
 // cleanupDatapathObjects deletes what datapathPhase wrote to the API server (best effort: the

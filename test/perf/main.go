@@ -153,6 +153,11 @@ func mainErr() error {
 	default:
 		return fmt.Errorf("-only: unknown phase %q (datapath)", *only)
 	}
+	if *dpEnabled {
+		if err := checkDatapathFlags(); err != nil {
+			return err
+		}
+	}
 	for _, s := range strings.Split(*sizesFlag, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil {

@@ -442,7 +442,7 @@ func (b *bench) kubeProxyPhase(ctx context.Context, r *Result, nChanges int, tmp
 	defer stop()
 	// The first sync of all rules: kube-proxy syncs only once its Service and EndpointSlice
 	// informers have synced; the metric counts completed syncs.
-	syncedAt, metricDur, err := waitKubeProxySync(metricsAddr, 10*time.Minute)
+	syncedAt, metricDur, err := waitKubeProxySync(ctx, metricsAddr, 10*time.Minute)
 	if err != nil {
 		out, _ := os.ReadFile(logPath)
 		return fmt.Errorf("%w\n%s", err, tailLines(string(out), 20))
@@ -543,9 +543,12 @@ func kubeProxyLastSync(c *http.Client, addr string) (time.Time, error) {
 	return time.Unix(0, int64(f*1e9)), nil
 }
 
-func waitKubeProxySync(addr string, timeout time.Duration) (time.Time, float64, error) {
+func waitKubeProxySync(ctx context.Context, addr string, timeout time.Duration) (time.Time, float64, error) {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
+		if err := ctx.Err(); err != nil {
+			return time.Time{}, 0, fmt.Errorf("interrupted while waiting for kube-proxy's first sync: %w", err)
+		}
 		out, err := run(nil, "curl", "-s", "-m", "2", "http://"+addr+"/metrics")
 		if err == nil {
 			if m := syncCountRE.FindStringSubmatch(out); m != nil && m[1] != "0" {

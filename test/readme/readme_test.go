@@ -72,6 +72,9 @@ func build(t *testing.T, env, dir, name, pkg string) string {
 
 var cookieRE = regexp.MustCompile(`cookie=(0x5c10[0-9a-f]+)`)
 
+// macCmdRE finds the README's command that prints <br-ex MAC>.
+var macCmdRE = regexp.MustCompile("`<br-ex MAC>` is what `([^`]+)` prints")
+
 func TestReadmeDebuggingCommands(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("needs root (network namespaces, Open vSwitch): run as root, as make test does")
@@ -121,6 +124,17 @@ func TestReadmeDebuggingCommands(t *testing.T) {
 		{"ovs-ofctl -O OpenFlow15 dump-group-stats", []string{"group_id="}},
 		{"ovs-appctl ofproto/trace", []string{"Datapath actions", "nat(dst=10.244."}},
 	}
+	// The README's way to get <br-ex MAC> prints it as ofproto/trace takes it.
+	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	require.NoError(t, err)
+	mm := macCmdRE.FindSubmatch(b)
+	require.NotNil(t, mm, "README no longer says how to get <br-ex MAC>")
+	macCmd := exec.Command("bash", "-c", string(mm[1]))
+	macCmd.Env = append(os.Environ(), "OVS_RUNDIR="+node1.Dir)
+	macOut, err := macCmd.CombinedOutput()
+	require.NoError(t, err, "%s: %s", mm[1], macOut)
+	assert.Equal(t, node1.MAC, strings.TrimSpace(string(macOut)), "%s", mm[1])
+
 	cmds := readmeCommands(t, filepath.Join(root, "README.md"))
 	require.Len(t, cmds, len(want), "README Debugging block changed: update this test's expectations")
 	for i, raw := range cmds {
