@@ -352,7 +352,7 @@ func (r *Reconciler) afterSync(ctx context.Context) {
 		}
 	}
 	for ip, e := range st.Egress {
-		port := st.Ports.UplinkFor(ip)
+		port := st.UplinkFor(ip)
 		if e.Gateway != r.cfg.NodeName || r.announced[ip] == port {
 			continue
 		}

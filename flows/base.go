@@ -97,7 +97,9 @@ func BuildExBase(st *State) (*FlowSet, error) {
 			output(p.ExUplink)),
 		flow(ExServiceReply, prioDefault, "", 0, nil, DropFor(DropReplyNoConnection)),
 	}
-	fs.Flows = append(fs.Flows, secondaryUplinkFlows(st)...)
+	sec, problems := secondaryUplinkFlows(st)
+	fs.Flows = append(fs.Flows, sec...)
+	fs.Warnings = append(fs.Warnings, problems...)
 	return fs, fs.Finish()
 }
 

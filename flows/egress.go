@@ -193,7 +193,7 @@ func BuildEgress(st *State, e EgressIP) (*FlowSet, error) {
 // (KindEgressAnnounce; nothing elsewhere): ARP requests for the egress IP from its uplink are
 // answered with br-ex's MAC; IP to it from that uplink goes to br-int (the un-SNAT); the SNATed
 // packets br-int sends go to the host, which routes them (next hop and NIC from its routing
-// table). Its uplink is Ports.UplinkFor(IP): the secondary NIC whose subnet holds the egress IP
+// table). Its uplink is State.UplinkFor(IP): the secondary NIC whose subnet holds the egress IP
 // (C38: node-setup's source routing sends the SNATed packets out that NIC, and
 // secondaryUplinkFlows lets them through), else the primary uplink. The other uplinks neither
 // answer nor intercept anything for it.
@@ -203,7 +203,7 @@ func BuildEgressAnnounce(st *State, e EgressIP) (*FlowSet, error) {
 		return fs, fs.Finish()
 	}
 	p := st.Ports
-	up := p.UplinkFor(e.IP)
+	up := st.UplinkFor(e.IP)
 	fs.Flows = []ovs.Flow{
 		flow(ExClassifier, prioEgressHook, ovs.ProtocolARP, up,
 			[]ovs.Match{ovs.ARPOperation(arpOpRequest), ovs.ARPTargetProtocolAddress(e.IP.String())}, arpReply(p.ExMAC)...),

@@ -23,10 +23,13 @@ import (
 //     neighbour of it). Everything else from LOCAL keeps NORMAL, which cannot reach the NIC.
 //
 // Geneve and Service entry points are served on the primary uplink only.
-func secondaryUplinkFlows(st *State) []ovs.Flow {
+//
+// Subnets that State.SecondaryUplinks refuses get no flow (its problems are the warnings).
+func secondaryUplinkFlows(st *State) ([]ovs.Flow, []string) {
 	var fl []ovs.Flow
 	fromLocal := ovs.FieldMatch("in_port", "LOCAL")
-	for _, s := range st.Ports.Secondary {
+	sec, problems := st.SecondaryUplinks()
+	for _, s := range sec {
 		if s.OFPort <= 0 {
 			continue
 		}
@@ -44,5 +47,5 @@ func secondaryUplinkFlows(st *State) []ovs.Flow {
 			)
 		}
 	}
-	return fl
+	return fl, problems
 }

@@ -1,8 +1,10 @@
 package flows
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"time"
 )
 
@@ -134,16 +136,58 @@ type SecondaryUplink struct {
 }
 
 // UplinkFor returns the br-ex port on which ip is announced and reached: the secondary uplink
-// whose subnet contains ip (the first by OFPort when several do), else ExUplink.
-func (p Ports) UplinkFor(ip netip.Addr) int {
-	for _, s := range p.Secondary {
+// (SecondaryUplinks: only its usable subnets) whose subnet contains ip (the first by OFPort when
+// several do), else Ports.ExUplink.
+func (st *State) UplinkFor(ip netip.Addr) int {
+	sec, _ := st.SecondaryUplinks()
+	for _, s := range sec {
 		for _, n := range s.Subnets {
 			if n.Contains(ip) {
 				return s.OFPort
 			}
 		}
 	}
-	return p.ExUplink
+	return st.Ports.ExUplink
+}
+
+// SecondaryUplinks returns Ports.Secondary without the subnets the pipeline must not route to a
+// secondary NIC, and a problem per subnet left out: a non-IPv4 or zero-length prefix, and one that
+// contains this node's InternalIP or a NodePort address (the host's own traffic on the primary
+// segment would leave through that NIC). node-setup never records such a subnet; a hand edit of
+// Interface.external_ids can. An uplink left without subnets keeps its in_port flow only.
+func (st *State) SecondaryUplinks() ([]SecondaryUplink, []string) {
+	var out []SecondaryUplink
+	var problems []string
+	own := slices.Clone(st.NodePortAddresses)
+	if n, ok := st.Nodes[st.Node]; ok && n.InternalIP.IsValid() {
+		own = append(own, n.InternalIP)
+	}
+	for _, s := range st.Ports.Secondary {
+		u := SecondaryUplink{Name: s.Name, OFPort: s.OFPort}
+		for _, n := range s.Subnets {
+			bad := ""
+			switch {
+			case !n.Addr().Is4():
+				bad = "not IPv4"
+			case n.Bits() == 0:
+				bad = "every address"
+			default:
+				for _, a := range own {
+					if n.Contains(a) {
+						bad = "contains this node's address " + a.String()
+						break
+					}
+				}
+			}
+			if bad != "" {
+				problems = append(problems, fmt.Sprintf("secondary uplink %s: subnet %s ignored (%s)", s.Name, n, bad))
+				continue
+			}
+			u.Subnets = append(u.Subnets, n)
+		}
+		out = append(out, u)
+	}
+	return out, problems
 }
 
 // HasGateway reports whether the node's gateway port is known (ofport and MAC).

@@ -38,8 +38,9 @@ func TestSecondaryUplink(t *testing.T) {
 	}, 5*time.Second, 50*time.Millisecond, "%v", err)
 	assert.Equal(t, vsGet(t, sb, "Interface", "eth0", "ofport"), strconv.Itoa(ports.ExUplink))
 	assert.Equal(t, flows.SecondaryUplink{Name: "eth1", OFPort: mustAtoi(t, vsGet(t, sb, "Interface", "eth1", "ofport")), Subnets: subnets}, ports.Secondary[0])
-	assert.Equal(t, ports.Secondary[0].OFPort, ports.UplinkFor(netip.MustParseAddr("203.0.113.50")))
-	assert.Equal(t, ports.ExUplink, ports.UplinkFor(netip.MustParseAddr("192.0.2.50")))
+	st := &flows.State{Ports: ports}
+	assert.Equal(t, ports.Secondary[0].OFPort, st.UplinkFor(netip.MustParseAddr("203.0.113.50")))
+	assert.Equal(t, ports.ExUplink, st.UplinkFor(netip.MustParseAddr("192.0.2.50")))
 
 	// A secondary port ovs-vswitchd cannot add (ofport -1) is left out; the agent keeps going.
 	sb.Vsctl(t, "add-port", "br-ex", "eth3", "--", "set", "Interface", "eth3", "type=bogus",
