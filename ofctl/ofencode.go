@@ -403,6 +403,9 @@ func (m *matchSpec) add(k, v string) error {
 	switch {
 	case k == "in_port":
 		p, err := parseUint(v, 32)
+		if v == "LOCAL" {
+			p, err = ofppLocal, nil // the bridge's internal port (OFPP_LOCAL)
+		}
 		if err != nil {
 			return cannot("in_port %q", v)
 		}
