@@ -171,6 +171,7 @@ type CTLabelField struct {
 	start, end uint8
 	zone       uint16
 	doc        string
+	nxm        string // NXM(), rendered once
 }
 
 // NewCTLabelField declares bits start..end of ct_label, used in conntrack zone zone.
@@ -178,11 +179,12 @@ func NewCTLabelField(name string, start, end uint8, zone uint16, doc string) *CT
 	if start > end || end > 127 {
 		panic(fmt.Sprintf("flows: bad ct_label field %s [%d..%d]", name, start, end))
 	}
-	return &CTLabelField{name: name, start: start, end: end, zone: zone, doc: doc}
+	return &CTLabelField{name: name, start: start, end: end, zone: zone, doc: doc,
+		nxm: fmt.Sprintf("NXM_NX_CT_LABEL[%d..%d]", start, end)}
 }
 
 // NXM renders the field for move actions: NXM_NX_CT_LABEL[0..47].
-func (f *CTLabelField) NXM() string { return fmt.Sprintf("NXM_NX_CT_LABEL[%d..%d]", f.start, f.end) }
+func (f *CTLabelField) NXM() string { return f.nxm }
 
 // Ref renders the field as in docs: ct_label[0..47].
 func (f *CTLabelField) Ref() string { return fmt.Sprintf("ct_label[%d..%d]", f.start, f.end) }

@@ -86,6 +86,19 @@ func (st *State) localCIDR(ip netip.Addr) (netip.Prefix, bool) {
 	return netip.Prefix{}, false
 }
 
+// routableOn is routable, trying first the pod CIDRs of node (the endpoint's nodeName, which
+// nearly always holds its address): O(1) per endpoint instead of a walk over every node.
+func (st *State) routableOn(ip netip.Addr, node string) bool {
+	if n, ok := st.Nodes[node]; ok {
+		for _, c := range n.PodCIDRs {
+			if c.Contains(ip) {
+				return true
+			}
+		}
+	}
+	return st.routable(ip)
+}
+
 // routable reports whether ip is inside some node's pod CIDRs (br-int can reach it).
 func (st *State) routable(ip netip.Addr) bool {
 	for _, n := range st.Nodes {

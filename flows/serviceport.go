@@ -44,7 +44,7 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 	}
 	var outside []string
 	for _, ep := range sp.Endpoints {
-		if ep.IP.Is4() && ep.Port != 0 && !st.routable(ep.IP) {
+		if ep.IP.Is4() && ep.Port != 0 && !st.routableOn(ep.IP, ep.NodeName) {
 			outside = append(outside, netip.AddrPortFrom(ep.IP, ep.Port).String())
 		}
 	}
