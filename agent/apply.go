@@ -126,13 +126,13 @@ func (s *syncer) writeCold(ctx context.Context, b flows.Bridge, plan *flows.Plan
 		bad = append(bad, nb...)
 		return err
 	}
-	for lo := 0; lo < len(plan.Add); lo += coldChunk {
-		if err := chunk(plan.Add[lo:min(lo+coldChunk, len(plan.Add))], nil); err != nil {
+	for part := range slices.Chunk(plan.Add, coldChunk) {
+		if err := chunk(part, nil); err != nil {
 			return nil, err
 		}
 	}
-	for lo := 0; lo < len(plan.Repair); lo += coldChunk {
-		if err := chunk(nil, plan.Repair[lo:min(lo+coldChunk, len(plan.Repair))]); err != nil {
+	for part := range slices.Chunk(plan.Repair, coldChunk) {
+		if err := chunk(nil, part); err != nil {
 			return nil, err
 		}
 	}

@@ -406,13 +406,12 @@ type groupText struct {
 
 // String is the whole group in one line: the header, then the buckets, comma-separated.
 func (gt groupText) String() string {
-	if len(gt.buckets) == 0 {
-		return gt.head
-	}
-	return gt.head + "," + strings.Join(gt.buckets, ",")
+	var b strings.Builder
+	gt.writeTo(&b)
+	return b.String()
 }
 
-// writeTo writes String()'s bytes to w.
+// writeTo writes the group's line to w: the header, then ",bucket=..." for each bucket.
 func (gt groupText) writeTo(w io.Writer) {
 	io.WriteString(w, gt.head)
 	for _, b := range gt.buckets {

@@ -221,17 +221,7 @@ func TestEgressSecondaryNIC(t *testing.T) {
 
 	target := c38Server + ":" + hostPort
 	for _, proto := range []string{"tcp", "udp"} {
-		var r lab.Reply
-		require.NoError(t, lab.WaitFor(func() error {
-			var err error
-			if r, err = theLab.Request("echo-a", proto, target); err != nil {
-				return err
-			}
-			if r.ClientIP() != c38EgressIP {
-				return fmt.Errorf("server saw %s", r.Client)
-			}
-			return nil
-		}, 20*time.Second), "%s from echo-a", proto)
+		r := waitSeenAs(t, "echo-a", proto, target, c38EgressIP)
 		// The answer came back to the pod, from the server.
 		assert.Equal(t, target, r.From)
 		t.Logf("%s from echo-a to %s: server saw %s, answer from %s", proto, target, r.Client, r.From)

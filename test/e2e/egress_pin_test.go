@@ -45,16 +45,7 @@ func TestEgressConnectionKeepsItsSource(t *testing.T) {
 	// newConnSource waits until a new TCP request from echo-a is seen from want.
 	newConnSource := func(want, what string) {
 		t.Helper()
-		require.NoError(t, lab.WaitFor(func() error {
-			r, err := theLab.Request("echo-a", "tcp", target)
-			if err != nil {
-				return err
-			}
-			if r.ClientIP() != want {
-				return fmt.Errorf("server saw %s", r.Client)
-			}
-			return nil
-		}, 20*time.Second), what)
+		waitSeenAs(t, "echo-a", "tcp", target, want)
 		t.Logf("%s: new connections from echo-a seen from %s", what, want)
 	}
 

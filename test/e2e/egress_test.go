@@ -35,6 +35,24 @@ spec:
 %s`, name, ip, gwNode, extra)
 }
 
+// waitSeenAs repeats a request from netns from to target until the server saw source address
+// want (the agents change the egress path asynchronously) and returns that answer.
+func waitSeenAs(t *testing.T, from, proto, target, want string) lab.Reply {
+	t.Helper()
+	var r lab.Reply
+	require.NoError(t, lab.WaitFor(func() error {
+		var err error
+		if r, err = theLab.Request(from, proto, target); err != nil {
+			return err
+		}
+		if r.ClientIP() != want {
+			return fmt.Errorf("server saw %s", r.Client)
+		}
+		return nil
+	}, 20*time.Second), "%s from %s to %s: the server to see %s", proto, from, target, want)
+	return r
+}
+
 // egressFlows returns the br-ex flows of node.
 func egressFlows(t *testing.T, node string) string {
 	t.Helper()
@@ -63,17 +81,7 @@ func TestEgressGateway(t *testing.T) {
 
 	// The selected pod leaves with the egress IP (TCP and UDP), through node3's SNAT.
 	for _, proto := range []string{"tcp", "udp"} {
-		var r lab.Reply
-		require.NoError(t, lab.WaitFor(func() error {
-			var err error
-			if r, err = theLab.Request("echo-a", proto, target); err != nil {
-				return err
-			}
-			if r.ClientIP() != egressIP {
-				return fmt.Errorf("server saw %s", r.Client)
-			}
-			return nil
-		}, 20*time.Second), "%s from echo-a", proto)
+		r := waitSeenAs(t, "echo-a", proto, target, egressIP)
 		t.Logf("%s from echo-a: server saw %s", proto, r.Client)
 	}
 	ct, err := theLab.Appctl("node3", "dpctl/dump-conntrack", "zone=64258")
