@@ -163,7 +163,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 	logger.Info("Waiting for the state source to sync")
-	if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+	if err := wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
 		return a.cfg.Source.HasSynced(), nil
 	}); err != nil {
 		return nil // cancelled before sync

@@ -112,35 +112,49 @@ func coldBridge(inv flows.Inventory) bool {
 // coldChunk flow sets, ordered by kind, then one bundle of the deletes; each is written (and
 // its rejections isolated) as write does. The plan is then not atomic as a whole, each flow set
 // still is: a cold bridge has no pipeline of the agent that a partly written one could be
-// inconsistent with, and the text of only one chunk is held at a time (at 10k Service ports the
-// whole plan's text is tens of MB, copied twice on its way to ovs-ofctl).
+// inconsistent with, and the text of only two chunks is held at a time (at 10k Service ports
+// the whole plan's text is tens of MB). The next chunk's lines are rendered, and encoded by a
+// BundlePreparer bridge, on another goroutine while the switch commits the current one.
 func (s *syncer) writeCold(ctx context.Context, b flows.Bridge, plan *flows.Plan) ([]*flows.FlowSet, error) {
 	if len(plan.Add)+len(plan.Repair) <= coldChunk {
 		return s.write(ctx, b, plan)
 	}
 	// Base kinds first (the registry's kind numbers put them before Service ports).
 	slices.SortStableFunc(plan.Add, func(a, b *flows.FlowSet) int { return int(a.Key.Kind) - int(b.Key.Kind) })
-	var bad []*flows.FlowSet
-	chunk := func(add, repair []*flows.FlowSet) error {
-		nb, err := s.write(ctx, b, &flows.Plan{Bridge: b, Add: add, Repair: repair, BucketsPerMessage: plan.BucketsPerMessage})
-		bad = append(bad, nb...)
-		return err
-	}
+	var chunks []*flows.Plan
 	for part := range slices.Chunk(plan.Add, coldChunk) {
-		if err := chunk(part, nil); err != nil {
-			return nil, err
-		}
+		chunks = append(chunks, &flows.Plan{Bridge: b, Add: part, BucketsPerMessage: plan.BucketsPerMessage})
 	}
 	for part := range slices.Chunk(plan.Repair, coldChunk) {
-		if err := chunk(nil, part); err != nil {
+		chunks = append(chunks, &flows.Plan{Bridge: b, Repair: part, BucketsPerMessage: plan.BucketsPerMessage})
+	}
+	chunks = append(chunks, &flows.Plan{Bridge: b, DeleteCookies: plan.DeleteCookies, DeleteGroups: plan.DeleteGroups})
+	prep, _ := s.cfg.Bridges[b].(BundlePreparer)
+	render := func(p *flows.Plan) <-chan []string {
+		ch := make(chan []string, 1)
+		go func() {
+			lines := p.Lines() // reads the flow sets only
+			if prep != nil && len(lines) > 0 {
+				prep.Prepare(lines)
+			}
+			ch <- lines
+		}()
+		return ch
+	}
+	var bad []*flows.FlowSet
+	next := render(chunks[0])
+	for i, c := range chunks {
+		lines := <-next
+		if i+1 < len(chunks) {
+			next = render(chunks[i+1])
+		}
+		nb, err := s.writeLines(ctx, b, c, lines)
+		if err != nil {
 			return nil, err
 		}
+		bad = append(bad, nb...)
 	}
-	nb, err := s.write(ctx, b, &flows.Plan{Bridge: b, DeleteCookies: plan.DeleteCookies, DeleteGroups: plan.DeleteGroups})
-	if err != nil {
-		return nil, err
-	}
-	return append(bad, nb...), nil
+	return bad, nil
 }
 
 // write applies one plan as one bundle (nothing when it is empty) and reports the warnings of
@@ -152,8 +166,15 @@ func (s *syncer) write(ctx context.Context, b flows.Bridge, plan *flows.Plan) ([
 	if plan.Empty() {
 		return nil, nil
 	}
+	return s.writeLines(ctx, b, plan, plan.Lines())
+}
+
+// writeLines is write with the plan's lines (plan.Lines()) already rendered.
+func (s *syncer) writeLines(ctx context.Context, b flows.Bridge, plan *flows.Plan, lines []string) ([]*flows.FlowSet, error) {
+	if plan.Empty() {
+		return nil, nil
+	}
 	logger := klog.FromContext(ctx).WithValues("bridge", b.String())
-	lines := plan.Lines()
 	if plan.Changes() {
 		logger.V(2).Info("Applying bundle", "add", len(plan.Add), "deleteCookies", len(plan.DeleteCookies), "deleteGroups", len(plan.DeleteGroups), "repair", len(plan.Repair), "lines", len(lines))
 	} else {

@@ -172,15 +172,16 @@ func (s *syncer) udpFlushes(final map[flows.Key]*flows.FlowSet, gone map[flows.K
 		return nil
 	}
 	var out []flushReq
-	for k, old := range s.applied[flows.BrEx] {
-		if k.Kind != flows.KindServicePort || len(old.Endpoints) == 0 {
-			continue
+	check := func(k flows.Key) {
+		old, ok := s.applied[flows.BrEx][k]
+		if !ok || k.Kind != flows.KindServicePort || len(old.Endpoints) == 0 {
+			return
 		}
 		var keep []netip.AddrPort
 		if fs := final[k]; fs != nil {
 			keep = fs.Endpoints
 		} else if !full && !gone[k] {
-			continue // not rebuilt
+			return // not rebuilt
 		}
 		for _, ep := range old.Endpoints {
 			if slices.Contains(keep, ep) {
@@ -191,6 +192,21 @@ func (s *syncer) udpFlushes(final map[flows.Key]*flows.FlowSet, gone map[flows.K
 					out = append(out, flushReq{key: k, endpoint: ep, origDst: e.Addr})
 				}
 			}
+		}
+	}
+	if full {
+		for k := range s.applied[flows.BrEx] {
+			check(k)
+		}
+		return out
+	}
+	// A partial sync looks at what it rebuilt or removed only, not at every applied flow set.
+	for k := range final {
+		check(k)
+	}
+	for k := range gone {
+		if final[k] == nil {
+			check(k)
 		}
 	}
 	return out

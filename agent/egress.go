@@ -141,18 +141,26 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 			}
 		}
 	}
-	lbAddrs := map[netip.Addr]string{}
-	for name, s := range m.services {
-		for _, in := range s.Status.LoadBalancer.Ingress {
-			if ip, err := netip.ParseAddr(in.IP); err == nil {
-				lbAddrs[ip] = name.String()
+	// The Services' LoadBalancer IPs and externalIPs, read only when a policy names an egress
+	// IP: without policies a sync does not walk every Service.
+	var lbAddrs map[netip.Addr]string
+	lbAddr := func(ip netip.Addr) string {
+		if lbAddrs == nil {
+			lbAddrs = map[netip.Addr]string{}
+			for name, s := range m.services {
+				for _, in := range s.Status.LoadBalancer.Ingress {
+					if ip, err := netip.ParseAddr(in.IP); err == nil {
+						lbAddrs[ip] = name.String()
+					}
+				}
+				for _, e := range s.Spec.ExternalIPs {
+					if ip, err := netip.ParseAddr(e); err == nil {
+						lbAddrs[ip] = name.String()
+					}
+				}
 			}
 		}
-		for _, e := range s.Spec.ExternalIPs {
-			if ip, err := netip.ParseAddr(e); err == nil {
-				lbAddrs[ip] = name.String()
-			}
-		}
+		return lbAddrs[ip]
 	}
 	readyNames := []string{}
 	for name, n := range m.nodes {
@@ -193,9 +201,9 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 			case nodeAddrs[ip] != "":
 				st.IP = ip
 				st.Refused, st.Message = egressv1.ReasonNodeAddress, ip.String()+" is an address of node "+nodeAddrs[ip]
-			case lbAddrs[ip] != "":
+			case lbAddr(ip) != "":
 				st.IP = ip
-				st.Refused, st.Message = egressv1.ReasonLoadBalancerIP, ip.String()+" is a LoadBalancer IP or externalIP of Service "+lbAddrs[ip]
+				st.Refused, st.Message = egressv1.ReasonLoadBalancerIP, ip.String()+" is a LoadBalancer IP or externalIP of Service "+lbAddr(ip)
 			case taken[ip] != "":
 				st.IP = ip
 				st.Refused, st.Message = egressv1.ReasonEgressIPInUse, ip.String()+" is an egress IP of the older EgressGateway "+taken[ip]

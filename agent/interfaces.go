@@ -22,6 +22,13 @@ type FlowBridge interface {
 	Inventory(ctx context.Context) (flows.Inventory, error)
 }
 
+// BundlePreparer is a FlowBridge that can encode a bundle's lines ahead of the Bundle call with
+// the same slice (ofctl.OpenFlow on its native connection): a cold start's full sync encodes its
+// next chunk while the switch commits the current one.
+type BundlePreparer interface {
+	Prepare(lines []string)
+}
+
 // PodPort is a pod interface attached to br-int, as found through OVSDB Interface.external_ids.
 type PodPort struct {
 	Namespace, Name string

@@ -10,13 +10,16 @@ import (
 // Metrics are the agent's Prometheus metrics (prefix srcip_agent_). They are registered on the
 // Registerer given to NewMetrics, never on a package-level registry.
 type Metrics struct {
-	SyncDuration    *prometheus.HistogramVec
-	SyncFailures    *prometheus.CounterVec
-	AppliedFlows    *prometheus.GaugeVec
-	AppliedGroups   *prometheus.GaugeVec
-	BundleLines     *prometheus.CounterVec
-	LastSuccess     prometheus.Gauge
-	DesiredFlowSets *prometheus.GaugeVec
+	SyncDuration *prometheus.HistogramVec
+	// SyncStepDuration is the time of each step of a sync (model, build, resolve, inventory,
+	// drain, plan, apply, zones), by kind (full, partial).
+	SyncStepDuration *prometheus.HistogramVec
+	SyncFailures     *prometheus.CounterVec
+	AppliedFlows     *prometheus.GaugeVec
+	AppliedGroups    *prometheus.GaugeVec
+	BundleLines      *prometheus.CounterVec
+	LastSuccess      prometheus.Gauge
+	DesiredFlowSets  *prometheus.GaugeVec
 	// ConntrackOps counts conntrack dumps and flushes by op (dump, flush) and result (ok, error).
 	ConntrackOps        *prometheus.CounterVec
 	DrainingEntryPoints prometheus.Gauge
@@ -47,6 +50,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Duration of syncs (build, diff and apply), by kind (full, partial).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"kind"}),
+		SyncStepDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Name: "sync_step_duration_seconds",
+			Help:    "Duration of each step of a sync (model: state from the caches and OVSDB; build; resolve: flow conflicts; inventory: dump of the bridges, full syncs; drain; plan; apply: the bundles; zones: conntrack zone limits), by step and kind (full, partial).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18),
+		}, []string{"step", "kind"}),
 		SyncFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "sync_failures_total",
 			Help: "Syncs that failed, by kind (full, partial).",
@@ -106,7 +114,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.reg = reg
 	if reg != nil {
-		reg.MustRegister(m.SyncDuration, m.SyncFailures, m.AppliedFlows, m.AppliedGroups, m.BundleLines, m.LastSuccess, m.DesiredFlowSets,
+		reg.MustRegister(m.SyncDuration, m.SyncStepDuration, m.SyncFailures, m.AppliedFlows, m.AppliedGroups, m.BundleLines, m.LastSuccess, m.DesiredFlowSets,
 			m.ConntrackOps, m.DrainingEntryPoints, m.ConntrackZoneLimit, m.ConntrackZoneEntries, m.FlowConflicts, m.RejectedFlowSets, m.RejectedNow, m.DeclinedServicePorts)
 	}
 	return m

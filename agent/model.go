@@ -364,7 +364,7 @@ func (m *model) updateServices(logger klog.Logger, names map[types.NamespacedNam
 	for name := range resolveSet {
 		for _, k := range m.svcKeys[name] {
 			touched[k] = true
-			delete(m.st.Services, k)
+			m.st.DeleteService(k)
 		}
 		delete(m.svcKeys, name)
 		final, conflicts := m.claims.resolve(name, m.svcRaw[name])
@@ -372,7 +372,7 @@ func (m *model) updateServices(logger klog.Logger, names map[types.NamespacedNam
 			k := final[i].Key()
 			final[i].GroupID = m.groups.ID(k)
 			touched[k] = true
-			m.st.Services[k] = final[i]
+			m.st.SetService(final[i])
 			m.svcKeys[name] = append(m.svcKeys[name], k)
 		}
 		svc := m.services[name]

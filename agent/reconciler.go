@@ -319,7 +319,15 @@ func (r *Reconciler) Sync(ctx context.Context) error {
 // sync updates the model, runs the syncer's pipeline and releases the group ids of Service ports
 // that are gone. It reports whether the sync was a full one.
 func (r *Reconciler) sync(ctx context.Context, full bool) (bool, error) {
+	start := time.Now()
 	ch, err := r.model.update(ctx, r.cfg.Dataplane, full)
+	d := time.Since(start)
+	kind := "partial"
+	if ch.full {
+		kind = "full"
+	}
+	r.metrics.SyncStepDuration.WithLabelValues("model", kind).Observe(d.Seconds())
+	r.syncer.steps = append(r.syncer.steps[:0], "model", d.Round(time.Microsecond).String())
 	if ch.full {
 		r.statusMu.Lock()
 		r.status.DataplaneError = err
@@ -334,6 +342,12 @@ func (r *Reconciler) sync(ctx context.Context, full bool) (bool, error) {
 	}
 	if ch.full {
 		gone = r.model.groups.Held()
+		logger := klog.FromContext(ctx)
+		if !r.initialized {
+			logger.Info("First full sync done", append([]any{"took", time.Since(start).Round(time.Millisecond).String()}, r.syncer.steps...)...)
+		} else {
+			logger.V(2).Info("Full sync steps", r.syncer.steps...)
+		}
 	}
 	r.model.releaseGroups(gone)
 	return ch.full, nil

@@ -361,7 +361,7 @@ func TestCollisionGuardPicksOlderService(t *testing.T) {
 	st := f.r.model.st
 	sp := st.Services[youngKey]
 	sp.NodePort = 30400
-	st.Services[youngKey] = sp
+	st.SetService(sp)
 	fullSync := func() {
 		_, err := f.r.syncer.run(f.ctx, st, changes{full: true})
 		require.NoError(t, err)

@@ -53,6 +53,8 @@ type syncer struct {
 	// reject reports (reason non-empty) or clears (nil) the rejection of a key's flow set (set by
 	// the Reconciler: an Event on the object).
 	reject func(k flows.Key, problem string)
+	// steps are the last sync's step names and durations, alternating (for its log line).
+	steps []any
 }
 
 func newSyncer(cfg ReconcilerConfig, m *Metrics) *syncer {
@@ -102,10 +104,23 @@ func (s *syncer) run(ctx context.Context, st *flows.State, ch changes) ([]flows.
 	p := &pass{logger: klog.FromContext(ctx), full: ch.full, ch: ch, st: st,
 		built: map[flows.Key]*flows.FlowSet{}, gone: map[flows.Key]bool{},
 		final: map[flows.Key]*flows.FlowSet{}, bad: map[flows.Key]*flows.FlowSet{}, now: time.Now()}
-	for _, step := range []func(context.Context, *pass) error{
-		s.build, s.resolve, s.inventory, s.drain, s.plan, s.apply, s.zoneLimits,
+	kind := "partial"
+	if p.full {
+		kind = "full"
+	}
+	for _, step := range []struct {
+		name string
+		fn   func(context.Context, *pass) error
+	}{
+		{"build", s.build}, {"resolve", s.resolve}, {"inventory", s.inventory}, {"drain", s.drain},
+		{"plan", s.plan}, {"apply", s.apply}, {"zones", s.zoneLimits},
 	} {
-		if err := step(ctx, p); err != nil {
+		start := time.Now()
+		err := step.fn(ctx, p)
+		d := time.Since(start)
+		s.metrics.SyncStepDuration.WithLabelValues(step.name, kind).Observe(d.Seconds())
+		s.steps = append(s.steps, step.name, d.Round(time.Microsecond).String())
+		if err != nil {
 			return nil, err
 		}
 	}

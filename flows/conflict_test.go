@@ -1,8 +1,10 @@
 package flows
 
 import (
+	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -194,4 +196,37 @@ func sortedStrings(s []string) []string {
 	out := append([]string{}, s...)
 	slices.Sort(out)
 	return out
+}
+
+// Count, kept as flow sets come and go, equals the number of match keys with several
+// contenders counted afresh, through a random sequence of Set calls and a Reset.
+func TestConflictsCountKept(t *testing.T) {
+	mk := func(i int) MatchKey {
+		return MatchKey{Bridge: BrEx, Table: ExServiceLB, Priority: 100, Match: strconv.Itoa(i)}
+	}
+	key := func(i int) Key { return Key{Kind: KindServicePort, Namespace: "ns", Name: strconv.Itoa(i)} }
+	c := NewConflicts()
+	recount := func() int {
+		n := 0
+		for _, cs := range c.contenders {
+			if len(cs) > 1 {
+				n++
+			}
+		}
+		return n
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for step := range 2000 {
+		var keys []MatchKey
+		for range r.IntN(4) {
+			keys = append(keys, mk(r.IntN(12)))
+		}
+		c.Set(key(r.IntN(10)), keys)
+		require.Equal(t, recount(), c.Count(), "step %d", step)
+		if step == 1000 {
+			c.Reset()
+			require.Zero(t, c.Count())
+		}
+	}
+	assert.Positive(t, c.Count(), "the sequence makes conflicts")
 }

@@ -14,6 +14,8 @@ import (
 type Conflicts struct {
 	keysOf     map[Key][]MatchKey
 	contenders map[MatchKey][]Key
+	// contested is how many match keys have more than one contender (Count).
+	contested int
 }
 
 // NewConflicts returns an empty index.
@@ -25,6 +27,7 @@ func NewConflicts() *Conflicts {
 func (c *Conflicts) Reset() {
 	clear(c.keysOf)
 	clear(c.contenders)
+	c.contested = 0
 }
 
 // Set replaces the match keys of k (nil: k is gone) and returns the other flow sets whose
@@ -53,6 +56,9 @@ func (c *Conflicts) Set(k Key, keys []MatchKey) map[Key]bool {
 			continue
 		}
 		cs = slices.Delete(cs, i, i+1)
+		if len(cs) == 1 {
+			c.contested--
+		}
 		if len(cs) == 0 {
 			delete(c.contenders, mk)
 			continue
@@ -71,21 +77,16 @@ func (c *Conflicts) Set(k Key, keys []MatchKey) map[Key]bool {
 			continue // the same flow twice in one set
 		}
 		mark(cs)
+		if len(cs) == 1 {
+			c.contested++
+		}
 		c.contenders[mk] = append(cs, k)
 	}
 	return affected
 }
 
 // Count returns the number of match keys with more than one contender.
-func (c *Conflicts) Count() int {
-	n := 0
-	for _, cs := range c.contenders {
-		if len(cs) > 1 {
-			n++
-		}
-	}
-	return n
-}
+func (c *Conflicts) Count() int { return c.contested }
 
 // lost returns the match keys of k that another flow set wins, with that winner.
 func (c *Conflicts) lost(st *State, k Key) map[MatchKey]Key {

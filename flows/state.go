@@ -37,8 +37,12 @@ type State struct {
 	Pods map[Key]Pod
 	// Services holds the opted-in Service ports (annotation ovs-srcip.io/preserve-source-ip
 	// "true" and externalTrafficPolicy Cluster) by ServicePort.Key, with the entry points other
-	// Services own already removed. Services that did not opt in never appear here.
+	// Services own already removed. Services that did not opt in never appear here. Write it
+	// with SetService and DeleteService only (they keep udpServices).
 	Services map[Key]ServicePort
+	// udpServices are the keys of Services' UDP ports: every sync reads their entry points
+	// (KindUDPFragments), which must not cost a walk over every Service port.
+	udpServices map[Key]struct{}
 	// Drains are the entry points of Service ports that went away while ZoneService still holds
 	// connections to them (decided by the agent; see KindServiceDrain).
 	Drains map[EntryPoint]bool
@@ -87,9 +91,30 @@ func NewState(node string, ports Ports, nodePortAddrs []netip.Addr, nodes []Node
 		st.Pods[p.Key()] = p
 	}
 	for _, sp := range svcs {
-		st.Services[sp.Key()] = sp
+		st.SetService(sp)
 	}
 	return st
+}
+
+// SetService puts sp into Services under its key.
+func (st *State) SetService(sp ServicePort) {
+	k := sp.Key()
+	if st.Services == nil {
+		st.Services = map[Key]ServicePort{}
+	}
+	st.Services[k] = sp
+	if k.Protocol == UDP {
+		if st.udpServices == nil {
+			st.udpServices = map[Key]struct{}{}
+		}
+		st.udpServices[k] = struct{}{}
+	}
+}
+
+// DeleteService removes the Service port k from Services.
+func (st *State) DeleteService(k Key) {
+	delete(st.Services, k)
+	delete(st.udpServices, k)
 }
 
 // Ports are the OpenFlow port numbers (ofport, see ovs-vswitchd.conf.db(5) Interface.ofport)

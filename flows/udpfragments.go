@@ -33,11 +33,8 @@ func BuildUDPFragments(addr netip.Addr) (*FlowSet, error) {
 // LoadBalancer ingress IPs and externalIPs of UDP Service ports.
 func udpEntryAddrs(st *State) []netip.Addr {
 	seen := map[netip.Addr]bool{}
-	// Runs in every sync: look at the keys (no copy of each ServicePort) and read the UDP ones.
-	for k := range st.Services {
-		if k.Protocol != UDP {
-			continue
-		}
+	// Runs in every sync: only the UDP Service ports (State.udpServices), not every one.
+	for k := range st.udpServices {
 		sp := st.Services[k]
 		for _, e := range sp.EntryPoints(st.NodePortAddresses) {
 			if e.Addr.Port() == st.Ports.tunnelUDPPort() && e.Addr.Addr() == st.self().InternalIP {

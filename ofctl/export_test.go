@@ -19,3 +19,10 @@ func (c *Conn) DropConnection() bool {
 	<-s.done
 	return true
 }
+
+// PreparedPending is how many encodings made by Prepare wait for their Bundle call.
+func (o *OpenFlow) PreparedPending() int {
+	o.prepMu.Lock()
+	defer o.prepMu.Unlock()
+	return len(o.prepared)
+}

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -407,4 +408,55 @@ func BenchmarkColdStartBundle(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(len(lines)), "lines/bundle")
+}
+
+// BenchmarkTranslateServicePorts encodes the lines of 1,000 service ports of 10 endpoints (a
+// cold start's chunk) into OpenFlow messages, without a switch: the agent's CPU cost of the
+// native path per chunk.
+func BenchmarkTranslateServicePorts(b *testing.B) {
+	var eps []flows.Endpoint
+	for i := range 10 {
+		eps = append(eps, flows.Endpoint{IP: netip.AddrFrom4([4]byte{10, 244, byte(1 + i%3), byte(10 + i)}), Port: 8080, NodeName: fmt.Sprintf("node%d", 1+i%3)})
+	}
+	fs := servicePortOf(b, eps)
+	var lines []string
+	for range 1000 {
+		p := flows.FullDiff(fs.Bridge, []*flows.FlowSet{fs}, flows.Inventory{})
+		lines = append(lines, p.Lines()...)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := ofctl.Translate(lines); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(lines)), "lines")
+}
+
+// Prepare encodes a bundle ahead of its Bundle call: the call with the same slice applies that
+// encoding natively; a prepared bundle the encoder cannot translate still goes through
+// ovs-ofctl; a copy of prepared lines is encoded anew (preparations are by slice, not text).
+func TestNativePrepare(t *testing.T) {
+	ctx := testContext(t)
+	sb := ovstest.StartDummy(t)
+	sb.AddBridge(t, "br0")
+	o := nativeOpenFlow(t, sb, "br0")
+	good := []string{"flow add priority=10,ip,table=0,idle_timeout=0,cookie=0x5c10000000000001,actions=goto_table:40"}
+	bad := []string{"flow add priority=11,ip,table=0,idle_timeout=0,cookie=0x5c10000000000002,actions=note:01.02,goto_table:40"}
+	o.Prepare(good)
+	o.Prepare(bad)
+	require.NoError(t, o.Bundle(ctx, good))
+	require.NoError(t, o.Bundle(ctx, bad))
+	assert.Zero(t, o.PreparedPending(), "both preparations used")
+	native, viaOfctl := o.BundleCounts()
+	assert.Equal(t, [2]uint64{1, 1}, [2]uint64{native, viaOfctl})
+	again := []string{strings.Replace(good[0], "priority=10", "priority=12", 1)}
+	o.Prepare(again)
+	require.NoError(t, o.Bundle(ctx, slices.Clone(again)))
+	assert.Equal(t, 1, o.PreparedPending(), "a copy does not use the preparation")
+	fl, _ := dumpState(t, sb, "br0")
+	require.Len(t, fl, 3)
+	assert.Contains(t, strings.Join(fl, "\n"), "note:01.02")
+	native, viaOfctl = o.BundleCounts()
+	assert.Equal(t, [2]uint64{2, 1}, [2]uint64{native, viaOfctl})
 }

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	of13 "github.com/contiv/libOpenflow/openflow13"
 	"github.com/contiv/libOpenflow/util"
@@ -71,23 +74,69 @@ var _ util.Message = rawMessage(nil)
 
 // translate encodes every line of a bundle, or returns an *untranslatable error naming the first
 // line it cannot encode exactly.
+// Bundles of at least parallelTranslateMin lines (a cold start's chunks) are encoded on
+// GOMAXPROCS goroutines: each line's encoding is independent of the others.
 func translate(lines []string) ([]ofMessage, error) {
-	out := make([]ofMessage, 0, len(lines))
-	for _, l := range lines {
+	workers := runtime.GOMAXPROCS(0)
+	if len(lines) < parallelTranslateMin || workers < 2 {
+		return translateSerial(lines)
+	}
+	type failure struct {
+		i   int
+		err error
+	}
+	out := make([]ofMessage, len(lines))
+	fails := make([]failure, workers)
+	var wg sync.WaitGroup
+	per := (len(lines) + workers - 1) / workers
+	for w := range workers {
+		lo, hi := min(w*per, len(lines)), min((w+1)*per, len(lines))
+		fails[w].i = -1
+		wg.Go(func() {
+			if i, err := translateRange(lines[lo:hi], out[lo:hi]); err != nil {
+				fails[w] = failure{lo + i, err}
+			}
+		})
+	}
+	wg.Wait()
+	for _, f := range fails { // the first failing line of the bundle
+		if f.i >= 0 {
+			return nil, cannot("%v in line %q", f.err, lines[f.i])
+		}
+	}
+	return out, nil
+}
+
+// translateSerial is translate on the calling goroutine only.
+func translateSerial(lines []string) ([]ofMessage, error) {
+	out := make([]ofMessage, len(lines))
+	if i, err := translateRange(lines, out); err != nil {
+		return nil, cannot("%v in line %q", err, lines[i])
+	}
+	return out, nil
+}
+
+// parallelTranslateMin is the bundle size from which translate uses several goroutines.
+var parallelTranslateMin = 512
+
+// translateRange encodes lines into out (same length); on failure it returns the index of the
+// line and its error.
+func translateRange(lines []string, out []ofMessage) (int, error) {
+	for i, l := range lines {
 		m, err := translateLine(l)
 		if err != nil {
-			return nil, cannot("%v in line %q", err, l)
+			return i, err
 		}
 		// An OpenFlow message is at most 65,535 bytes, and in a bundle it is wrapped in a 16-byte
 		// bundle-add message: a longer one (a group of too many buckets for one message, see
 		// flows.MaxGroupBuckets) goes through ovs-ofctl, which behaves as it always did with it.
 		if 8+len(m.body)+16 > 0xffff {
-			return nil, cannot("message of %d bytes too long for OpenFlow in line %.80q...", 8+len(m.body), l)
+			return i, fmt.Errorf("message of %d bytes too long for OpenFlow", 8+len(m.body))
 		}
 		m.line = l
-		out = append(out, m)
+		out[i] = m
 	}
-	return out, nil
+	return 0, nil
 }
 
 func translateLine(l string) (ofMessage, error) {
@@ -112,7 +161,7 @@ func translateLine(l string) (ofMessage, error) {
 
 // splitTop splits s at commas outside parentheses.
 func splitTop(s string) []string {
-	var out []string
+	out := make([]string, 0, strings.Count(s, ",")+1)
 	depth, start := 0, 0
 	for i := 0; i < len(s); i++ {
 		switch s[i] {
@@ -273,16 +322,18 @@ func flowMod(command uint8, spec string) (ofMessage, error) {
 	if m.ipProto != -1 {
 		m.fields["ip_proto"], _ = newField("OXM_OF_IP_PROTO", []byte{byte(m.ipProto)}, nil)
 	}
-	known := map[string]bool{}
+	added := 0
 	for _, name := range order {
-		known[name] = true
 		if f, ok := m.fields[name]; ok {
 			fm.Match.AddField(f)
+			added++
 		}
 	}
-	for name := range m.fields {
-		if !known[name] {
-			return ofMessage{}, fmt.Errorf("internal: field %s has no order", name)
+	if added != len(m.fields) {
+		for name := range m.fields {
+			if !slices.Contains(order, name) {
+				return ofMessage{}, fmt.Errorf("internal: field %s has no order", name)
+			}
 		}
 	}
 	if command != of13.FC_ADD {
@@ -960,12 +1011,17 @@ func groupDelete(spec string) (ofMessage, error) {
 // command bucket id, then the group properties.
 func groupModBody(cmd uint16, typ uint8, id, cmdBucket uint32, buckets, props []byte) []byte {
 	b := make([]byte, 16, 16+len(buckets)+len(props))
+	return finishGroupMod(append(b, buckets...), cmd, typ, id, cmdBucket, len(buckets), props)
+}
+
+// finishGroupMod fills in the 16-byte group mod header at the start of b, which holds the
+// header's room and then bucketsLen bytes of buckets, and appends the properties.
+func finishGroupMod(b []byte, cmd uint16, typ uint8, id, cmdBucket uint32, bucketsLen int, props []byte) []byte {
 	binary.BigEndian.PutUint16(b[0:], cmd)
 	b[2] = typ
 	binary.BigEndian.PutUint32(b[4:], id)
-	binary.BigEndian.PutUint16(b[8:], uint16(len(buckets)))
+	binary.BigEndian.PutUint16(b[8:], uint16(bucketsLen))
 	binary.BigEndian.PutUint32(b[12:], cmdBucket)
-	b = append(b, buckets...)
 	return append(b, props...)
 }
 
@@ -979,7 +1035,9 @@ func groupMod(cmd uint16, spec string) (ofMessage, error) {
 		typ           = -1
 		method        string
 		fields        []of13.MatchField
-		buckets       []byte
+		// body is the group mod's 16-byte header (filled in last) and then the buckets, encoded
+		// in place: the binary form is shorter than the text.
+		body = make([]byte, 16, 16+len(spec))
 	)
 	for i := 0; i < len(toks); i++ {
 		t := toks[i]
@@ -1021,11 +1079,11 @@ func groupMod(cmd uint16, spec string) (ofMessage, error) {
 			for j < len(toks) && !strings.HasPrefix(toks[j], "bucket=") {
 				j++
 			}
-			b, err := bucket(append([]string{v}, toks[i+1:j]...))
-			if err != nil {
+			toks[i] = v
+			var err error
+			if body, err = appendBucket(body, toks[i:j]); err != nil {
 				return ofMessage{}, err
 			}
-			buckets = append(buckets, b...)
 			i = j - 1
 		default:
 			return ofMessage{}, cannot("group keyword %q", t)
@@ -1038,7 +1096,7 @@ func groupMod(cmd uint16, spec string) (ofMessage, error) {
 		if cmdBucket != ofpg15BucketLast {
 			return ofMessage{}, cannot("insert_bucket without command_bucket_id=last")
 		}
-		return ofMessage{typ: ofpt15GroupMod, body: groupModBody(cmd, 0, id, cmdBucket, buckets, nil)}, nil
+		return ofMessage{typ: ofpt15GroupMod, body: finishGroupMod(body, cmd, 0, id, cmdBucket, len(body)-16, nil)}, nil
 	}
 	if typ < 0 {
 		return ofMessage{}, cannot("group without type")
@@ -1053,7 +1111,7 @@ func groupMod(cmd uint16, spec string) (ofMessage, error) {
 	if method != "" {
 		props = selectionMethodProp(method, fields)
 	}
-	return ofMessage{typ: ofpt15GroupMod, body: groupModBody(cmd, uint8(typ), id, ofpg15BucketAll, buckets, props)}, nil
+	return ofMessage{typ: ofpt15GroupMod, body: finishGroupMod(body, cmd, uint8(typ), id, ofpg15BucketAll, len(body)-16, props)}, nil
 }
 
 // hashField is one field of a select group's fields(...): an OXM TLV whose value is the mask of
@@ -1091,7 +1149,7 @@ func selectionMethodProp(method string, fields []of13.MatchField) []byte {
 }
 
 // bucket encodes one ofp15_bucket from "bucket_id:N", "weight:N", "actions=A", "A"... tokens.
-func bucket(toks []string) ([]byte, error) {
+func appendBucket(dst []byte, toks []string) ([]byte, error) {
 	var (
 		id      uint64
 		haveID  bool
@@ -1130,7 +1188,8 @@ func bucket(toks []string) ([]byte, error) {
 		// ovs-ofctl numbers such buckets itself; only explicit ids are translated.
 		return nil, cannot("bucket without bucket_id")
 	}
-	var acts []byte
+	start := len(dst)
+	dst = append(dst, make([]byte, 8)...) // the bucket header, filled in below
 	if !(len(actToks) == 1 && actToks[0] == "drop") && len(actToks) > 0 {
 		list, err := parseActions(actToks)
 		if err != nil {
@@ -1141,22 +1200,22 @@ func bucket(toks []string) ([]byte, error) {
 			if err != nil {
 				return nil, err
 			}
-			acts = append(acts, ab...)
+			dst = append(dst, ab...)
 		}
 	}
-	b := make([]byte, 8, 8+len(acts)+8)
-	binary.BigEndian.PutUint16(b[2:], uint16(len(acts)))
+	b := dst[start:]
+	binary.BigEndian.PutUint16(b[2:], uint16(len(b)-8))
 	binary.BigEndian.PutUint32(b[4:], uint32(id))
-	b = append(b, acts...)
 	if weight >= 0 {
-		p := make([]byte, 8)
+		var p [8]byte
 		binary.BigEndian.PutUint16(p[0:], ofpgbpt15Weight)
 		binary.BigEndian.PutUint16(p[2:], 8)
 		binary.BigEndian.PutUint16(p[4:], uint16(weight))
-		b = append(b, p...)
+		dst = append(dst, p[:]...)
+		b = dst[start:]
 	}
 	binary.BigEndian.PutUint16(b[0:], uint16(len(b)))
-	return b, nil
+	return dst, nil
 }
 
 // learnFieldNames maps the ovs-fields(7) names allowed as "name=value" in learn to NXM names.

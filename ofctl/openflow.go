@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -83,6 +84,58 @@ type OpenFlow struct {
 	Native *Conn
 
 	nativeBundles, ofctlBundles atomic.Uint64
+
+	// prepared holds the encodings made by Prepare, by the bundle's lines (see prepKey).
+	prepMu   sync.Mutex
+	prepared map[prepKey]preparedBundle
+}
+
+// prepKey names a slice of bundle lines by identity (its first element and length), not by
+// content: Bundle uses an encoding only for the very slice Prepare was given.
+type prepKey struct {
+	first *string
+	n     int
+}
+
+type preparedBundle struct {
+	msgs []ofMessage
+	err  error
+}
+
+// maxPrepared bounds the encodings waiting for their Bundle call (a caller that prepares and
+// then does not write does not make them pile up).
+const maxPrepared = 4
+
+// Prepare encodes lines for a later Bundle call with the same slice (not a copy), so that a
+// caller writing a series of bundles can encode the next one while the switch commits the
+// current one (the agent's cold start). It does nothing without Native. Prepare and Bundle
+// may run on different goroutines; lines must not change in between.
+func (o *OpenFlow) Prepare(lines []string) {
+	if o.Native == nil || len(lines) == 0 {
+		return
+	}
+	// On one goroutine: the switch needs a core for the bundle it is committing meanwhile.
+	msgs, err := translateSerial(lines)
+	o.prepMu.Lock()
+	defer o.prepMu.Unlock()
+	if o.prepared == nil || len(o.prepared) >= maxPrepared {
+		o.prepared = map[prepKey]preparedBundle{}
+	}
+	o.prepared[prepKey{&lines[0], len(lines)}] = preparedBundle{msgs, err}
+}
+
+// encode returns the native encoding of lines: the one Prepare made of this slice, if any,
+// else a new one.
+func (o *OpenFlow) encode(lines []string) ([]ofMessage, error) {
+	k := prepKey{&lines[0], len(lines)}
+	o.prepMu.Lock()
+	p, ok := o.prepared[k]
+	delete(o.prepared, k)
+	o.prepMu.Unlock()
+	if ok {
+		return p.msgs, p.err
+	}
+	return translate(lines)
 }
 
 // BundleCounts returns how many bundles Bundle applied over the native connection and how many
@@ -160,7 +213,7 @@ func (o *OpenFlow) Bundle(ctx context.Context, lines []string) error {
 	}
 	log := klog.FromContext(ctx).WithValues("bridge", o.Bridge)
 	if o.Native != nil {
-		msgs, err := translate(lines)
+		msgs, err := o.encode(lines)
 		if err == nil {
 			if v := log.V(9); v.Enabled() {
 				v.Info("OpenFlow bundle (native)", "lines", len(lines), "text", strings.Join(lines, "\n"))

@@ -38,6 +38,32 @@ type Fake struct {
 	lines      int
 	conns      []Conn
 	flushes    []flows.ConntrackFilter
+	// prepared are the slices given to Prepare not yet bundled; preparedN and preparedUsed
+	// count the Prepare calls and the Bundle calls that found their slice prepared.
+	prepared                map[*string]int
+	preparedN, preparedUsed int
+}
+
+// Prepare records lines as prepared (ofctl.OpenFlow.Prepare encodes them): a later Bundle call
+// with the same slice counts as one that used its preparation (see Prepared).
+func (f *Fake) Prepare(lines []string) {
+	if len(lines) == 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.prepared == nil {
+		f.prepared = map[*string]int{}
+	}
+	f.prepared[&lines[0]] = len(lines)
+	f.preparedN++
+}
+
+// Prepared returns how many bundles were prepared and how many Bundle calls used a preparation.
+func (f *Fake) Prepared() (prepared, used int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.preparedN, f.preparedUsed
 }
 
 // Conn is one conntrack entry of a Fake (AddConn): its zone, protocol, original destination and
@@ -171,6 +197,10 @@ func (f *Fake) Bundle(_ context.Context, lines []string) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if n, ok := f.prepared[&lines[0]]; ok && n == len(lines) {
+		delete(f.prepared, &lines[0])
+		f.preparedUsed++
+	}
 	fail := func(i int, err error) error {
 		f.rejections++
 		return &ofctl.Error{Cmd: []string{"fake", "bundle"}, Stderr: fmt.Sprintf("-:%d: %v", i+1, err), Err: err}

@@ -82,7 +82,13 @@ type Result struct {
 	AgentAtReady    usage
 	AgentAfter      usage // after the changes
 	Change          latencyStats
-	BurstN          int
+	// ChangeWrite is the API write's round trip alone (within Change); ColdSteps and
+	// ChangeSteps are the agent's own step times (ms, from srcip_agent_sync_step_duration_seconds):
+	// of its first full sync, and the mean of its partial syncs during the single changes.
+	ChangeWrite latencyStats
+	ColdSteps   map[string]float64 `json:",omitempty"`
+	ChangeSteps map[string]float64 `json:",omitempty"`
+	BurstN      int
 	BurstS          float64 // first write -> last change in OVS
 	BurstWritesS    float64 // first write -> last API write returned
 

@@ -71,7 +71,14 @@ func (b *bench) agentPhase(ctx context.Context, r *Result, largest bool) error {
 	if err := b.lab.StartAgent("node1"); err != nil {
 		return err
 	}
-	defer b.lab.StopAgent("node1")
+	defer func() {
+		_ = b.lab.StopAgent("node1")
+		if *profileDir != "" {
+			if log, err := os.ReadFile(b.lab.AgentLog("node1")); err == nil {
+				_ = os.WriteFile(filepath.Join(*profileDir, fmt.Sprintf("agent-%d.log", len(b.cl.svcs))), log, 0o644)
+			}
+		}
+	}()
 	var profDone chan struct{}
 	if *profileDir != "" {
 		profDone = make(chan struct{})
@@ -102,6 +109,12 @@ func (b *bench) agentPhase(ctx context.Context, r *Result, largest bool) error {
 	}
 	logf("srcip-agent: cold start -> all flows in OVS %.2f s: %d flows, %d groups, RSS %.0f MB, CPU %.2f s",
 		r.AgentReadyS, r.AgentFlows, r.AgentGroups, r.AgentAtReady.RSSMB, r.AgentAtReady.CPUSeconds)
+	if st, err := b.syncSteps("full"); err != nil {
+		logf("agent metrics: %v", err)
+	} else {
+		r.ColdSteps = st.means(nil)
+		logf("srcip-agent: its first full sync, ms by step: %s", formatSteps(r.ColdSteps))
+	}
 	time.Sleep(3 * time.Second)
 	if profDone != nil {
 		<-profDone
@@ -177,6 +190,11 @@ func (b *bench) agentChanges(ctx context.Context, r *Result, n int) error {
 		}()
 	}
 	lat := make([]time.Duration, 0, n)
+	writes := make([]time.Duration, 0, n)
+	before, err := b.syncSteps("partial")
+	if err != nil {
+		return err
+	}
 	for i := 0; i < n; i++ {
 		time.Sleep(*spacing)
 		idx := (i * 7919) % size
@@ -187,6 +205,7 @@ func (b *bench) agentChanges(ctx context.Context, r *Result, n int) error {
 		if err := b.cl.setPort(ctx, idx, p); err != nil {
 			return err
 		}
+		writes = append(writes, time.Since(t0))
 		timeout := time.After(30 * time.Second)
 	wait:
 		for {
@@ -212,9 +231,15 @@ func (b *bench) agentChanges(ctx context.Context, r *Result, n int) error {
 			}
 		}
 	}
-	r.Change = stats(lat)
-	logf("srcip-agent: one EndpointSlice change, API write -> flows in OVS over %d changes at %d Services: p50 %.1f ms, p99 %.1f ms, max %.3f s",
-		n, size, r.Change.P50ms, r.Change.P99ms, r.Change.Maxs)
+	r.Change, r.ChangeWrite = stats(lat), stats(writes)
+	logf("srcip-agent: one EndpointSlice change, API write -> flows in OVS over %d changes at %d Services: p50 %.1f ms, p99 %.1f ms, max %.3f s; the API write's round trip alone p50 %.1f ms, p99 %.1f ms",
+		n, size, r.Change.P50ms, r.Change.P99ms, r.Change.Maxs, r.ChangeWrite.P50ms, r.ChangeWrite.P99ms)
+	if after, err := b.syncSteps("partial"); err != nil {
+		logf("agent metrics: %v", err)
+	} else {
+		r.ChangeSteps = after.means(&before)
+		logf("srcip-agent: its partial syncs meanwhile, mean ms by step: %s", formatSteps(r.ChangeSteps))
+	}
 	return nil
 }
 
@@ -687,4 +712,68 @@ func (b *bench) smallBundles(ctx context.Context, r *Result, tmp, groups, flows 
 	logf("one Service's bundle (%d lines): ovs-ofctl process p50 %.2f ms p99 %.2f ms; pre-encoded over a persistent connection p50 %.2f ms p99 %.2f ms",
 		strings.Count(text, "\n"), r.SmallBundleOfctl.P50ms, r.SmallBundleOfctl.P99ms, r.SmallBundlePersistent.P50ms, r.SmallBundlePersistent.P99ms)
 	return nil
+}
+
+// stepTotals are the agent's srcip_agent_sync_step_duration_seconds sums and counts of one
+// kind of sync, by step, plus "sync" (srcip_agent_sync_duration_seconds).
+type stepTotals struct{ sum, count map[string]float64 }
+
+var stepLineRE = regexp.MustCompile(`^srcip_agent_sync(?:_step)?_duration_seconds_(sum|count)\{kind="(\w+)"(?:,step="(\w+)")?\} (\S+)$`)
+
+// syncSteps reads the agent's sync step totals of kind (full, partial) from its /metrics.
+func (b *bench) syncSteps(kind string) (stepTotals, error) {
+	t := stepTotals{sum: map[string]float64{}, count: map[string]float64{}}
+	resp, err := http.Get("http://" + b.metrics + "/metrics")
+	if err != nil {
+		return t, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return t, err
+	}
+	for _, l := range strings.Split(string(body), "\n") {
+		m := stepLineRE.FindStringSubmatch(l)
+		if m == nil || m[2] != kind {
+			continue
+		}
+		step := m[3]
+		if step == "" {
+			step = "sync"
+		}
+		v, _ := strconv.ParseFloat(m[4], 64)
+		if m[1] == "sum" {
+			t.sum[step] = v
+		} else {
+			t.count[step] = v
+		}
+	}
+	return t, nil
+}
+
+// means returns each step's mean in ms since before (nil: since the start).
+func (t stepTotals) means(before *stepTotals) map[string]float64 {
+	out := map[string]float64{}
+	for step, n := range t.count {
+		sum := t.sum[step]
+		if before != nil {
+			n -= before.count[step]
+			sum -= before.sum[step]
+		}
+		if n > 0 {
+			out[step] = sum / n * 1000
+		}
+	}
+	return out
+}
+
+// formatSteps prints step means in the order of a sync.
+func formatSteps(m map[string]float64) string {
+	var parts []string
+	for _, step := range []string{"sync", "model", "build", "resolve", "inventory", "drain", "plan", "apply", "zones"} {
+		if v, ok := m[step]; ok {
+			parts = append(parts, fmt.Sprintf("%s %.2f", step, v))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
