@@ -1,6 +1,7 @@
 package flows
 
 import (
+	"encoding"
 	"fmt"
 	"net/netip"
 	"strconv"
@@ -36,9 +37,11 @@ type NAT struct {
 }
 
 // MarshalText implements encoding.TextMarshaler.
-func (c CT) MarshalText() ([]byte, error) {
+func (c CT) MarshalText() ([]byte, error) { return c.AppendText(make([]byte, 0, 96)) }
+
+// AppendText implements encoding.TextAppender: MarshalText appended to b.
+func (c CT) AppendText(b []byte) ([]byte, error) {
 	// Appended by hand, not with fmt: a full sync renders one of these per Service bucket.
-	b := make([]byte, 0, 96)
 	b = append(b, "ct("...)
 	if c.Commit {
 		b = append(b, "commit,"...)
@@ -84,19 +87,57 @@ func (c CT) MarshalText() ([]byte, error) {
 		}
 		b = append(b, ",exec("...)
 		for i, a := range c.Exec {
-			t, err := a.MarshalText()
-			if err != nil {
-				return nil, err
-			}
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = append(b, t...)
+			var err error
+			if b, err = appendAction(b, a); err != nil {
+				return nil, err
+			}
 		}
 		b = append(b, ')')
 	}
 	return append(b, ')'), nil
 }
+
+// move is "move:SRC->DST" (ovs-actions(7) "The move action"), rendered as go-openvswitch's
+// ovs.Move renders it but by appending, not with fmt: every Service bucket's ct(exec(...)) has
+// one.
+type move struct{ src, dst string }
+
+// Move copies the bits of field src into dst (NXM names with an optional [start..end] range).
+func Move(src, dst string) ovs.Action { return move{src, dst} }
+
+// MarshalText implements encoding.TextMarshaler.
+func (m move) MarshalText() ([]byte, error) {
+	return m.AppendText(make([]byte, 0, len("move:->")+len(m.src)+len(m.dst)))
+}
+
+// AppendText implements encoding.TextAppender.
+func (m move) AppendText(b []byte) ([]byte, error) {
+	if m.src == "" || m.dst == "" {
+		return nil, fmt.Errorf("move: empty field")
+	}
+	b = append(b, "move:"...)
+	b = append(b, m.src...)
+	b = append(b, "->"...)
+	return append(b, m.dst...), nil
+}
+
+// appendAction appends a's text to b, without an intermediate copy when a can append itself.
+func appendAction(b []byte, a ovs.Action) ([]byte, error) {
+	if ap, ok := a.(encoding.TextAppender); ok {
+		return ap.AppendText(b)
+	}
+	t, err := a.MarshalText()
+	if err != nil {
+		return nil, err
+	}
+	return append(b, t...), nil
+}
+
+// GoString implements fmt.GoStringer.
+func (m move) GoString() string { return fmt.Sprintf("flows.Move(%q, %q)", m.src, m.dst) }
 
 // GoString implements fmt.GoStringer.
 func (c CT) GoString() string { t, _ := c.MarshalText(); return fmt.Sprintf("flows.CT(%s)", t) }

@@ -194,8 +194,7 @@ func (p *Plan) groupLines(out []string, fs *FlowSet) []string {
 	}
 	for _, gt := range fs.gparts {
 		n := min(per, len(gt.buckets))
-		first := groupText{id: gt.id, head: gt.head, buckets: gt.buckets[:n]}
-		out = append(out, "group add_or_mod "+first.String())
+		out = append(out, gt.line("group add_or_mod ", gt.buckets[:n]))
 		for rest := gt.buckets[n:]; len(rest) > 0; {
 			k := min(per, len(rest))
 			out = append(out, fmt.Sprintf("group insert_bucket group_id=%d,command_bucket_id=last,%s", gt.id, strings.Join(rest[:k], ",")))

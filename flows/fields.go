@@ -373,7 +373,7 @@ func Fields() []FieldDoc {
 
 // MoveFrom copies header field src (an NXM name, e.g. NXM_OF_ETH_SRC[]) into the label field;
 // valid only in the exec of a committing CT action.
-func (f *CTLabelField) MoveFrom(src string) ovs.Action { return ovs.Move(src, f.NXM()) }
+func (f *CTLabelField) MoveFrom(src string) ovs.Action { return Move(src, f.NXM()) }
 
 // Match matches connections whose label field holds v (ovs-fields(7) "ct_label", masked; needs a
 // preceding ct() in the pipeline).
@@ -390,10 +390,10 @@ func (f *CTLabelField) Match(v uint64) ovs.Match {
 func (f *CTLabelField) Load(v uint64) ovs.Action { return ovs.Load(fmt.Sprintf("%#x", v), f.NXM()) }
 
 // MoveTo copies the label field into header field dst.
-func (f *CTLabelField) MoveTo(dst string) ovs.Action { return ovs.Move(f.NXM(), dst) }
+func (f *CTLabelField) MoveTo(dst string) ovs.Action { return Move(f.NXM(), dst) }
 
 // MoveFrom copies header field src into the register field.
-func (f *RegField) MoveFrom(src string) ovs.Action { return ovs.Move(src, f.NXM()) }
+func (f *RegField) MoveFrom(src string) ovs.Action { return Move(src, f.NXM()) }
 
 // MoveTo copies the register field into header field dst.
-func (f *RegField) MoveTo(dst string) ovs.Action { return ovs.Move(f.NXM(), dst) }
+func (f *RegField) MoveTo(dst string) ovs.Action { return Move(f.NXM(), dst) }

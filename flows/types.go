@@ -2,7 +2,6 @@ package flows
 
 import (
 	"fmt"
-	"hash/fnv"
 	"io"
 	"maps"
 	"net/netip"
@@ -207,7 +206,7 @@ func (fs *FlowSet) GroupIDs() []uint32 {
 // Finish renders the FlowSet, computes its fingerprint cookie and stamps it on every flow.
 // It returns an error when a flow or group does not render (ovs.FlowError).
 func (fs *FlowSet) Finish() error {
-	h := fnv.New64a()
+	h := newFNV64a()
 	fmt.Fprintf(h, "%d|%s\n", fs.Bridge, fs.Key)
 	if fs.Declined != "" {
 		// A declined port has no flows: its reason is its content (a changed reason is a change,
@@ -239,12 +238,12 @@ func (fs *FlowSet) Finish() error {
 		gparts = append(gparts, gt)
 	}
 	for _, s := range sorted {
-		h.Write([]byte(s))
-		h.Write([]byte{'\n'})
+		h.WriteString(s)
+		h.WriteString("\n")
 	}
 	for _, gt := range gparts {
 		gt.writeTo(h) // the bytes of gt.String(), without building it
-		h.Write([]byte{'\n'})
+		h.WriteString("\n")
 	}
 	fs.cookie = NewCookie(fs.Key.Kind, h.Sum64())
 	fs.gparts = gparts
@@ -405,11 +404,56 @@ type groupText struct {
 }
 
 // String is the whole group in one line: the header, then the buckets, comma-separated.
-func (gt groupText) String() string {
-	var b strings.Builder
-	gt.writeTo(&b)
-	return b.String()
+func (gt groupText) String() string { return gt.line("", gt.buckets) }
+
+// line is prefix, the header and buckets (comma-separated), built in one allocation.
+func (gt groupText) line(prefix string, buckets []string) string {
+	n := len(prefix) + len(gt.head)
+	for _, b := range buckets {
+		n += 1 + len(b)
+	}
+	var sb strings.Builder
+	sb.Grow(n)
+	sb.WriteString(prefix)
+	sb.WriteString(gt.head)
+	for _, b := range buckets {
+		sb.WriteByte(',')
+		sb.WriteString(b)
+	}
+	return sb.String()
 }
+
+// fnv64a is the 64-bit FNV-1a hash (hash/fnv's New64a) with a WriteString that does not copy
+// its argument: a full sync fingerprints every flow set's whole text.
+type fnv64a uint64
+
+func newFNV64a() *fnv64a {
+	h := fnv64a(14695981039346656037)
+	return &h
+}
+
+func (h *fnv64a) Write(p []byte) (int, error) {
+	v := *h
+	for _, c := range p {
+		v ^= fnv64a(c)
+		v *= 1099511628211
+	}
+	*h = v
+	return len(p), nil
+}
+
+func (h *fnv64a) WriteString(s string) (int, error) {
+	v := *h
+	for i := 0; i < len(s); i++ {
+		v ^= fnv64a(s[i])
+		v *= 1099511628211
+	}
+	*h = v
+	return len(s), nil
+}
+
+// Sum64 is the hash of what was written.
+func (h *fnv64a) Sum64() uint64 { return uint64(*h) }
 
 // writeTo writes the group's line to w: the header, then ",bucket=..." for each bucket.
 func (gt groupText) writeTo(w io.Writer) {
@@ -435,14 +479,13 @@ func (g OFGroup) render() (groupText, error) {
 		b = strconv.AppendUint(b, uint64(bk.Weight), 10)
 		b = append(b, ",actions="...)
 		for i, a := range bk.Actions {
-			t, err := a.MarshalText()
-			if err != nil {
-				return groupText{}, err
-			}
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = append(b, t...)
+			var err error
+			if b, err = appendAction(b, a); err != nil {
+				return groupText{}, err
+			}
 		}
 		gt.buckets = append(gt.buckets, string(b))
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 
+	of13 "github.com/contiv/libOpenflow/openflow13"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -34,4 +36,16 @@ func TestTranslateParallel(t *testing.T) {
 	_, err = translate(bad)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "wibble", "the first untranslatable line is named")
+}
+
+// appendBundleAdd writes the same bytes as libOpenflow's BundleAdd around a message.
+func TestAppendBundleAdd(t *testing.T) {
+	body := []byte{1, 2, 3, 4, 5, 6, 7, 8, 9}
+	inner := message(ofpt15GroupMod, 77, body)
+	add := of13.BundleAdd{BundleID: 9, Flags: bundleAtomicOrdered, Message: rawMessage(inner)}
+	b, err := add.MarshalBinary()
+	require.NoError(t, err)
+	want := message(ofpt15BundleAdd, 77, b)
+	assert.Equal(t, want, appendBundleAdd(nil, 77, 9, bundleAtomicOrdered, ofpt15GroupMod, body))
+	assert.Equal(t, append([]byte{0xee}, want...), appendBundleAdd([]byte{0xee}, 77, 9, bundleAtomicOrdered, ofpt15GroupMod, body))
 }

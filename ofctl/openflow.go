@@ -114,8 +114,7 @@ func (o *OpenFlow) Prepare(lines []string) {
 	if o.Native == nil || len(lines) == 0 {
 		return
 	}
-	// On one goroutine: the switch needs a core for the bundle it is committing meanwhile.
-	msgs, err := translateSerial(lines)
+	msgs, err := translate(lines)
 	o.prepMu.Lock()
 	defer o.prepMu.Unlock()
 	if o.prepared == nil || len(o.prepared) >= maxPrepared {
