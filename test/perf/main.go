@@ -269,6 +269,7 @@ func mainErr() error {
 			return fmt.Errorf("create Services: %w", err)
 		}
 		logf("%d Services x %d endpoints over %d nodes in the API (%.1f s to write)", n, *endpoints, *nodes, time.Since(t).Seconds())
+		waitQuiet()
 		if err := b.agentPhase(ctx, r, largest); err != nil {
 			return fmt.Errorf("srcip-agent at %d Services: %w", n, err)
 		}

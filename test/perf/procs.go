@@ -186,3 +186,39 @@ func fetch(url, file string) error {
 	}
 	return f.Close()
 }
+
+// waitQuiet waits (at most 60 s) until the machine has been at least 90% idle for one second,
+// so that a cold start is not measured while the control plane still digests the objects just
+// written (the endpoint controllers, the watch cache) or anything else runs. It logs how long it
+// waited.
+func waitQuiet() {
+	start := time.Now()
+	idle := func() (idle, total uint64) {
+		b, err := os.ReadFile("/proc/stat")
+		if err != nil {
+			return 0, 0
+		}
+		line, _, _ := strings.Cut(string(b), "\n")
+		for i, f := range strings.Fields(line)[1:] {
+			v, _ := strconv.ParseUint(f, 10, 64)
+			total += v
+			if i == 3 || i == 4 { // idle, iowait
+				idle += v
+			}
+		}
+		return idle, total
+	}
+	for time.Since(start) < time.Minute {
+		i0, t0 := idle()
+		time.Sleep(time.Second)
+		i1, t1 := idle()
+		if t1 == t0 {
+			return
+		}
+		if frac := float64(i1-i0) / float64(t1-t0); frac >= 0.9 {
+			logf("machine quiet (%.0f%% idle) after %.1f s", frac*100, time.Since(start).Seconds())
+			return
+		}
+	}
+	logf("WARNING: the machine did not become quiet in a minute; measuring anyway")
+}
