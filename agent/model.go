@@ -5,8 +5,10 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	goruntime "runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -327,22 +329,74 @@ func (m *model) updatePods(logger klog.Logger, names map[types.NamespacedName]bo
 	}
 }
 
+// converted is one Service's ports as ServicePorts converts them, with its problems.
+type converted struct {
+	sps      []flows.ServicePort
+	problems []string
+}
+
+// parallelConvertMin is the number of Services from which convertServices spreads
+// ServicePorts (pure: it reads the Service and its slices) over GOMAXPROCS goroutines: a full
+// sync converts every Service of the cluster.
+var parallelConvertMin = 512
+
+// convertServices converts the named Services that exist, with their EndpointSlices sorted by
+// name (ServicePorts).
+func (m *model) convertServices(names map[types.NamespacedName]bool) map[types.NamespacedName]converted {
+	type job struct {
+		name types.NamespacedName
+		svc  *corev1.Service
+		eps  []*discoveryv1.EndpointSlice
+	}
+	jobs := make([]job, 0, len(names))
+	for name := range names {
+		svc := m.services[name]
+		if svc == nil {
+			continue
+		}
+		var eps []*discoveryv1.EndpointSlice
+		for s := range m.slicesOf[name] {
+			eps = append(eps, m.epSlices[s])
+		}
+		slices.SortFunc(eps, func(a, b *discoveryv1.EndpointSlice) int { return cmp.Compare(a.Name, b.Name) })
+		jobs = append(jobs, job{name, svc, eps})
+	}
+	results := make([]converted, len(jobs))
+	convert := func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			results[i].sps, results[i].problems = ServicePorts(jobs[i].svc, jobs[i].eps)
+		}
+	}
+	if workers := goruntime.GOMAXPROCS(0); len(jobs) < parallelConvertMin || workers < 2 {
+		convert(0, len(jobs))
+	} else {
+		var wg sync.WaitGroup
+		per := (len(jobs) + workers - 1) / workers
+		for lo := 0; lo < len(jobs); lo += per {
+			wg.Go(func() { convert(lo, min(lo+per, len(jobs))) })
+		}
+		wg.Wait()
+	}
+	out := make(map[types.NamespacedName]converted, len(jobs))
+	for i, j := range jobs {
+		out[j.name] = results[i]
+	}
+	return out
+}
+
 // updateServices reconverts the named Services, re-resolves the entry-point claims of every
 // Service they compete with, assigns group ids and marks the keys of every port that changed.
 func (m *model) updateServices(logger klog.Logger, names map[types.NamespacedName]bool, touched map[flows.Key]bool) {
 	convProblems := map[types.NamespacedName][]string{}
 	resolveSet := map[types.NamespacedName]bool{}
+	converted := m.convertServices(names)
 	for name := range names {
 		svc := m.services[name]
 		var sps []flows.ServicePort
 		var rank claimRank
 		if svc != nil {
-			var eps []*discoveryv1.EndpointSlice
-			for s := range m.slicesOf[name] {
-				eps = append(eps, m.epSlices[s])
-			}
-			slices.SortFunc(eps, func(a, b *discoveryv1.EndpointSlice) int { return cmp.Compare(a.Name, b.Name) })
-			sps, convProblems[name] = ServicePorts(svc, eps)
+			c := converted[name]
+			sps, convProblems[name] = c.sps, c.problems
 			var refused []string
 			sps, refused, m.refused[name] = m.admit.admit(name, sps)
 			if len(m.refused[name]) == 0 {

@@ -94,11 +94,21 @@ type pass struct {
 	bad    map[flows.Key]*flows.FlowSet
 	repair bool
 	now    time.Time
+	// zonesDone is closed when the conntrack zone limits are set (full syncs; see run).
+	zonesDone chan struct{}
+}
+
+// waitZones waits for the conntrack zone limits of a full sync (run starts them).
+func waitZones(_ context.Context, p *pass) error {
+	if p.zonesDone != nil {
+		<-p.zonesDone
+	}
+	return nil
 }
 
 // run is one sync: build -> resolve conflicts -> (full: read inventories) -> drains -> plan ->
-// apply and record -> (full: conntrack zone limits). A partial sync builds the keys that ch makes dirty and plans against what it
-// applied; a full sync builds every key and plans against the bridges' inventories. It returns
+// apply and record; a full sync sets the conntrack zone limits meanwhile and waits for them at
+// the end. A partial sync builds the keys that ch makes dirty and plans against what it applied; a full sync builds every key and plans against the bridges' inventories. It returns
 // the keys that have no flow set any more (partial syncs), whose group ids may now be released.
 func (s *syncer) run(ctx context.Context, st *flows.State, ch changes) ([]flows.Key, error) {
 	p := &pass{logger: klog.FromContext(ctx), full: ch.full, ch: ch, st: st,
@@ -107,13 +117,20 @@ func (s *syncer) run(ctx context.Context, st *flows.State, ch changes) ([]flows.
 	kind := "partial"
 	if p.full {
 		kind = "full"
+		// The conntrack zone limits (a few ovs-appctl calls) are independent of the flows: set
+		// them while the flows are built and written; the zones step waits for them.
+		p.zonesDone = make(chan struct{})
+		go func() {
+			defer close(p.zonesDone)
+			_ = s.zoneLimits(ctx, p)
+		}()
 	}
 	for _, step := range []struct {
 		name string
 		fn   func(context.Context, *pass) error
 	}{
 		{"build", s.build}, {"resolve", s.resolve}, {"inventory", s.inventory}, {"drain", s.drain},
-		{"plan", s.plan}, {"apply", s.apply}, {"zones", s.zoneLimits},
+		{"plan", s.plan}, {"apply", s.apply}, {"zones", waitZones},
 	} {
 		start := time.Now()
 		err := step.fn(ctx, p)
@@ -121,6 +138,7 @@ func (s *syncer) run(ctx context.Context, st *flows.State, ch changes) ([]flows.
 		s.metrics.SyncStepDuration.WithLabelValues(step.name, kind).Observe(d.Seconds())
 		s.steps = append(s.steps, step.name, d.Round(time.Microsecond).String())
 		if err != nil {
+			_ = waitZones(ctx, p)
 			return nil, err
 		}
 	}
