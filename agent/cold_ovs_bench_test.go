@@ -2,8 +2,8 @@ package agent
 
 import (
 	"fmt"
-	"os"
 	"testing"
+	"time"
 
 	"github.com/ovs-srcip/ovs-srcip/flows"
 	"github.com/ovs-srcip/ovs-srcip/ofctl"
@@ -27,7 +27,7 @@ func BenchmarkColdFullSyncOVS(b *testing.B) {
 				b.Cleanup(o.Native.Close)
 				bridges[br] = o
 			}
-			var steps string
+			steps, runs := map[string]time.Duration{}, map[string]int{}
 			for b.Loop() {
 				b.StopTimer()
 				for _, br := range []string{"br-ex", "br-int"} {
@@ -45,10 +45,16 @@ func BenchmarkColdFullSyncOVS(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.StopTimer()
-				steps = fmt.Sprint(f.r.syncer.steps...)
+				for i := 0; i+1 < len(f.r.syncer.steps); i += 2 {
+					d, _ := time.ParseDuration(f.r.syncer.steps[i+1].(string))
+					steps[f.r.syncer.steps[i].(string)] += d
+					runs[f.r.syncer.steps[i].(string)]++
+				}
 				b.StartTimer()
 			}
-			fmt.Fprintln(os.Stderr, "BenchmarkColdFullSyncOVS: the last sync's steps:", steps)
+			for _, step := range []string{"model", "build", "resolve", "apply"} {
+				b.ReportMetric(float64(steps[step].Milliseconds())/float64(max(runs[step], 1)), step+"-ms")
+			}
 		})
 	}
 }

@@ -1190,7 +1190,11 @@ func appendBucket(dst []byte, toks []string) ([]byte, error) {
 	}
 	start := len(dst)
 	dst = append(dst, make([]byte, 8)...) // the bucket header, filled in below
-	if !(len(actToks) == 1 && actToks[0] == "drop") && len(actToks) > 0 {
+	templated := false
+	if len(actToks) == 1 {
+		dst, templated = appendNATActions(dst, actToks[0])
+	}
+	if !templated && !(len(actToks) == 1 && actToks[0] == "drop") && len(actToks) > 0 {
 		list, err := parseActions(actToks)
 		if err != nil {
 			return nil, err
