@@ -15,11 +15,14 @@ type Metrics struct {
 	// drain, plan, apply, zones), by kind (full, partial).
 	SyncStepDuration *prometheus.HistogramVec
 	SyncFailures     *prometheus.CounterVec
-	AppliedFlows     *prometheus.GaugeVec
-	AppliedGroups    *prometheus.GaugeVec
-	BundleLines      *prometheus.CounterVec
-	LastSuccess      prometheus.Gauge
-	DesiredFlowSets  *prometheus.GaugeVec
+	// ChangeToFlows is the time from a watch event (an object change seen by the handlers) to
+	// the end of the sync that applied it, for the oldest change of each sync.
+	ChangeToFlows   prometheus.Histogram
+	AppliedFlows    *prometheus.GaugeVec
+	AppliedGroups   *prometheus.GaugeVec
+	BundleLines     *prometheus.CounterVec
+	LastSuccess     prometheus.Gauge
+	DesiredFlowSets *prometheus.GaugeVec
 	// ConntrackOps counts conntrack dumps and flushes by op (dump, flush) and result (ok, error).
 	ConntrackOps        *prometheus.CounterVec
 	DrainingEntryPoints prometheus.Gauge
@@ -55,6 +58,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Duration of each step of a sync (model: state from the caches and OVSDB; build; resolve: flow conflicts; inventory: dump of the bridges, full syncs; drain; plan; apply: the bundles; zones: conntrack zone limits), by step and kind (full, partial).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18),
 		}, []string{"step", "kind"}),
+		ChangeToFlows: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: ns, Name: "change_to_flows_seconds",
+			Help:    "Time from an object change seen by the agent's watch (Service, EndpointSlice, Node, Pod, EgressGateway, Namespace) to the end of the sync that wrote it into the bridges; one observation per sync, for its oldest change (like kube-proxy's network_programming_duration_seconds, without the API server's part).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
 		SyncFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "sync_failures_total",
 			Help: "Syncs that failed, by kind (full, partial).",
@@ -114,7 +122,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.reg = reg
 	if reg != nil {
-		reg.MustRegister(m.SyncDuration, m.SyncStepDuration, m.SyncFailures, m.AppliedFlows, m.AppliedGroups, m.BundleLines, m.LastSuccess, m.DesiredFlowSets,
+		reg.MustRegister(m.SyncDuration, m.SyncStepDuration, m.ChangeToFlows, m.SyncFailures, m.AppliedFlows, m.AppliedGroups, m.BundleLines, m.LastSuccess, m.DesiredFlowSets,
 			m.ConntrackOps, m.DrainingEntryPoints, m.ConntrackZoneLimit, m.ConntrackZoneEntries, m.FlowConflicts, m.RejectedFlowSets, m.RejectedNow, m.DeclinedServicePorts)
 	}
 	return m

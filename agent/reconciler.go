@@ -106,6 +106,9 @@ type Reconciler struct {
 	metrics  *Metrics
 	kick     atomic.Pointer[func()]
 	needFull atomic.Bool
+	// pendingSince is when the oldest object change that no sync has applied yet arrived
+	// (Unix ns; 0: none).
+	pendingSince atomic.Int64
 
 	// Owned by the goroutine calling Sync.
 	initialized bool
@@ -182,6 +185,13 @@ func (r *Reconciler) trigger() {
 	}
 }
 
+// changed requests a sync for a changed object and notes when the oldest change not yet in
+// the bridges arrived (srcip_agent_change_to_flows_seconds).
+func (r *Reconciler) changed() {
+	r.pendingSince.CompareAndSwap(0, time.Now().UnixNano())
+	r.trigger()
+}
+
 // RequestFullSync makes the next sync a full one and requests it.
 func (r *Reconciler) RequestFullSync() {
 	r.needFull.Store(true)
@@ -191,28 +201,28 @@ func (r *Reconciler) RequestFullSync() {
 // OnNode implements Handler.
 func (r *Reconciler) OnNode(prev, cur *corev1.Node) {
 	if r.model.nodeChanges.Update(objName(prev, cur), prev, cur) {
-		r.trigger()
+		r.changed()
 	}
 }
 
 // OnService implements Handler.
 func (r *Reconciler) OnService(prev, cur *corev1.Service) {
 	if r.model.svcChanges.Update(objKey(prev, cur), prev, cur) {
-		r.trigger()
+		r.changed()
 	}
 }
 
 // OnEndpointSlice implements Handler.
 func (r *Reconciler) OnEndpointSlice(prev, cur *discoveryv1.EndpointSlice) {
 	if r.model.sliceChanges.Update(objKey(prev, cur), prev, cur) {
-		r.trigger()
+		r.changed()
 	}
 }
 
 // OnPod implements Handler.
 func (r *Reconciler) OnPod(prev, cur *corev1.Pod) {
 	if r.model.podChanges.Update(objKey(prev, cur), prev, cur) {
-		r.trigger()
+		r.changed()
 	}
 }
 
@@ -225,7 +235,7 @@ func (r *Reconciler) OnEgressGateway(prev, cur *egressv1.EgressGateway) {
 		name = prev.Name
 	}
 	if r.model.egwChanges.Update(name, prev, cur) {
-		r.trigger()
+		r.changed()
 	}
 }
 
@@ -238,7 +248,7 @@ func (r *Reconciler) OnNamespace(prev, cur *corev1.Namespace) {
 		name = prev.Name
 	}
 	if r.model.nsChanges.Update(name, prev, cur) {
-		r.trigger()
+		r.changed()
 	}
 }
 
@@ -287,7 +297,13 @@ func (r *Reconciler) Sync(ctx context.Context) error {
 	defer r.syncMu.Unlock()
 	full := r.needFull.Swap(false) || !r.initialized
 	start := time.Now()
+	since := r.pendingSince.Swap(0)
 	full, err := r.sync(ctx, full)
+	if err != nil && since != 0 {
+		r.pendingSince.CompareAndSwap(0, since) // still pending
+	} else if since != 0 && r.initialized {
+		r.metrics.ChangeToFlows.Observe(time.Since(time.Unix(0, since)).Seconds())
+	}
 	kind := "partial"
 	if full {
 		kind = "full"

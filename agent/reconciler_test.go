@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -309,4 +311,40 @@ func TestUDPFragmentsFollowUDPEntryPoints(t *testing.T) {
 	assert.NotContains(t, f.r.Applied(flows.BrEx), fragKey, "gone with the last UDP entry point, in a partial sync")
 	assert.NotContains(t, strings.Join(f.ex.Flows(), "\n"), "nw_frag=yes")
 	assert.Empty(t, diffKeys(before, f.r.Applied(flows.BrEx)))
+}
+
+// srcip_agent_change_to_flows_seconds has one observation per sync that applied object
+// changes (not for the first full sync, nor for a sync without changes); a change whose sync
+// failed is observed by the sync that applies it, measured from its arrival.
+func TestChangeToFlowsMetric(t *testing.T) {
+	f := newFixture(t)
+	f.seed(f.r, 3)
+	require.NoError(t, f.sync())
+	count := func() uint64 {
+		m := &dto.Metric{}
+		require.NoError(t, f.r.metrics.ChangeToFlows.Write(m))
+		return m.GetHistogram().GetSampleCount()
+	}
+	sum := func() float64 {
+		m := &dto.Metric{}
+		require.NoError(t, f.r.metrics.ChangeToFlows.Write(m))
+		return m.GetHistogram().GetSampleSum()
+	}
+	assert.Zero(t, count(), "the first full sync is no change")
+
+	f.r.OnEndpointSlice(nil, makeSlice("ns1", "svc1", "svc1-b", ep("10.244.2.99", "node2")))
+	require.NoError(t, f.sync())
+	assert.Equal(t, uint64(1), count())
+	require.NoError(t, f.sync())
+	assert.Equal(t, uint64(1), count(), "a sync without changes observes nothing")
+
+	f.r.OnEndpointSlice(nil, makeSlice("ns1", "svc2", "svc2-b", ep("10.244.2.98", "node2")))
+	f.ex.FailNext(1)
+	require.Error(t, f.sync())
+	assert.Equal(t, uint64(1), count(), "a failed sync observes nothing")
+	time.Sleep(20 * time.Millisecond)
+	before := sum()
+	require.NoError(t, f.sync())
+	assert.Equal(t, uint64(2), count())
+	assert.GreaterOrEqual(t, sum()-before, 0.02, "measured from the change's arrival, before the failed sync")
 }

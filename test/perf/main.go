@@ -65,6 +65,7 @@ var (
 	kpSpacing    = flag.Duration("kp-spacing", 1100*time.Millisecond, "time between kube-proxy changes (its minimum sync period is 1 s)")
 	profileDir   = flag.String("profile", "", "directory: run the agent with --profiling and save a CPU profile of each cold start (cpu-N.pprof) and a heap profile after it (heap-N.pprof)")
 	extraArgs    = flag.String("agent-args", "", "extra srcip-agent arguments, space-separated (e.g. --openflow=ovs-ofctl)")
+	agentEnv     = flag.String("agent-env", "", "environment of the srcip-agent process only, space-separated NAME=VALUE (e.g. GOMEMLIMIT=200MiB, as deploy/ sets it from the container's memory limit)")
 	outFile      = flag.String("out", "bin/bench/results.json", "figures as JSON")
 	only         = flag.String("only", "", "run one phase alone: datapath")
 )
