@@ -65,6 +65,7 @@ var (
 	kpSpacing    = flag.Duration("kp-spacing", 1100*time.Millisecond, "time between kube-proxy changes (its minimum sync period is 1 s)")
 	profileDir   = flag.String("profile", "", "directory: run the agent with --profiling and save a CPU profile of each cold start (cpu-N.pprof) and a heap profile after it (heap-N.pprof)")
 	extraArgs    = flag.String("agent-args", "", "extra srcip-agent arguments, space-separated (e.g. --openflow=ovs-ofctl)")
+	coldRuns     = flag.Int("cold-runs", 3, "cold starts of the agent at each size; the figure is their median")
 	agentEnv     = flag.String("agent-env", "", "environment of the srcip-agent process only, space-separated NAME=VALUE (e.g. GOMEMLIMIT=200MiB, as deploy/ sets it from the container's memory limit)")
 	outFile      = flag.String("out", "bin/bench/results.json", "figures as JSON")
 	only         = flag.String("only", "", "run one phase alone: datapath")
@@ -76,8 +77,9 @@ const nodePortRange = "20000-32767" // 10k NodePorts do not fit the default rang
 type Result struct {
 	Services, Endpoints, Nodes int
 
-	AgentReadyS     float64 // process start -> first full sync applied (/readyz)
-	AgentFlows      int     // in OVS, br-ex + br-int, agent cookies
+	AgentReadyS     float64   // process start -> first full sync applied (/readyz): the median of the runs
+	AgentReadyRunsS []float64 // each cold start (-cold-runs), in order; the last one is profiled
+	AgentFlows      int       // in OVS, br-ex + br-int, agent cookies
 	AgentGroups     int
 	AgentFlowsLater int // 3 s later (must equal AgentFlows)
 	AgentAtReady    usage
@@ -86,12 +88,12 @@ type Result struct {
 	// ChangeWrite is the API write's round trip alone (within Change); ColdSteps and
 	// ChangeSteps are the agent's own step times (ms, from srcip_agent_sync_step_duration_seconds):
 	// of its first full sync, and the mean of its partial syncs during the single changes.
-	ChangeWrite latencyStats
-	ColdSteps   map[string]float64 `json:",omitempty"`
-	ChangeSteps map[string]float64 `json:",omitempty"`
-	BurstN      int
-	BurstS          float64 // first write -> last change in OVS
-	BurstWritesS    float64 // first write -> last API write returned
+	ChangeWrite  latencyStats
+	ColdSteps    map[string]float64 `json:",omitempty"`
+	ChangeSteps  map[string]float64 `json:",omitempty"`
+	BurstN       int
+	BurstS       float64 // first write -> last change in OVS
+	BurstWritesS float64 // first write -> last API write returned
 
 	FloorBundleS      float64 // pre-encoded bundles (both bridges)
 	FloorMessages     int

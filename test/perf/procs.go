@@ -187,7 +187,7 @@ func fetch(url, file string) error {
 	return f.Close()
 }
 
-// waitQuiet waits (at most 60 s) until the machine has been at least 90% idle for one second,
+// waitQuiet waits (at most 60 s) until the machine has been at least 90% idle for two seconds,
 // so that a cold start is not measured while the control plane still digests the objects just
 // written (the endpoint controllers, the watch cache) or anything else runs. It logs how long it
 // waited.
@@ -208,6 +208,7 @@ func waitQuiet() {
 		}
 		return idle, total
 	}
+	quiet := 0
 	for time.Since(start) < time.Minute {
 		i0, t0 := idle()
 		time.Sleep(time.Second)
@@ -215,8 +216,10 @@ func waitQuiet() {
 		if t1 == t0 {
 			return
 		}
-		if frac := float64(i1-i0) / float64(t1-t0); frac >= 0.9 {
-			logf("machine quiet (%.0f%% idle) after %.1f s", frac*100, time.Since(start).Seconds())
+		if frac := float64(i1-i0) / float64(t1-t0); frac < 0.9 {
+			quiet = 0
+		} else if quiet++; quiet == 2 {
+			logf("machine quiet (%.0f%% idle two seconds running) after %.1f s", frac*100, time.Since(start).Seconds())
 			return
 		}
 	}
