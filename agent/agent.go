@@ -71,6 +71,8 @@ type Config struct {
 	RepairPeriod time.Duration
 	// BucketsPerMessage: see ReconcilerConfig.
 	BucketsPerMessage int
+	// ReleaseMemory: see ReconcilerConfig.
+	ReleaseMemory bool
 }
 
 func (c *Config) validate() error {
@@ -130,6 +132,7 @@ func New(cfg Config) (*Agent, error) {
 		DrainPeriod:       cfg.DrainPeriod,
 		RepairPeriod:      cfg.RepairPeriod,
 		BucketsPerMessage: cfg.BucketsPerMessage,
+		ReleaseMemory:     cfg.ReleaseMemory,
 	})
 	if cfg.Metrics != nil && cfg.Metrics.reg != nil {
 		if err := cfg.Metrics.reg.Register(newFlowStatsCollector(rec, cfg.Bridges)); err != nil {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime/debug"
+	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,6 +93,10 @@ type ReconcilerConfig struct {
 	// are written as add_or_mod plus insert_bucket messages in the same bundle (0:
 	// flows.DefaultBucketsPerMessage).
 	BucketsPerMessage int
+	// ReleaseMemory makes the Reconciler return the memory its first full sync freed to the
+	// operating system (runtime/debug.FreeOSMemory) as soon as that sync is done, on another
+	// goroutine (the process's memory, not a test's).
+	ReleaseMemory bool
 }
 
 // DefaultDrainPeriod is the default ReconcilerConfig.DrainPeriod.
@@ -109,6 +115,11 @@ type Reconciler struct {
 	// pendingSince is when the oldest object change that no sync has applied yet arrived
 	// (Unix ns; 0: none).
 	pendingSince atomic.Int64
+	// memReleased is closed once the memory of the first full sync is returned
+	// (ReconcilerConfig.ReleaseMemory).
+	memReleased chan struct{}
+	// memHeld is the heap held from the OS before and after that release (bytes; tests).
+	memHeld [2]uint64
 
 	// Owned by the goroutine calling Sync.
 	initialized bool
@@ -153,7 +164,7 @@ func NewReconciler(cfg ReconcilerConfig) *Reconciler {
 	}
 	r := &Reconciler{cfg: cfg, metrics: m,
 		model:  newModel(cfg.NodeName, cfg.NodePortCIDRs, cfg.ExternalIPCIDRs, cfg.NodePortRange, cfg.Events),
-		syncer: newSyncer(cfg, m)}
+		syncer: newSyncer(cfg, m), memReleased: make(chan struct{})}
 	r.model.egressClusterCIDRs = cfg.EgressClusterCIDRs
 	r.model.chooseGateway = cfg.ChooseGateway
 	r.model.election = cfg.Election
@@ -325,11 +336,48 @@ func (r *Reconciler) Sync(ctx context.Context) error {
 	now := time.Now()
 	r.status.LastSuccess, r.status.FailingSince, r.status.LastError = now, time.Time{}, nil
 	if full {
+		if !r.status.FullSyncDone && r.cfg.ReleaseMemory {
+			// The first full sync holds every flow set of the cluster at once (at 10k Services
+			// the heap peaks at about three times what stays live); hand what it freed back to
+			// the node now rather than over the runtime's slow background scavenging. Off the
+			// sync's path: readiness does not wait for it.
+			go func() {
+				defer close(r.memReleased)
+				r.memHeld[0], r.memHeld[1] = releaseMemory(klog.FromContext(ctx))
+			}()
+		}
 		r.status.FullSyncDone = true
 		r.status.LastFullSuccess = now
 	}
 	r.metrics.LastSuccess.Set(float64(now.UnixNano()) / 1e9)
 	return nil
+}
+
+// releaseMemory runs a garbage collection and returns the freed heap to the operating system,
+// and logs how much the heap the process holds shrank; it returns that heap before and after
+// (bytes).
+func releaseMemory(logger klog.Logger) (before, after uint64) {
+	before = heapHeld()
+	start := time.Now()
+	debug.FreeOSMemory()
+	after = heapHeld()
+	logger.Info("Returned the first full sync's memory to the operating system",
+		"heapHeldBeforeMB", before>>20, "heapHeldAfterMB", after>>20, "took", time.Since(start).Round(time.Millisecond).String())
+	return before, after
+}
+
+// heapHeld is the heap memory the Go runtime holds from the operating system and has not
+// returned (runtime/metrics: heap objects, unused heap and free heap not yet released).
+func heapHeld() uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/unused:bytes"}, {Name: "/memory/classes/heap/free:bytes"}}
+	metrics.Read(s)
+	var n uint64
+	for _, x := range s {
+		if x.Value.Kind() == metrics.KindUint64 {
+			n += x.Value.Uint64()
+		}
+	}
+	return n
 }
 
 // sync updates the model, runs the syncer's pipeline and releases the group ids of Service ports

@@ -348,3 +348,22 @@ func TestChangeToFlowsMetric(t *testing.T) {
 	assert.Equal(t, uint64(2), count())
 	assert.GreaterOrEqual(t, sum()-before, 0.02, "measured from the change's arrival, before the failed sync")
 }
+
+// With ReleaseMemory the memory the first full sync freed goes back to the operating system
+// once that sync is done, on another goroutine: the heap the runtime holds shrinks; later full
+// syncs do not do it again.
+func TestReleaseMemoryAfterFirstSync(t *testing.T) {
+	f := newFixture(t)
+	f.r = f.newReconcilerWith(func(c *ReconcilerConfig) { c.ReleaseMemory = true })
+	f.seed(f.r, 2000)
+	require.NoError(t, f.sync())
+	select {
+	case <-f.r.memReleased:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first full sync's memory was not released")
+	}
+	before, after := f.r.memHeld[0], f.r.memHeld[1]
+	assert.Less(t, after, before, "the heap held from the operating system shrank")
+	f.r.RequestFullSync()
+	require.NoError(t, f.sync(), "a second full sync does not close memReleased twice")
+}

@@ -266,6 +266,7 @@ func run(ctx context.Context, o options) error {
 		DrainPeriod:        o.drainPeriod,
 		RepairPeriod:       o.repairPeriod,
 		BucketsPerMessage:  o.bucketsPerMessage,
+		ReleaseMemory:      true,
 	})
 	if err != nil {
 		return err

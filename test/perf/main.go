@@ -83,6 +83,7 @@ type Result struct {
 	AgentGroups     int
 	AgentFlowsLater int // 3 s later (must equal AgentFlows)
 	AgentAtReady    usage
+	AgentSettled    usage // 3 s after the cold start (the first sync's memory returned)
 	AgentAfter      usage // after the changes
 	Change          latencyStats
 	// ChangeWrite is the API write's round trip alone (within Change); ColdSteps and

@@ -157,6 +157,10 @@ func (b *bench) agentPhase(ctx context.Context, r *Result, largest bool) error {
 		logf("srcip-agent: its first full sync, ms by step: %s", formatSteps(r.ColdSteps))
 	}
 	time.Sleep(3 * time.Second)
+	if r.AgentSettled, err = procUsage(pid); err != nil {
+		return err
+	}
+	logf("srcip-agent: RSS 3 s after the cold start %.0f MB", r.AgentSettled.RSSMB)
 	if profDone != nil {
 		<-profDone
 		if err := fetch("http://"+b.metrics+"/debug/pprof/heap?gc=1", filepath.Join(*profileDir, fmt.Sprintf("heap-%d.pprof", len(b.cl.svcs)))); err != nil {
@@ -653,8 +657,8 @@ func printTable(rs []*Result) {
 	row("Services x endpoints (nodes)", func(r *Result) string { return fmt.Sprintf("%dx%d (%d)", r.Services, r.Endpoints, r.Nodes) })
 	row("agent: cold start -> all flows in OVS (s)", func(r *Result) string { return f2(r.AgentReadyS) })
 	row("agent: flows / groups in OVS", func(r *Result) string { return fmt.Sprintf("%d/%d", r.AgentFlows, r.AgentGroups) })
-	row("agent: RSS at sync / after changes (MB)", func(r *Result) string {
-		return fmt.Sprintf("%.0f/%.0f", r.AgentAtReady.RSSMB, r.AgentAfter.RSSMB)
+	row("agent: RSS at sync / 3 s later / after changes (MB)", func(r *Result) string {
+		return fmt.Sprintf("%.0f/%.0f/%.0f", r.AgentAtReady.RSSMB, r.AgentSettled.RSSMB, r.AgentAfter.RSSMB)
 	})
 	row("agent: peak RSS (MB)", func(r *Result) string {
 		return fmt.Sprintf("%.0f", max(r.AgentAtReady.PeakRSSMB, r.AgentAfter.PeakRSSMB))
