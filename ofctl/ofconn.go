@@ -469,7 +469,12 @@ func (c *Conn) applyOn(ctx context.Context, s *session, msgs []ofMessage) ([]str
 		return nil, errors.New("no reply to bundle open before the barrier's")
 	}
 	if r.typ == of13.Type_Error {
-		// Every add was refused too (no such bundle): nothing to discard.
+		// The adds written after the refused open are not refused with it: Open vSwitch
+		// (3.1) creates a bundle for an add whose bundle id is not open, so they may sit in an
+		// open bundle of this connection that a commit of the id would apply
+		// (TestNativeOpenRefusedLeavesNoBundle). End the session, which drops every bundle of
+		// the connection on the switch, rather than leave them there.
+		s.close(errors.New("bundle open refused"))
 		return []string{"Error " + formatOFError(r.body) + " for: bundle open"}, &rejectedError{"bundle open refused"}
 	}
 	if r.typ != ofpt15BundleControl || len(r.body) < 6 || binary.BigEndian.Uint16(r.body[4:]) != bundleOpenReply {
