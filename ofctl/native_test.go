@@ -249,6 +249,7 @@ func TestNativeFallback(t *testing.T) {
 	err := ofctl.Translate(p.Lines())
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "too long")
+	assert.Less(t, len(err.Error()), 300, "the line is quoted by its start only")
 }
 
 // A bundle with one refused message applies nothing: not the flows before it, not a group; the
