@@ -348,3 +348,18 @@ func TestChangeToFlowsMetric(t *testing.T) {
 	assert.Equal(t, uint64(2), count())
 	assert.GreaterOrEqual(t, sum()-before, 0.02, "measured from the change's arrival, before the failed sync")
 }
+
+// A change that arrives while a sync fails does not hide the older change of that sync: the
+// next successful sync measures from the older one.
+func TestChangeToFlowsKeepsOldestAfterFailure(t *testing.T) {
+	f := newFixture(t)
+	older, newer := time.Now().Add(-time.Second).UnixNano(), time.Now().UnixNano()
+	f.r.pendingSince.Store(newer) // arrived during the failed sync, after its Swap(0)
+	f.r.keepPending(older)
+	assert.Equal(t, older, f.r.pendingSince.Load())
+	f.r.keepPending(newer)
+	assert.Equal(t, older, f.r.pendingSince.Load(), "a newer time does not replace an older one")
+	f.r.pendingSince.Store(0)
+	f.r.keepPending(newer)
+	assert.Equal(t, newer, f.r.pendingSince.Load())
+}
