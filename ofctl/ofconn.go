@@ -442,7 +442,13 @@ func (c *Conn) applyOn(ctx context.Context, s *session, msgs []ofMessage) ([]str
 	_, och, ob := ctrl(bundleOpenRequest)
 	lo := s.reserveAdds(len(msgs))
 	defer s.endAdds()
-	buf := append(make([]byte, 0, 288<<10), ob...)
+	size := len(ob) + 8 // the open and the barrier
+	for _, m := range msgs {
+		if size += 24 + len(m.body); size > 288<<10 {
+			break // written in chunks: one chunk's room
+		}
+	}
+	buf := append(make([]byte, 0, min(size, 288<<10)), ob...)
 	for i, m := range msgs {
 		buf = appendBundleAdd(buf, lo+uint32(i), id, bundleAtomicOrdered, m.typ, m.body)
 		if len(buf) >= 256<<10 {
