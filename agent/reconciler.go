@@ -203,6 +203,20 @@ func (r *Reconciler) changed() {
 	r.trigger()
 }
 
+// keepPending puts back since, the arrival of the oldest change of a sync that failed, unless
+// an older one is pending: a change that arrived during that sync must not replace it.
+func (r *Reconciler) keepPending(since int64) {
+	for {
+		cur := r.pendingSince.Load()
+		if cur != 0 && cur <= since {
+			return
+		}
+		if r.pendingSince.CompareAndSwap(cur, since) {
+			return
+		}
+	}
+}
+
 // RequestFullSync makes the next sync a full one and requests it.
 func (r *Reconciler) RequestFullSync() {
 	r.needFull.Store(true)
@@ -311,7 +325,7 @@ func (r *Reconciler) Sync(ctx context.Context) error {
 	since := r.pendingSince.Swap(0)
 	full, err := r.sync(ctx, full)
 	if err != nil && since != 0 {
-		r.pendingSince.CompareAndSwap(0, since) // still pending
+		r.keepPending(since) // still pending
 	} else if since != 0 && r.initialized {
 		r.metrics.ChangeToFlows.Observe(time.Since(time.Unix(0, since)).Seconds())
 	}

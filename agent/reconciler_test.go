@@ -367,3 +367,18 @@ func TestReleaseMemoryAfterFirstSync(t *testing.T) {
 	f.r.RequestFullSync()
 	require.NoError(t, f.sync(), "a second full sync does not close memReleased twice")
 }
+
+// A change that arrives while a sync fails does not hide the older change of that sync: the
+// next successful sync measures from the older one.
+func TestChangeToFlowsKeepsOldestAfterFailure(t *testing.T) {
+	f := newFixture(t)
+	older, newer := time.Now().Add(-time.Second).UnixNano(), time.Now().UnixNano()
+	f.r.pendingSince.Store(newer) // arrived during the failed sync, after its Swap(0)
+	f.r.keepPending(older)
+	assert.Equal(t, older, f.r.pendingSince.Load())
+	f.r.keepPending(newer)
+	assert.Equal(t, older, f.r.pendingSince.Load(), "a newer time does not replace an older one")
+	f.r.pendingSince.Store(0)
+	f.r.keepPending(newer)
+	assert.Equal(t, newer, f.r.pendingSince.Load())
+}

@@ -249,6 +249,7 @@ func TestNativeFallback(t *testing.T) {
 	err := ofctl.Translate(p.Lines())
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "too long")
+	assert.Less(t, len(err.Error()), 300, "the line is quoted by its start only")
 }
 
 // A bundle with one refused message applies nothing: not the flows before it, not a group; the
@@ -459,4 +460,33 @@ func TestNativePrepare(t *testing.T) {
 	assert.Contains(t, strings.Join(fl, "\n"), "note:01.02")
 	native, viaOfctl = o.BundleCounts()
 	assert.Equal(t, [2]uint64{2, 1}, [2]uint64{native, viaOfctl})
+}
+
+// A bundle whose open the switch refuses (here: its id is already open on the connection, which
+// Open vSwitch answers with OFPBFC_BAD_ID after dropping that bundle) applies nothing and
+// leaves nothing behind: the adds written right after the open must not sit in a bundle that
+// Open vSwitch created for them implicitly (a later commit of that id would apply them).
+func TestNativeOpenRefusedLeavesNoBundle(t *testing.T) {
+	ctx := testContext(t)
+	sb := ovstest.StartDummy(t)
+	sb.AddBridge(t, "br0")
+	o := nativeOpenFlow(t, sb, "br0")
+	require.NoError(t, o.Bundle(ctx, []string{"flow add priority=10,ip,table=0,idle_timeout=0,cookie=0x5c10000000000001,actions=goto_table:40"}))
+	id := o.Native.NextBundleID()
+	typ, err := o.Native.BundleControlRaw(ctx, id, 0)
+	require.NoError(t, err)
+	require.NotEqual(t, uint8(1), typ, "raw open accepted")
+	err = o.Bundle(ctx, []string{"flow add priority=11,ip,table=0,idle_timeout=0,cookie=0x5c10000000000002,actions=goto_table:40"})
+	require.Error(t, err)
+	var oe *ofctl.Error
+	require.ErrorAs(t, err, &oe)
+	assert.True(t, oe.Rejected(), "%v", err)
+	assert.Contains(t, err.Error(), "bundle open")
+	// Whoever commits that id next on this connection must find no bundle.
+	typ, err = o.Native.BundleControlRaw(ctx, id, 4)
+	if err == nil {
+		assert.Equal(t, uint8(1), typ, "a commit of the refused bundle's id finds nothing to commit")
+	}
+	fl, _ := dumpState(t, sb, "br0")
+	assert.Len(t, fl, 1, "only the first flow: %v", fl)
 }

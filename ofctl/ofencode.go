@@ -101,7 +101,7 @@ func translate(lines []string) ([]ofMessage, error) {
 	wg.Wait()
 	for _, f := range fails { // the first failing line of the bundle
 		if f.i >= 0 {
-			return nil, cannot("%v in line %q", f.err, lines[f.i])
+			return nil, lineError(f.err, lines[f.i])
 		}
 	}
 	return out, nil
@@ -111,9 +111,25 @@ func translate(lines []string) ([]ofMessage, error) {
 func translateSerial(lines []string) ([]ofMessage, error) {
 	out := make([]ofMessage, len(lines))
 	if i, err := translateRange(lines, out); err != nil {
-		return nil, cannot("%v in line %q", err, lines[i])
+		return nil, lineError(err, lines[i])
 	}
 	return out, nil
+}
+
+// tooLongError is the size of a message too long for OpenFlow; its line (a group of many
+// buckets, hundreds of kB) is quoted by its first 80 bytes only.
+type tooLongError int
+
+func (n tooLongError) Error() string {
+	return fmt.Sprintf("message of %d bytes too long for OpenFlow", int(n))
+}
+
+// lineError is the untranslatable error of line.
+func lineError(err error, line string) error {
+	if _, ok := err.(tooLongError); ok {
+		return cannot("%v in line %.80q...", err, line)
+	}
+	return cannot("%v in line %q", err, line)
 }
 
 // parallelTranslateMin is the bundle size from which translate uses several goroutines.
@@ -131,7 +147,7 @@ func translateRange(lines []string, out []ofMessage) (int, error) {
 		// bundle-add message: a longer one (a group of too many buckets for one message, see
 		// flows.MaxGroupBuckets) goes through ovs-ofctl, which behaves as it always did with it.
 		if 8+len(m.body)+16 > 0xffff {
-			return i, fmt.Errorf("message of %d bytes too long for OpenFlow", 8+len(m.body))
+			return i, tooLongError(8 + len(m.body))
 		}
 		m.line = l
 		out[i] = m
