@@ -45,10 +45,9 @@ func BenchmarkColdFullSyncOVS(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.StopTimer()
-				for i := 0; i+1 < len(f.r.syncer.steps); i += 2 {
-					d, _ := time.ParseDuration(f.r.syncer.steps[i+1].(string))
-					steps[f.r.syncer.steps[i].(string)] += d
-					runs[f.r.syncer.steps[i].(string)]++
+				for _, st := range f.r.syncer.steps {
+					steps[st.name] += st.d
+					runs[st.name]++
 				}
 				b.StartTimer()
 			}

@@ -399,13 +399,12 @@ func heapHeld() uint64 {
 func (r *Reconciler) sync(ctx context.Context, full bool) (bool, error) {
 	start := time.Now()
 	ch, err := r.model.update(ctx, r.cfg.Dataplane, full)
-	d := time.Since(start)
 	kind := "partial"
 	if ch.full {
 		kind = "full"
 	}
-	r.metrics.SyncStepDuration.WithLabelValues("model", kind).Observe(d.Seconds())
-	r.syncer.steps = append(r.syncer.steps[:0], "model", d.Round(time.Microsecond).String())
+	r.syncer.steps = r.syncer.steps[:0]
+	r.syncer.observeStep("model", kind, time.Since(start))
 	if ch.full {
 		r.statusMu.Lock()
 		r.status.DataplaneError = err
@@ -422,9 +421,9 @@ func (r *Reconciler) sync(ctx context.Context, full bool) (bool, error) {
 		gone = r.model.groups.Held()
 		logger := klog.FromContext(ctx)
 		if !r.initialized {
-			logger.Info("First full sync done", append([]any{"took", time.Since(start).Round(time.Millisecond).String()}, r.syncer.steps...)...)
+			logger.Info("First full sync done", append([]any{"took", time.Since(start).Round(time.Millisecond).String()}, r.syncer.stepsKV()...)...)
 		} else {
-			logger.V(2).Info("Full sync steps", r.syncer.steps...)
+			logger.V(2).Info("Full sync steps", r.syncer.stepsKV()...)
 		}
 	}
 	r.model.releaseGroups(gone)

@@ -53,8 +53,30 @@ type syncer struct {
 	// reject reports (reason non-empty) or clears (nil) the rejection of a key's flow set (set by
 	// the Reconciler: an Event on the object).
 	reject func(k flows.Key, problem string)
-	// steps are the last sync's step names and durations, alternating (for its log line).
-	steps []any
+	// steps are the last sync's steps with their durations (observeStep).
+	steps []stepTime
+}
+
+// stepTime is one step of a sync and how long it took.
+type stepTime struct {
+	name string
+	d    time.Duration
+}
+
+// observeStep records that step of a sync of kind (full, partial) took d: in
+// srcip_agent_sync_step_duration_seconds and in s.steps.
+func (s *syncer) observeStep(step, kind string, d time.Duration) {
+	s.metrics.SyncStepDuration.WithLabelValues(step, kind).Observe(d.Seconds())
+	s.steps = append(s.steps, stepTime{step, d})
+}
+
+// stepsKV returns the last sync's steps as log key-values (name, rounded duration).
+func (s *syncer) stepsKV() []any {
+	kv := make([]any, 0, 2*len(s.steps))
+	for _, st := range s.steps {
+		kv = append(kv, st.name, st.d.Round(time.Microsecond).String())
+	}
+	return kv
 }
 
 func newSyncer(cfg ReconcilerConfig, m *Metrics) *syncer {
@@ -134,9 +156,7 @@ func (s *syncer) run(ctx context.Context, st *flows.State, ch changes) ([]flows.
 	} {
 		start := time.Now()
 		err := step.fn(ctx, p)
-		d := time.Since(start)
-		s.metrics.SyncStepDuration.WithLabelValues(step.name, kind).Observe(d.Seconds())
-		s.steps = append(s.steps, step.name, d.Round(time.Microsecond).String())
+		s.observeStep(step.name, kind, time.Since(start))
 		if err != nil {
 			_ = waitZones(ctx, p)
 			return nil, err

@@ -86,14 +86,9 @@ func (c CT) AppendText(b []byte) ([]byte, error) {
 			return nil, fmt.Errorf("ct: exec requires commit")
 		}
 		b = append(b, ",exec("...)
-		for i, a := range c.Exec {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			var err error
-			if b, err = appendAction(b, a); err != nil {
-				return nil, err
-			}
+		var err error
+		if b, err = appendActions(b, c.Exec); err != nil {
+			return nil, err
 		}
 		b = append(b, ')')
 	}
@@ -124,16 +119,27 @@ func (m move) AppendText(b []byte) ([]byte, error) {
 	return append(b, m.dst...), nil
 }
 
-// appendAction appends a's text to b, without an intermediate copy when a can append itself.
-func appendAction(b []byte, a ovs.Action) ([]byte, error) {
-	if ap, ok := a.(encoding.TextAppender); ok {
-		return ap.AppendText(b)
+// appendActions appends the actions' text to b, comma-separated, without an intermediate copy
+// for an action that can append itself.
+func appendActions(b []byte, acts []ovs.Action) ([]byte, error) {
+	for i, a := range acts {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if ap, ok := a.(encoding.TextAppender); ok {
+			var err error
+			if b, err = ap.AppendText(b); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		t, err := a.MarshalText()
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, t...)
 	}
-	t, err := a.MarshalText()
-	if err != nil {
-		return nil, err
-	}
-	return append(b, t...), nil
+	return b, nil
 }
 
 // GoString implements fmt.GoStringer.

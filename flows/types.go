@@ -478,14 +478,9 @@ func (g OFGroup) render() (groupText, error) {
 		b = append(b, ",weight:"...)
 		b = strconv.AppendUint(b, uint64(bk.Weight), 10)
 		b = append(b, ",actions="...)
-		for i, a := range bk.Actions {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			var err error
-			if b, err = appendAction(b, a); err != nil {
-				return groupText{}, err
-			}
+		var err error
+		if b, err = appendActions(b, bk.Actions); err != nil {
+			return groupText{}, err
 		}
 		gt.buckets = append(gt.buckets, string(b))
 	}

@@ -12,7 +12,6 @@ import (
 	"sync"
 
 	of13 "github.com/contiv/libOpenflow/openflow13"
-	"github.com/contiv/libOpenflow/util"
 )
 
 // This file translates the agent's bundle lines (flows.Plan.Lines, the ovs-ofctl(8) "bundle"
@@ -61,16 +60,6 @@ type ofMessage struct {
 	body []byte
 	line string
 }
-
-// rawMessage is an OpenFlow message given by its already encoded bytes (header included); the
-// xid is patched when it is sent.
-type rawMessage []byte
-
-func (m rawMessage) Len() uint16                       { return uint16(len(m)) }
-func (m rawMessage) MarshalBinary() ([]byte, error)    { return m, nil }
-func (m rawMessage) UnmarshalBinary(data []byte) error { return fmt.Errorf("not supported") }
-
-var _ util.Message = rawMessage(nil)
 
 // translate encodes every line of a bundle, or returns an *untranslatable error naming the first
 // line it cannot encode exactly.
@@ -1020,19 +1009,13 @@ func groupDelete(spec string) (ofMessage, error) {
 	if err != nil {
 		return ofMessage{}, err
 	}
-	return ofMessage{typ: ofpt15GroupMod, body: groupModBody(ofpgc15Delete, 0, uint32(id), ofpg15BucketAll, nil, nil)}, nil
+	return ofMessage{typ: ofpt15GroupMod, body: finishGroupMod(make([]byte, 16), ofpgc15Delete, 0, uint32(id), ofpg15BucketAll, nil)}, nil
 }
 
-// groupModBody is an ofp15_group_mod body (after the header): command, type, group id, buckets,
-// command bucket id, then the group properties.
-func groupModBody(cmd uint16, typ uint8, id, cmdBucket uint32, buckets, props []byte) []byte {
-	b := make([]byte, 16, 16+len(buckets)+len(props))
-	return finishGroupMod(append(b, buckets...), cmd, typ, id, cmdBucket, len(buckets), props)
-}
-
-// finishGroupMod fills in the 16-byte group mod header at the start of b, which holds the
-// header's room and then bucketsLen bytes of buckets, and appends the properties.
-func finishGroupMod(b []byte, cmd uint16, typ uint8, id, cmdBucket uint32, bucketsLen int, props []byte) []byte {
+// finishGroupMod fills in the 16-byte ofp15_group_mod header at the start of b, which holds the
+// header's room and then the buckets, and appends the properties.
+func finishGroupMod(b []byte, cmd uint16, typ uint8, id, cmdBucket uint32, props []byte) []byte {
+	bucketsLen := len(b) - 16
 	binary.BigEndian.PutUint16(b[0:], cmd)
 	b[2] = typ
 	binary.BigEndian.PutUint32(b[4:], id)
@@ -1112,7 +1095,7 @@ func groupMod(cmd uint16, spec string) (ofMessage, error) {
 		if cmdBucket != ofpg15BucketLast {
 			return ofMessage{}, cannot("insert_bucket without command_bucket_id=last")
 		}
-		return ofMessage{typ: ofpt15GroupMod, body: finishGroupMod(body, cmd, 0, id, cmdBucket, len(body)-16, nil)}, nil
+		return ofMessage{typ: ofpt15GroupMod, body: finishGroupMod(body, cmd, 0, id, cmdBucket, nil)}, nil
 	}
 	if typ < 0 {
 		return ofMessage{}, cannot("group without type")
@@ -1127,7 +1110,7 @@ func groupMod(cmd uint16, spec string) (ofMessage, error) {
 	if method != "" {
 		props = selectionMethodProp(method, fields)
 	}
-	return ofMessage{typ: ofpt15GroupMod, body: finishGroupMod(body, cmd, uint8(typ), id, ofpg15BucketAll, len(body)-16, props)}, nil
+	return ofMessage{typ: ofpt15GroupMod, body: finishGroupMod(body, cmd, uint8(typ), id, ofpg15BucketAll, props)}, nil
 }
 
 // hashField is one field of a select group's fields(...): an OXM TLV whose value is the mask of

@@ -93,3 +93,11 @@ func TestNATTemplate(t *testing.T) {
 		assert.Empty(t, got)
 	}
 }
+
+// rawMessage is an OpenFlow message given by its encoded bytes (header included), for comparing
+// appendBundleAdd with libOpenflow's BundleAdd.
+type rawMessage []byte
+
+func (m rawMessage) Len() uint16                       { return uint16(len(m)) }
+func (m rawMessage) MarshalBinary() ([]byte, error)    { return m, nil }
+func (m rawMessage) UnmarshalBinary(data []byte) error { return fmt.Errorf("not supported") }
