@@ -46,6 +46,14 @@
 #   SRCIP_CP_SERVICE_ACCOUNTS=1  keep the ServiceAccount admission plugin (pods get projected
 #                             tokens; add serviceaccount-controller and
 #                             root-ca-certificate-publisher-controller to SRCIP_CP_CONTROLLERS)
+#   SRCIP_CP_KUBELETS=1       a control plane for real kubelets that the API server dials (the
+#                             conformance lab, test/cluster Config.Conformance): kube-apiserver gets
+#                             a client certificate for the kubelets (DIR/pki/apiserver-kubelet-client.*,
+#                             O=system:masters, as kubeadm's) and verifies their serving
+#                             certificates against the CA (DIR/pki/ca.key signs them), and the
+#                             lease endpoint reconciler keeps the "kubernetes" Service's endpoints
+#                             (the address must not be loopback); kube-controller-manager gets the
+#                             service-account key, the root CA and the CSR signing pair
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -100,6 +108,18 @@ if [[ ! -s $pki/apiserver.crt ]]; then
 	openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$pki/sa.key" 2>/dev/null
 	mv "$pki/apiserver.crt.tmp" "$pki/apiserver.crt"
 fi
+kubelets=false
+if [[ ${SRCIP_CP_KUBELETS:-} == 1 ]]; then kubelets=true; fi
+if $kubelets && [[ ! -s $pki/apiserver-kubelet-client.crt ]]; then
+	openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+		-subj "/O=system:masters/CN=kube-apiserver-kubelet-client" \
+		-keyout "$pki/apiserver-kubelet-client.key" -out "$pki/apiserver-kubelet-client.csr" 2>/dev/null
+	printf 'extendedKeyUsage=clientAuth\n' >"$pki/apiserver-kubelet-client.ext"
+	openssl x509 -req -in "$pki/apiserver-kubelet-client.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" \
+		-CAcreateserial -days 3650 -extfile "$pki/apiserver-kubelet-client.ext" \
+		-out "$pki/apiserver-kubelet-client.crt.tmp" 2>/dev/null
+	mv "$pki/apiserver-kubelet-client.crt.tmp" "$pki/apiserver-kubelet-client.crt"
+fi
 if [[ ! -s $dir/tokens.csv ]]; then
 	token=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
 	echo "$token,admin,admin-uid,system:masters" >"$dir/tokens.csv.tmp"
@@ -144,13 +164,20 @@ write_args etcd "$bin/etcd" \
 	--initial-advertise-peer-urls="http://127.0.0.1:$peer_port" \
 	--initial-cluster="default=http://127.0.0.1:$peer_port" \
 	--unsafe-no-fsync
+apiserver_extra=(--endpoint-reconciler-type=none)
+if $kubelets; then
+	apiserver_extra=(--endpoint-reconciler-type=lease
+		--kubelet-client-certificate="$pki/apiserver-kubelet-client.crt"
+		--kubelet-client-key="$pki/apiserver-kubelet-client.key"
+		--kubelet-certificate-authority="$pki/ca.crt")
+fi
 write_args kube-apiserver "$bin/kube-apiserver" \
 	--etcd-servers="http://127.0.0.1:$etcd_port" \
 	--bind-address="$api_addr" \
 	--secure-port="$api_port" \
 	--advertise-address="$api_addr" \
 	--kubelet-preferred-address-types=InternalIP \
-	--endpoint-reconciler-type=none \
+	"${apiserver_extra[@]}" \
 	--cert-dir="$pki" \
 	--tls-cert-file="$pki/apiserver.crt" \
 	--tls-private-key-file="$pki/apiserver.key" \
@@ -169,6 +196,10 @@ kcm_extra=()
 if [[ -n $cluster_cidr ]]; then
 	kcm_extra=(--allocate-node-cidrs --cluster-cidr="$cluster_cidr"
 		--node-cidr-mask-size="${SRCIP_CP_NODE_CIDR_MASK:-24}" --service-cluster-ip-range=10.96.0.0/16)
+fi
+if $kubelets; then
+	kcm_extra+=(--service-account-private-key-file="$pki/sa.key" --root-ca-file="$pki/ca.crt"
+		--cluster-signing-cert-file="$pki/ca.crt" --cluster-signing-key-file="$pki/ca.key")
 fi
 write_args kube-controller-manager "$bin/kube-controller-manager" \
 	--kubeconfig="$dir/kubeconfig" \

@@ -21,9 +21,14 @@
 //   - kube-proxy never writes host-global conntrack sysctls (maxPerCore 0, TCP timeouts 0).
 //
 // The API server binds to the root end of a veth between the root netns and the lab router
-// (172.31.X.1/30); the router masquerades the nodes' connections to it, so the root netns needs
-// no route into the lab. The API server cannot dial kubelets (no kubectl logs/exec): tests enter
-// a pod's netns through its processes instead (PodExec).
+// (172.31.X.1/30); the router masquerades the nodes' connections to it. The root netns routes the
+// node underlay (UnderlayRouterCIDR, never the manifests labs' 192.0.2.0/24, which is this
+// machine's own eth0 network) and the cluster's pod CIDR over that veth, after checking that
+// neither overlaps a route the host has (Start refuses otherwise): the API server dials the
+// kubelets, whose serving certificates the cluster CA signs, with a client certificate that the
+// kubelets' webhook authentication and authorization accept (kubectl exec, logs, attach,
+// port-forward), and reaches pods (pods/proxy). The lease endpoint reconciler keeps the
+// "kubernetes" Service pointing at the API server.
 //
 // Close stops everything by pid (kubelet, kube-proxy, agents, containers by cgroup, shims,
 // containerd, the holder), removes the cgroups, the control plane and the lab. CleanupStale
@@ -129,6 +134,15 @@ type Config struct {
 	CRDs []string
 	// AgentArgs are appended to each agent's flags.
 	AgentArgs []string
+	// Conformance makes the cluster what Kubernetes' e2e suite expects of one (make conformance,
+	// docs/conformance.md): kube-controller-manager runs every controller and the ServiceAccount
+	// admission plugin is on, the kubelets point pods at CoreDNS (clusterDNS 10.96.0.10,
+	// cluster.local; DeployCoreDNS deploys it) and at a lab resolv.conf naming the lab router, and
+	// every docker-archive tarball in Images is imported into each node's containerd.
+	Conformance bool
+	// Images are docker-archive tarballs imported into every node besides the lab's own
+	// (hack/conformance/build.sh's images/*.tar: the e2e images under their exact names).
+	Images []string
 	// Logf receives progress lines (t.Logf).
 	Logf func(format string, args ...any)
 }
@@ -172,6 +186,7 @@ type KNode struct {
 
 	c                                  *Cluster
 	holder, containerd, kubelet, proxy *proc
+	tlsCert, tlsKey                    string // kubelet serving certificate (servingCert)
 	agent                              *proc
 	mu                                 sync.Mutex
 }
@@ -195,6 +210,9 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	}
 	if cfg.ClusterCIDR == "" {
 		cfg.ClusterCIDR = "10.244.0.0/16"
+	}
+	if cfg.Lab.RouterCIDR == "" {
+		cfg.Lab.RouterCIDR = UnderlayRouterCIDR
 	}
 	for name, p := range map[string]*string{"EchoBin": &cfg.EchoBin, "PauseBin": &cfg.PauseBin, "AgentBin": &cfg.AgentBin, "CNIBin": &cfg.CNIBin} {
 		if *p == "" {
@@ -240,17 +258,24 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err := c.setupLink(); err != nil {
 		return c, fmt.Errorf("cluster: link to the lab: %w", err)
 	}
+	if err := c.routeIntoLab(); err != nil {
+		return c, fmt.Errorf("cluster: routes into the lab: %w", err)
+	}
 	controllers := "endpointslice-controller,endpointslice-mirroring-controller,namespace-controller," +
 		"garbage-collector-controller,deployment-controller,replicaset-controller,daemonset-controller," +
 		"node-ipam-controller,node-lifecycle-controller"
 	if cfg.CNI == CNIDaemonSet {
 		controllers += ",serviceaccount-controller,root-ca-certificate-publisher-controller"
 	}
+	if cfg.Conformance {
+		controllers = "*"
+	}
 	c.CP, err = kube.Start(ctx, kube.Options{
 		Dir:              filepath.Join(c.dir, "cp"),
 		APIServerAddress: c.linkIP.String(),
 		ClusterCIDR:      cfg.ClusterCIDR,
-		ServiceAccounts:  cfg.CNI == CNIDaemonSet,
+		ServiceAccounts:  cfg.CNI == CNIDaemonSet || cfg.Conformance,
+		Kubelets:         true,
 		Controllers:      controllers,
 		Logf:             cfg.Logf,
 	})
@@ -262,11 +287,6 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		filepath.Join(c.BinDir, "kube-scheduler"), "--kubeconfig="+c.Kubeconfig, "--leader-elect=false",
 		"--secure-port=0", "--v=2"); err != nil {
 		return c, err
-	}
-	if cfg.CNI == CNIDaemonSet {
-		if err := c.kubernetesService(ctx); err != nil {
-			return c, err
-		}
 	}
 	if err := c.writeImages(); err != nil {
 		return c, err
@@ -419,6 +439,7 @@ func (c *Cluster) writeImages() error {
 		}
 		c.images = append(c.images, out)
 	}
+	c.images = append(c.images, c.cfg.Images...)
 	if c.cfg.CNI != CNIDaemonSet {
 		return nil
 	}

@@ -104,6 +104,9 @@ func (kn *KNode) up(ctx context.Context) error {
 	if err := kn.mounts(); err != nil {
 		return err
 	}
+	if kn.tlsCert, kn.tlsKey, err = kn.servingCert(kn.path("serving")); err != nil {
+		return err
+	}
 	if err := kn.writeConfigs(); err != nil {
 		return err
 	}
@@ -155,6 +158,9 @@ func (kn *KNode) up(ctx context.Context) error {
 		}
 		return fmt.Errorf("node %s: no spec.podCIDRs yet", kn.Name)
 	}, 60*time.Second); err != nil {
+		return err
+	}
+	if err := kn.routePodCIDR(); err != nil {
 		return err
 	}
 	switch c.cfg.CNI {
@@ -253,6 +259,16 @@ func (kn *KNode) ImportImage(tarball string) error {
 
 func (kn *KNode) writeConfigs() error {
 	c := kn.c
+	resolvConf, dns := "/etc/resolv.conf", ""
+	if c.cfg.Conformance {
+		// Pods' upstream resolver (dnsPolicy Default, CoreDNS's forward) is the lab router, which
+		// serves no DNS: no query ever leaves the lab for the host's resolver.
+		resolvConf = kn.path("resolv.conf")
+		if err := os.WriteFile(resolvConf, []byte("nameserver "+c.Lab.RouterPrefix().Addr().String()+"\n"), 0o644); err != nil {
+			return err
+		}
+		dns = "clusterDNS: [" + CoreDNSServiceIP + "]\nclusterDomain: cluster.local\n"
+	}
 	files := map[string]string{
 		"containerd.toml": `version = 3
 root = '` + kn.path("containerd", "root") + `'
@@ -291,12 +307,14 @@ containerRuntimeEndpoint: unix://` + kn.path("containerd.sock") + `
 address: ` + kn.IP.String() + `
 healthzBindAddress: 127.0.0.1
 readOnlyPort: 0
-authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}
-authorization: {mode: AlwaysAllow}
+tlsCertFile: ` + kn.tlsCert + `
+tlsPrivateKeyFile: ` + kn.tlsKey + `
+authentication: {anonymous: {enabled: false}, webhook: {enabled: true}, x509: {clientCAFile: ` + filepath.Join(c.CP.Dir, "pki", "ca.crt") + `}}
+authorization: {mode: Webhook}
 failSwapOn: false
 podLogsDir: ` + kn.path("pod-logs") + `
-resolvConf: /etc/resolv.conf
-imageGCHighThresholdPercent: 100
+resolvConf: ` + resolvConf + `
+` + dns + `imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
 localStorageCapacityIsolation: false

@@ -77,6 +77,13 @@ type Options struct {
 	// real-kubelet lab's DaemonSet install); Controllers must then include serviceaccount-controller
 	// and root-ca-certificate-publisher-controller.
 	ServiceAccounts bool
+	// Kubelets makes a control plane for real kubelets that the API server dials (exec, logs,
+	// port-forward, attach): a kubelet client certificate (O=system:masters) for kube-apiserver,
+	// kubelet serving certificates verified against the CA (sign them with KubeletServingCert),
+	// the lease endpoint reconciler for the "kubernetes" Service (APIServerAddress must not be
+	// loopback), and the service-account key, root CA and CSR signer for
+	// kube-controller-manager. start.sh's SRCIP_CP_KUBELETS.
+	Kubelets bool
 	// NodePortRange is kube-apiserver --service-node-port-range, FIRST-LAST. Default 30000-32767.
 	NodePortRange string
 	// ReadyTimeout bounds the wait for each component. Default 90 s.
@@ -228,6 +235,9 @@ func (cp *ControlPlane) start(ctx context.Context, hack string) error {
 	}
 	if cp.opts.NodePortRange != "" {
 		prep.Env = append(prep.Env, "SRCIP_CP_NODE_PORT_RANGE="+cp.opts.NodePortRange)
+	}
+	if cp.opts.Kubelets {
+		prep.Env = append(prep.Env, "SRCIP_CP_KUBELETS=1")
 	}
 	if cp.opts.ServiceAccounts {
 		prep.Env = append(prep.Env, "SRCIP_CP_SERVICE_ACCOUNTS=1")

@@ -22,6 +22,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
+// RouterPrefix is the router's address on the node underlay with the underlay's length
+// (Config.RouterCIDR).
+func (l *Lab) RouterPrefix() netip.Prefix { return l.routerIP }
+
 // Config describes a lab. Only ManifestsDir is required.
 type Config struct {
 	// ManifestsDir holds Node, Pod, Service and EndpointSlice manifests.

@@ -30,7 +30,7 @@ import (
 
 const (
 	clientIP = "198.51.100.10"
-	egressIP = "192.0.2.50"
+	egressIP = "10.89.0.50"
 )
 
 var (
