@@ -87,3 +87,11 @@ func (kn *KNode) nodeSetup() error {
 	_, err := kn.Exec(argv...)
 	return err
 }
+
+// SetAgentArgs replaces the flags appended to every agent's command line (Config.AgentArgs); the
+// agents started after it (StartAgent, RestartAgent) get them.
+// Not safe to call while agents start.
+func (c *Cluster) SetAgentArgs(args ...string) { c.cfg.AgentArgs = append([]string(nil), args...) }
+
+// AgentArgsExtra returns the flags appended to every agent's command line (SetAgentArgs).
+func (c *Cluster) AgentArgsExtra() []string { return append([]string(nil), c.cfg.AgentArgs...) }
