@@ -18,7 +18,8 @@
 //     would otherwise write (kernel.panic, kernel.panic_on_oops, vm.overcommit_memory, ...);
 //   - containerd runs with restrict_oom_score_adj (no CAP_SYS_RESOURCE here), kubelet with
 //     failCgroupV1: false and its own cgroupRoot (created beforehand in every v1 hierarchy);
-//   - kube-proxy never writes host-global conntrack sysctls (maxPerCore 0, TCP timeouts 0).
+//   - kube-proxy never writes the host-global nf_conntrack_max (maxPerCore 0); its TCP timeouts
+//     are per netns, so it sets them in the node netns as on a real node.
 //
 // The API server binds to the root end of a veth between the root netns and the lab router
 // (172.31.X.1/30); the router masquerades the nodes' connections to it. The root netns routes the

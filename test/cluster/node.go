@@ -329,8 +329,9 @@ clusterCIDR: ` + c.cfg.ClusterCIDR + `
 bindAddress: ` + kn.IP.String() + `
 healthzBindAddress: 127.0.0.1:10256
 metricsBindAddress: 127.0.0.1:10249
-# never write the host-global nf_conntrack_max or conntrack timeouts
-conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
+# never write the host-global nf_conntrack_max; the TCP timeouts are per netns (kube-proxy's
+# defaults, 24h established and 1h CLOSE_WAIT, which the KubeProxy e2e test checks)
+conntrack: {maxPerCore: 0, min: 0}
 `,
 	}
 	for name, body := range files {
