@@ -7,7 +7,7 @@ GO    ?= go
 BIN   := $(CURDIR)/bin
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: all build deps demo test test-unit test-e2e golden bench bench-datapath bench-go bench-api vet fmt clean controlplane cluster
+.PHONY: all build deps demo test test-unit test-e2e test-conformance conformance conformance-build golden bench bench-datapath bench-go bench-api vet fmt clean controlplane cluster
 
 # Extra flags for the demo, e.g. `make demo DEMO_ARGS=--keep` keeps the lab up for poking.
 DEMO_ARGS ?=
@@ -61,7 +61,30 @@ test-e2e: deps build controlplane cluster
 	set -o pipefail; SRCIP_AGENT=$(BIN)/srcip-agent $(GO) test -count=1 -p 1 -timeout 20m -v ./test/cluster/... \
 		| grep -v '^=== '
 
-test: deps vet build test-unit test-e2e
+# Kubernetes' own e2e tests (e2e.test, ginkgo and kubectl v1.37.2, CoreDNS and the e2e images, built
+# from the Go module proxy and Debian's packages by hack/conformance/build.sh, cached like the control
+# plane) on the real-kubelet lab in Conformance mode (test/conformance, docs/conformance.md).
+# `make conformance` runs every [sig-network] test but the skip list, in mode plain (kube-proxy
+# serves Services, ovs-srcip is the pod network) and mode all (--preserve-source-ip=all), on one
+# lab, and compares the pass sets. CONFORMANCE_ARGS adds flags, e.g. -modes plain,all,bridge (the
+# reference bridge CNI as the baseline), -focus REGEX, -procs N, -hold 30m.
+CONFORMANCE_ARGS ?=
+conformance: deps build controlplane cluster
+	$(GO) build -o $(BIN)/conformance ./test/conformance
+	set -o pipefail; e2e=$$(hack/conformance/build.sh | tail -1) && \
+		$(BIN)/conformance -e2e "$$e2e" -agent $(BIN)/srcip-agent -out $(BIN)/conformance $(CONFORMANCE_ARGS)
+
+conformance-build:
+	@hack/conformance/build.sh >/dev/null
+
+# The subset of make test: the [sig-network] [Conformance] tests in modes plain and all.
+test-conformance: deps build controlplane cluster
+	$(GO) build -o $(BIN)/conformance ./test/conformance
+	set -o pipefail; e2e=$$(hack/conformance/build.sh | tail -1) && \
+		$(BIN)/conformance -e2e "$$e2e" -agent $(BIN)/srcip-agent -out $(BIN)/conformance-subset \
+		-focus '\[sig-network\].*\[Conformance\]' -modes plain,all
+
+test: deps vet build test-unit test-e2e test-conformance
 
 golden:
 	$(GO) test ./flows -update

@@ -1,0 +1,51 @@
+package cluster
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The API server dials every kubelet (serving certificate checked against the cluster CA, its
+// client certificate accepted by the kubelet's webhook authentication and authorization): pod
+// logs and the node proxy work; and it reaches pods by their IP (pods/proxy) through the routes
+// the root netns has into the lab. Without them kubectl logs/exec/port-forward fail, as do the
+// e2e tests that use them.
+func TestAPIServerReachesKubeletsAndPods(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs := theCluster.Client
+	for _, p := range pods(t) {
+		retry(t, "logs of "+p.Name, func() error {
+			_, err := cs.CoreV1().Pods(p.Namespace).GetLogs(p.Name, nil).DoRaw(ctx)
+			return err
+		})
+		t.Logf("logs of %s on %s: read through its kubelet", p.Name, p.Spec.NodeName)
+		var got []byte
+		retry(t, "pods/proxy to "+p.Name, func() error {
+			var err error
+			got, err = cs.CoreV1().Pods(p.Namespace).ProxyGet("http", p.Name, "8080", "/", nil).DoRaw(ctx)
+			return err
+		})
+		t.Logf("pods/proxy %s (%s): %s", p.Name, p.Status.PodIP, strings.TrimSpace(string(got)))
+	}
+	for _, n := range theCluster.Lab.Nodes {
+		var got []byte
+		retry(t, "node proxy "+n.Name, func() error {
+			var err error
+			got, err = cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes/" + n.Name + "/proxy/healthz").DoRaw(ctx)
+			return err
+		})
+		if string(got) != "ok" {
+			t.Errorf("node %s: kubelet /healthz through the API server = %q", n.Name, got)
+		}
+	}
+	// The lease endpoint reconciler keeps the kubernetes Service pointing at the API server.
+	ep, err := cs.CoreV1().Endpoints("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil || len(ep.Subsets) == 0 || len(ep.Subsets[0].Addresses) == 0 || ep.Subsets[0].Addresses[0].IP != theCluster.linkIP.String() {
+		t.Fatalf("Endpoints default/kubernetes = %+v (err %v), want %s", ep, err, theCluster.linkIP)
+	}
+}
