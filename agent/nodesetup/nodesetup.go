@@ -29,7 +29,7 @@ const (
 	DefaultCNIBinDir   = "/opt/cni/bin"
 	DefaultCNIConfDir  = "/etc/cni/net.d"
 	DefaultCNIDataDir  = "/var/lib/cni/networks"
-	// DefaultCNISourceDir is where the image keeps srcip-cni, host-local and loopback.
+	// DefaultCNISourceDir is where the image keeps srcip-cni, host-local, loopback and portmap.
 	DefaultCNISourceDir = "/usr/local/lib/ovs-srcip/cni"
 	// ConflistName is the conflist's file name in the CNI config directory.
 	ConflistName = "10-ovs-srcip.conflist"
@@ -47,8 +47,9 @@ const (
 )
 
 // CNIPlugins are the binaries the CNI install copies from CNISourceDir into CNIBinDir:
-// the plugin, its IPAM and the loopback plugin containerd runs for every sandbox.
-var CNIPlugins = []string{"srcip-cni", "host-local", "loopback"}
+// the plugin, its IPAM, the loopback plugin containerd runs for every sandbox and portmap, chained
+// after srcip-cni for the pods' hostPorts.
+var CNIPlugins = []string{"srcip-cni", "host-local", "loopback", "portmap"}
 
 // Config is what node-setup and node-teardown act on.
 type Config struct {

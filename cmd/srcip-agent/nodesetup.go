@@ -69,7 +69,7 @@ func newNodeSetupCommand() *cobra.Command {
     br-ex (Port tag 4094, external_ids ovs-srcip.io/egress-subnets), its addresses and routes move
     to br-ex, and ip rule from <its subnets> lookup <table 7100+> (default via ROUTER) routes what
     is sourced there out of it (egress IPs in those subnets, docs/egress.md "Secondary NICs").
- 4. CNI: srcip-cni, host-local and loopback copied from --cni-source-dir into --cni-bin-dir, the
+ 4. CNI: srcip-cni, host-local, loopback and portmap copied from --cni-source-dir into --cni-bin-dir, the
     conflist written in place into --cni-conf-dir.
 The pod CIDR comes from --pod-cidr or from the Node object (--node-name), waiting for
 spec.podCIDRs. It runs as the DaemonSet's init container (privileged, host network).`,
@@ -93,7 +93,7 @@ spec.podCIDRs. It runs as the DaemonSet's init container (privileged, host netwo
 	f.DurationVar(&o.podCIDRWait, "pod-cidr-wait", 5*time.Minute, "how long to wait for the Node's spec.podCIDRs")
 	f.IntVar(&o.cfg.MTU, "mtu", 0, "pod MTU (srcip-gw0 and the conflist); 0: the underlay's (br-ex's) MTU - 50 (Geneve)")
 	f.DurationVar(&o.cfg.FlowWait, "flow-wait", 20*time.Second, "srcip-cni's bound on the wait for the agent's flows (conflist flowWait)")
-	f.StringVar(&o.cfg.CNISourceDir, "cni-source-dir", nodesetup.DefaultCNISourceDir, "directory holding srcip-cni, host-local and loopback to install")
+	f.StringVar(&o.cfg.CNISourceDir, "cni-source-dir", nodesetup.DefaultCNISourceDir, "directory holding srcip-cni, host-local, loopback and portmap to install")
 	f.StringArrayVar(&o.egressInterfaces, "egress-interface", nil, `repeatable: NIC[=ROUTER], a secondary NIC (e.g. eth1=203.0.113.1) made a second uplink of br-ex for egress IPs inside its subnets: its addresses and routes move to br-ex, and what is sourced in its subnets is routed to ROUTER (default: the gateway of the NIC's own routes) by ip rule + table `+strconv.Itoa(nodesetup.EgressRouteTableBase)+`+ (docs/egress.md "Secondary NICs")`)
 	return cmd
 }
