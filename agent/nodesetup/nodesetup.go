@@ -69,6 +69,9 @@ type Config struct {
 	ClusterCIDRs []netip.Prefix
 	// PodCIDRs are this node's pod CIDRs (IPv4): the gateway addresses and the IPAM ranges.
 	PodCIDRs []netip.Prefix
+	// NodeIP is the node's InternalIP, the source of the host's routes to the cluster CIDRs
+	// (gateway.go routeSource); invalid: br-ex's first global IPv4 address.
+	NodeIP netip.Addr
 	// MTU is the pod MTU (gateway port and conflist); 0: the underlay's MTU - GeneveOverhead.
 	MTU int
 	// FlowWait is srcip-cni's bound on the wait for the agent's flows (conflist flowWait).
