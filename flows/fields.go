@@ -266,8 +266,9 @@ var (
 	OriginGateway = NewCTMark(CTMarkOrigin, 4, "came from the gateway port (the host, e.g. after kube-proxy's DNAT): replies, also those tunnelled back from another node, go out the gateway port")
 	// OriginNode: another node's host opened the connection to a local pod over Geneve (VNIPod)
 	// from that node's InternalIP (its route into the gateway port has the node IP as source);
-	// its replies go back over Geneve (VNIPod) to that node, whose gateway port gets them
-	// (BuildNode), not through this node's host, which never saw the connection.
+	// its replies go back over Geneve (VNIPod) to that node (CTLabelIngressNode), whose gateway
+	// port gets them (BuildNode, BuildGateway), not through this node's host, which never saw the
+	// connection.
 	OriginNode = NewCTMark(CTMarkOrigin, 8, "came by tunnel (VNI 1) from another node's host, from its InternalIP: replies go back over Geneve (VNI 1) to that node")
 )
 

@@ -73,6 +73,12 @@ func BuildGateway(st *State) (*FlowSet, error) {
 		// local pod ...
 		flow(IntPodEgressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rpl, OriginGateway.Match()}, toHost),
 		flow(IntPodEgressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rel, OriginGateway.Match()}, toHost),
+		// Replies (and ICMP errors) of connections another node's host opened from its InternalIP
+		// (OriginNode, committed by BuildNode) go back over Geneve (VNIPod) to that node.
+		flow(IntPodEgressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rpl, OriginNode.Match()},
+			CTLabelIngressNode.MoveTo(nxmTunIPv4), ovs.SetTunnel(VNIPod), output(p.IntTunnel)),
+		flow(IntPodEgressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rel, OriginNode.Match()},
+			CTLabelIngressNode.MoveTo(nxmTunIPv4), ovs.SetTunnel(VNIPod), output(p.IntTunnel)),
 		// ... and from another node's pod, over Geneve (VNIPod, looked up by BuildNode's flow).
 		flow(IntTunnelCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rpl, OriginGateway.Match()}, toHost),
 		flow(IntTunnelCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rel, OriginGateway.Match()}, toHost),
