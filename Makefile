@@ -24,6 +24,7 @@ build:
 	$(GO) build -o $(BIN)/srcip-cni ./cmd/srcip-cni
 	$(GO) build -o $(BIN)/host-local github.com/containernetworking/plugins/plugins/ipam/host-local
 	$(GO) build -o $(BIN)/loopback github.com/containernetworking/plugins/plugins/main/loopback
+	$(GO) build -o $(BIN)/portmap github.com/containernetworking/plugins/plugins/meta/portmap
 
 demo: deps build
 	$(GO) build -o $(BIN)/demo ./test/demo

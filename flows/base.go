@@ -142,6 +142,12 @@ func BuildIntBase(st *State) (*FlowSet, error) {
 			ovs.SetTunnel(VNIServiceReply),
 			output(p.IntTunnel)),
 		flow(IntPodEgressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{trackedRel, OriginBrEx.Match()}, output(p.IntPatch)),
+		// kubernetes#74839: a segment from a local pod that ZonePod holds invalid (the backend's
+		// out-of-window segment of a connection the host DNATed or the tunnel brought in) would
+		// leave here untranslated, past the host's or the ingress node's un-DNAT, and the client
+		// would answer the backend's own address with a RST that kills the connection. It is
+		// dropped, as a conntrack-invalid packet is by kube-proxy's rules (invalidSegment).
+		flow(IntPodEgressCT, prioMid, ovs.ProtocolTCPv4, 0, invalidSegment(), DropFor(DropPodEgressInvalid)),
 		flow(IntPodEgressCT, prioDefault, "", 0, nil, Goto(IntL3Forwarding)),
 
 		flow(IntARPResponder, prioDefault, "", 0, nil, DropFor(DropARPNotOurs)),
@@ -216,6 +222,17 @@ func BuildIntBase(st *State) (*FlowSet, error) {
 		}
 	}
 	return fs, fs.Finish()
+}
+
+// invalidSegment matches a TCP segment that conntrack holds invalid although it is a plain
+// acknowledgement (ACK, maybe with data; no SYN, FIN or RST): out of window for a connection the
+// zone tracks. A pod-to-pod connection is not committed in ZonePod, and its SYN-ACK (and, with
+// the kernel datapath, its FIN and RST) are invalid only because no entry exists: those keep
+// going; a plain ACK without an entry is +new (the userspace datapath; the kernel's with
+// nf_conntrack_tcp_loose=1, its default).
+func invalidSegment() []ovs.Match {
+	return []ovs.Match{ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateInvalid)),
+		ovs.TCPFlags("+ack", "-syn", "-fin", "-rst")}
 }
 
 // arpReply turns an ARP request into the reply "the target address is at mac" and sends it back

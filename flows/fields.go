@@ -264,6 +264,12 @@ var (
 	// the node where it entered; its replies, from a local pod or back over Geneve from another
 	// node, go out the gateway port, so the host sees both directions and undoes its DNAT.
 	OriginGateway = NewCTMark(CTMarkOrigin, 4, "came from the gateway port (the host, e.g. after kube-proxy's DNAT): replies, also those tunnelled back from another node, go out the gateway port")
+	// OriginNode: another node's host opened the connection to a local pod over Geneve (VNIPod)
+	// from that node's InternalIP (its route into the gateway port has the node IP as source);
+	// its replies go back over Geneve (VNIPod) to that node (CTLabelIngressNode), whose gateway
+	// port gets them (BuildNode, BuildGateway), not through this node's host, which never saw the
+	// connection.
+	OriginNode = NewCTMark(CTMarkOrigin, 8, "came by tunnel (VNI 1) from another node's host, from its InternalIP: replies go back over Geneve (VNI 1) to that node")
 )
 
 // ct_label fields.
@@ -351,8 +357,8 @@ func Fields() []FieldDoc {
 		{"conntrack zone `ZonePod`", fmt.Sprintf("%d (%#x)", ZonePod, ZonePod), "br-int: connections to and from local pods."},
 		{"conntrack zone `ZoneEgress`", fmt.Sprintf("%d (%#x)", ZoneEgress, ZoneEgress), "br-int, egress gateway: the SNAT of selected pods' traffic to the egress IP."},
 		{fmt.Sprintf("`%s` `%s` (ZonePod)", CTMarkOrigin.name, CTMarkOrigin.Ref()),
-			fmt.Sprintf("%d `OriginBrEx`, %d `OriginTunnel`, %d `OriginGateway`", OriginBrEx.value, OriginTunnel.value, OriginGateway.value),
-			"where a connection entered br-int: " + OriginBrEx.doc + "; " + OriginTunnel.doc + "; " + OriginGateway.doc + ". 0: a connection a pod opened towards the gateway port (committed on its way out, so the host's answers are tracked)"},
+			fmt.Sprintf("%d `OriginBrEx`, %d `OriginTunnel`, %d `OriginGateway`, %d `OriginNode`", OriginBrEx.value, OriginTunnel.value, OriginGateway.value, OriginNode.value),
+			"where a connection entered br-int: " + OriginBrEx.doc + "; " + OriginTunnel.doc + "; " + OriginGateway.doc + "; " + OriginNode.doc + ". 0: a connection a pod opened towards the gateway port (committed on its way out, so the host's answers are tracked)"},
 		{fmt.Sprintf("`%s` `%s` (ZonePod)", CTMarkEgressField.name, CTMarkEgressField.Ref()), "1 `EgressPath`", EgressPath.doc},
 		{fmt.Sprintf("`%s` `%s` (ZoneService)", CTLabelClientMAC.name, CTLabelClientMAC.Ref()), "MAC", CTLabelClientMAC.doc},
 		{fmt.Sprintf("`%s` `%s` (ZonePod)", CTLabelIngressNode.name, CTLabelIngressNode.Ref()), "IPv4", CTLabelIngressNode.doc},

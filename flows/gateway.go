@@ -73,9 +73,19 @@ func BuildGateway(st *State) (*FlowSet, error) {
 		// local pod ...
 		flow(IntPodEgressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rpl, OriginGateway.Match()}, toHost),
 		flow(IntPodEgressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rel, OriginGateway.Match()}, toHost),
+		// Replies (and ICMP errors) of connections another node's host opened from its InternalIP
+		// (OriginNode, committed by BuildNode) go back over Geneve (VNIPod) to that node.
+		flow(IntPodEgressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rpl, OriginNode.Match()},
+			CTLabelIngressNode.MoveTo(nxmTunIPv4), ovs.SetTunnel(VNIPod), output(p.IntTunnel)),
+		flow(IntPodEgressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rel, OriginNode.Match()},
+			CTLabelIngressNode.MoveTo(nxmTunIPv4), ovs.SetTunnel(VNIPod), output(p.IntTunnel)),
 		// ... and from another node's pod, over Geneve (VNIPod, looked up by BuildNode's flow).
 		flow(IntTunnelCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rpl, OriginGateway.Match()}, toHost),
 		flow(IntTunnelCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rel, OriginGateway.Match()}, toHost),
+		// kubernetes#74839: another node's pod's out-of-window segment of a connection the host
+		// opened (kube-proxy's DNAT of a ClusterIP) is invalid here; it must not go on to a local
+		// pod untranslated (its kernel would answer the backend's address with a RST).
+		flow(IntTunnelCT, prioMid, ovs.ProtocolTCPv4, 0, invalidSegment(), DropFor(DropPodEgressInvalid)),
 		flow(IntTunnelCT, prioDefault, "", 0, nil, Goto(IntL3Forwarding)),
 
 		// IntL3Forwarding: a local pod's packet for anything that is not a pod goes to the host

@@ -36,6 +36,17 @@ func BuildNode(st *State, n Node) (*FlowSet, error) {
 			SourceTunnelPod.Load(), Goto(IntL3Forwarding)))
 	}
 	if gw {
+		// That node's host reaches a local pod from its InternalIP (node-setup's route of the
+		// cluster CIDRs into its gateway port has the node IP as source): the connection is
+		// committed here with OriginNode and the node in CTLabelIngressNode, and its replies go
+		// back over Geneve to it (BuildGateway), where they are +est+rpl of the connection its
+		// gateway port committed (IntTunnelCT) and go out to its host. Through this node's host
+		// they would be conntrack-invalid there (it never saw the SYN) or masqueraded.
+		fs.Flows = append(fs.Flows,
+			flow(IntTunnelCT, prioHigh, ovs.ProtocolIPv4, 0,
+				[]ovs.Match{tunSrc, ovs.NetworkSource(n.InternalIP.String()), ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateNew))},
+				CT{Commit: true, Zone: ZonePod, Exec: []ovs.Action{OriginNode.Load(), CTLabelIngressNode.MoveFrom(nxmTunSrc)}},
+				Goto(IntL3Forwarding)))
 		// The host asks for that node's pods by ARP on the gateway port (it routes the cluster's
 		// pod CIDRs there): answered with this node's pod gateway MAC.
 		if gwMAC := selfGatewayMAC(st); gwMAC != nil {

@@ -44,6 +44,10 @@ const (
 	// DropPodIngressInvalid: a packet to a local pod that ZonePod holds invalid (out of window,
 	// a second connection's non-SYN on an established 4-tuple).
 	DropPodIngressInvalid DropReason = "pod-conntrack-invalid"
+	// DropPodEgressInvalid: a TCP segment from a pod (local, or another node's over Geneve) that
+	// ZonePod holds invalid (out of window): it would reach the client untranslated
+	// (kubernetes#74839).
+	DropPodEgressInvalid DropReason = "pod-egress-conntrack-invalid"
 	// DropGatewayInvalid: a packet from the host (gateway port) that ZonePod holds invalid.
 	DropGatewayInvalid DropReason = "gateway-conntrack-invalid"
 	// DropEgressNoGateway: a selected pod's packet whose egress IP has no active gateway (or no
@@ -114,6 +118,8 @@ var dropInfos = []DropInfo{
 		[]DropSpot{{BrInt, IntL3Forwarding, prioDefault, KindIntBase}, {BrInt, IntL3Forwarding, prioEgressExcl, KindPod}}},
 	{DropPodIngressInvalid, "the backend node's ZonePod holds the packet invalid (out of window, or a second connection on an established 4-tuple)",
 		[]DropSpot{{BrInt, IntPodIngressCT, prioDefault, KindIntBase}}},
+	{DropPodEgressInvalid, "a pod's TCP segment that ZonePod holds invalid (out of the connection's window): delivered, it would reach the client without the un-DNAT of its Service and be answered with a RST (kubernetes#74839)",
+		[]DropSpot{{BrInt, IntPodEgressCT, prioMid, KindIntBase}, {BrInt, IntTunnelCT, prioMid, KindGateway}}},
 	{DropGatewayInvalid, "a packet from the host (gateway port) that ZonePod holds invalid",
 		[]DropSpot{{BrInt, IntGatewayCT, prioDefault, KindGateway}}},
 	{DropEgressNoGateway, "a pod selected by an EgressGateway sent to its destinations while its egress IP has no active gateway (check the policy's status: Ready, activeGateways, and the egress-<IP> Lease)",

@@ -12,11 +12,26 @@ import (
 	"time"
 )
 
-// Conflist is the CNI network configuration list node-setup writes (CNI spec 1.1).
+// Conflist is the CNI network configuration list node-setup writes (CNI spec 1.1): srcip-cni,
+// then the reference portmap plugin (PortmapConfig).
 type Conflist struct {
-	CNIVersion string         `json:"cniVersion"`
-	Name       string         `json:"name"`
-	Plugins    []PluginConfig `json:"plugins"`
+	CNIVersion string `json:"cniVersion"`
+	Name       string `json:"name"`
+	// Plugins are a PluginConfig and a PortmapConfig, in that order.
+	Plugins []any `json:"plugins"`
+}
+
+// PortmapConfig is the entry of the reference portmap plugin, chained after srcip-cni: the
+// runtime passes the pod's hostPorts (capability portMappings; kubelet hands them to containerd),
+// and portmap DNATs hostIP:hostPort to the pod address srcip-cni returned, in its own nftables
+// table ip cni_hostport (backend nftables, as kube-proxy's nftables mode: no iptables on the node
+// needed). Its snat (default true) masquerades only hairpin (the pod to its own hostPort) and
+// 127.0.0.1 sources (hostIP 127.0.0.1, after route_localnet on srcip-gw0); every other client's
+// address reaches the pod unchanged.
+type PortmapConfig struct {
+	Type         string          `json:"type"`
+	Capabilities map[string]bool `json:"capabilities"`
+	Backend      string          `json:"backend"`
 }
 
 // PluginConfig is srcip-cni's entry of the conflist.
@@ -56,12 +71,15 @@ func RenderConflist(bridge, ovsdb, ovsRunDir string, mtu int, flowWait time.Dura
 	for _, p := range podCIDRs {
 		rs = append(rs, IPAMRange{Subnet: p.Masked().String(), Gateway: GatewayPrefix(p).Addr().String()})
 	}
-	cl := Conflist{CNIVersion: "1.1.0", Name: NetworkName, Plugins: []PluginConfig{{
-		Type: "srcip-cni", Bridge: bridge, OVSDB: ovsdb, OVSRunDir: ovsRunDir, MTU: mtu,
-		FlowWait: flowWait.String(),
-		IPAM: IPAMConfig{Type: "host-local", Ranges: [][]IPAMRange{rs},
-			Routes: []IPAMRoute{{Dst: "0.0.0.0/0"}}, DataDir: dataDir},
-	}}}
+	cl := Conflist{CNIVersion: "1.1.0", Name: NetworkName, Plugins: []any{
+		PluginConfig{
+			Type: "srcip-cni", Bridge: bridge, OVSDB: ovsdb, OVSRunDir: ovsRunDir, MTU: mtu,
+			FlowWait: flowWait.String(),
+			IPAM: IPAMConfig{Type: "host-local", Ranges: [][]IPAMRange{rs},
+				Routes: []IPAMRoute{{Dst: "0.0.0.0/0"}}, DataDir: dataDir},
+		},
+		PortmapConfig{Type: "portmap", Capabilities: map[string]bool{"portMappings": true}, Backend: "nftables"},
+	}}
 	b, err := json.MarshalIndent(cl, "", "  ")
 	if err != nil {
 		return nil, err
@@ -131,7 +149,8 @@ func (r *run) installCNI() error {
 	return nil
 }
 
-// removeCNI removes the conflist, the three plugins and host-local's allocations of the network.
+// removeCNI removes the conflist, the plugins (CNIPlugins) and host-local's allocations of the
+// network.
 func (r *run) removeCNI() error {
 	c := r.cfg
 	var errs []error

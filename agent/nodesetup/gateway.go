@@ -17,7 +17,7 @@ import (
 
 // setupGateway makes br-int (br-ex's datapath type) with the internal port srcip-gw0 holding the
 // gateway address of each pod CIDR at the pod MTU, up, and the cluster CIDRs routed through it
-// from the first gateway address.
+// from the node IP (routeSource).
 func (r *run) setupGateway(ctx context.Context) error {
 	c := r.cfg
 	_, dpType, err := r.db.Bridge(ctx, c.BridgeEx)
@@ -83,12 +83,15 @@ func (r *run) setupGateway(ctx context.Context) error {
 		r.changed("address %s on %s", p, c.GatewayPort)
 	}
 
-	// Routes: each cluster CIDR dev srcip-gw0 src <first gateway>; a cluster CIDR routed through
+	// Routes: each cluster CIDR dev srcip-gw0 src <node IP>; a cluster CIDR routed through
 	// another device is refused (checkClusterRoutes, again here for a route added since).
 	if err := checkClusterRoutes(c.GatewayPort, c.ClusterCIDRs); err != nil {
 		return err
 	}
-	src := GatewayPrefix(c.PodCIDRs[0]).Addr()
+	src, err := routeSource(c)
+	if err != nil {
+		return err
+	}
 	for _, cc := range c.ClusterCIDRs {
 		want := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: prefixIPNet(cc.Masked()), Src: net.IP(src.AsSlice()),
 			Scope: netlink.SCOPE_LINK, Table: unix.RT_TABLE_MAIN, Protocol: unix.RTPROT_STATIC, Family: unix.AF_INET}
@@ -132,6 +135,46 @@ func (r *run) setupGateway(ctx context.Context) error {
 		r.changed("removed stale route %s dev %s (not in the cluster CIDRs %v)", rt.Dst, c.GatewayPort, c.ClusterCIDRs)
 	}
 	return nil
+}
+
+// routeSource is the source address of the host's routes to the cluster CIDRs: the node IP
+// (Config.NodeIP, else br-ex's first global IPv4 address, which holds the node IP), so that
+// the host's own connections to pods on other nodes (a hostNetwork client, kube-proxy's
+// masquerade, which takes the outgoing route's source) come from the node's InternalIP, as with
+// the reference CNIs, and not from this node's pod gateway address. The node's own pod CIDRs keep
+// the kernel's route from the gateway address (kubelet probes of local pods).
+func routeSource(c *Config) (netip.Addr, error) {
+	local := func(a netip.Addr) (bool, error) {
+		addrs, err := netlink.AddrList(nil, unix.AF_INET)
+		if err != nil {
+			return false, fmt.Errorf("addresses of the host: %w", err)
+		}
+		return slices.ContainsFunc(addrs, func(x netlink.Addr) bool { return ipNetPrefix(x.IPNet).Addr() == a }), nil
+	}
+	if c.NodeIP.IsValid() {
+		ok, err := local(c.NodeIP)
+		if err != nil {
+			return netip.Addr{}, err
+		}
+		if !ok {
+			return netip.Addr{}, fmt.Errorf("node IP %s is not an address of this host: give --node-ip the node's InternalIP (held on %s)", c.NodeIP, c.BridgeEx)
+		}
+		return c.NodeIP, nil
+	}
+	link, err := netlink.LinkByName(c.BridgeEx)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("%s: %w", c.BridgeEx, err)
+	}
+	addrs, err := netlink.AddrList(link, unix.AF_INET)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("addresses of %s: %w", c.BridgeEx, err)
+	}
+	for _, a := range addrs {
+		if a.Scope == unix.RT_SCOPE_UNIVERSE && a.Flags&unix.IFA_F_SECONDARY == 0 {
+			return ipNetPrefix(a.IPNet).Addr(), nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("%s has no global IPv4 address (the node IP) to use as the source of the routes to the pods: give --node-ip", c.BridgeEx)
 }
 
 // checkClusterRoutes refuses cluster CIDRs that the main routing table already sends through

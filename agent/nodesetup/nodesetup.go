@@ -29,7 +29,7 @@ const (
 	DefaultCNIBinDir   = "/opt/cni/bin"
 	DefaultCNIConfDir  = "/etc/cni/net.d"
 	DefaultCNIDataDir  = "/var/lib/cni/networks"
-	// DefaultCNISourceDir is where the image keeps srcip-cni, host-local and loopback.
+	// DefaultCNISourceDir is where the image keeps srcip-cni, host-local, loopback and portmap.
 	DefaultCNISourceDir = "/usr/local/lib/ovs-srcip/cni"
 	// ConflistName is the conflist's file name in the CNI config directory.
 	ConflistName = "10-ovs-srcip.conflist"
@@ -47,8 +47,9 @@ const (
 )
 
 // CNIPlugins are the binaries the CNI install copies from CNISourceDir into CNIBinDir:
-// the plugin, its IPAM and the loopback plugin containerd runs for every sandbox.
-var CNIPlugins = []string{"srcip-cni", "host-local", "loopback"}
+// the plugin, its IPAM, the loopback plugin containerd runs for every sandbox and portmap, chained
+// after srcip-cni for the pods' hostPorts.
+var CNIPlugins = []string{"srcip-cni", "host-local", "loopback", "portmap"}
 
 // Config is what node-setup and node-teardown act on.
 type Config struct {
@@ -68,6 +69,9 @@ type Config struct {
 	ClusterCIDRs []netip.Prefix
 	// PodCIDRs are this node's pod CIDRs (IPv4): the gateway addresses and the IPAM ranges.
 	PodCIDRs []netip.Prefix
+	// NodeIP is the node's InternalIP, the source of the host's routes to the cluster CIDRs
+	// (gateway.go routeSource); invalid: br-ex's first global IPv4 address.
+	NodeIP netip.Addr
 	// MTU is the pod MTU (gateway port and conflist); 0: the underlay's MTU - GeneveOverhead.
 	MTU int
 	// FlowWait is srcip-cni's bound on the wait for the agent's flows (conflist flowWait).

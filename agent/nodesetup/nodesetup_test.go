@@ -21,7 +21,9 @@ func TestGatewayPrefix(t *testing.T) {
 	}
 }
 
-// The conflist has the contract's fields, one host-local range per pod CIDR in one range set.
+// The conflist has the contract's fields, one host-local range per pod CIDR in one range set, and
+// chains portmap (nftables backend) with the portMappings capability, so that the runtime hands it
+// the pods' hostPorts.
 func TestRenderConflist(t *testing.T) {
 	b, err := RenderConflist("br-int", "unix:/var/run/openvswitch/db.sock", "/var/run/openvswitch", 1450, 20*time.Second,
 		"/var/lib/cni/networks", []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("10.245.0.0/25")})
@@ -31,7 +33,8 @@ func TestRenderConflist(t *testing.T) {
 		 "ovsRunDir": "/var/run/openvswitch", "mtu": 1450, "flowWait": "20s",
 		 "ipam": {"type": "host-local",
 		          "ranges": [[{"subnet": "10.244.1.0/24", "gateway": "10.244.1.1"}, {"subnet": "10.245.0.0/25", "gateway": "10.245.0.1"}]],
-		          "routes": [{"dst": "0.0.0.0/0"}], "dataDir": "/var/lib/cni/networks"}}]}`, string(b))
+		          "routes": [{"dst": "0.0.0.0/0"}], "dataDir": "/var/lib/cni/networks"}},
+		{"type": "portmap", "capabilities": {"portMappings": true}, "backend": "nftables"}]}`, string(b))
 	var v any
 	require.NoError(t, json.Unmarshal(b, &v))
 }

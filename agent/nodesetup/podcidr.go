@@ -50,3 +50,21 @@ func PodCIDRsFromNode(ctx context.Context, cs kubernetes.Interface, node string,
 		}
 	}
 }
+
+// NodeInternalIP returns the first IPv4 InternalIP in Node node's status.addresses (invalid when
+// it has none).
+func NodeInternalIP(ctx context.Context, cs kubernetes.Interface, node string) (netip.Addr, error) {
+	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("node %s: %w", node, err)
+	}
+	for _, a := range n.Status.Addresses {
+		if a.Type != "InternalIP" {
+			continue
+		}
+		if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Is4() {
+			return ip, nil
+		}
+	}
+	return netip.Addr{}, nil
+}

@@ -27,6 +27,7 @@ type nodeSetupOptions struct {
 	nodeName     string
 	kubeconfig   string
 	podCIDRWait  time.Duration
+	nodeIP       string
 	// egressInterfaces are the --egress-interface values (NIC[=ROUTER]).
 	egressInterfaces []string
 }
@@ -69,7 +70,7 @@ func newNodeSetupCommand() *cobra.Command {
     br-ex (Port tag 4094, external_ids ovs-srcip.io/egress-subnets), its addresses and routes move
     to br-ex, and ip rule from <its subnets> lookup <table 7100+> (default via ROUTER) routes what
     is sourced there out of it (egress IPs in those subnets, docs/egress.md "Secondary NICs").
- 4. CNI: srcip-cni, host-local and loopback copied from --cni-source-dir into --cni-bin-dir, the
+ 4. CNI: srcip-cni, host-local, loopback and portmap copied from --cni-source-dir into --cni-bin-dir, the
     conflist written in place into --cni-conf-dir.
 The pod CIDR comes from --pod-cidr or from the Node object (--node-name), waiting for
 spec.podCIDRs. It runs as the DaemonSet's init container (privileged, host network).`,
@@ -91,9 +92,10 @@ spec.podCIDRs. It runs as the DaemonSet's init container (privileged, host netwo
 	f.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's Node object, for spec.podCIDRs; default $NODE_NAME")
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the Kubernetes API; empty inside a Pod: the in-cluster config")
 	f.DurationVar(&o.podCIDRWait, "pod-cidr-wait", 5*time.Minute, "how long to wait for the Node's spec.podCIDRs")
+	f.StringVar(&o.nodeIP, "node-ip", "", "the node's InternalIP, the source address of the host's routes to the cluster CIDRs (its connections to pods on other nodes come from it); default: the Node's InternalIP when the Node is read (--node-name without --pod-cidr), else br-ex's first global IPv4 address")
 	f.IntVar(&o.cfg.MTU, "mtu", 0, "pod MTU (srcip-gw0 and the conflist); 0: the underlay's (br-ex's) MTU - 50 (Geneve)")
 	f.DurationVar(&o.cfg.FlowWait, "flow-wait", 20*time.Second, "srcip-cni's bound on the wait for the agent's flows (conflist flowWait)")
-	f.StringVar(&o.cfg.CNISourceDir, "cni-source-dir", nodesetup.DefaultCNISourceDir, "directory holding srcip-cni, host-local and loopback to install")
+	f.StringVar(&o.cfg.CNISourceDir, "cni-source-dir", nodesetup.DefaultCNISourceDir, "directory holding srcip-cni, host-local, loopback and portmap to install")
 	f.StringArrayVar(&o.egressInterfaces, "egress-interface", nil, `repeatable: NIC[=ROUTER], a secondary NIC (e.g. eth1=203.0.113.1) made a second uplink of br-ex for egress IPs inside its subnets: its addresses and routes move to br-ex, and what is sourced in its subnets is routed to ROUTER (default: the gateway of the NIC's own routes) by ip rule + table `+strconv.Itoa(nodesetup.EgressRouteTableBase)+`+ (docs/egress.md "Secondary NICs")`)
 	return cmd
 }
@@ -155,6 +157,11 @@ func runNodeSetup(ctx context.Context, o *nodeSetupOptions) error {
 	if o.cfg.PodCIDRs, err = parsePrefixes(o.podCIDRs); err != nil {
 		return fmt.Errorf("--pod-cidr: %w", err)
 	}
+	if o.nodeIP != "" {
+		if o.cfg.NodeIP, err = netip.ParseAddr(o.nodeIP); err != nil || !o.cfg.NodeIP.Is4() {
+			return fmt.Errorf("--node-ip %q: not an IPv4 address", o.nodeIP)
+		}
+	}
 	if len(o.cfg.PodCIDRs) == 0 {
 		if o.nodeName == "" {
 			return fmt.Errorf("give --pod-cidr, or --node-name (or $NODE_NAME) to read the Node's spec.podCIDRs")
@@ -171,6 +178,12 @@ func runNodeSetup(ctx context.Context, o *nodeSetupOptions) error {
 			return err
 		}
 		logf("node %s: pod CIDRs %v", o.nodeName, o.cfg.PodCIDRs)
+		if !o.cfg.NodeIP.IsValid() {
+			if o.cfg.NodeIP, err = nodesetup.NodeInternalIP(ctx, cs, o.nodeName); err != nil {
+				return err
+			}
+			logf("node %s: InternalIP %v (the source of the routes to the cluster CIDRs)", o.nodeName, o.cfg.NodeIP)
+		}
 	}
 	res, err := nodesetup.Setup(ctx, o.cfg)
 	if err != nil {

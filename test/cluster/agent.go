@@ -70,7 +70,7 @@ func (kn *KNode) AgentPid() int {
 }
 
 // nodeSetup runs `srcip-agent node-setup` in the node: br-int, srcip-gw0 with the pod gateway
-// address and the cluster route, the masquerade, srcip-cni + host-local + loopback in
+// address and the cluster route, the masquerade, srcip-cni + host-local + loopback + portmap in
 // /opt/cni/bin and the conflist (in place) in /etc/cni/net.d. br-ex is the lab's (the node
 // installer's), so no --nic.
 func (kn *KNode) nodeSetup() error {

@@ -108,7 +108,7 @@ func ChainedConflist(podCIDR netip.Prefix) string {
 const (
 	PauseImage = "localhost/ovs-srcip/pause:test"
 	EchoImage  = "localhost/ovs-srcip/echo:test"
-	// AgentImage is srcip-agent, srcip-cni, host-local, loopback and the OVS and nftables tools
+	// AgentImage is srcip-agent, srcip-cni, host-local, loopback, portmap and the OVS and nftables tools
 	// the agent and node-setup run, with their shared libraries, laid out as deploy/Dockerfile
 	// does (CNIDaemonSet).
 	AgentImage = "localhost/ovs-srcip/srcip-agent:test"
@@ -124,8 +124,10 @@ type Config struct {
 	// (a cache hit after `make cluster`).
 	BinDir string
 	// AgentBin, EchoBin, PauseBin and CNIBin are the repo's binaries (srcip-agent, test/echo,
-	// test/pause, srcip-cni).
-	AgentBin, EchoBin, PauseBin, CNIBin string
+	// test/pause, srcip-cni); PortmapBin is the reference portmap plugin built from the repo's
+	// module (its tool dependency, the version node-setup's image ships), which node-setup
+	// installs and chains after srcip-cni.
+	AgentBin, EchoBin, PauseBin, CNIBin, PortmapBin string
 	// CNI is CNIBridge or CNISrcip (default).
 	CNI string
 	// ClusterCIDR is kube-controller-manager's --cluster-cidr; default 10.244.0.0/16 (/24 per node).
@@ -215,9 +217,10 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if cfg.Lab.RouterCIDR == "" {
 		cfg.Lab.RouterCIDR = UnderlayRouterCIDR
 	}
-	for name, p := range map[string]*string{"EchoBin": &cfg.EchoBin, "PauseBin": &cfg.PauseBin, "AgentBin": &cfg.AgentBin, "CNIBin": &cfg.CNIBin} {
+	for name, p := range map[string]*string{"EchoBin": &cfg.EchoBin, "PauseBin": &cfg.PauseBin, "AgentBin": &cfg.AgentBin, "CNIBin": &cfg.CNIBin,
+		"PortmapBin": &cfg.PortmapBin} {
 		if *p == "" {
-			if (name == "AgentBin" || name == "CNIBin") && cfg.CNI == CNIBridge {
+			if (name == "AgentBin" || name == "CNIBin" || name == "PortmapBin") && cfg.CNI == CNIBridge {
 				continue
 			}
 			return nil, fmt.Errorf("cluster: Config.%s is required", name)
@@ -303,7 +306,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		if err := os.MkdirAll(src, 0o755); err != nil {
 			return c, err
 		}
-		for dst, from := range map[string]string{"srcip-cni": cfg.CNIBin,
+		for dst, from := range map[string]string{"srcip-cni": cfg.CNIBin, "portmap": cfg.PortmapBin,
 			"host-local": filepath.Join(c.BinDir, "cni", "host-local"), "loopback": filepath.Join(c.BinDir, "cni", "loopback")} {
 			if err := copyFile(from, filepath.Join(src, dst)); err != nil {
 				return c, err
@@ -449,6 +452,7 @@ func (c *Cluster) writeImages() error {
 		c.cfg.CNIBin + "=/usr/local/lib/ovs-srcip/cni/srcip-cni",
 		filepath.Join(c.BinDir, "cni", "host-local") + "=/usr/local/lib/ovs-srcip/cni/host-local",
 		filepath.Join(c.BinDir, "cni", "loopback") + "=/usr/local/lib/ovs-srcip/cni/loopback",
+		c.cfg.PortmapBin + "=/usr/local/lib/ovs-srcip/cni/portmap",
 	}
 	deps, err := withLibraries("ovs-ofctl", "ovs-appctl", "ovs-vsctl", "nft")
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 
 var (
 	theCluster *Cluster
-	bins       struct{ agent, echo, pause, cni string }
+	bins       struct{ agent, echo, pause, cni, portmap string }
 )
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
@@ -30,7 +30,9 @@ func run(m *testing.M) int {
 	// echo, pause and srcip-cni go into images or onto nodes' root filesystems: always built here,
 	// static (a `make build` echo may be dynamically linked: "exec /echo: no such file or directory").
 	bins.echo, bins.pause, bins.cni = filepath.Join(tmp, "echo"), filepath.Join(tmp, "pause"), filepath.Join(tmp, "srcip-cni")
-	build := map[string]string{bins.echo: "../echo", bins.pause: "../pause", bins.cni: "../../cmd/srcip-cni"}
+	bins.portmap = filepath.Join(tmp, "portmap")
+	build := map[string]string{bins.echo: "../echo", bins.pause: "../pause", bins.cni: "../../cmd/srcip-cni",
+		bins.portmap: "github.com/containernetworking/plugins/plugins/meta/portmap"}
 	if bins.agent = os.Getenv("SRCIP_AGENT"); bins.agent == "" {
 		bins.agent = filepath.Join(tmp, "srcip-agent")
 		build[bins.agent] = "../../cmd/srcip-agent"
@@ -56,7 +58,7 @@ func run(m *testing.M) int {
 	lc.EchoBin = bins.echo
 	theCluster, err = Start(context.Background(), Config{
 		Lab:      lc,
-		AgentBin: bins.agent, EchoBin: bins.echo, PauseBin: bins.pause, CNIBin: bins.cni,
+		AgentBin: bins.agent, EchoBin: bins.echo, PauseBin: bins.pause, CNIBin: bins.cni, PortmapBin: bins.portmap,
 		CNI: cni, Logf: logf,
 	})
 	if err != nil {

@@ -118,12 +118,13 @@ func run(o options) error {
 		return err
 	}
 	o.out = out
+	var portmap string
 	bins, cleanup, err := staticBinaries(o)
 	if err != nil {
 		return err
 	}
 	defer cleanup()
-	o.echo, o.pause, o.cni = bins[0], bins[1], bins[2]
+	o.echo, o.pause, o.cni, portmap = bins[0], bins[1], bins[2], bins[3]
 	if o.agent, err = filepath.Abs(o.agent); err != nil {
 		return err
 	}
@@ -151,7 +152,7 @@ func run(o options) error {
 		switch mode {
 		case "plain", "all":
 			if shared == nil {
-				if shared, err = startLab(o, cluster.CNISrcip, images, coredns, logf); err != nil {
+				if shared, err = startLab(o, portmap, cluster.CNISrcip, images, coredns, logf); err != nil {
 					return fmt.Errorf("mode %s: %w", mode, err)
 				}
 			}
@@ -164,7 +165,7 @@ func run(o options) error {
 				return fmt.Errorf("mode %s: %w", mode, err)
 			}
 		case "bridge":
-			if c, err = startLab(o, cluster.CNIBridge, images, coredns, logf); err != nil {
+			if c, err = startLab(o, portmap, cluster.CNIBridge, images, coredns, logf); err != nil {
 				return fmt.Errorf("mode %s: %w", mode, err)
 			}
 		default:
@@ -194,7 +195,7 @@ func run(o options) error {
 	return verdict(runs)
 }
 
-// staticBinaries builds test/echo, test/pause and srcip-cni static (they go into images and onto
+// staticBinaries builds test/echo, test/pause, srcip-cni and portmap static (they go into images and onto
 // the nodes' root filesystems) unless given.
 func staticBinaries(o options) ([]string, func(), error) {
 	tmp, err := os.MkdirTemp("", "srcip-conformance")
@@ -205,6 +206,7 @@ func staticBinaries(o options) ([]string, func(), error) {
 	var out []string
 	for _, b := range []struct{ given, pkg, name string }{
 		{o.echo, "./test/echo", "echo"}, {o.pause, "./test/pause", "pause"}, {o.cni, "./cmd/srcip-cni", "srcip-cni"},
+		{"", "github.com/containernetworking/plugins/plugins/meta/portmap", "portmap"},
 	} {
 		if b.given != "" {
 			p, err := filepath.Abs(b.given)
@@ -250,7 +252,7 @@ func e2eImages(dir string) (tars []string, coredns string, err error) {
 	return tars, coredns, nil
 }
 
-func startLab(o options, cni string, images []string, coredns string, logf func(string, ...any)) (*cluster.Cluster, error) {
+func startLab(o options, portmap, cni string, images []string, coredns string, logf func(string, ...any)) (*cluster.Cluster, error) {
 	t := time.Now()
 	nodes, err := nodesDir()
 	if err != nil {
@@ -262,6 +264,7 @@ func startLab(o options, cni string, images []string, coredns string, logf func(
 		EchoBin:     o.echo,
 		PauseBin:    o.pause,
 		CNIBin:      o.cni,
+		PortmapBin:  portmap,
 		CNI:         cni,
 		Conformance: true,
 		Images:      images,

@@ -138,11 +138,14 @@ print("sent", n, flush=True)
 `
 
 // startLineServer runs lineServer in echo-a's netns for the test's lifetime.
-func startLineServer(t *testing.T) {
+func startLineServer(t *testing.T) { startLineServerIn(t, echoA.pod) }
+
+// startLineServerIn runs lineServer on streamPort in pod's netns for the test's lifetime.
+func startLineServerIn(t *testing.T, pod string) {
 	t.Helper()
-	ns, err := theLab.Netns(echoA.pod)
+	ns, err := theLab.Netns(pod)
 	require.NoError(t, err)
-	cmd := exec.Command("ip", "netns", "exec", ns, "python3", "-c", lineServer, strconv.Itoa(streamPort), echoA.pod)
+	cmd := exec.Command("ip", "netns", "exec", ns, "python3", "-c", lineServer, strconv.Itoa(streamPort), pod)
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"os/exec"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -117,21 +116,28 @@ func lastLine(s string) string {
 	return l[len(l)-1]
 }
 
-// The host reaches a local pod (kubelet probes) and a pod on another node (over Geneve, VNI 1),
-// from its gateway address; ARP for pod addresses is answered by br-int.
+// The host reaches a local pod (kubelet probes) from its gateway address (the kernel's route of
+// its own pod CIDR) and a pod on another node (over Geneve, VNI 1) from its node IP (the route of
+// the cluster CIDR has the node IP as source, as node-setup writes it): the remote pod sees the
+// client node's InternalIP and its answers come back over the tunnel (OriginNode on the pod's
+// node), not masqueraded. ARP for pod addresses is answered by br-int.
 func TestHostToPods(t *testing.T) {
 	gw1 := gatewayIP(t, "node1")
 	for _, proto := range []string{"tcp", "udp"} {
 		request(t, "node1", proto, echoC.ip+":8080", "echo-c", gw1)
-		request(t, "node1", proto, echoA.ip+":8080", "echo-a", gw1)
-		request(t, "node3", proto, echoC.ip+":8080", "echo-c", gatewayIP(t, "node3"))
+		request(t, "node1", proto, echoA.ip+":8080", "echo-a", "192.0.2.11")
+		request(t, "node3", proto, echoC.ip+":8080", "echo-c", "192.0.2.13")
 	}
 	ping(t, "node1", echoC.ip)
 	ping(t, "node1", echoA.ip)
 	// The connection the host opened is committed in node1's ZonePod with OriginGateway (4).
 	ct, err := theLab.Appctl("node1", "dpctl/dump-conntrack", "zone="+zonePod)
 	require.NoError(t, err)
-	assert.Regexp(t, `src=`+regexp.QuoteMeta(gw1)+`,dst=10\.244\.2\.5,sport=\d+,dport=8080.*mark=4`, ct)
+	assert.Regexp(t, `src=192\.0\.2\.11,dst=10\.244\.2\.5,sport=\d+,dport=8080.*mark=4`, ct)
+	// On the pod's node the connection of node3's host is committed with OriginNode (8).
+	ct, err = theLab.Appctl("node1", "dpctl/dump-conntrack", "zone="+zonePod)
+	require.NoError(t, err)
+	assert.Regexp(t, `src=192\.0\.2\.13,dst=10\.244\.1\.5,sport=\d+,dport=8080.*mark=8`, ct)
 }
 
 // A pod reaches its own node's host (node address and gateway address: no NAT, the host sees the

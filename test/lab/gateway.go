@@ -13,8 +13,8 @@ const GatewayPort = "srcip-gw0"
 // (kept in this one function so that the lab can call the real step instead): the gateway port
 // srcip-gw0, an OVS internal port on br-int (br-int is created here when the agent has not yet
 // done it, with the settings the agent gives it), holding the node's pod gateway address with the
-// pod CIDR's length and the pod MTU; the route of the cluster CIDR into it from the gateway
-// address; IPv4 forwarding; and the masquerade of pod traffic leaving the cluster, in nftables
+// pod CIDR's length and the pod MTU; the route of the cluster CIDR into it from the node IP;
+// IPv4 forwarding; and the masquerade of pod traffic leaving the cluster, in nftables
 // table `ip ovs-srcip`.
 func (l *Lab) SetupGateway(node string) error {
 	n := l.Node(node)
@@ -37,7 +37,7 @@ func (l *Lab) SetupGateway(node string) error {
 	if err := l.ipBatch(n.Netns,
 		"link set "+GatewayPort+" mtu 1400 up", // the pod MTU (docs/lab-facts.md#pitfall-3)
 		"addr replace "+gw+"/"+strconv.Itoa(n.PodCIDR.Bits())+" dev "+GatewayPort,
-		"route replace "+l.cfg.ClusterCIDR+" dev "+GatewayPort+" src "+gw,
+		"route replace "+l.cfg.ClusterCIDR+" dev "+GatewayPort+" src "+n.IP.String(),
 	); err != nil {
 		return wrap(err)
 	}

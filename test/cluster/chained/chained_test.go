@@ -51,8 +51,9 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(tmp)
 	echoBin = filepath.Join(tmp, "echo")
-	pause, cni := filepath.Join(tmp, "pause"), filepath.Join(tmp, "srcip-cni")
-	build := map[string]string{echoBin: "../../echo", pause: "../../pause", cni: "../../../cmd/srcip-cni"}
+	pause, cni, portmap := filepath.Join(tmp, "pause"), filepath.Join(tmp, "srcip-cni"), filepath.Join(tmp, "portmap")
+	build := map[string]string{echoBin: "../../echo", pause: "../../pause", cni: "../../../cmd/srcip-cni",
+		portmap: "github.com/containernetworking/plugins/plugins/meta/portmap"}
 	agentBin := os.Getenv("SRCIP_AGENT")
 	if agentBin == "" {
 		agentBin = filepath.Join(tmp, "srcip-agent")
@@ -76,7 +77,7 @@ func run(m *testing.M) int {
 	t0 := time.Now()
 	theCluster, err = cluster.Start(context.Background(), cluster.Config{
 		Lab:      lab.Config{ManifestsDir: "../testdata/nodes", NoGateway: true, EchoBin: echoBin},
-		AgentBin: agentBin, EchoBin: echoBin, PauseBin: pause, CNIBin: cni,
+		AgentBin: agentBin, EchoBin: echoBin, PauseBin: pause, CNIBin: cni, PortmapBin: portmap,
 		CNI:  cluster.CNIChained,
 		CRDs: []string{"../../../deploy/crd-egressgateway.yaml"},
 		AgentArgs: []string{"--lease-namespace=default", "--egress-lease-duration=3s",

@@ -31,7 +31,7 @@ func TestDaemonSetInstall(t *testing.T) {
 	ctx := context.Background()
 	tmp := t.TempDir()
 	bins := map[string]string{"srcip-agent": "../../../cmd/srcip-agent", "srcip-cni": "../../../cmd/srcip-cni",
-		"echo": "../../echo", "pause": "../../pause"}
+		"echo": "../../echo", "pause": "../../pause", "portmap": "github.com/containernetworking/plugins/plugins/meta/portmap"}
 	for name, pkg := range bins {
 		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(tmp, name), pkg)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -48,7 +48,7 @@ func TestDaemonSetInstall(t *testing.T) {
 	}
 	c, err := cluster.Start(ctx, cluster.Config{
 		Lab:      lab.Config{ManifestsDir: "../testdata/nodes", NoGateway: true, EchoBin: filepath.Join(tmp, "echo")},
-		AgentBin: filepath.Join(tmp, "srcip-agent"), CNIBin: filepath.Join(tmp, "srcip-cni"),
+		AgentBin: filepath.Join(tmp, "srcip-agent"), CNIBin: filepath.Join(tmp, "srcip-cni"), PortmapBin: filepath.Join(tmp, "portmap"),
 		EchoBin: filepath.Join(tmp, "echo"), PauseBin: filepath.Join(tmp, "pause"),
 		CNI: cluster.CNIDaemonSet, Logf: logf,
 	})
