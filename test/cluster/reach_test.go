@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -20,7 +21,7 @@ func TestAPIServerReachesKubeletsAndPods(t *testing.T) {
 	cs := theCluster.Client
 	for _, p := range pods(t) {
 		retry(t, "logs of "+p.Name, func() error {
-			_, err := cs.CoreV1().Pods(p.Namespace).GetLogs(p.Name, nil).DoRaw(ctx)
+			_, err := cs.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
 			return err
 		})
 		t.Logf("logs of %s on %s: read through its kubelet", p.Name, p.Spec.NodeName)
