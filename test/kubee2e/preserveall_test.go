@@ -86,7 +86,12 @@ func agentEvents(ctx context.Context, t *testing.T, name string) []string {
 func TestPreserveAllServesUnannotated(t *testing.T) {
 	ctx := context.Background()
 	setAgentsMode(t, "all")
-	t.Cleanup(func() { setAgentsMode(t, "") })
+	restored := false
+	t.Cleanup(func() {
+		if !restored {
+			setAgentsMode(t, "")
+		}
+	})
 
 	plain := newService("all-plain", 30240, "echo-a")
 	plain.Annotations = nil
@@ -107,7 +112,7 @@ func TestPreserveAllServesUnannotated(t *testing.T) {
 	}
 	settle()
 	onEveryNode(t, "opted-out Service not programmed", not(served(30241)))
-	_, err := theLab.Request("", "tcp", "192.0.2.11:30241")
+	_, err := theLab.RequestWith("", "tcp", "192.0.2.11:30241", lab.RequestOpts{Timeout: "2s"})
 	assert.Error(t, err, "the opted-out Service has no flows (and the lab has no kube-proxy)")
 
 	svc, err := cs.CoreV1().Services(ns).Get(ctx, "all-plain", metav1.GetOptions{})
@@ -129,5 +134,6 @@ func TestPreserveAllServesUnannotated(t *testing.T) {
 	onEveryNode(t, "externalTrafficPolicy Cluster again: programmed", served(30240))
 	assert.Equal(t, clientIP, waitOK(t, "tcp", "192.0.2.11:30240").ClientIP())
 	setAgentsMode(t, "")
+	restored = true
 	onEveryNode(t, "annotated mode: the unannotated Service is not served", not(served(30240)))
 }
