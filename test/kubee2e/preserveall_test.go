@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -109,18 +110,22 @@ func TestPreserveAllServesUnannotated(t *testing.T) {
 		r := waitOK(t, "tcp", "192.0.2.11:30240")
 		assert.Equal(t, clientIP, r.ClientIP(), "the backend sees the client's address")
 		assert.Equal(t, "echo-a", r.Pod)
+		t.Logf("unannotated 192.0.2.11:30240: answered by %s, which saw the client %s", r.Pod, r.ClientIP())
 	}
 	settle()
 	onEveryNode(t, "opted-out Service not programmed", not(served(30241)))
 	_, err := theLab.RequestWith("", "tcp", "192.0.2.11:30241", lab.RequestOpts{Timeout: "2s"})
 	assert.Error(t, err, "the opted-out Service has no flows (and the lab has no kube-proxy)")
+	t.Logf("opted out 192.0.2.11:30241: no flows on any node, request: %v", err)
 
 	svc, err := cs.CoreV1().Services(ns).Get(ctx, "all-plain", metav1.GetOptions{})
 	require.NoError(t, err)
 	svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 	_, err = cs.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{})
 	require.NoError(t, err)
+	start := time.Now()
 	onEveryNode(t, "externalTrafficPolicy Local: flows removed", not(served(30240)))
+	t.Logf("externalTrafficPolicy Local: flows gone from every node in %v", time.Since(start).Round(time.Millisecond))
 	settle()
 	assert.Empty(t, agentEvents(ctx, t, "all-plain"), "a Service that is no longer eligible gets no Event")
 	assert.Empty(t, agentEvents(ctx, t, "all-optout"), "an opt-out gets no Event")
