@@ -143,7 +143,8 @@ type ServiceReport struct {
 	// Annotation is the value of ovs-srcip.io/preserve-source-ip ("" also when it is not set:
 	// see Annotated).
 	Annotation string `json:"annotation"`
-	Annotated  bool   `json:"annotated"`
+	// Annotated: the annotation is set (any value, "" included).
+	Annotated bool `json:"annotated"`
 	// OptedIn: the Service is served (Selector.Select); Via says how (ViaAnnotation, ViaAll);
 	// Reason says why not otherwise.
 	OptedIn bool   `json:"optedIn"`
