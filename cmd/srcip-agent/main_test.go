@@ -179,7 +179,7 @@ func TestPreserveSourceIPFlag(t *testing.T) {
 	f := cmd.Flags().Lookup("preserve-source-ip")
 	require.NotNil(t, f)
 	assert.Equal(t, "annotated", f.DefValue)
-	err := run(context.Background(), options{nodeName: "node1", preserveSourceIP: "everything", nodePortRange: "30000-32767"})
+	err := run(context.Background(), options{nodeName: "node1", openflow: "native", preserveSourceIP: "everything", nodePortRange: "30000-32767"})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `--preserve-source-ip: "everything": want annotated or all`)
 }
