@@ -82,7 +82,8 @@ func agentEvents(ctx context.Context, t *testing.T, name string) []string {
 // (externalTrafficPolicy Cluster) gets flows on every node and keeps the client IP with real
 // packets to a backend on another node; one annotated "false" gets no flows (and, with no
 // kube-proxy in the lab, no answer); switching the first to externalTrafficPolicy Local removes
-// its flows from every node. Neither Service gets an Event. Back in annotated mode (the default)
+// its flows from every node, and so does the label service.kubernetes.io/service-proxy-name.
+// Neither Service gets an Event. Back in annotated mode (the default)
 // the agents serve no unannotated Service.
 func TestPreserveAllServesUnannotated(t *testing.T) {
 	ctx := context.Background()
@@ -138,6 +139,21 @@ func TestPreserveAllServesUnannotated(t *testing.T) {
 	require.NoError(t, err)
 	onEveryNode(t, "externalTrafficPolicy Cluster again: programmed", served(30240))
 	assert.Equal(t, clientIP, waitOK(t, "tcp", "192.0.2.11:30240").ClientIP())
+
+	// Handed to another proxy (the label survives the informers' trimming): off the path; the
+	// label removed: back.
+	for _, label := range []map[string]string{{"service.kubernetes.io/service-proxy-name": "other-proxy"}, nil} {
+		svc, err = cs.CoreV1().Services(ns).Get(ctx, "all-plain", metav1.GetOptions{})
+		require.NoError(t, err)
+		svc.Labels = label
+		_, err = cs.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		if label != nil {
+			onEveryNode(t, "another proxy's: flows removed", not(served(30240)))
+		} else {
+			onEveryNode(t, "kube-proxy's again: programmed", served(30240))
+		}
+	}
 	setAgentsMode(t, "")
 	restored = true
 	onEveryNode(t, "annotated mode: the unannotated Service is not served", not(served(30240)))
