@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -204,10 +206,18 @@ func TestPreserveAllFollowsEligibility(t *testing.T) {
 
 	// Each change below must leave "other" alone and be a partial sync.
 	otherCookie := applied[svcKey("other")].Cookie
+	syncs := func(kind string) uint64 {
+		m := &dto.Metric{}
+		require.NoError(t, f.r.metrics.SyncDuration.WithLabelValues(kind).(prometheus.Histogram).Write(m))
+		return m.GetHistogram().GetSampleCount()
+	}
 	step := func(what string, prev, cur *corev1.Service, served bool) {
 		t.Helper()
+		full, partial := syncs("full"), syncs("partial")
 		f.r.OnService(prev, cur)
 		require.NoError(t, f.sync(), what)
+		assert.Equal(t, full, syncs("full"), "%s: a full sync", what)
+		assert.Equal(t, partial+1, syncs("partial"), "%s: no partial sync", what)
 		a := f.r.Applied(flows.BrEx)
 		if served {
 			assert.Contains(t, a, svcKey("web"), what)
@@ -247,11 +257,19 @@ func TestPreserveAllFollowsEligibility(t *testing.T) {
 	step("handed to another proxy", web, proxied, false)
 	step("back to kube-proxy's", proxied, web, true)
 
+	// Annotated "true", then the annotation removed: served all along, nothing rewritten.
+	cookie, n := f.r.Applied(flows.BrEx)[svcKey("web")].Cookie, f.bundles()
+	annotated := plainService("web", 30000, annotate("true"))
+	step("annotated true", web, annotated, true)
+	step("annotation true removed", annotated, web, true)
+	assert.Equal(t, cookie, f.r.Applied(flows.BrEx)[svcKey("web")].Cookie)
+	assert.Equal(t, n, f.bundles(), "the way a Service is served changes none of its flows")
+
 	// A full sync ends the drain of the externalIP entry point (no connection); the next one
 	// finds nothing to do.
 	f.r.RequestFullSync()
 	require.NoError(t, f.sync())
-	n := f.bundles()
+	n = f.bundles()
 	f.r.RequestFullSync()
 	require.NoError(t, f.sync())
 	assert.Equal(t, n, f.bundles(), "a full sync finds nothing to repair")
