@@ -43,6 +43,8 @@ type Config struct {
 	ExternalIPCIDRs []netip.Prefix
 	// EgressClusterCIDRs: see ReconcilerConfig.
 	EgressClusterCIDRs []netip.Prefix
+	// PreserveSourceIP: which Services are served (--preserve-source-ip); see ReconcilerConfig.
+	PreserveSourceIP PreserveMode
 	// ChooseGateway: see ReconcilerConfig.
 	ChooseGateway GatewayChooser
 	// Election elects the egress gateways by Leases (nil: ChooseGateway). The agent starts it,
@@ -97,6 +99,11 @@ func (c *Config) validate() error {
 	if c.MinSyncInterval <= 0 {
 		c.MinSyncInterval = DefaultMinSyncInterval
 	}
+	if m, err := ParsePreserveMode(string(c.PreserveSourceIP)); err != nil {
+		errs = append(errs, fmt.Errorf("preserve-source-ip %w", err))
+	} else {
+		c.PreserveSourceIP = m
+	}
 	return errors.Join(errs...)
 }
 
@@ -119,6 +126,7 @@ func New(cfg Config) (*Agent, error) {
 		NodePortCIDRs:      cfg.NodePortCIDRs,
 		ExternalIPCIDRs:    cfg.ExternalIPCIDRs,
 		EgressClusterCIDRs: cfg.EgressClusterCIDRs,
+		PreserveSourceIP:   cfg.PreserveSourceIP,
 		ChooseGateway:      cfg.ChooseGateway,
 		Announcer:          cfg.Announcer,
 		NodePortRange:      cfg.NodePortRange,

@@ -20,11 +20,116 @@ const AnnotationPrefix = "ovs-srcip.io/"
 // "true".
 const AnnotationPreserveSourceIP = AnnotationPrefix + "preserve-source-ip"
 
-// OptIn reports whether svc gets flows: it carries AnnotationPreserveSourceIP "true", its
-// externalTrafficPolicy is Cluster (or unset) and it is reachable from outside (type NodePort or
-// LoadBalancer, or it has externalIPs). When the annotation is set but the Service does not
-// qualify (a value other than "true" included), reason says why (for an Event and srcipctl
-// status); without the annotation reason is empty.
+// LabelServiceProxyName is the Service label that hands a Service to another proxy than
+// kube-proxy (kube-proxy skips Services that carry it); with PreserveAll such a Service is not
+// eligible either.
+const LabelServiceProxyName = "service.kubernetes.io/service-proxy-name"
+
+// PreserveMode says which Services the agent serves (the flag --preserve-source-ip).
+type PreserveMode string
+
+const (
+	// PreserveAnnotated serves the Services annotated AnnotationPreserveSourceIP "true" that
+	// qualify (OptIn), and no other. It is the default; the zero PreserveMode means it too.
+	PreserveAnnotated PreserveMode = "annotated"
+	// PreserveAll serves every Eligible Service as if it were annotated "true", unless it is
+	// annotated "false" (an explicit opt-out). A Service that carries the annotation is judged
+	// as in PreserveAnnotated; one that is not eligible is left to kube-proxy without a word.
+	PreserveAll PreserveMode = "all"
+)
+
+// ParsePreserveMode parses a --preserve-source-ip value ("" is PreserveAnnotated).
+func ParsePreserveMode(s string) (PreserveMode, error) {
+	switch m := PreserveMode(strings.TrimSpace(s)); m {
+	case "", PreserveAnnotated:
+		return PreserveAnnotated, nil
+	case PreserveAll:
+		return PreserveAll, nil
+	default:
+		return "", fmt.Errorf("%q: want %s or %s", s, PreserveAnnotated, PreserveAll)
+	}
+}
+
+// How a served Service came to be served (ServiceReport.Via).
+const (
+	// ViaAnnotation: the Service carries AnnotationPreserveSourceIP "true".
+	ViaAnnotation = "annotation"
+	// ViaAll: the Service carries no annotation and is Eligible under PreserveAll.
+	ViaAll = "all mode"
+)
+
+// Selector decides which Services get flows: the mode and the externalIP allow-list
+// (--external-ip-cidrs), which decides whether a ClusterIP Service's externalIPs make it
+// eligible under PreserveAll. The zero Selector is PreserveAnnotated.
+type Selector struct {
+	Mode            PreserveMode
+	ExternalIPCIDRs []netip.Prefix
+}
+
+// Select reports whether svc gets flows and how (via: ViaAnnotation or ViaAll), or why not
+// (reason). A Service that carries the annotation is judged by OptIn in both modes, except that
+// under PreserveAll the value "false" reads as an opt-out. Without the annotation a Service is
+// served under PreserveAll when it is Eligible; otherwise, and always under PreserveAnnotated,
+// it is not served and reason is empty: it is simply not ours (kube-proxy's), nothing to report.
+func (s Selector) Select(svc *corev1.Service) (ok bool, via, reason string) {
+	if svc == nil {
+		return false, "", ""
+	}
+	v, set := svc.Annotations[AnnotationPreserveSourceIP]
+	switch {
+	case set && v == "false" && s.Mode == PreserveAll:
+		return false, "", fmt.Sprintf("annotation %s is \"false\": opted out (--preserve-source-ip=all serves the other eligible Services)", AnnotationPreserveSourceIP)
+	case set:
+		ok, reason = OptIn(svc)
+		if ok {
+			via = ViaAnnotation
+		}
+		return ok, via, reason
+	case s.Mode == PreserveAll && Eligible(svc, s.ExternalIPCIDRs):
+		return true, ViaAll, ""
+	}
+	return false, "", ""
+}
+
+// Eligible reports whether svc, without the annotation, is served under PreserveAll: its
+// externalTrafficPolicy is Cluster (or unset); it has an external entry point: type NodePort or
+// LoadBalancer, or an IPv4 externalIP inside externalCIDRs (--external-ip-cidrs: a ClusterIP
+// Service whose externalIPs the agent would refuse anyway stays kube-proxy's, with no Event);
+// it is neither ExternalName nor headless; it is not handed to another proxy (label
+// LabelServiceProxyName); and its sessionAffinity is not ClientIP, which the pipeline does not
+// implement (kube-proxy keeps such a Service and its affinity).
+func Eligible(svc *corev1.Service, externalCIDRs []netip.Prefix) bool {
+	if svc == nil {
+		return false
+	}
+	sp := svc.Spec
+	if p := sp.ExternalTrafficPolicy; p != "" && p != corev1.ServiceExternalTrafficPolicyCluster {
+		return false
+	}
+	if sp.Type == corev1.ServiceTypeExternalName || sp.ClusterIP == corev1.ClusterIPNone {
+		return false
+	}
+	if _, ok := svc.Labels[LabelServiceProxyName]; ok {
+		return false
+	}
+	if sp.SessionAffinity == corev1.ServiceAffinityClientIP {
+		return false
+	}
+	if sp.Type == corev1.ServiceTypeNodePort || sp.Type == corev1.ServiceTypeLoadBalancer {
+		return true
+	}
+	return slices.ContainsFunc(sp.ExternalIPs, func(s string) bool {
+		a, err := parseIPv4(s)
+		return err == nil && slices.ContainsFunc(externalCIDRs, func(p netip.Prefix) bool { return p.Contains(a) })
+	})
+}
+
+// OptIn reports whether an annotated svc gets flows: it carries AnnotationPreserveSourceIP
+// "true", its externalTrafficPolicy is Cluster (or unset) and it is reachable from outside (type
+// NodePort or LoadBalancer, or it has externalIPs). When the annotation is set but the Service
+// does not qualify (a value other than "true" included), reason says why (for an Event and
+// srcipctl status); without the annotation reason is empty. It is PreserveAnnotated's rule
+// (Selector.Select).
 func OptIn(svc *corev1.Service) (ok bool, reason string) {
 	if svc == nil {
 		return false, ""
@@ -46,13 +151,20 @@ func OptIn(svc *corev1.Service) (ok bool, reason string) {
 	return true, ""
 }
 
-// ServicePorts converts an opted-in Service and its EndpointSlices (those labelled
-// kubernetes.io/service-name=<svc.Name> in its namespace) into one flows.ServicePort per TCP or
-// UDP spec.ports entry. Services that do not opt in (see OptIn) give no ports. Problems (bad
-// addresses, missing ports) are returned as messages; the offending item is skipped and the rest
-// converted. GroupIDs are left zero for the caller to assign.
+// ServicePorts is Selector.ServicePorts of PreserveAnnotated.
 func ServicePorts(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]flows.ServicePort, []string) {
-	ok, reason := OptIn(svc)
+	return Selector{}.ServicePorts(svc, eps)
+}
+
+// ServicePorts converts a served Service (Select) and its EndpointSlices (those labelled
+// kubernetes.io/service-name=<svc.Name> in its namespace) into one flows.ServicePort per TCP or
+// UDP spec.ports entry. Services that are not served give no ports; the reason they are not is
+// returned as a problem (an Event), except for the opt-out "false" and for Services that are
+// simply not ours (no reason). Problems (bad addresses, missing ports) are returned as
+// messages; the offending item is skipped and the rest converted. GroupIDs are left zero for the
+// caller to assign.
+func (s Selector) ServicePorts(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]flows.ServicePort, []string) {
+	ok, _, reason := s.Select(svc)
 	if !ok {
 		// "false" is a clear opt-out: no Event (srcipctl status still says why).
 		if reason != "" && svc.Annotations[AnnotationPreserveSourceIP] != "false" {

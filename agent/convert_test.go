@@ -345,14 +345,21 @@ func TestConvertNodeDown(t *testing.T) {
 }
 
 func TestTrimObjectKeepsWhatTheAgentReads(t *testing.T) {
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "demo",
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "demo", Labels: map[string]string{"app": "web"},
 		Annotations:   map[string]string{AnnotationPreserveSourceIP: "true", "kubectl.kubernetes.io/last-applied-configuration": "{...}"},
 		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}}}
 	if _, err := TrimObject(svc); err != nil {
 		t.Fatal(err)
 	}
-	if len(svc.Annotations) != 1 || svc.Annotations[AnnotationPreserveSourceIP] != "true" || svc.ManagedFields != nil {
+	if len(svc.Annotations) != 1 || svc.Annotations[AnnotationPreserveSourceIP] != "true" || svc.ManagedFields != nil || svc.Labels != nil {
 		t.Errorf("trimmed Service: %+v", svc.ObjectMeta)
+	}
+	proxied := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web", LabelServiceProxyName: "other"}}}
+	if _, err := TrimObject(proxied); err != nil {
+		t.Fatal(err)
+	}
+	if len(proxied.Labels) != 1 || proxied.Labels[LabelServiceProxyName] != "other" {
+		t.Errorf("trimmed Service labels: %v (want only %s, which Eligible reads)", proxied.Labels, LabelServiceProxyName)
 	}
 	node := "node2"
 	sl := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{

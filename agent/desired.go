@@ -52,6 +52,8 @@ type DesiredOptions struct {
 	// NodePortCIDRs and ExternalIPCIDRs are the agent's --nodeport-addresses and
 	// --external-ip-cidrs.
 	NodePortCIDRs, ExternalIPCIDRs []netip.Prefix
+	// PreserveSourceIP is the agent's --preserve-source-ip ("": PreserveAnnotated).
+	PreserveSourceIP PreserveMode
 	// Events receives problems with objects (nil: logged).
 	Events EventSink
 	// Ports are the node's ofports and MACs (nil: PlaceholderPorts).
@@ -119,7 +121,7 @@ func Desired(ctx context.Context, node string, objs []runtime.Object, o DesiredO
 		bridges[b] = &captureBridge{lines: func(l []string) { out[b] = append(out[b], l...) }}
 	}
 	r := NewReconciler(ReconcilerConfig{NodeName: node, Bridges: bridges, Dataplane: dp,
-		NodePortCIDRs: o.NodePortCIDRs, ExternalIPCIDRs: o.ExternalIPCIDRs, Events: events})
+		NodePortCIDRs: o.NodePortCIDRs, ExternalIPCIDRs: o.ExternalIPCIDRs, PreserveSourceIP: o.PreserveSourceIP, Events: events})
 	for _, ob := range objs {
 		deliver(r, nil, ob)
 	}

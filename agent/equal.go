@@ -31,7 +31,14 @@ func nodeReady(n *corev1.Node) corev1.ConditionStatus {
 }
 
 func serviceEqual(a, b *corev1.Service) bool {
-	return a.Annotations[AnnotationPreserveSourceIP] == b.Annotations[AnnotationPreserveSourceIP] &&
+	// The annotation's presence matters, not only its value (an empty value is not opted in and
+	// says so; no annotation is served under --preserve-source-ip=all); the proxy-name label
+	// decides Eligible.
+	av, aSet := a.Annotations[AnnotationPreserveSourceIP]
+	bv, bSet := b.Annotations[AnnotationPreserveSourceIP]
+	_, aProxy := a.Labels[LabelServiceProxyName]
+	_, bProxy := b.Labels[LabelServiceProxyName]
+	return av == bv && aSet == bSet && aProxy == bProxy &&
 		a.CreationTimestamp.Equal(&b.CreationTimestamp) &&
 		equality.Semantic.DeepEqual(a.Spec, b.Spec) &&
 		equality.Semantic.DeepEqual(a.Status.LoadBalancer, b.Status.LoadBalancer)

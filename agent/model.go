@@ -35,6 +35,8 @@ type model struct {
 	node    string
 	npCIDRs []netip.Prefix
 	events  EventSink
+	// sel decides which Services are served (--preserve-source-ip).
+	sel Selector
 
 	nodeChanges  *ChangeTracker[string, corev1.Node]
 	svcChanges   *ChangeTracker[types.NamespacedName, corev1.Service]
@@ -74,9 +76,9 @@ type model struct {
 	conflicts   map[types.NamespacedName][]string
 }
 
-func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, nodePortRange [2]uint16, events EventSink) *model {
+func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, nodePortRange [2]uint16, mode PreserveMode, events EventSink) *model {
 	return &model{
-		node: node, npCIDRs: npCIDRs, events: events,
+		node: node, npCIDRs: npCIDRs, events: events, sel: Selector{Mode: mode, ExternalIPCIDRs: externalIPCIDRs},
 		nodeChanges:  NewChangeTracker[string](nodeEqual),
 		svcChanges:   NewChangeTracker[types.NamespacedName](serviceEqual),
 		sliceChanges: NewChangeTracker[types.NamespacedName](sliceEqual),
@@ -341,7 +343,7 @@ type converted struct {
 var parallelConvertMin = 512
 
 // convertServices converts the named Services that exist, with their EndpointSlices sorted by
-// name (ServicePorts).
+// name (Selector.ServicePorts).
 func (m *model) convertServices(names map[types.NamespacedName]bool) map[types.NamespacedName]converted {
 	type job struct {
 		name types.NamespacedName
@@ -364,7 +366,7 @@ func (m *model) convertServices(names map[types.NamespacedName]bool) map[types.N
 	results := make([]converted, len(jobs))
 	convert := func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			results[i].sps, results[i].problems = ServicePorts(jobs[i].svc, jobs[i].eps)
+			results[i].sps, results[i].problems = m.sel.ServicePorts(jobs[i].svc, jobs[i].eps)
 		}
 	}
 	if workers := goruntime.GOMAXPROCS(0); len(jobs) < parallelConvertMin || workers < 2 {

@@ -53,6 +53,10 @@ type ReconcilerConfig struct {
 	// EgressClusterCIDRs are the cluster's Service and node networks, never sent to an egress
 	// gateway (--egress-cluster-cidrs; pod CIDRs and node InternalIPs are always excluded).
 	EgressClusterCIDRs []netip.Prefix
+	// PreserveSourceIP says which Services are served (--preserve-source-ip; Selector.Select):
+	// PreserveAnnotated (also ""), those annotated "true"; PreserveAll, every eligible Service
+	// not annotated "false".
+	PreserveSourceIP PreserveMode
 	// ChooseGateway picks the active gateway of an egress IP (nil: StatusGateway).
 	ChooseGateway GatewayChooser
 	// Election elects the gateways (a Lease per egress IP); it replaces ChooseGateway when set.
@@ -163,7 +167,7 @@ func NewReconciler(cfg ReconcilerConfig) *Reconciler {
 		cfg.DrainPeriod = DefaultDrainPeriod
 	}
 	r := &Reconciler{cfg: cfg, metrics: m,
-		model:  newModel(cfg.NodeName, cfg.NodePortCIDRs, cfg.ExternalIPCIDRs, cfg.NodePortRange, cfg.Events),
+		model:  newModel(cfg.NodeName, cfg.NodePortCIDRs, cfg.ExternalIPCIDRs, cfg.NodePortRange, cfg.PreserveSourceIP, cfg.Events),
 		syncer: newSyncer(cfg, m), memReleased: make(chan struct{})}
 	r.model.egressClusterCIDRs = cfg.EgressClusterCIDRs
 	r.model.chooseGateway = cfg.ChooseGateway

@@ -188,7 +188,8 @@ func (logEvents) Warn(obj runtime.Object, reason, message string) {
 // trimObject is the informers' transform: it drops from every cached object what the agent never
 // reads, before the object enters the cache, so that the caches (the agent's largest memory at 10k
 // Services) hold only the fields used: metadata.managedFields and ownerReferences, annotations other
-// than ovs-srcip.io/*, an EndpointSlice's labels other than kubernetes.io/service-name and its
+// than ovs-srcip.io/*, a Service's labels other than service.kubernetes.io/service-proxy-name
+// (Eligible), an EndpointSlice's labels other than kubernetes.io/service-name and its
 // endpoints' hostname, targetRef, zone, hints and deprecatedTopology, a Node's images, node info,
 // capacity, allocatable, volumes and conditions other than Ready. Conversions (convert.go), the
 // equality checks (equal.go) and the Events' object references read nothing of it.
@@ -212,6 +213,12 @@ func trimObject(obj any) (any, error) {
 		m.SetAnnotations(keep)
 	}
 	switch o := obj.(type) {
+	case *corev1.Service:
+		if v, ok := o.Labels[LabelServiceProxyName]; ok {
+			o.Labels = map[string]string{LabelServiceProxyName: v}
+		} else {
+			o.Labels = nil
+		}
 	case *discoveryv1.EndpointSlice:
 		if svc, ok := o.Labels[discoveryv1.LabelServiceName]; ok {
 			o.Labels = map[string]string{discoveryv1.LabelServiceName: svc}

@@ -38,7 +38,10 @@ type Report struct {
 	Nodes []NodeReport `json:"nodes"`
 	// Pods are the pods the agent programs on this node's br-int.
 	Pods []PodReport `json:"pods"`
-	// Services are the Services that carry the annotation (any value), opted in or not.
+	// PreserveSourceIP is the agent's --preserve-source-ip mode (annotated or all).
+	PreserveSourceIP string `json:"preserveSourceIP"`
+	// Services are the Services that carry the annotation (any value), opted in or not, and,
+	// under --preserve-source-ip=all, every Service served without it (Via "all mode").
 	Services []ServiceReport `json:"services"`
 	// FlowSets are the flow sets applied now, by bridge and key.
 	FlowSets []FlowSetReport `json:"flowSets"`
@@ -133,14 +136,19 @@ type PodReport struct {
 	OFPort    int      `json:"ofport"`
 }
 
-// ServiceReport is one annotated Service.
+// ServiceReport is one annotated Service, or one served under --preserve-source-ip=all.
 type ServiceReport struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
-	// Annotation is the value of ovs-srcip.io/preserve-source-ip.
+	// Annotation is the value of ovs-srcip.io/preserve-source-ip ("" also when it is not set:
+	// see Annotated).
 	Annotation string `json:"annotation"`
-	// OptedIn: the Service qualifies (OptIn); Reason says why not otherwise.
+	// Annotated: the annotation is set (any value, "" included).
+	Annotated bool `json:"annotated"`
+	// OptedIn: the Service is served (Selector.Select); Via says how (ViaAnnotation, ViaAll);
+	// Reason says why not otherwise.
 	OptedIn bool   `json:"optedIn"`
+	Via     string `json:"via,omitempty"`
 	Reason  string `json:"reason,omitempty"`
 	// Type and ExternalTrafficPolicy are the Service's.
 	Type                  string `json:"type"`
@@ -308,9 +316,14 @@ func (r *Reconciler) Report() Report {
 	}
 
 	rep.Egress = r.egressReports(rep.Time)
+	rep.PreserveSourceIP = string(m.sel.Mode)
+	if rep.PreserveSourceIP == "" {
+		rep.PreserveSourceIP = string(PreserveAnnotated)
+	}
 	for name, svc := range m.services {
-		if _, set := svc.Annotations[AnnotationPreserveSourceIP]; !set {
-			continue
+		_, set := svc.Annotations[AnnotationPreserveSourceIP]
+		if !set && (m.sel.Mode != PreserveAll || !Eligible(svc, m.sel.ExternalIPCIDRs)) {
+			continue // not ours: kube-proxy's
 		}
 		rep.Services = append(rep.Services, r.serviceReport(name, svc))
 	}
@@ -322,12 +335,13 @@ func (r *Reconciler) Report() Report {
 
 func (r *Reconciler) serviceReport(name types.NamespacedName, svc *corev1.Service) ServiceReport {
 	m, s := r.model, r.syncer
-	ok, why := OptIn(svc)
-	sr := ServiceReport{Namespace: name.Namespace, Name: name.Name, Annotation: svc.Annotations[AnnotationPreserveSourceIP],
-		OptedIn: ok, Reason: why, Type: string(svc.Spec.Type), ExternalTrafficPolicy: string(svc.Spec.ExternalTrafficPolicy),
+	ok, via, why := m.sel.Select(svc)
+	annotation, annotated := svc.Annotations[AnnotationPreserveSourceIP]
+	sr := ServiceReport{Namespace: name.Namespace, Name: name.Name, Annotation: annotation, Annotated: annotated,
+		OptedIn: ok, Via: via, Reason: why, Type: string(svc.Spec.Type), ExternalTrafficPolicy: string(svc.Spec.ExternalTrafficPolicy),
 		Problems: m.svcProblems[name], Conflicts: m.conflicts[name]}
 	if ok {
-		// OptIn's reason is in Problems too (it is the conversion's problem when not opted in).
+		// Select's reason is in Problems too (it is the conversion's problem when not opted in).
 		sr.Problems = slices.DeleteFunc(slices.Clone(sr.Problems), func(p string) bool { return p == why })
 	} else {
 		sr.Problems = nil

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -116,12 +117,15 @@ func agentFlags(t *testing.T, subcommand ...string) map[string]bool {
 func TestManifests(t *testing.T) {
 	objs := build(t)
 	var got []string
-	var setupCM *unstructured.Unstructured
+	var setupCM, agentCM *unstructured.Unstructured
 	for _, u := range objs {
 		name := u.GetName()
 		if u.GetKind() == "ConfigMap" && strings.HasPrefix(name, "srcip-node-setup-") {
 			// configMapGenerator appends a hash of the content.
 			name, setupCM = "srcip-node-setup-<hash>", u
+		}
+		if u.GetKind() == "ConfigMap" && strings.HasPrefix(name, "srcip-agent-") {
+			name, agentCM = "srcip-agent-<hash>", u
 		}
 		got = append(got, u.GetKind()+"/"+name)
 	}
@@ -129,6 +133,7 @@ func TestManifests(t *testing.T) {
 		"Namespace/ovs-srcip", "CustomResourceDefinition/" + crdName, "ServiceAccount/srcip-agent",
 		"ClusterRole/srcip-agent", "ClusterRoleBinding/srcip-agent", "Role/srcip-agent-leases",
 		"RoleBinding/srcip-agent-leases", "DaemonSet/srcip-agent", "ConfigMap/srcip-node-setup-<hash>",
+		"ConfigMap/srcip-agent-<hash>",
 	}
 	slices.Sort(got)
 	slices.Sort(want)
@@ -177,11 +182,26 @@ func TestManifests(t *testing.T) {
 		"ovsdb":                "unix:/var/run/openvswitch/db.sock",
 		"ovs-rundir":           "/var/run/openvswitch",
 		"metrics-bind-address": ":9464",
+		"preserve-source-ip":   "$(PRESERVE_SOURCE_IP)",
 	}
 	for k, v := range wantArgs {
 		if args[k] != v {
 			t.Errorf("--%s=%q, want %q", k, args[k], v)
 		}
+	}
+	// --preserve-source-ip comes from the generated ConfigMap srcip-agent, default annotated.
+	if agentCM == nil {
+		t.Fatal("no ConfigMap srcip-agent")
+	}
+	if data, _, _ := unstructured.NestedStringMap(agentCM.Object, "data"); !maps.Equal(data, map[string]string{"PRESERVE_SOURCE_IP": "annotated"}) {
+		t.Errorf("ConfigMap %s data %v, want PRESERVE_SOURCE_IP=annotated", agentCM.GetName(), data)
+	}
+	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+		r := e.ValueFrom
+		return e.Name == "PRESERVE_SOURCE_IP" && r != nil && r.ConfigMapKeyRef != nil &&
+			r.ConfigMapKeyRef.Name == agentCM.GetName() && r.ConfigMapKeyRef.Key == "PRESERVE_SOURCE_IP"
+	}) {
+		t.Errorf("no env PRESERVE_SOURCE_IP from ConfigMap %s", agentCM.GetName())
 	}
 	var nodeNameEnv, memLimitEnv bool
 	for _, e := range c.Env {
@@ -293,6 +313,54 @@ func TestManifests(t *testing.T) {
 		if len(subjects) != 1 || subjects[0].Kind != "ServiceAccount" || subjects[0].Name != serviceAccount || subjects[0].Namespace != namespace {
 			t.Errorf("%s subjects %+v", kind, subjects)
 		}
+	}
+}
+
+// TestOverlayPreserveAll: an overlay that merges PRESERVE_SOURCE_IP=all into the ConfigMap
+// srcip-agent (docs/install.md "Serving every Service") gets a DaemonSet whose agent reads all.
+func TestOverlayPreserveAll(t *testing.T) {
+	base, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	rel, err := filepath.Rel(dir, base) // kustomize wants a relative base
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlay := "resources: [" + rel + "]\nconfigMapGenerator:\n  - name: srcip-agent\n    namespace: ovs-srcip\n    behavior: merge\n    literals: [PRESERVE_SOURCE_IP=all]\n"
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize build overlay: %v", err)
+	}
+	var cmName, mode, ref string
+	for _, r := range rm.Resources() {
+		b, err := r.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(b); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case u.GetKind() == "ConfigMap" && strings.HasPrefix(u.GetName(), "srcip-agent-"):
+			cmName = u.GetName()
+			mode, _, _ = unstructured.NestedString(u.Object, "data", "PRESERVE_SOURCE_IP")
+		case u.GetKind() == "DaemonSet":
+			ds := convert[appsv1.DaemonSet](t, u)
+			for _, e := range ds.Spec.Template.Spec.Containers[0].Env {
+				if e.Name == "PRESERVE_SOURCE_IP" && e.ValueFrom != nil && e.ValueFrom.ConfigMapKeyRef != nil {
+					ref = e.ValueFrom.ConfigMapKeyRef.Name
+				}
+			}
+		}
+	}
+	if mode != "all" || cmName == "" || ref != cmName {
+		t.Errorf("overlay: ConfigMap %q PRESERVE_SOURCE_IP=%q, the agent's env refers to %q", cmName, mode, ref)
 	}
 }
 

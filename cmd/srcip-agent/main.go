@@ -1,5 +1,6 @@
 // Command srcip-agent is the ovs-srcip node agent: it programs br-ex and br-int so that
-// opted-in Services with externalTrafficPolicy Cluster keep the client's source IP.
+// opted-in Services with externalTrafficPolicy Cluster keep the client's source IP
+// (--preserve-source-ip=all: every eligible Service).
 package main
 
 import (
@@ -49,6 +50,7 @@ type options struct {
 	gatewayPort        string
 	nodePortAddresses  []string
 	externalIPCIDRs    []string
+	preserveSourceIP   string
 	nodePortRange      string
 	zoneLimitPercent   int
 	fullSyncPeriod     time.Duration
@@ -84,7 +86,9 @@ func newCommand() *cobra.Command {
 Kubernetes API or from a directory of manifests) and keeps the OpenFlow flows of br-ex and br-int
 equal to the ovs-srcip pipeline. Services opt in with the annotation
 ovs-srcip.io/preserve-source-ip: "true" (externalTrafficPolicy Cluster, type NodePort or
-LoadBalancer, or externalIPs). SIGTERM stops the agent and leaves every flow in place.`,
+LoadBalancer, or externalIPs); with --preserve-source-ip=all every eligible Service is served
+without the annotation, unless it is annotated "false". SIGTERM stops the agent and leaves every
+flow in place.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
@@ -108,6 +112,7 @@ LoadBalancer, or externalIPs). SIGTERM stops the agent and leaves every flow in 
 	f.IntVar(&o.genevePort, "geneve-port", ofctl.DefaultGeneveUDPPort, "UDP port of the agent's flow-based Geneve tunnel port; the same on every node")
 	f.StringSliceVar(&o.nodePortAddresses, "nodeport-addresses", nil, "comma-separated CIDRs: serve NodePorts only on node addresses inside them (default: every InternalIP and ExternalIP of the node)")
 	f.StringSliceVar(&o.externalIPCIDRs, "external-ip-cidrs", nil, "comma-separated CIDRs: the ranges a Service's spec.externalIPs may be served from (anyone who may edit a Service can set externalIPs, CVE-2020-8554); default: none, no externalIP is served. externalIPs and LoadBalancer IPs equal to a node address, and externalIPs equal to another Service's LoadBalancer IP, are always refused (Event SourceIPRefused)")
+	f.StringVar(&o.preserveSourceIP, "preserve-source-ip", string(agent.PreserveAnnotated), `which Services keep the client source IP on the agent's path (the rest are left to kube-proxy): annotated (default) serves only the Services annotated ovs-srcip.io/preserve-source-ip: "true"; all serves every eligible Service as if it were annotated "true" - externalTrafficPolicy Cluster, type NodePort or LoadBalancer or an externalIP inside --external-ip-cidrs, not headless or ExternalName, no sessionAffinity ClientIP, no label service.kubernetes.io/service-proxy-name - unless it is annotated "false" (an opt-out); a Service that is not eligible gets no Event, an annotated one is judged as in annotated mode (docs/install.md, "Serving every Service")`)
 	f.StringSliceVar(&o.egressClusterCIDRs, "egress-cluster-cidrs", nil, "comma-separated CIDRs: the cluster's Service and node networks, never sent to an EgressGateway's gateway when its destinations are the default (everything); every node's pod CIDRs and InternalIP are always excluded (docs/egress.md)")
 	f.StringVar(&o.nodePortRange, "service-node-port-range", "30000-32767", "the cluster's NodePort range (the API server's flag of that name), FIRST-LAST: NodePorts outside it are refused (Event SourceIPRefused), so that a Service in a manifests directory cannot capture a node's own port")
 	f.IntVar(&o.zoneLimitPercent, "conntrack-zone-limit-percent", 40, "bound each conntrack zone of the pipeline (service, pod) to this percentage of the datapath's conntrack maximum (ovs-appctl dpctl/ct-get-maxconns), so that a flood on one entry point cannot fill the table; set at every full sync; 0 lifts the limits")
@@ -163,6 +168,10 @@ func run(ctx context.Context, o options) error {
 	extCIDRs, err := agent.ParseCIDRs(o.externalIPCIDRs)
 	if err != nil {
 		return fmt.Errorf("--external-ip-cidrs: %w", err)
+	}
+	mode, err := agent.ParsePreserveMode(o.preserveSourceIP)
+	if err != nil {
+		return fmt.Errorf("--preserve-source-ip: %w", err)
 	}
 	egressCIDRs, err := agent.ParseCIDRs(o.egressClusterCIDRs)
 	if err != nil {
@@ -256,6 +265,7 @@ func run(ctx context.Context, o options) error {
 		NodePortCIDRs:      cidrs,
 		ExternalIPCIDRs:    extCIDRs,
 		EgressClusterCIDRs: egressCIDRs,
+		PreserveSourceIP:   mode,
 		Election:           election,
 		Announcer:          brEx,
 		NodePortRange:      npRange,
@@ -324,7 +334,7 @@ func run(ctx context.Context, o options) error {
 			}
 		}()
 	}
-	logger.Info("Starting", "openflow", o.openflow, "ovsdb", o.ovsdb, "bridgeEx", o.bridgeEx, "bridgeInt", o.bridgeInt, "manifests", o.manifests)
+	logger.Info("Starting", "preserveSourceIP", mode, "openflow", o.openflow, "ovsdb", o.ovsdb, "bridgeEx", o.bridgeEx, "bridgeInt", o.bridgeInt, "manifests", o.manifests)
 	return a.Run(ctx)
 }
 

@@ -171,3 +171,15 @@ func TestHelpHidesKlogFlags(t *testing.T) {
 	assert.NotContains(t, out.String(), "logtostderr")
 	require.NoError(t, cmd.Flags().Set("log_file_max_size", "10"), "hidden flags still work")
 }
+
+// --preserve-source-ip: annotated by default, and a value other than annotated or all stops the
+// agent before it connects to anything.
+func TestPreserveSourceIPFlag(t *testing.T) {
+	cmd := newCommand()
+	f := cmd.Flags().Lookup("preserve-source-ip")
+	require.NotNil(t, f)
+	assert.Equal(t, "annotated", f.DefValue)
+	err := run(context.Background(), options{nodeName: "node1", openflow: "native", preserveSourceIP: "everything", nodePortRange: "30000-32767"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `--preserve-source-ip: "everything": want annotated or all`)
+}

@@ -178,6 +178,7 @@ type sourceFlags struct {
 	manifests, kubeconfig, node string
 	externalIPCIDRs             []string
 	nodePortAddresses           []string
+	preserveSourceIP            string
 }
 
 func (f *sourceFlags) add(cmd *cobra.Command) {
@@ -186,6 +187,7 @@ func (f *sourceFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.node, "node", "", "node name (must be one of the cluster's Nodes)")
 	cmd.Flags().StringSliceVar(&f.externalIPCIDRs, "external-ip-cidrs", nil, "as srcip-agent --external-ip-cidrs: the ranges externalIPs may be served from (default none)")
 	cmd.Flags().StringSliceVar(&f.nodePortAddresses, "nodeport-addresses", nil, "as srcip-agent --nodeport-addresses")
+	cmd.Flags().StringVar(&f.preserveSourceIP, "preserve-source-ip", string(agent.PreserveAnnotated), "as srcip-agent --preserve-source-ip: annotated (only Services annotated \"true\") or all (every eligible Service not annotated \"false\")")
 }
 
 // objects reads the cluster objects and the agent flags.
@@ -197,6 +199,9 @@ func (f *sourceFlags) objects(ctx context.Context) ([]runtime.Object, agent.Desi
 	}
 	if o.NodePortCIDRs, err = agent.ParseCIDRs(f.nodePortAddresses); err != nil {
 		return nil, o, fmt.Errorf("--nodeport-addresses: %w", err)
+	}
+	if o.PreserveSourceIP, err = agent.ParsePreserveMode(f.preserveSourceIP); err != nil {
+		return nil, o, fmt.Errorf("--preserve-source-ip: %w", err)
 	}
 	switch {
 	case f.node == "":

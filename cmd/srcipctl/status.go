@@ -21,7 +21,7 @@ func statusCommand(out io.Writer) *cobra.Command {
 	var runDir, agentAddr, output string
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "The node agent's status: syncs, conntrack zones, and per annotated Service whether it is opted in (and why not), entry points, endpoints and their nodes, refusals, conflicts, flows and groups",
+		Short: "The node agent's status: syncs, conntrack zones, and per annotated Service (and, with --preserve-source-ip=all, per Service served without the annotation) whether it is opted in (and why not), entry points, endpoints and their nodes, refusals, conflicts, flows and groups",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rep, err := readReport(cmd, agentAddr, runDir)
@@ -47,7 +47,7 @@ func getCommand(out io.Writer) *cobra.Command {
 	svc := &cobra.Command{
 		Use:     "services",
 		Aliases: []string{"service", "svc"},
-		Short:   "One line per annotated Service port: opted in or why not, entry points, endpoints, flows, buckets",
+		Short:   "One line per annotated or served Service port: opted in (yes, or yes (all mode) without the annotation) or why not, entry points, endpoints, flows, buckets",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rep, err := readReport(cmd, agentAddr, runDir)
@@ -142,16 +142,31 @@ func writeStatus(out io.Writer, r *agent.Report) {
 	fmt.Fprintln(out)
 	writeEgressStatus(out, r)
 	fmt.Fprintln(out)
+	all := r.PreserveSourceIP == string(agent.PreserveAll)
+	if all {
+		fmt.Fprintln(out, "--preserve-source-ip=all: every eligible Service is served unless annotated ovs-srcip.io/preserve-source-ip: \"false\"")
+	}
 	if len(r.Services) == 0 {
-		fmt.Fprintln(out, "no Service carries the annotation ovs-srcip.io/preserve-source-ip")
+		if all {
+			fmt.Fprintln(out, "no Service is served or carries the annotation ovs-srcip.io/preserve-source-ip")
+		} else {
+			fmt.Fprintln(out, "no Service carries the annotation ovs-srcip.io/preserve-source-ip")
+		}
 	}
 	for _, s := range r.Services {
 		state := "opted in"
+		if s.Via == agent.ViaAll {
+			state = "served: all mode"
+		}
 		if !s.OptedIn {
 			state = "NOT opted in: " + s.Reason
 		}
-		fmt.Fprintf(out, "service %s/%s (type %s, externalTrafficPolicy %s, annotation %q): %s\n",
-			s.Namespace, s.Name, s.Type, orDash(s.ExternalTrafficPolicy), s.Annotation, state)
+		annotation := fmt.Sprintf("annotation %q", s.Annotation)
+		if !s.Annotated && s.Via == agent.ViaAll {
+			annotation = "no annotation"
+		}
+		fmt.Fprintf(out, "service %s/%s (type %s, externalTrafficPolicy %s, %s): %s\n",
+			s.Namespace, s.Name, s.Type, orDash(s.ExternalTrafficPolicy), annotation, state)
 		for _, re := range s.Refused {
 			fmt.Fprintf(out, "  refused %s: %s\n", re.Entry, re.Reason)
 		}
@@ -191,7 +206,8 @@ func writeStatus(out io.Writer, r *agent.Report) {
 	}
 }
 
-// writeServices renders one line per annotated Service port (or per Service not opted in).
+// writeServices renders one line per served Service port (or per annotated Service not opted
+// in); OPTED IN is "yes (all mode)" for a Service served without the annotation.
 func writeServices(out io.Writer, r *agent.Report) {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SERVICE\tPORT\tOPTED IN\tENTRY POINTS\tENDPOINTS\tFLOWS\tBUCKETS\tNOTES")
@@ -205,6 +221,10 @@ func writeServices(out io.Writer, r *agent.Report) {
 		if !s.OptedIn {
 			fmt.Fprintf(tw, "%s\t-\tno\t-\t-\t-\t-\t%s\n", name, s.Reason)
 			continue
+		}
+		optedIn := "yes"
+		if s.Via == agent.ViaAll {
+			optedIn = "yes (all mode)"
 		}
 		for _, p := range s.Ports {
 			var eps []string
@@ -222,7 +242,7 @@ func writeServices(out io.Writer, r *agent.Report) {
 			if p.Cookie == "" {
 				n = append(n, "not applied")
 			}
-			fmt.Fprintf(tw, "%s\t%s/%s\tyes\t%s\t%s\t%d\t%d\t%s\n", name, p.PortName, p.Protocol,
+			fmt.Fprintf(tw, "%s\t%s/%s\t%s\t%s\t%s\t%d\t%d\t%s\n", name, p.PortName, p.Protocol, optedIn,
 				orDash(strings.Join(p.EntryPoints, ",")), orDash(strings.Join(eps, ",")), p.Flows, p.Buckets, orDash(strings.Join(n, "; ")))
 		}
 	}
