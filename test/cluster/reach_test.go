@@ -1,7 +1,9 @@
 package cluster
 
 import (
+	"bufio"
 	"context"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -12,8 +14,8 @@ import (
 
 // The API server dials every kubelet (serving certificate checked against the cluster CA, its
 // client certificate accepted by the kubelet's webhook authentication and authorization): pod
-// logs and the node proxy work; and it reaches pods by their IP (pods/proxy) through the routes
-// the root netns has into the lab. Without them kubectl logs/exec/port-forward fail, as do the
+// logs and the node proxy work; and the root netns reaches pods by their IP (the API server's
+// pods/proxy and services/proxy) through its routes into the lab. Without them kubectl logs/exec/port-forward fail, as do the
 // e2e tests that use them.
 func TestAPIServerReachesKubeletsAndPods(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -25,13 +27,22 @@ func TestAPIServerReachesKubeletsAndPods(t *testing.T) {
 			return err
 		})
 		t.Logf("logs of %s on %s: read through its kubelet", p.Name, p.Spec.NodeName)
-		var got []byte
-		retry(t, "pods/proxy to "+p.Name, func() error {
-			var err error
-			got, err = cs.CoreV1().Pods(p.Namespace).ProxyGet("http", p.Name, "8080", "/", nil).DoRaw(ctx)
+		// From the root netns, where the API server is (pods/proxy, services/proxy dial from there).
+		var got string
+		retry(t, "root netns -> "+p.Name, func() error {
+			conn, err := net.DialTimeout("tcp", net.JoinHostPort(p.Status.PodIP, "8080"), 2*time.Second)
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+			if _, err := conn.Write([]byte("hello\n")); err != nil {
+				return err
+			}
+			got, err = bufio.NewReader(conn).ReadString('\n')
 			return err
 		})
-		t.Logf("pods/proxy %s (%s): %s", p.Name, p.Status.PodIP, strings.TrimSpace(string(got)))
+		t.Logf("root netns -> %s (%s:8080): %s", p.Name, p.Status.PodIP, strings.TrimSpace(got))
 	}
 	for _, n := range theCluster.Lab.Nodes {
 		var got []byte
