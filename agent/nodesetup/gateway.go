@@ -55,7 +55,12 @@ func (r *run) setupGateway(ctx context.Context) error {
 		r.changed("%s up", c.GatewayPort)
 	}
 
-	// Addresses: exactly the gateway addresses.
+	// Addresses: exactly the gateway addresses, link-scoped. The pods' gateway is never the
+	// host's source for traffic that leaves the link: a masquerade out of srcip-gw0 (kube-proxy's,
+	// for the node's own connections to a NodePort or ClusterIP whose endpoint is a pod) takes the
+	// outgoing device's first address of global scope, which then is none of srcip-gw0's, so the
+	// kernel takes the node IP instead of the gateway address (e2e: "expected client IP to be
+	// preserved" of the ExternalTrafficPolicy short-circuit). Routes keep their own src.
 	want := map[netip.Prefix]bool{}
 	for _, p := range c.PodCIDRs {
 		want[GatewayPrefix(p)] = true
@@ -66,7 +71,7 @@ func (r *run) setupGateway(ctx context.Context) error {
 	}
 	for _, a := range have {
 		p := ipNetPrefix(a.IPNet)
-		if want[p] {
+		if want[p] && a.Scope == unix.RT_SCOPE_LINK {
 			delete(want, p)
 			r.unchanged("address %s on %s", p, c.GatewayPort)
 			continue
@@ -74,10 +79,14 @@ func (r *run) setupGateway(ctx context.Context) error {
 		if err := netlink.AddrDel(link, &a); err != nil {
 			return fmt.Errorf("remove stale address %s from %s: %w", p, c.GatewayPort, err)
 		}
+		if want[p] {
+			r.changed("removed address %s from %s to add it link-scoped", p, c.GatewayPort)
+			continue
+		}
 		r.changed("removed stale address %s from %s", p, c.GatewayPort)
 	}
 	for _, p := range sortedPrefixes(want) {
-		if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: prefixIPNet(p)}); err != nil {
+		if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: prefixIPNet(p), Scope: unix.RT_SCOPE_LINK}); err != nil {
 			return fmt.Errorf("address %s on %s: %w", p, c.GatewayPort, err)
 		}
 		r.changed("address %s on %s", p, c.GatewayPort)

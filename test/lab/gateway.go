@@ -36,7 +36,7 @@ func (l *Lab) SetupGateway(node string) error {
 	gw := n.Gateway.String()
 	if err := l.ipBatch(n.Netns,
 		"link set "+GatewayPort+" mtu 1400 up", // the pod MTU (docs/lab-facts.md#pitfall-3)
-		"addr replace "+gw+"/"+strconv.Itoa(n.PodCIDR.Bits())+" dev "+GatewayPort,
+		"addr replace "+gw+"/"+strconv.Itoa(n.PodCIDR.Bits())+" dev "+GatewayPort+" scope link",
 		"route replace "+l.cfg.ClusterCIDR+" dev "+GatewayPort+" src "+n.IP.String(),
 	); err != nil {
 		return wrap(err)

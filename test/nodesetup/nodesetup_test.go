@@ -183,7 +183,7 @@ func TestNodeSetupAndTeardown(t *testing.T) {
 	addrs := must(t, nil, "ip", "-n", n.netns, "-4", "-o", "addr", "show")
 	assert.Contains(t, addrs, "br-ex    inet "+nodeIP+"/24")
 	assert.NotContains(t, addrs, "eth0    inet")
-	assert.Contains(t, addrs, "srcip-gw0    inet 10.244.1.1/24")
+	assert.Regexp(t, `srcip-gw0\s+inet 10\.244\.1\.1/24 .*scope link`, addrs, "the gateway address is link-scoped: never a masquerade's source")
 	routes := must(t, nil, "ip", "-n", n.netns, "-4", "route", "show")
 	assert.Contains(t, routes, "default via "+peerIP+" dev br-ex")
 	assert.Contains(t, routes, "metric 50")
