@@ -7,7 +7,7 @@ GO    ?= go
 BIN   := $(CURDIR)/bin
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: all build deps demo test test-unit test-e2e golden bench bench-datapath bench-go bench-api vet fmt clean controlplane cluster
+.PHONY: all build deps demo test test-unit test-e2e golden bench bench-datapath bench-go bench-api vet fmt clean controlplane cluster conformance-build
 
 # Extra flags for the demo, e.g. `make demo DEMO_ARGS=--keep` keeps the lab up for poking.
 DEMO_ARGS ?=
@@ -48,6 +48,13 @@ controlplane:
 # Go module proxy by the nested modules of hack/cluster; cached like the control plane.
 cluster:
 	@hack/cluster/build.sh >/dev/null
+
+# The Kubernetes e2e suite at the control plane's v1.37.2 for the real-kubelet lab: e2e.test, ginkgo,
+# CoreDNS (kubeadm's version) and docker-archive tarballs of the images the [sig-network] tests use,
+# under their upstream references, built from the Go module proxy and Debian packages without docker
+# (hack/conformance); cached like the control plane. Prints the output directory.
+conformance-build: deps
+	@hack/conformance/build.sh
 
 # The lab (real ovsdb-server + ovs-vswitchd per emulated node, real packets from a client netns),
 # with the agents reading manifests (test/e2e) or watching a live API server (test/kubee2e), and the
