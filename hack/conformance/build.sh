@@ -23,7 +23,7 @@
 #       coredns_v1.14.6.tar                    /coredns + CA certificates, entrypoint /coredns
 #
 # Every image holding programs is smoke-tested before the entry is kept: its layer is unpacked and
-# each program is run by chroot (a missing shared library fails the build). The last line on stdout
+# each program is run by chroot, with /proc mounted (a missing shared library fails the build). The last line on stdout
 # is the directory; timings go to stderr. A cache hit returns at once; a miss builds into a
 # temporary directory next to it, renamed into place (never a partial entry); one build per key at
 # a time (flock). Measured on 2 shared cores: cold (empty Go build cache, other builds running
@@ -37,7 +37,7 @@ repo=$(cd "$here/../.." && pwd)
 root=${SRCIP_CACHE:-${HOME:-/root}/.cache/ovs-srcip}/conformance
 
 # Debian packages whose files go into the images (hack/deps.sh installs them).
-debs=(busybox-static wget curl netcat-openbsd bind9-dnsutils bind9-host iproute2 bash libc-bin iperf socat
+debs=(busybox-static bash coreutils findutils grep sed mawk hostname util-linux wget curl netcat-openbsd bind9-dnsutils bind9-host iproute2 libc-bin iperf socat
 	conntrack iptables nftables nginx ca-certificates)
 pkgversions=$(dpkg-query -W -f '${Package} ${Version}\n' "${debs[@]}" 2>/dev/null || true)
 hash=$( (cd "$here" && cat build.sh go.mod go.sum tools.go imagelist/main.go coredns/go.mod coredns/go.sum \
@@ -175,8 +175,15 @@ echo '<!DOCTYPE html><html><head><title>Welcome to nginx!</title></head><body><h
 
 path=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 etc=(-file "$work/etc/passwd=/etc/passwd" -file "$work/etc/group=/etc/group"
-	-file "$work/etc/nsswitch.conf=/etc/nsswitch.conf" -dir /tmp=1777 -dir /root=0700)
-shell=(-merged-usr -applets busybox -bin wget "${etc[@]}" -env "$path")
+	-file "$work/etc/nsswitch.conf=/etc/nsswitch.conf" -dir /tmp=1777 -dir /root=0700 -dir /proc -dir /sys -dir /dev)
+# The images' shell is bash (as /bin/sh too) with GNU coreutils, findutils, grep, sed and awk, and
+# busybox-static's applets for the rest: Debian builds busybox-static as a "standalone shell" that
+# prefers its own applets to PATH (its sh would run busybox's wget, which segfaults, and its nc and
+# ip instead of the real ones), and its exec-ing applets (timeout, env, xargs, nohup) would too.
+gnu=(bash wget find xargs grep sed awk hostname setsid)
+while read -r f; do gnu+=("${f##*/}"); done < <(dpkg -L coreutils | grep -E '^/(usr/)?s?bin/[^/]+$')
+shell=(-merged-usr -link /usr/bin/sh=bash -applets busybox "${etc[@]}" -env "$path")
+for f in "${gnu[@]}"; do shell+=(-bin "$f"); done
 dns=(-bin dig -bin nslookup -bin host -bin getent -bin bash -file "$tmp/coredns=/coredns")
 net=(-bin curl -bin nc -bin ip -bin ss -bin iperf -bin socat -bin conntrack -bin iptables
 	-bin ip6tables -bin iptables-save -bin iptables-restore -bin nft
@@ -232,7 +239,7 @@ smoke() {
 	case $1 in
 	agnhost) c='set -e; curl --version; nc -h 2>&1 | head -1; wget --version | head -1; nslookup -version; dig -v
 		host -V; ip -V; ss -V; bash --version | head -1; getent passwd user-defined-in-image; id user-defined-in-image
-		iperf -v 2>&1; socat -V | head -2; conntrack --version; iptables --version; nft --version; /coredns -version
+		iperf -v 2>&1 | head -1; socat -V | head -2; conntrack --version; iptables --version; nft --version; /coredns -version
 		cat /etc/nsswitch.conf >/dev/null; ls / >/dev/null; timeout 1 sleep 0 ; seq 1 2 >/dev/null; hostname >/dev/null
 		/agnhost netexec --help >/dev/null; /agnhost-2 --help >/dev/null; /agnhost --help | head -3' ;;
 	busybox) c='set -e; ls /; wget --version | head -1; seq 1 2 >/dev/null; nslookup 2>&1 | head -1' ;;
@@ -241,7 +248,8 @@ smoke() {
 	distroless-iptables) c='set -e; sleep 0; iptables --version; ip6tables --version; iptables-legacy --version; nft --version; conntrack --version; ip -V' ;;
 	*) return 0 ;; # one static binary, nothing else
 	esac
-	chroot "$2" /bin/sh -c "$c" </dev/null >"$work/smoke.log" 2>&1 || {
+	# With /proc mounted, as in a container (busybox's applet lookup goes through /proc/self/exe).
+	unshare --mount --pid --fork --mount-proc="$2/proc" chroot "$2" /bin/sh -c "$c" </dev/null >"$work/smoke.log" 2>&1 || {
 		echo "conformance: smoke test of image $1 failed:" >&2
 		cat "$work/smoke.log" >&2
 		return 1

@@ -14,7 +14,7 @@
 //	-dir /DST         an empty directory (0755; /tmp-like 1777 with -dir /DST=1777)
 //	-link /DST=TGT    a symbolic link
 //	-applets BUSYBOX  the busybox at BUSYBOX (a -bin) and a link for each applet it lists
-//	                  (`busybox --list-full`) whose path no other entry takes
+//	                  (`busybox --list-full`) whose name no program of the bin directories has
 //	-merged-usr       /bin, /sbin, /lib, /lib64 are links into /usr (Debian 12's layout), and every
 //	                  destination under them is written under /usr
 //
@@ -348,12 +348,20 @@ func (img *image) addApplets(busybox string) error {
 	if err != nil {
 		return fmt.Errorf("%s --list-full: %w", p, err)
 	}
+	// A program of its own in any of the bin directories shadows the applet of its name wherever
+	// the applet would go: PATH order must not pick busybox's.
+	own := map[string]bool{"linuxrc": true}
+	for k := range img.entries {
+		if d := path.Dir(k); d == "usr/bin" || d == "usr/sbin" || d == "usr/local/bin" || d == "usr/local/sbin" || d == "bin" || d == "sbin" {
+			own[path.Base(k)] = true
+		}
+	}
 	for _, a := range strings.Fields(string(listing)) {
 		k, err := img.key("/" + a)
 		if err != nil {
 			return err
 		}
-		if _, taken := img.entries[k]; taken || "/"+k == bb {
+		if _, taken := img.entries[k]; taken || own[path.Base(k)] || "/"+k == bb {
 			continue
 		}
 		img.entries[k] = entry{typ: tar.TypeSymlink, target: bb}
