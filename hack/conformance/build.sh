@@ -6,29 +6,37 @@
 # versions of the Debian packages copied into the images and the machine architecture:
 #
 #   ${SRCIP_CACHE:-$HOME/.cache/ovs-srcip}/conformance/<hash>/
-#     e2e.test        go test -c k8s.io/kubernetes/test/e2e (v1.37.2; reports v1.37.2)
-#     ginkgo          github.com/onsi/ginkgo/v2/ginkgo v2.32.0, the version k8s.io/kubernetes requires
-#     coredns         github.com/coredns/coredns v1.14.6, kubeadm v1.37's CoreDNSVersion (coredns/)
-#     images/images.txt   "REFERENCE FILE" a line, the references test/utils/image and kubeadm give
-#     images/*.tar    docker-archive tarballs for `ctr -n k8s.io images import`, one image each:
-#       agnhost_2.66.1.tar, agnhost_2.55.tar   agnhost (static) + Debian busybox-static applets, GNU
-#                       wget, curl, nc (OpenBSD), dig/nslookup/host, ip/ss, bash, getent, iperf,
-#                       socat, conntrack, iptables, /coredns; entrypoint /agnhost, cmd pause
-#       busybox_1.37.0-2.tar                   busybox-static applets + GNU wget; cmd sh
-#       nginx_1.27.0-2.tar, nginx_1.28.0-2.tar Debian's nginx on port 80; cmd nginx -g 'daemon off;'
-#       glibc-dns-testing_2.1.1.tar            busybox + dig/nslookup, getent, bash, /coredns
-#       distroless-iptables_v0.9.9.tar         busybox + iptables, ip6tables, nft, conntrack, ip
-#       regression-issue-74839_1.5.tar         its static binary, entrypoint /regression-issue-74839
-#       pause_3.10.2.tar                       the repo's static test/pause, entrypoint /pause
-#       coredns_v1.14.6.tar                    /coredns + CA certificates, entrypoint /coredns
+#     e2e.test     go test -c k8s.io/kubernetes/test/e2e at v1.37.2 (version ldflags: reports v1.37.2)
+#     ginkgo       github.com/onsi/ginkgo/v2/ginkgo v2.32.0, the version k8s.io/kubernetes requires
+#     coredns      github.com/coredns/coredns v1.14.6, kubeadm v1.37's CoreDNSVersion (nested module
+#                  coredns/, so that its dependencies leave the Kubernetes pins alone)
+#     images/images.txt  "REFERENCE FILE" a line; the references are what test/utils/image and
+#                  kubeadm give (printed by imagelist/, not copied by hand)
+#     images/*.tar docker-archive tarballs (`ctr -n k8s.io images import`), one image each, written
+#                  by mkimage/ (go-containerregistry) from files of this machine:
+#       agnhost_2.66.1.tar agnhost_2.55.tar  static agnhost (+ /agnhost-2 link, /uploads, porter's
+#                  localhost.crt/key, user 1000 in group 50000), /coredns, the shell below, curl,
+#                  OpenBSD nc, dig/nslookup/host, ip/ss, getent, iperf, socat, conntrack, iptables,
+#                  nft, CA certificates; entrypoint /agnhost, cmd pause
+#       busybox_1.37.0-2.tar                 the shell below; cmd sh
+#       nginx_1.27.0-2.tar nginx_1.28.0-2.tar  the shell + Debian's nginx serving a page on port 80;
+#                  cmd nginx -g 'daemon off;'
+#       glibc-dns-testing_2.1.1.tar          the shell + dig/nslookup/host, getent, /coredns; cmd bash
+#       distroless-iptables_v0.9.9.tar       the shell + iptables (nft, legacy), ip6tables, nft,
+#                  conntrack, ip
+#       regression-issue-74839_1.5.tar       its static binary; entrypoint /regression-issue-74839
+#       pause_3.10.2.tar                     the repo's static test/pause; entrypoint /pause
+#       coredns_v1.14.6.tar                  /coredns + CA certificates; entrypoint /coredns
+#     The shell: bash (also /bin/sh), GNU coreutils, findutils, grep, sed, awk, GNU wget, and Debian
+#     busybox-static's other applets; /etc/passwd, group, nsswitch.conf; PATH set.
 #
 # Every image holding programs is smoke-tested before the entry is kept: its layer is unpacked and
-# each program is run by chroot, with /proc mounted (a missing shared library fails the build). The last line on stdout
-# is the directory; timings go to stderr. A cache hit returns at once; a miss builds into a
-# temporary directory next to it, renamed into place (never a partial entry); one build per key at
-# a time (flock). Measured on 2 shared cores: cold (empty Go build cache, other builds running
-# alongside) ~TODO; with the Go build cache warm TODO; a cache hit ~10 ms. Linking e2e.test takes
-# ~3 GB of RAM.
+# its programs are run by chroot, with /proc mounted, in a network namespace of its own where
+# agnhost netexec and nginx serve on loopback to curl, wget and nc (a missing shared library fails
+# the build). The last line on stdout is the directory; timings go to stderr. A cache hit returns
+# at once; a miss builds into a temporary directory next to it, renamed into place (never a partial
+# entry); one build per key at a time (flock). Measured on 2 cores shared with other builds:
+# TIMINGS
 set -euo pipefail
 
 K8S_VERSION=v1.37.2
@@ -241,15 +249,24 @@ smoke() {
 		host -V; ip -V; ss -V; bash --version | head -1; getent passwd user-defined-in-image; id user-defined-in-image
 		iperf -v 2>&1 | head -1; socat -V | head -2; conntrack --version; iptables --version; nft --version; /coredns -version
 		cat /etc/nsswitch.conf >/dev/null; ls / >/dev/null; timeout 1 sleep 0 ; seq 1 2 >/dev/null; hostname >/dev/null
-		/agnhost netexec --help >/dev/null; /agnhost-2 --help >/dev/null; /agnhost --help | head -3' ;;
-	busybox) c='set -e; ls /; wget --version | head -1; seq 1 2 >/dev/null; nslookup 2>&1 | head -1' ;;
-	nginx) c='set -e; nginx -v; nginx -t' ;;
+		/agnhost netexec --help >/dev/null; /agnhost-2 --help >/dev/null; /agnhost --help | head -3
+		/agnhost netexec --http-port 8080 --udp-port 8081 >/dev/null 2>&1 &
+		i=0; until curl -sf 127.0.0.1:8080/healthz >/dev/null 2>&1 || [ $((i+=1)) -gt 100 ]; do sleep 0.1; done
+		echo "curl: $(curl -sS 127.0.0.1:8080/echo?msg=ok)"; echo "wget: $(wget -qO- 127.0.0.1:8080/echo?msg=ok)"
+		echo "nc udp: $(echo echo ok | nc -u -w 1 127.0.0.1 8081)"; nc -z -w 1 127.0.0.1 8080; echo "nc tcp: ok"; kill %1' ;;
+	busybox) c='set -e; ls / >/dev/null; wget --version | head -1; seq 1 2 >/dev/null; nslookup 2>&1 | head -1' ;;
+	nginx) c='set -e; nginx -v; nginx -t; nginx -g "daemon off;" >/dev/null 2>&1 &
+		i=0; until wget -qO- 127.0.0.1:80/ >/dev/null 2>&1 || [ $((i+=1)) -gt 100 ]; do sleep 0.1; done
+		wget -qO- 127.0.0.1:80/ | grep -o "Welcome to nginx!" | head -1; kill %1' ;;
 	glibc-dns-testing) c='set -e; dig -v; nslookup -version; getent passwd root; bash --version | head -1; /coredns -version' ;;
 	distroless-iptables) c='set -e; sleep 0; iptables --version; ip6tables --version; iptables-legacy --version; nft --version; conntrack --version; ip -V' ;;
 	*) return 0 ;; # one static binary, nothing else
 	esac
 	# With /proc mounted, as in a container (busybox's applet lookup goes through /proc/self/exe).
-	unshare --mount --pid --fork --mount-proc="$2/proc" chroot "$2" /bin/sh -c "$c" </dev/null >"$work/smoke.log" 2>&1 || {
+	# In a network namespace of its own (only its loopback) for the servers it starts.
+	unshare --net --mount --pid --fork --mount-proc="$2/proc" \
+		sh -c 'ip link set lo up && : >"$0/dev/null" && mount --bind /dev/null "$0/dev/null" &&
+			exec chroot "$0" /bin/sh -c "$1"' "$2" "$c" </dev/null >"$work/smoke.log" 2>&1 || {
 		echo "conformance: smoke test of image $1 failed:" >&2
 		cat "$work/smoke.log" >&2
 		return 1
