@@ -297,7 +297,7 @@ go test -c -vet=off -trimpath -ldflags "$ldflags" -o "$tmp/e2e.test" k8s.io/kube
 echo "conformance: e2e.test built in $(since "$t")s" >&2
 
 v=$("$tmp/e2e.test" --version) && echo "conformance: e2e.test --version: $v" >&2
-[[ $v == *"GitVersion:\"$K8S_VERSION\""* ]] || { echo "conformance: e2e.test is not $K8S_VERSION" >&2; exit 1; }
+[[ $v == "$K8S_VERSION" ]] || { echo "conformance: e2e.test is not $K8S_VERSION" >&2; exit 1; }
 ginkgoVersion=$(go list -m -f '{{.Version}}' github.com/onsi/ginkgo/v2)
 v=$("$tmp/ginkgo" version) && echo "conformance: $v" >&2
 [[ $v == *" ${ginkgoVersion#v}" ]] || { echo "conformance: ginkgo is not $ginkgoVersion" >&2; exit 1; }
