@@ -37,10 +37,11 @@
 # at once; a miss builds into a temporary directory next to it, renamed into place (never a partial
 # entry); one build per key at a time (flock). Measured on 2 cores shared with other builds:
 # cold (Go build cache empty for these packages, load average ~20 from the control-plane and
-# cluster builds alongside): small programs 72 s, coredns 648 s, e2e.test ~24 min (a go test -c with
-# vet on); warm Go build cache, fresh entry: 88-130 s (e2e.test 19-27 s, the images and their smoke tests
-# 39 s, coredns 10 s, agnhost/ginkgo/mkimage/pause 11 s); a cache hit 0.03 s. The entry is ~500 MB
-# (images 310 MB). e2e.test is linked last, alone; the build peaks at ~2.9 GB RSS (that link).
+# cluster builds alongside): small programs 72 s, coredns 648 s, e2e.test ~24 min (a go test -c
+# with vet on); warm Go build cache, fresh entry: 88-130 s (e2e.test 18-27 s, the images and their
+# smoke tests 39-62 s, coredns 10-14 s, agnhost/ginkgo/mkimage/pause 11-33 s); a cache hit 0.03 s.
+# The entry is ~500 MB (images 310 MB). e2e.test is linked last, alone; the build peaks at ~2.9 GB
+# RSS (that link).
 set -euo pipefail
 
 K8S_VERSION=v1.37.2
