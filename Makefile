@@ -50,6 +50,13 @@ controlplane:
 cluster:
 	@hack/cluster/build.sh >/dev/null
 
+# The Kubernetes e2e suite at the control plane's v1.37.2 for the real-kubelet lab: e2e.test, ginkgo,
+# CoreDNS (kubeadm's version) and docker-archive tarballs of the images the [sig-network] tests use,
+# under their upstream references, built from the Go module proxy and Debian packages without docker
+# (hack/conformance); cached like the control plane. Prints the output directory.
+conformance-build: deps
+	@hack/conformance/build.sh
+
 # The lab (real ovsdb-server + ovs-vswitchd per emulated node, real packets from a client netns),
 # with the agents reading manifests (test/e2e) or watching a live API server (test/kubee2e), and the
 # deploy/ manifests applied to a live API server, and the real-kubelet lab (test/cluster: kubelet,
@@ -74,9 +81,6 @@ conformance: deps build controlplane cluster
 	$(GO) build -o $(BIN)/conformance ./test/conformance
 	set -o pipefail; e2e=$$(hack/conformance/build.sh | tail -1) && \
 		$(BIN)/conformance -e2e "$$e2e" -agent $(BIN)/srcip-agent -out $(BIN)/conformance $(CONFORMANCE_ARGS)
-
-conformance-build:
-	@hack/conformance/build.sh >/dev/null
 
 # The subset of make test: the [sig-network] [Conformance] tests in modes plain and all.
 test-conformance: deps build controlplane cluster

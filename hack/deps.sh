@@ -42,6 +42,24 @@ progs=(
 	"runc         runc"               # Debian's 1.1.5; crun refuses hybrid cgroups
 	"unshare      util-linux"         # a node's private mount namespace
 	"mount        mount"              # bind mounts inside it
+	# hack/conformance/build.sh (make conformance-build): copied with their libraries into the e2e
+	# images, the package versions of the cache key, the images' smoke test
+	"busybox      busybox-static"     # sh and the usual tools of the images
+	"wget         wget"               # GNU wget (busybox-static's segfaults)
+	"nc           netcat-openbsd"
+	"dig          bind9-dnsutils"     # the DNS tests' probes
+	"nslookup     bind9-dnsutils"
+	"host         bind9-host"
+	"ss           iproute2"
+	"getent       libc-bin"           # the DNS tests' /etc/hosts probes
+	"iperf        iperf"
+	"socat        socat"
+	"conntrack    conntrack"          # distroless-iptables, kube-proxy's CLOSE_WAIT test
+	"iptables     iptables"
+	"nginx        nginx"              # the nginx e2e images
+	"dpkg-query   dpkg"
+	"tar          tar"                # unpacking an image's layer
+	"chroot       coreutils"          # running its programs
 	# the Makefile
 	"git          git"                # make vet lists the Go files with git ls-files
 )
@@ -52,8 +70,9 @@ for p in "${progs[@]}"; do
 		need+=("$pkg")
 	fi
 done
-# curl needs the CA bundle for https (the Go module proxy is reached by go itself).
-if [[ " ${need[*]} " == *" curl "* ]]; then need+=(ca-certificates); fi
+# curl needs the CA bundle for https (the Go module proxy is reached by go itself), and the e2e
+# images of hack/conformance carry it.
+if [[ " ${need[*]} " == *" curl "* || ! -s /etc/ssl/certs/ca-certificates.crt ]]; then need+=(ca-certificates); fi
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ]; then echo "deps: need root to install ${need[*]}" >&2; exit 1; fi
 	echo "deps: installing ${need[*]}"

@@ -65,6 +65,31 @@ var ClusterPrograms = []Program{
 	{"mount", "mount"},
 }
 
+// ConformancePrograms are what hack/conformance/build.sh copies, with their shared libraries, into
+// the e2e images (agnhost, busybox, nginx, glibc-dns-testing, distroless-iptables) and what it
+// executes besides the control plane's: the images' shell and tools (busybox-static, GNU wget,
+// curl, OpenBSD nc, dig/nslookup/host, ss, getent, bash, iperf, socat, conntrack, iptables, nft,
+// nginx), the Debian package versions in its cache key (dpkg-query), and the smoke test that runs
+// them in an unpacked image (tar, chroot).
+var ConformancePrograms = []Program{
+	{"busybox", "busybox-static"},
+	{"wget", "wget"},
+	{"nc", "netcat-openbsd"},
+	{"dig", "bind9-dnsutils"},
+	{"nslookup", "bind9-dnsutils"},
+	{"host", "bind9-host"},
+	{"ss", "iproute2"},
+	{"getent", "libc-bin"},
+	{"iperf", "iperf"},
+	{"socat", "socat"},
+	{"conntrack", "conntrack"},
+	{"iptables", "iptables"},
+	{"nginx", "nginx"},
+	{"dpkg-query", "dpkg"},
+	{"tar", "tar"},
+	{"chroot", "coreutils"},
+}
+
 // MakePrograms are what the Makefile itself executes besides go: `make vet` lists the Go files
 // with git.
 var MakePrograms = []Program{

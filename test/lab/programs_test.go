@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// hack/deps.sh installs every program of LabPrograms, ControlPlanePrograms, ClusterPrograms and MakePrograms, from
+// hack/deps.sh installs every program of LabPrograms, ControlPlanePrograms, ClusterPrograms, ConformancePrograms and MakePrograms, from
 // the same Debian package, and nothing else unnamed here.
 func TestDepsInstallsEveryProgram(t *testing.T) {
 	b, err := os.ReadFile("../../hack/deps.sh")
@@ -22,7 +22,7 @@ func TestDepsInstallsEveryProgram(t *testing.T) {
 		deps[m[1]] = m[2]
 	}
 	want := map[string]string{}
-	for _, l := range [][]Program{LabPrograms, ControlPlanePrograms, ClusterPrograms, MakePrograms} {
+	for _, l := range [][]Program{LabPrograms, ControlPlanePrograms, ClusterPrograms, ConformancePrograms, MakePrograms} {
 		for _, p := range l {
 			want[p.Name] = p.DebianPackage
 		}
@@ -35,7 +35,7 @@ func TestDepsInstallsEveryProgram(t *testing.T) {
 // programs.go and hack/deps.sh).
 func TestEveryExecutedProgramIsListed(t *testing.T) {
 	listed := map[string]bool{"go": true} // the toolchain is a prerequisite (README)
-	for _, l := range [][]Program{LabPrograms, ControlPlanePrograms, ClusterPrograms, MakePrograms} {
+	for _, l := range [][]Program{LabPrograms, ControlPlanePrograms, ClusterPrograms, ConformancePrograms, MakePrograms} {
 		for _, p := range l {
 			listed[p.Name] = true
 		}
@@ -78,7 +78,7 @@ func TestEveryExecutedProgramIsListed(t *testing.T) {
 	for _, w := range strings.Fields("cat mkdir rm mv cp ln touch chmod mktemp dirname basename date sleep head tail cut tr uname sort uniq wc tee") {
 		coreutils[w] = true
 	}
-	for _, f := range []string{"../../hack/controlplane/build.sh", "../../hack/controlplane/start.sh", "../../hack/controlplane/stop.sh", "../../hack/cluster/build.sh", "testdata/fake-agent.sh"} {
+	for _, f := range []string{"../../hack/controlplane/build.sh", "../../hack/controlplane/start.sh", "../../hack/controlplane/stop.sh", "../../hack/cluster/build.sh", "../../hack/conformance/build.sh", "testdata/fake-agent.sh"} {
 		b, err := os.ReadFile(f)
 		require.NoError(t, err)
 		for _, m := range regexp.MustCompile(`(?m)(?:^\s*|\$\(\s*\(?|\|\s*|&&\s*|\|\|\s*)([a-z][a-z0-9-]+)(?:[ \t;)]|$)`).FindAllStringSubmatch(string(b), -1) {
