@@ -132,3 +132,33 @@ func TestHostNetworkClientSeenWithNodeIP(t *testing.T) {
 		}
 	}
 }
+
+// A node's own connection to a ClusterIP Service leaves masqueraded by kube-proxy (its source is
+// not in the cluster CIDR) out of srcip-gw0 towards the endpoint; the masquerade takes the node's
+// InternalIP, never the link-scoped pod gateway address of srcip-gw0 (the e2e test "Services
+// should implement NodePort and HealthCheckNodePort correctly when ExternalTrafficPolicy changes"
+// expects the client node's IP through its own NodePort's short-circuit the same way). Backends on
+// this node and on the others.
+func TestHostToClusterIPMasqueradedToNodeIP(t *testing.T) {
+	svc := createService(t, echoService("echo-hostcip", corev1.ServiceTypeClusterIP, 0))
+	addr := svc.Spec.ClusterIP + ":80"
+	n := theCluster.Lab.Nodes[0]
+	seen := map[string]lab.Reply{}
+	retry(t, "answers from every node's pod through "+addr, func() error {
+		r, err := theCluster.Lab.Request(n.Name, "tcp", addr)
+		if err != nil {
+			return err
+		}
+		seen[r.Node] = r
+		if len(seen) < 3 {
+			return fmt.Errorf("answered from %d nodes so far", len(seen))
+		}
+		return nil
+	})
+	for node, r := range seen {
+		t.Logf("host of %s -> ClusterIP %s: answered by %s on %s, which saw %s", n.Name, addr, r.Pod, node, r.Client)
+		if r.ClientIP() != n.IP.String() {
+			t.Errorf("backend %s on %s saw %s, want the node's InternalIP %s (not srcip-gw0's gateway address)", r.Pod, node, r.Client, n.IP)
+		}
+	}
+}

@@ -259,8 +259,12 @@ func (kn *KNode) ImportImage(tarball string) error {
 
 func (kn *KNode) writeConfigs() error {
 	c := kn.c
-	resolvConf, dns := "/etc/resolv.conf", ""
+	resolvConf, dns, localStorage := "/etc/resolv.conf", "", "false"
 	if c.cfg.Conformance {
+		// Ephemeral-storage capacity and limits (the e2e test of a Service whose only pod is
+		// evicted for its ephemeral storage; without it the node has no ephemeral-storage
+		// capacity and that pod is never scheduled).
+		localStorage = "true"
 		// Pods' upstream resolver (dnsPolicy Default, CoreDNS's forward) is the lab router, which
 		// serves no DNS: no query ever leaves the lab for the host's resolver.
 		resolvConf = kn.path("resolv.conf")
@@ -317,7 +321,7 @@ resolvConf: ` + resolvConf + `
 ` + dns + `imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
-localStorageCapacityIsolation: false
+localStorageCapacityIsolation: ` + localStorage + `
 nodeStatusUpdateFrequency: 2s
 `,
 		"kube-proxy.yaml": `apiVersion: kubeproxy.config.k8s.io/v1alpha1
