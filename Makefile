@@ -77,16 +77,19 @@ test-e2e: deps build controlplane cluster
 # lab, and compares the pass sets. CONFORMANCE_ARGS adds flags, e.g. -modes plain,all,bridge (the
 # reference bridge CNI as the baseline), -focus REGEX, -procs N, -hold 30m.
 CONFORMANCE_ARGS ?=
+# The runner is bin/conformance-run: bin/conformance is its reports directory (-out); a runner
+# binary of that name left by an older checkout is removed.
 conformance: deps build controlplane cluster
-	$(GO) build -o $(BIN)/conformance ./test/conformance
+	$(GO) build -o $(BIN)/conformance-run ./test/conformance
+	if [ -f $(BIN)/conformance ]; then rm -f $(BIN)/conformance; fi
 	set -o pipefail; e2e=$$(hack/conformance/build.sh | tail -1) && \
-		$(BIN)/conformance -e2e "$$e2e" -agent $(BIN)/srcip-agent -out $(BIN)/conformance $(CONFORMANCE_ARGS)
+		$(BIN)/conformance-run -e2e "$$e2e" -agent $(BIN)/srcip-agent -out $(BIN)/conformance $(CONFORMANCE_ARGS)
 
 # The subset of make test: the [sig-network] [Conformance] tests in modes plain and all.
 test-conformance: deps build controlplane cluster
-	$(GO) build -o $(BIN)/conformance ./test/conformance
+	$(GO) build -o $(BIN)/conformance-run ./test/conformance
 	set -o pipefail; e2e=$$(hack/conformance/build.sh | tail -1) && \
-		$(BIN)/conformance -e2e "$$e2e" -agent $(BIN)/srcip-agent -out $(BIN)/conformance-subset \
+		$(BIN)/conformance-run -e2e "$$e2e" -agent $(BIN)/srcip-agent -out $(BIN)/conformance-subset \
 		-focus '\[sig-network\].*\[Conformance\]' -modes plain,all
 
 test: deps vet build test-unit test-e2e test-conformance
