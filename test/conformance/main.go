@@ -13,8 +13,9 @@
 // plain and all run on one lab (the agents restart with the new flag between them, the control
 // plane and kubelets stay); bridge gets its own. The focus is [sig-network]; skips.go lists what
 // is skipped and why (docs/conformance.md shows the same list). The exit status is non-zero when a
-// mode has a failure that is not a known one, or when the pass sets of plain and all differ by
-// more than knownDiffs.
+// mode has a failure that is not a known one, when the pass sets of plain and all differ by
+// more than knownDiffs, or when a mode ran no test at all. The shared lab is closed before a
+// bridge lab starts (two labs cannot route the same prefixes from the root netns).
 //
 //	make conformance                                   # plain and all, every [sig-network] test
 //	go run ./test/conformance -e2e DIR -modes plain,all -focus '\[sig-network\].*\[Conformance\]'
@@ -165,6 +166,13 @@ func run(o options) error {
 				return fmt.Errorf("mode %s: %w", mode, err)
 			}
 		case "bridge":
+			// Two labs cannot run at once: both route the node underlay and the cluster CIDR
+			// from the root netns, and the second's lab.CheckRoutesFree refuses the first's
+			// routes. A later plain or all starts a new shared lab.
+			if shared != nil {
+				_ = shared.Close()
+				shared = nil
+			}
 			if c, err = startLab(o, portmap, cluster.CNIBridge, images, coredns, logf); err != nil {
 				return fmt.Errorf("mode %s: %w", mode, err)
 			}
@@ -510,6 +518,10 @@ func verdict(runs []modeRun) error {
 		}
 	}
 	for _, r := range runs {
+		// A focus that matches nothing (a renamed test, a typo) runs nothing: that is no pass.
+		if r.count("passed")+r.count("failed") == 0 {
+			errs = append(errs, fmt.Errorf("mode %s ran no test (does -focus match any spec that is not skipped?)", r.Mode))
+		}
 		if r.Mode == "bridge" {
 			continue
 		}
