@@ -59,8 +59,10 @@ func (r *run) setupGateway(ctx context.Context) error {
 	// host's source for traffic that leaves the link: a masquerade out of srcip-gw0 (kube-proxy's,
 	// for the node's own connections to a NodePort or ClusterIP whose endpoint is a pod) takes the
 	// outgoing device's first address of global scope, which then is none of srcip-gw0's, so the
-	// kernel takes the node IP instead of the gateway address (e2e: "expected client IP to be
-	// preserved" of the ExternalTrafficPolicy short-circuit). Routes keep their own src.
+	// kernel takes the host's first global address in device order (lo, then by ifindex: the
+	// node IP on br-ex when no other device has one; docs/install.md, the multi-homed caveat)
+	// instead of the gateway address (e2e: "expected client IP to be preserved" of the
+	// ExternalTrafficPolicy short-circuit). Routes keep their own src; masquerade ignores it.
 	want := map[netip.Prefix]bool{}
 	for _, p := range c.PodCIDRs {
 		want[GatewayPrefix(p)] = true
@@ -148,8 +150,8 @@ func (r *run) setupGateway(ctx context.Context) error {
 
 // routeSource is the source address of the host's routes to the cluster CIDRs: the node IP
 // (Config.NodeIP, else br-ex's first global IPv4 address, which holds the node IP), so that
-// the host's own connections to pods on other nodes (a hostNetwork client, kube-proxy's
-// masquerade, which takes the outgoing route's source) come from the node's InternalIP, as with
+// the host's own connections to pods on other nodes (a hostNetwork client; not a masquerade,
+// which ignores the route's source: see setupGateway) come from the node's InternalIP, as with
 // the reference CNIs, and not from this node's pod gateway address. The node's own pod CIDRs keep
 // the kernel's route from the gateway address (kubelet probes of local pods).
 func routeSource(c *Config) (netip.Addr, error) {
