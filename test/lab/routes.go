@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 )
 
 // rootRoute is one route of the root netns as `ip -j route show table all` prints it.
@@ -40,6 +41,11 @@ func CheckRoutesFree(out []byte, prefixes []netip.Prefix) error {
 		}
 		for _, p := range prefixes {
 			if p.Addr().Is4() == dst.Addr().Is4() && p.Overlaps(dst) {
+				if labLink(r.Dev) {
+					errs = append(errs, fmt.Errorf("lab prefix %s is already routed into another real-kubelet lab (%s dev %s): "+
+						"one such lab runs at a time; wait for it, or end a stale one's owner (CleanupStale removes it)", p, r.Dst, r.Dev))
+					continue
+				}
 				errs = append(errs, fmt.Errorf("lab prefix %s overlaps the host's route %s dev %s (table %s): "+
 					"the lab would send to or capture the host's own network; give the lab a free prefix "+
 					"(Config.RouterCIDR and the Node manifests, the cluster CIDR)", p, r.Dst, r.Dev, tableName(r.Table)))
@@ -47,6 +53,20 @@ func CheckRoutesFree(out []byte, prefixes []netip.Prefix) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// labLink reports whether dev is the root end of a real-kubelet lab's link to its router
+// (test/cluster: the lab prefix, "sl" and 4 hex digits, then "k").
+func labLink(dev string) bool {
+	if len(dev) != 7 || !strings.HasPrefix(dev, "sl") || dev[6] != 'k' {
+		return false
+	}
+	for _, c := range dev[2:6] {
+		if !strings.ContainsRune("0123456789abcdef", c) {
+			return false
+		}
+	}
+	return true
 }
 
 func tableName(t string) string {

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -34,6 +35,12 @@ func TestCheckRoutesFree(t *testing.T) {
 		if (err != nil) != tc.wantErr {
 			t.Errorf("%v: err=%v, want error %v", tc.prefixes, err, tc.wantErr)
 		}
+	}
+	// Another lab's routes are refused, and the error says so.
+	other := `[{"dst":"10.89.0.0/24","gateway":"172.31.4.2","dev":"sl3f0ak","flags":[]}]`
+	err := CheckRoutesFree([]byte(other), []netip.Prefix{netip.MustParsePrefix("10.89.0.0/24")})
+	if err == nil || !strings.Contains(err.Error(), "another real-kubelet lab") {
+		t.Errorf("another lab's route: err=%v, want the other lab named", err)
 	}
 	if err := CheckRoutesFree([]byte("not json"), nil); err == nil {
 		t.Error("unparsable route list accepted")
