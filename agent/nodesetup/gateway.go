@@ -55,17 +55,22 @@ func (r *run) setupGateway(ctx context.Context) error {
 		r.changed("%s up", c.GatewayPort)
 	}
 
-	// Addresses: exactly the gateway addresses, link-scoped. The pods' gateway is never the
-	// host's source for traffic that leaves the link: a masquerade out of srcip-gw0 (kube-proxy's,
-	// for the node's own connections to a NodePort or ClusterIP whose endpoint is a pod) takes the
-	// outgoing device's first address of global scope, which then is none of srcip-gw0's, so the
-	// kernel takes the host's first global address in device order (lo, then by ifindex: the
-	// node IP on br-ex when no other device has one; docs/install.md, the multi-homed caveat)
-	// instead of the gateway address (e2e: "expected client IP to be preserved" of the
-	// ExternalTrafficPolicy short-circuit). Routes keep their own src; masquerade ignores it.
-	want := map[netip.Prefix]bool{}
+	// Addresses: exactly the gateway addresses, link-scoped, and the node IP as a /32 of global
+	// scope without a prefix route. The pods' gateway is never the host's source for traffic that
+	// leaves the link: a masquerade out of srcip-gw0 (kube-proxy's, for the node's own
+	// connections to a NodePort or ClusterIP whose endpoint is a pod) ignores the route's src
+	// and takes the outgoing device's first address of global scope (inet_select_addr), which is
+	// then the node IP - on a multi-homed host too, where without it the kernel would take the
+	// host's first global address in device order, maybe another NIC's (e2e: "expected client
+	// IP to be preserved" of the ExternalTrafficPolicy short-circuit).
+	src, err := routeSource(c)
+	if err != nil {
+		return err
+	}
+	nodeIP := netip.PrefixFrom(src, 32)
+	want := map[netip.Prefix]int{nodeIP: unix.RT_SCOPE_UNIVERSE}
 	for _, p := range c.PodCIDRs {
-		want[GatewayPrefix(p)] = true
+		want[GatewayPrefix(p)] = unix.RT_SCOPE_LINK
 	}
 	have, err := netlink.AddrList(link, unix.AF_INET)
 	if err != nil {
@@ -73,7 +78,8 @@ func (r *run) setupGateway(ctx context.Context) error {
 	}
 	for _, a := range have {
 		p := ipNetPrefix(a.IPNet)
-		if want[p] && a.Scope == unix.RT_SCOPE_LINK {
+		scope, ok := want[p]
+		if ok && a.Scope == scope {
 			delete(want, p)
 			r.unchanged("address %s on %s", p, c.GatewayPort)
 			continue
@@ -81,14 +87,18 @@ func (r *run) setupGateway(ctx context.Context) error {
 		if err := netlink.AddrDel(link, &a); err != nil {
 			return fmt.Errorf("remove stale address %s from %s: %w", p, c.GatewayPort, err)
 		}
-		if want[p] {
-			r.changed("removed address %s from %s to add it link-scoped", p, c.GatewayPort)
+		if ok {
+			r.changed("removed address %s from %s to add it with scope %d", p, c.GatewayPort, scope)
 			continue
 		}
 		r.changed("removed stale address %s from %s", p, c.GatewayPort)
 	}
-	for _, p := range sortedPrefixes(want) {
-		if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: prefixIPNet(p), Scope: unix.RT_SCOPE_LINK}); err != nil {
+	for _, p := range sortedKeys(want) {
+		addr := &netlink.Addr{IPNet: prefixIPNet(p), Scope: want[p]}
+		if p == nodeIP {
+			addr.Flags = unix.IFA_F_NOPREFIXROUTE
+		}
+		if err := netlink.AddrAdd(link, addr); err != nil {
 			return fmt.Errorf("address %s on %s: %w", p, c.GatewayPort, err)
 		}
 		r.changed("address %s on %s", p, c.GatewayPort)
@@ -97,10 +107,6 @@ func (r *run) setupGateway(ctx context.Context) error {
 	// Routes: each cluster CIDR dev srcip-gw0 src <node IP>; a cluster CIDR routed through
 	// another device is refused (checkClusterRoutes, again here for a route added since).
 	if err := checkClusterRoutes(c.GatewayPort, c.ClusterCIDRs); err != nil {
-		return err
-	}
-	src, err := routeSource(c)
-	if err != nil {
 		return err
 	}
 	for _, cc := range c.ClusterCIDRs {
@@ -252,7 +258,7 @@ func prefixIPNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
-func sortedPrefixes(m map[netip.Prefix]bool) []netip.Prefix {
+func sortedKeys[V any](m map[netip.Prefix]V) []netip.Prefix {
 	var out []netip.Prefix
 	for p := range m {
 		out = append(out, p)

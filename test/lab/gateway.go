@@ -37,6 +37,7 @@ func (l *Lab) SetupGateway(node string) error {
 	if err := l.ipBatch(n.Netns,
 		"link set "+GatewayPort+" mtu 1400 up", // the pod MTU (docs/lab-facts.md#pitfall-3)
 		"addr replace "+gw+"/"+strconv.Itoa(n.PodCIDR.Bits())+" dev "+GatewayPort+" scope link",
+		"addr replace "+n.IP.String()+"/32 dev "+GatewayPort+" noprefixroute",
 		"route replace "+l.cfg.ClusterCIDR+" dev "+GatewayPort+" src "+n.IP.String(),
 	); err != nil {
 		return wrap(err)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -184,6 +185,8 @@ func TestNodeSetupAndTeardown(t *testing.T) {
 	assert.Contains(t, addrs, "br-ex    inet "+nodeIP+"/24")
 	assert.NotContains(t, addrs, "eth0    inet")
 	assert.Regexp(t, `srcip-gw0\s+inet 10\.244\.1\.1/24 .*scope link`, addrs, "the gateway address is link-scoped: never a masquerade's source")
+	assert.Regexp(t, `srcip-gw0\s+inet `+regexp.QuoteMeta(nodeIP)+`/32 scope global noprefixroute`, addrs,
+		"the node IP on srcip-gw0: what a masquerade out of it takes")
 	routes := must(t, nil, "ip", "-n", n.netns, "-4", "route", "show")
 	assert.Contains(t, routes, "default via "+peerIP+" dev br-ex")
 	assert.Contains(t, routes, "metric 50")
