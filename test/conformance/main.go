@@ -371,7 +371,17 @@ func runMode(o options, c *cluster.Cluster, mode string) (modeRun, error) {
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig)
+	var samp *sampler
+	if mode != "bridge" {
+		samp = startSampler(c)
+	}
 	runErr := cmd.Run()
+	if samp != nil {
+		r0 := samp.stop()
+		fmt.Printf("mode %s: %d service-port flow sets were on the preserved-source path during the run (distinct "+
+			"service-port cookies in the nodes' br-ex, sampled every %v), %d of them matched packets\n",
+			mode, r0.ports, sampleEvery, r0.hit)
+	}
 	r, err := readReport(filepath.Join(dir, "report.json"), regexp.MustCompile(o.focus))
 	r.Mode, r.Wall = mode, time.Since(t)
 	if err != nil {
@@ -549,4 +559,79 @@ func verdict(runs []modeRun) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// sampleEvery is how often the sampler reads the nodes' br-ex flows.
+const sampleEvery = 5 * time.Second
+
+// serviceCookie matches the agent's service-port flows (owner 0x5c, kind 0x10: flows.KindServicePort).
+const serviceCookie = "cookie=0x5c10000000000000/0xffff000000000000"
+
+// sampler records, while the e2e tests run, which Service ports the agents programmed into br-ex
+// (by cookie) and whether their flows matched packets: in mode all it shows that the upstream
+// Service tests went through the preserved-source path, in mode plain that none did.
+type sampler struct {
+	done    chan struct{}
+	stopped chan struct{}
+	seen    map[string]int64 // cookie -> most packets of one of its flows on one node
+}
+
+type sampled struct{ ports, hit int }
+
+func startSampler(c *cluster.Cluster) *sampler {
+	s := &sampler{done: make(chan struct{}), stopped: make(chan struct{}), seen: map[string]int64{}}
+	go func() {
+		defer close(s.stopped)
+		t := time.NewTicker(sampleEvery)
+		defer t.Stop()
+		for {
+			for _, n := range c.Lab.Nodes {
+				out, err := c.Lab.Ofctl(n.Name, "-O", "OpenFlow15", "dump-flows", "br-ex", serviceCookie)
+				if err != nil {
+					continue
+				}
+				for _, line := range strings.Split(out, "\n") {
+					cookie, pk, ok := cookieAndPackets(line)
+					if !ok {
+						continue
+					}
+					if old, ok := s.seen[cookie]; !ok || pk > old {
+						s.seen[cookie] = pk
+					}
+				}
+			}
+			select {
+			case <-s.done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+func (s *sampler) stop() sampled {
+	close(s.done)
+	<-s.stopped
+	var r sampled
+	for _, pk := range s.seen {
+		r.ports++
+		if pk > 0 {
+			r.hit++
+		}
+	}
+	return r
+}
+
+// cookieAndPackets reads the cookie and n_packets of one dump-flows line.
+func cookieAndPackets(line string) (cookie string, packets int64, ok bool) {
+	for _, f := range strings.Fields(strings.ReplaceAll(line, ",", " ")) {
+		if v, found := strings.CutPrefix(f, "cookie="); found {
+			cookie = v
+		}
+		if v, found := strings.CutPrefix(f, "n_packets="); found {
+			fmt.Sscan(v, &packets)
+		}
+	}
+	return cookie, packets, cookie != ""
 }

@@ -38,3 +38,13 @@ func TestVerdict(t *testing.T) {
 		})
 	}
 }
+
+func TestCookieAndPackets(t *testing.T) {
+	c, pk, ok := cookieAndPackets(" cookie=0x5c10a1b2c3d4e5f6, duration=3.2s, table=0, n_packets=7, n_bytes=518, priority=200,tcp,nw_dst=10.89.0.11,tp_dst=30080 actions=group:3")
+	if !ok || c != "0x5c10a1b2c3d4e5f6" || pk != 7 {
+		t.Fatalf("got %q %d %v", c, pk, ok)
+	}
+	if _, _, ok := cookieAndPackets("NXST_FLOW reply (xid=0x4):"); ok {
+		t.Fatal("header line read as a flow")
+	}
+}
