@@ -41,6 +41,7 @@ progs=(
 	# mount namespace (unshare, mount; nsenter and kube-proxy's nft are above)
 	"runc         runc"               # Debian's 1.1.5; crun refuses hybrid cgroups
 	"unshare      util-linux"         # a node's private mount namespace
+	"pivot_root   util-linux"         # the node holder, when the lab runs in a chroot
 	"mount        mount"              # bind mounts inside it
 	# hack/conformance/build.sh (make conformance-build): copied with their libraries into the e2e
 	# images, the package versions of the cache key, the images' smoke test

@@ -42,6 +42,31 @@ var maskedSysctls = map[string]string{
 	"kernel/keys/root_maxbytes": "25000000",
 }
 
+// holderScript runs in the node's new private mount namespace and ends as `sleep infinity`. When
+// the lab runs in a chroot (../shared/tools/fresh-debian), it first makes the chroot's root the
+// namespace's own root (pivot_root(2) from the namespace's real root, which setns(2) into one's own
+// mount namespace reveals; the old root is detached). A machine's mount namespace is like that:
+// runc exec (kubectl exec) joins a container's mount namespace with setns, which sets the root to
+// the namespace's own root - the container's rootfs only if the container's pivot_root happened
+// on top of it. In a chroot, the exec'd process saw the host's / ("exec: /echo: no such file").
+// Outside a chroot the root is already the namespace's own, and nothing is done.
+const holderScript = `set -u
+id=$(awk '$5 == "/" { id = $1 } END { print id }' /proc/self/mountinfo)
+mp=$(nsenter --mount=/proc/self/ns/mnt cat /proc/self/mountinfo | awk -v id="$id" '$1 == id { print $5 }')
+echo "holder: root mount $id is at ${mp:-?} from the namespace's own root"
+if [ -n "$mp" ] && [ "$mp" != / ]; then
+	old=run/srcip-holder-oldroot.$$
+	mkdir -p "/$old"
+	if nsenter --mount=/proc/self/ns/mnt sh -ec 'cd "$1"; pivot_root . "$2"; umount -l "/$2"' - "$mp" "$old"; then
+		echo "holder: pivot_root into $mp: the node's root is its mount namespace's own"
+	else
+		echo "holder: pivot_root into $mp failed: kubectl exec will not see the containers' files" >&2
+	fi
+	rmdir "/$old" 2>/dev/null || true
+fi
+exec sleep infinity
+`
+
 // netnsPath is the node's network namespace file.
 func (kn *KNode) netnsPath() string { return "/run/netns/" + kn.Netns }
 
@@ -84,7 +109,7 @@ func (kn *KNode) up(ctx context.Context) error {
 	var err error
 	if kn.holder, err = c.start("holder "+kn.Name, kn.path("holder.log"),
 		"nsenter", "--net="+kn.netnsPath(), "unshare", "-m", "--propagation", "private",
-		"sleep", "infinity"); err != nil {
+		"sh", "-c", holderScript); err != nil {
 		return err
 	}
 	self, _ := os.Readlink("/proc/self/ns/mnt")
