@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	egressv1 "github.com/ovs-srcip/ovs-srcip/agent/apis/ovssrcip/v1alpha1"
-	egressclient "github.com/ovs-srcip/ovs-srcip/agent/client/clientset/versioned"
+	egressv1 "github.com/ovs-srcip/ovs-srcip/apis/ovssrcip/v1alpha1"
+	egressclient "github.com/ovs-srcip/ovs-srcip/client/clientset/versioned"
 )
 
 // Field managers of the EgressGateway status (server-side apply on the status subresource).

@@ -21,9 +21,9 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
-	"github.com/ovs-srcip/ovs-srcip/agent/apis/ovssrcip/v1alpha1"
-	egressclient "github.com/ovs-srcip/ovs-srcip/agent/client/clientset/versioned"
-	egressinformers "github.com/ovs-srcip/ovs-srcip/agent/client/informers/externalversions"
+	"github.com/ovs-srcip/ovs-srcip/apis/ovssrcip/v1alpha1"
+	egressclient "github.com/ovs-srcip/ovs-srcip/client/clientset/versioned"
+	egressinformers "github.com/ovs-srcip/ovs-srcip/client/informers/externalversions"
 )
 
 // KubeSource is the Source of a Kubernetes cluster: shared informers on Nodes, Services,

@@ -1,7 +1,7 @@
 package agent
 
 import (
-	egressv1 "github.com/ovs-srcip/ovs-srcip/agent/apis/ovssrcip/v1alpha1"
+	egressv1 "github.com/ovs-srcip/ovs-srcip/apis/ovssrcip/v1alpha1"
 
 	"context"
 	"os"

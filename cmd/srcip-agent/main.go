@@ -31,7 +31,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/ovs-srcip/ovs-srcip/agent"
-	egressclient "github.com/ovs-srcip/ovs-srcip/agent/client/clientset/versioned"
+	egressclient "github.com/ovs-srcip/ovs-srcip/client/clientset/versioned"
 	"github.com/ovs-srcip/ovs-srcip/flows"
 	"github.com/ovs-srcip/ovs-srcip/ofctl"
 )

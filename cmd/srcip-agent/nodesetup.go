@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ovs-srcip/ovs-srcip/agent"
-	"github.com/ovs-srcip/ovs-srcip/agent/nodesetup"
+	"github.com/ovs-srcip/ovs-srcip/nodesetup"
 	"github.com/ovs-srcip/ovs-srcip/ofctl"
 )
 

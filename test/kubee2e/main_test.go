@@ -26,7 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
-	egressclient "github.com/ovs-srcip/ovs-srcip/agent/client/clientset/versioned"
+	egressclient "github.com/ovs-srcip/ovs-srcip/client/clientset/versioned"
 
 	"github.com/ovs-srcip/ovs-srcip/test/kube"
 	"github.com/ovs-srcip/ovs-srcip/test/lab"

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ovs-srcip/ovs-srcip/agent/nodesetup"
+	"github.com/ovs-srcip/ovs-srcip/nodesetup"
 )
 
 // --egress-interface (C38, docs/egress.md "Secondary NICs"): the real binary makes eth1

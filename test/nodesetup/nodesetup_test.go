@@ -21,7 +21,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ovs-srcip/ovs-srcip/agent/nodesetup"
+	"github.com/ovs-srcip/ovs-srcip/nodesetup"
 	"github.com/ovs-srcip/ovs-srcip/test/lab"
 )
 

@@ -22,8 +22,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	egressv1 "github.com/ovs-srcip/ovs-srcip/agent/apis/ovssrcip/v1alpha1"
-	egressclient "github.com/ovs-srcip/ovs-srcip/agent/client/clientset/versioned"
+	egressv1 "github.com/ovs-srcip/ovs-srcip/apis/ovssrcip/v1alpha1"
+	egressclient "github.com/ovs-srcip/ovs-srcip/client/clientset/versioned"
 	"github.com/ovs-srcip/ovs-srcip/test/cluster"
 	"github.com/ovs-srcip/ovs-srcip/test/lab"
 )
