@@ -25,6 +25,11 @@ const AnnotationPreserveSourceIP = AnnotationPrefix + "preserve-source-ip"
 // eligible either.
 const LabelServiceProxyName = "service.kubernetes.io/service-proxy-name"
 
+// LabelHeadless (corev1.IsHeadlessService) is the label kube-proxy's Service informer also
+// selects away: kube-proxy programs nothing for a Service carrying it, whatever its type, so
+// with PreserveAll such a Service is not eligible either.
+const LabelHeadless = corev1.IsHeadlessService
+
 // PreserveMode says which Services the agent serves (the flag --preserve-source-ip).
 type PreserveMode string
 
@@ -96,7 +101,7 @@ func (s Selector) Select(svc *corev1.Service) (ok bool, via, reason string) {
 // LoadBalancer, or an IPv4 externalIP inside externalCIDRs (--external-ip-cidrs: a ClusterIP
 // Service whose externalIPs the agent would refuse anyway stays kube-proxy's, with no Event);
 // it is neither ExternalName nor headless; it is not handed to another proxy (label
-// LabelServiceProxyName); and its sessionAffinity is not ClientIP, which the pipeline does not
+// LabelServiceProxyName) nor labelled headless (LabelHeadless); and its sessionAffinity is not ClientIP, which the pipeline does not
 // implement (kube-proxy keeps such a Service and its affinity).
 func Eligible(svc *corev1.Service, externalCIDRs []netip.Prefix) bool {
 	if svc == nil {
@@ -110,6 +115,9 @@ func Eligible(svc *corev1.Service, externalCIDRs []netip.Prefix) bool {
 		return false
 	}
 	if _, ok := svc.Labels[LabelServiceProxyName]; ok {
+		return false
+	}
+	if _, ok := svc.Labels[LabelHeadless]; ok {
 		return false
 	}
 	if sp.SessionAffinity == corev1.ServiceAffinityClientIP {

@@ -354,12 +354,12 @@ func TestTrimObjectKeepsWhatTheAgentReads(t *testing.T) {
 	if len(svc.Annotations) != 1 || svc.Annotations[AnnotationPreserveSourceIP] != "true" || svc.ManagedFields != nil || svc.Labels != nil {
 		t.Errorf("trimmed Service: %+v", svc.ObjectMeta)
 	}
-	proxied := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web", LabelServiceProxyName: "other"}}}
+	proxied := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web", LabelServiceProxyName: "other", LabelHeadless: ""}}}
 	if _, err := TrimObject(proxied); err != nil {
 		t.Fatal(err)
 	}
-	if len(proxied.Labels) != 1 || proxied.Labels[LabelServiceProxyName] != "other" {
-		t.Errorf("trimmed Service labels: %v (want only %s, which Eligible reads)", proxied.Labels, LabelServiceProxyName)
+	if len(proxied.Labels) != 2 || proxied.Labels[LabelServiceProxyName] != "other" || proxied.Labels[LabelHeadless] != "" {
+		t.Errorf("trimmed Service labels: %v (want only %s and %s, which Eligible reads)", proxied.Labels, LabelServiceProxyName, LabelHeadless)
 	}
 	node := "node2"
 	sl := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{

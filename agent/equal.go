@@ -32,13 +32,15 @@ func nodeReady(n *corev1.Node) corev1.ConditionStatus {
 
 func serviceEqual(a, b *corev1.Service) bool {
 	// The annotation's presence matters, not only its value (an empty value is not opted in and
-	// says so; no annotation is served under --preserve-source-ip=all); the proxy-name label
-	// decides Eligible.
+	// says so; no annotation is served under --preserve-source-ip=all); the proxy-name and
+	// headless labels decide Eligible.
 	av, aSet := a.Annotations[AnnotationPreserveSourceIP]
 	bv, bSet := b.Annotations[AnnotationPreserveSourceIP]
 	_, aProxy := a.Labels[LabelServiceProxyName]
 	_, bProxy := b.Labels[LabelServiceProxyName]
-	return av == bv && aSet == bSet && aProxy == bProxy &&
+	_, aHeadless := a.Labels[LabelHeadless]
+	_, bHeadless := b.Labels[LabelHeadless]
+	return av == bv && aSet == bSet && aProxy == bProxy && aHeadless == bHeadless &&
 		a.CreationTimestamp.Equal(&b.CreationTimestamp) &&
 		equality.Semantic.DeepEqual(a.Spec, b.Spec) &&
 		equality.Semantic.DeepEqual(a.Status.LoadBalancer, b.Status.LoadBalancer)

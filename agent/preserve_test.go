@@ -89,6 +89,7 @@ func TestSelectorEligibility(t *testing.T) {
 		}), no, no},
 		{"sessionAffinity ClientIP", plainService("s", 30080, func(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP }), no, no},
 		{"another proxy's", plainService("s", 30080, func(s *corev1.Service) { s.Labels = map[string]string{LabelServiceProxyName: "other"} }), no, no},
+		{"labelled headless (kube-proxy ignores it)", plainService("s", 30080, func(s *corev1.Service) { s.Labels = map[string]string{LabelHeadless: ""} }), no, no},
 
 		{"annotated true", plainService("s", 30080, annotate("true")), annotationOK, annotationOK},
 		{"annotated true, sessionAffinity ClientIP (served as before)", plainService("s", 30080, annotate("true"), func(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP }), annotationOK, annotationOK},
@@ -139,6 +140,7 @@ func TestServiceEqualSeesEligibility(t *testing.T) {
 		"annotation added empty": annotate(""),
 		"annotation false":       annotate("false"),
 		"proxy-name label":       func(s *corev1.Service) { s.Labels = map[string]string{LabelServiceProxyName: "x"} },
+		"headless label":         func(s *corev1.Service) { s.Labels = map[string]string{LabelHeadless: ""} },
 		"ETP Local":              func(s *corev1.Service) { s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal },
 		"type ClusterIP":         clusterIPOnly,
 		"sessionAffinity":        func(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP },

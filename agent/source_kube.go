@@ -214,11 +214,16 @@ func trimObject(obj any) (any, error) {
 	}
 	switch o := obj.(type) {
 	case *corev1.Service:
-		if v, ok := o.Labels[LabelServiceProxyName]; ok {
-			o.Labels = map[string]string{LabelServiceProxyName: v}
-		} else {
-			o.Labels = nil
+		var keep map[string]string
+		for _, l := range []string{LabelServiceProxyName, LabelHeadless} {
+			if v, ok := o.Labels[l]; ok {
+				if keep == nil {
+					keep = map[string]string{}
+				}
+				keep[l] = v
+			}
 		}
+		o.Labels = keep
 	case *discoveryv1.EndpointSlice:
 		if svc, ok := o.Labels[discoveryv1.LabelServiceName]; ok {
 			o.Labels = map[string]string{discoveryv1.LabelServiceName: svc}
