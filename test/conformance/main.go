@@ -382,7 +382,11 @@ func runMode(o options, c *cluster.Cluster, mode string) (modeRun, error) {
 			"service-port cookies in the nodes' br-ex, sampled every %v), %d of them matched packets\n",
 			mode, r0.ports, sampleEvery, r0.hit)
 	}
-	r, err := readReport(filepath.Join(dir, "report.json"), regexp.MustCompile(o.focus))
+	var extra *regexp.Regexp
+	if o.skip != "" {
+		extra = regexp.MustCompile(o.skip)
+	}
+	r, err := readReport(filepath.Join(dir, "report.json"), regexp.MustCompile(o.focus), extra)
 	r.Mode, r.Wall = mode, time.Since(t)
 	if err != nil {
 		return r, fmt.Errorf("ginkgo: %v; report: %w (log %s)", runErr, err, logFile.Name())
@@ -407,9 +411,9 @@ type ginkgoReport struct {
 
 // readReport reads ginkgo's JSON report, keeping the specs whose name matches focus (ginkgo lists
 // every spec of the suite, the unfocused ones as skipped). A focused spec that the skip list
-// names gets state "listed"; one that skipped itself (a provider or zone count the lab lacks)
-// stays "skipped".
-func readReport(path string, focus *regexp.Regexp) (modeRun, error) {
+// names, or the extra -skip pattern (nil: none) matches, gets state "listed"; one that skipped
+// itself (a provider or zone count the lab lacks) stays "skipped".
+func readReport(path string, focus, extra *regexp.Regexp) (modeRun, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return modeRun{}, err
@@ -429,7 +433,7 @@ func readReport(path string, focus *regexp.Regexp) (modeRun, error) {
 				continue
 			}
 			state := s.State
-			if _, ok := matches(skips, name); ok && state == "skipped" {
+			if _, ok := matches(skips, name); (ok || extra != nil && extra.MatchString(name)) && state == "skipped" {
 				state = "listed"
 			}
 			switch state {

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -46,5 +49,44 @@ func TestCookieAndPackets(t *testing.T) {
 	}
 	if _, _, ok := cookieAndPackets("NXST_FLOW reply (xid=0x4):"); ok {
 		t.Fatal("header line read as a flow")
+	}
+}
+
+// readReport counts a spec skipped by the skip list or by the user's -skip as "listed", and only
+// a spec that skipped itself (ginkgo ran it, it called Skip) as "skipped"; unfocused specs are
+// dropped.
+func TestReadReportSkips(t *testing.T) {
+	rep := `[{"SpecReports":[
+	{"ContainerHierarchyTexts":["[sig-network] NetworkPolicy"],"LeafNodeType":"It","LeafNodeText":"x [Feature:NetworkPolicy]","State":"skipped"},
+	{"ContainerHierarchyTexts":["[sig-network] Services"],"LeafNodeType":"It","LeafNodeText":"user-skipped one","State":"skipped"},
+	{"ContainerHierarchyTexts":["[sig-network] Services"],"LeafNodeType":"It","LeafNodeText":"needs zones","State":"skipped"},
+	{"ContainerHierarchyTexts":["[sig-network] Services"],"LeafNodeType":"It","LeafNodeText":"works","State":"passed"},
+	{"ContainerHierarchyTexts":["[sig-storage] Volumes"],"LeafNodeType":"It","LeafNodeText":"unfocused","State":"skipped"},
+	{"ContainerHierarchyTexts":[],"LeafNodeType":"SynchronizedBeforeSuite","LeafNodeText":"","State":"passed"}]}]`
+	path := filepath.Join(t.TempDir(), "report.json")
+	if err := os.WriteFile(path, []byte(rep), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := readReport(path, regexp.MustCompile(`\[sig-network\]`), regexp.MustCompile(`user-skipped`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, x := range r.Results {
+		got[x.Name] = x.State
+	}
+	want := map[string]string{
+		"[sig-network] NetworkPolicy x [Feature:NetworkPolicy]": "listed",
+		"[sig-network] Services user-skipped one":               "listed",
+		"[sig-network] Services needs zones":                    "skipped",
+		"[sig-network] Services works":                          "passed",
+	}
+	if len(got) != len(want) {
+		t.Errorf("results %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: state %q, want %q", k, got[k], v)
+		}
 	}
 }
