@@ -58,10 +58,11 @@ var ControlPlanePrograms = []Program{
 // ClusterPrograms are what the real-kubelet lab (test/cluster) and hack/cluster/build.sh execute
 // besides the lab's (nft also for kube-proxy in nftables mode, nsenter also to enter a node's
 // mount namespace) and the control plane's: runc (containerd's runtime), unshare and mount (each
-// node's private mount namespace).
+// node's private mount namespace), pivot_root (its holder in a chroot).
 var ClusterPrograms = []Program{
 	{"runc", "runc"},
 	{"unshare", "util-linux"},
+	{"pivot_root", "util-linux"},
 	{"mount", "mount"},
 }
 
