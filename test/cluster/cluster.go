@@ -186,6 +186,10 @@ type KNode struct {
 	CgroupRoot string
 	// PodCIDR is the node's spec.podCIDRs[0], allocated by kube-controller-manager.
 	PodCIDR netip.Prefix
+	// Zone is the node's label topology.kubernetes.io/zone (ZoneOf): every node is a zone of its
+	// own, so that EndpointSlices carry zones and topology hints have something to allocate (the
+	// e2e Topology Hints and Traffic Distribution tests skip themselves with fewer than 3 zones).
+	Zone string
 
 	c                                  *Cluster
 	holder, containerd, kubelet, proxy *proc
@@ -193,6 +197,9 @@ type KNode struct {
 	agent                              *proc
 	mu                                 sync.Mutex
 }
+
+// ZoneOf is the zone of the lab node named node: "zone-" + node.
+func ZoneOf(node string) string { return "zone-" + node }
 
 func (c *Cluster) logf(format string, args ...any) {
 	if c.cfg.Logf != nil {
@@ -315,7 +322,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	}
 	for _, n := range c.Lab.Nodes {
 		c.KNodes[n.Name] = &KNode{Node: n, c: c, Dir: filepath.Join(n.Dir, "k"),
-			CgroupRoot: "/" + c.Lab.Prefix + "-" + n.Name}
+			CgroupRoot: "/" + c.Lab.Prefix + "-" + n.Name, Zone: ZoneOf(n.Name)}
 	}
 	var mu sync.Mutex
 	if err := parallel(c.Lab.Nodes, func(n *lab.Node) error {

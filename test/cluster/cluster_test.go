@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -48,4 +49,39 @@ func TestDeployment(t *testing.T) {
 		t.Fatalf("pods on %d nodes, want 3", len(nodes))
 	}
 	echoPods = pods
+}
+
+// Every node is a zone of its own (kubelet --node-labels), and the EndpointSlice controller
+// copies it into each endpoint's zone, as topology hints and trafficDistribution need.
+func TestNodeZones(t *testing.T) {
+	ctx := context.Background()
+	for _, n := range theCluster.Lab.Nodes {
+		node, err := theCluster.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := node.Labels[corev1.LabelTopologyZone]; got != ZoneOf(n.Name) {
+			t.Errorf("node %s: label %s=%q, want %q", n.Name, corev1.LabelTopologyZone, got, ZoneOf(n.Name))
+		}
+	}
+	createService(t, echoService("echo-zones", corev1.ServiceTypeClusterIP, 0))
+	retry(t, "endpoint zones of echo-zones", func() error {
+		l, err := theCluster.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=echo-zones"})
+		if err != nil {
+			return err
+		}
+		n := 0
+		for _, s := range l.Items {
+			for _, ep := range s.Endpoints {
+				if ep.NodeName == nil || ep.Zone == nil || *ep.Zone != ZoneOf(*ep.NodeName) {
+					return fmt.Errorf("endpoint %v: node %v zone %v", ep.Addresses, ep.NodeName, ep.Zone)
+				}
+				n++
+			}
+		}
+		if n != 3 {
+			return fmt.Errorf("%d endpoints, want 3", n)
+		}
+		return nil
+	})
 }

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ovs-srcip/ovs-srcip/test/lab"
@@ -159,7 +160,8 @@ func (kn *KNode) up(ctx context.Context) error {
 	if kn.kubelet, err = c.start("kubelet "+kn.Name, kn.path("kubelet.log"),
 		append(kn.enter(), filepath.Join(c.BinDir, "kubelet"), "--config", kn.path("kubelet.yaml"),
 			"--kubeconfig", c.Kubeconfig, "--root-dir", kn.path("kubelet"), "--cert-dir", kn.path("kubelet", "pki"),
-			"--hostname-override", kn.Name, "--node-ip", kn.IP.String(), "--v=2")...); err != nil {
+			"--hostname-override", kn.Name, "--node-ip", kn.IP.String(),
+			"--node-labels", corev1.LabelTopologyZone+"="+kn.Zone, "--v=2")...); err != nil {
 		return err
 	}
 	if kn.proxy, err = c.start("kube-proxy "+kn.Name, kn.path("kube-proxy.log"),
