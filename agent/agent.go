@@ -152,7 +152,7 @@ func New(cfg Config) (*Agent, error) {
 		rec.model.election = cfg.Election
 		cfg.Election.SetTrigger(rec.trigger)
 	}
-	runner := NewRunner(rec.Sync, cfg.MinSyncInterval, DefaultRetryMin, DefaultRetryMax)
+	runner := NewRunner(rec.Sync, RunnerConfig{MinInterval: cfg.MinSyncInterval, RetryMin: DefaultRetryMin, RetryMax: DefaultRetryMax})
 	rec.SetTrigger(runner.Run)
 	return &Agent{cfg: cfg, rec: rec, runner: runner}, nil
 }
