@@ -45,7 +45,6 @@ type pathTracer struct {
 	step      int
 }
 
-
 func (t *pathTracer) trace(ctx context.Context, v *nodeView, bridge, what, flow string, ctNext ...string) (ofctl.Trace, error) {
 	t.step++
 	fmt.Fprintf(t.out, "\n== %d. %s %s: %s\n", t.step, v.name, bridge, what)
