@@ -172,17 +172,21 @@ func parseFlow(line []byte) (f DumpedFlow, actions []byte, ok bool, err error) {
 			f.TableName = string(v)
 		}
 	}
-	if v, ok := dumpField(head, priorityKey); ok {
+	stats := head
+	if i := fieldIndex(head, priorityKey); i >= 0 {
+		v, _ := dumpField(head[i:], priorityKey)
 		n, l := parseDecimal(v)
 		if l == 0 || l != len(v) || n > 65535 {
 			return f, nil, true, fmt.Errorf("bad priority in dump-flows line %q", line)
 		}
 		f.Priority = int(n)
+		// ovs-ofctl prints the statistics before the match, which starts with the priority.
+		stats = head[:i]
 	}
-	if v, ok := dumpField(head, packetsKey); ok {
+	if v, ok := dumpField(stats, packetsKey); ok {
 		f.Packets, _ = parseDecimal(v)
 	}
-	if v, ok := dumpField(head, bytesKey); ok {
+	if v, ok := dumpField(stats, bytesKey); ok {
 		f.Bytes, _ = parseDecimal(v)
 	}
 	return f, actions, true, nil
