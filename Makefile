@@ -7,7 +7,7 @@ GO    ?= go
 BIN   := $(CURDIR)/bin
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: all build deps demo test test-unit test-e2e test-conformance conformance conformance-build golden bench bench-datapath bench-go bench-api vet fmt clean controlplane cluster
+.PHONY: all build deps check demo test test-unit test-e2e test-conformance conformance conformance-build golden bench bench-datapath bench-go bench-api vet fmt clean controlplane cluster
 
 # Extra flags for the demo, e.g. `make demo DEMO_ARGS=--keep` keeps the lab up for poking.
 DEMO_ARGS ?=
@@ -29,6 +29,16 @@ build:
 demo: deps build
 	$(GO) build -o $(BIN)/demo ./test/demo
 	$(BIN)/demo --agent $(BIN)/srcip-agent --echo $(BIN)/echo --manifests test/manifests/demo $(DEMO_ARGS)
+
+# The loop to run while editing: go vet, gofmt and the tiers that need no Open vSwitch, no root,
+# no apt-get and no network (golden files, flows/, agent/ with the fakes, the pure tests of ofctl/,
+# cmd/ and nodesetup/). -short makes ovstest.StartDummy skip the tests that need a private OVS;
+# `make test-unit` runs them. No deps: nothing is installed.
+PURE := ./flows/... ./agent/... ./ofctl/... ./cmd/... ./nodesetup/...
+check:
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) test -short $(PURE)
 
 vet:
 	$(GO) vet ./...

@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
-
-	"github.com/ovs-srcip/ovs-srcip/flows"
 )
 
 // Defaults of Config.
@@ -25,56 +22,23 @@ const (
 	UnreadyAfterFailingPeriods = 3
 )
 
-// Config configures an Agent.
+// Config configures an Agent: the Reconciler's configuration, and what the Agent adds around it
+// (the Source, the Lease election, the sync periods).
 type Config struct {
-	// NodeName is this node's name (required).
-	NodeName string
+	// ReconcilerConfig configures the Reconciler; NodeName, Dataplane and Bridges (flows.BrEx and
+	// flows.BrInt) are required. New sets its HasSynced (the Source's and the election's) and
+	// Events (the Source's EventSink), and its Election to Election below.
+	ReconcilerConfig
 	// Source delivers the cluster objects (required).
 	Source Source
-	// Dataplane is the node's OVSDB (required).
-	Dataplane Dataplane
-	// Bridges are the two bridges (flows.BrEx and flows.BrInt, required).
-	Bridges map[flows.Bridge]FlowBridge
-	// NodePortCIDRs restricts NodePort addresses (--nodeport-addresses); empty: all of the
-	// node's InternalIP and ExternalIP addresses.
-	NodePortCIDRs []netip.Prefix
-	// ExternalIPCIDRs are the ranges externalIPs may be served from (--external-ip-cidrs);
-	// empty: no externalIP is served.
-	ExternalIPCIDRs []netip.Prefix
-	// EgressClusterCIDRs: see ReconcilerConfig.
-	EgressClusterCIDRs []netip.Prefix
-	// PreserveSourceIP: which Services are served (--preserve-source-ip); see ReconcilerConfig.
-	PreserveSourceIP PreserveMode
-	// ChooseGateway: see ReconcilerConfig.
-	ChooseGateway GatewayChooser
 	// Election elects the egress gateways by Leases (nil: ChooseGateway). The agent starts it,
-	// waits for its Lease informer, and on shutdown steps down (StepDown) before returning.
+	// waits for its Lease informer, and on shutdown steps down (StepDown) before returning. It
+	// shadows ReconcilerConfig.Election, which New sets to it.
 	Election *LeaseElection
-	// Announcer: see ReconcilerConfig.
-	Announcer Announcer
-	// NodePortRange is the cluster's NodePort range, inclusive (--service-node-port-range);
-	// zero: DefaultNodePortRange. NodePorts outside it are refused (see admission).
-	NodePortRange [2]uint16
 	// FullSyncPeriod is the drift-repair period (0: DefaultFullSyncPeriod).
 	FullSyncPeriod time.Duration
 	// MinSyncInterval bounds the sync rate (0: DefaultMinSyncInterval).
 	MinSyncInterval time.Duration
-	// Metrics (nil: unregistered).
-	Metrics *Metrics
-	// Conntrack is the datapath's connection tracker (nil: no UDP conntrack flushes, no drains).
-	Conntrack Conntrack
-	// DrainPeriod bounds how long the entry point of a Service port that went away keeps
-	// forwarding its established connections (0: DefaultDrainPeriod).
-	DrainPeriod time.Duration
-	// ZoneLimitPercent bounds each conntrack zone to this percentage of the datapath's maximum
-	// (0: no limits); see ReconcilerConfig.
-	ZoneLimitPercent int
-	// RepairPeriod is the period of the deep repair (0: never); see ReconcilerConfig.
-	RepairPeriod time.Duration
-	// BucketsPerMessage: see ReconcilerConfig.
-	BucketsPerMessage int
-	// ReleaseMemory: see ReconcilerConfig.
-	ReleaseMemory bool
 }
 
 func (c *Config) validate() error {
@@ -119,29 +83,12 @@ func New(cfg Config) (*Agent, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
-	rec := NewReconciler(ReconcilerConfig{
-		NodeName:           cfg.NodeName,
-		Bridges:            cfg.Bridges,
-		Dataplane:          cfg.Dataplane,
-		NodePortCIDRs:      cfg.NodePortCIDRs,
-		ExternalIPCIDRs:    cfg.ExternalIPCIDRs,
-		EgressClusterCIDRs: cfg.EgressClusterCIDRs,
-		PreserveSourceIP:   cfg.PreserveSourceIP,
-		ChooseGateway:      cfg.ChooseGateway,
-		Announcer:          cfg.Announcer,
-		NodePortRange:      cfg.NodePortRange,
-		ZoneLimitPercent:   cfg.ZoneLimitPercent,
-		HasSynced: func() bool {
-			return cfg.Source.HasSynced() && (cfg.Election == nil || cfg.Election.HasSynced())
-		},
-		Events:            sourceEvents{cfg.Source},
-		Metrics:           cfg.Metrics,
-		Conntrack:         cfg.Conntrack,
-		DrainPeriod:       cfg.DrainPeriod,
-		RepairPeriod:      cfg.RepairPeriod,
-		BucketsPerMessage: cfg.BucketsPerMessage,
-		ReleaseMemory:     cfg.ReleaseMemory,
-	})
+	rc := cfg.ReconcilerConfig
+	rc.HasSynced = func() bool {
+		return cfg.Source.HasSynced() && (cfg.Election == nil || cfg.Election.HasSynced())
+	}
+	rc.Events = sourceEvents{cfg.Source}
+	rec := NewReconciler(rc)
 	if cfg.Metrics != nil && cfg.Metrics.reg != nil {
 		if err := cfg.Metrics.reg.Register(newFlowStatsCollector(rec, cfg.Bridges)); err != nil {
 			return nil, fmt.Errorf("register the flow counters' metrics: %w", err)
@@ -152,7 +99,7 @@ func New(cfg Config) (*Agent, error) {
 		rec.model.election = cfg.Election
 		cfg.Election.SetTrigger(rec.trigger)
 	}
-	runner := NewRunner(rec.Sync, cfg.MinSyncInterval, DefaultRetryMin, DefaultRetryMax)
+	runner := NewRunner(rec.Sync, RunnerConfig{MinInterval: cfg.MinSyncInterval, RetryMin: DefaultRetryMin, RetryMax: DefaultRetryMax})
 	rec.SetTrigger(runner.Run)
 	return &Agent{cfg: cfg, rec: rec, runner: runner}, nil
 }

@@ -38,10 +38,12 @@ func TestAgentRun(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "cluster.yaml"), agentManifest)
 	ex, in := ofctltest.NewFake(), ofctltest.NewFake()
 	a, err := New(Config{
-		NodeName:        thisNode,
+		ReconcilerConfig: ReconcilerConfig{
+			NodeName:  thisNode,
+			Dataplane: newFakeDataplane(),
+			Bridges:   map[flows.Bridge]FlowBridge{flows.BrEx: ex, flows.BrInt: in},
+		},
 		Source:          &ManifestSource{Dir: dir, NodeName: thisNode, Debounce: 10 * time.Millisecond},
-		Dataplane:       newFakeDataplane(),
-		Bridges:         map[flows.Bridge]FlowBridge{flows.BrEx: ex, flows.BrInt: in},
 		MinSyncInterval: 10 * time.Millisecond,
 	})
 	require.NoError(t, err)

@@ -79,6 +79,29 @@ func RenderDesired(ctx context.Context, node string, objs []runtime.Object, node
 // Errors: node is not one of the Nodes of objs (with the names of those that are), or the sync
 // failed.
 func Desired(ctx context.Context, node string, objs []runtime.Object, o DesiredOptions) (map[flows.Bridge][]string, Report, error) {
+	return desired(ctx, node, objs, o, nil)
+}
+
+// DesiredFlowSets is Desired returning, instead of bundle lines, the flow sets per bridge: those a
+// full sync of the node's agent compares with the bridge's inventory (flows.FullDiff), after
+// conflicts are resolved. Errors: as Desired.
+func DesiredFlowSets(ctx context.Context, node string, objs []runtime.Object, o DesiredOptions) (map[flows.Bridge][]*flows.FlowSet, Report, error) {
+	sets := map[flows.Bridge][]*flows.FlowSet{}
+	_, rep, err := desired(ctx, node, objs, o, func(b flows.Bridge, desired []*flows.FlowSet) {
+		sets[b] = desired
+	})
+	if err != nil {
+		return nil, Report{}, err
+	}
+	for _, fs := range sets {
+		slices.SortFunc(fs, func(a, b *flows.FlowSet) int { return strings.Compare(a.Key.String(), b.Key.String()) })
+	}
+	return sets, rep, nil
+}
+
+// desired renders objs for node (Desired); planned, when set, receives each bridge's desired flow
+// sets.
+func desired(ctx context.Context, node string, objs []runtime.Object, o DesiredOptions, planned func(flows.Bridge, []*flows.FlowSet)) (map[flows.Bridge][]string, Report, error) {
 	events := o.Events
 	if events == nil {
 		events = logEvents{}
@@ -122,6 +145,7 @@ func Desired(ctx context.Context, node string, objs []runtime.Object, o DesiredO
 	}
 	r := NewReconciler(ReconcilerConfig{NodeName: node, Bridges: bridges, Dataplane: dp,
 		NodePortCIDRs: o.NodePortCIDRs, ExternalIPCIDRs: o.ExternalIPCIDRs, PreserveSourceIP: o.PreserveSourceIP, Events: events})
+	r.syncer.planned = planned
 	for _, ob := range objs {
 		deliver(r, nil, ob)
 	}

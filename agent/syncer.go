@@ -55,6 +55,9 @@ type syncer struct {
 	reject func(k flows.Key, problem string)
 	// steps are the last sync's steps with their durations (observeStep).
 	steps []stepTime
+	// planned, when set, receives every full sync's desired flow sets of each bridge, the ones
+	// flows.FullDiff compared with the bridge's inventory (Desired reads them; nil in the agent).
+	planned func(b flows.Bridge, desired []*flows.FlowSet)
 }
 
 // stepTime is one step of a sync and how long it took.
@@ -354,6 +357,9 @@ func (s *syncer) plan(_ context.Context, p *pass) error {
 			}
 		}
 		for _, b := range applyOrder {
+			if s.planned != nil {
+				s.planned(b, byBridge[b])
+			}
 			plan := flows.FullDiff(b, byBridge[b], p.invs[b])
 			if p.repair {
 				plan.RepairAll(byBridge[b])

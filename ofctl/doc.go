@@ -14,4 +14,8 @@
 // The agent declares what it needs of a bridge and of conntrack as its own interfaces
 // (agent.FlowBridge, agent.Conntrack); OpenFlow implements them, and so does the in-memory Fake
 // of package ofctl/ofctltest. Package ofctl/ovstest starts private OVS daemons for tests.
+//
+// What ovs-ofctl and ofproto/trace print is read in one place each, for the agent, srcipctl and
+// the tests alike: dump.go (DumpedFlow, DumpedGroup: dump-flows, dump-groups, dump-group-stats)
+// and trace.go (Trace, TraceStep: ofproto/trace).
 package ofctl

@@ -1,7 +1,6 @@
 package ofctl
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -273,101 +272,6 @@ func (o *OpenFlow) Inventory(ctx context.Context) (flows.Inventory, error) {
 	klog.FromContext(ctx).V(2).Info("Read OpenFlow inventory", "bridge", o.Bridge,
 		"cookies", len(inv.Flows), "groups", len(inv.Groups))
 	return inv, nil
-}
-
-// newScanner returns a line scanner that accepts lines up to 64 MiB (a select group with
-// thousands of buckets is one line).
-func newScanner(r io.Reader) *bufio.Scanner {
-	s := bufio.NewScanner(r)
-	s.Buffer(make([]byte, 0, 256<<10), 64<<20)
-	return s
-}
-
-var cookieToken = []byte("cookie=0x")
-
-// scanCookies adds one to counts[cookie] for every dump-flows line with an owned cookie=0x
-// token. It never parses the rest of the flow.
-func scanCookies(r io.Reader, counts map[flows.Cookie]int) error {
-	s := newScanner(r)
-	for s.Scan() {
-		line := s.Bytes()
-		i := bytes.Index(line, cookieToken)
-		if i < 0 {
-			continue
-		}
-		c, ok := parseHex(line[i+len(cookieToken):])
-		if !ok {
-			return fmt.Errorf("bad cookie in dump-flows line %q", line)
-		}
-		if cookie := flows.Cookie(c); cookie.Owned() {
-			counts[cookie]++
-		}
-	}
-	return s.Err()
-}
-
-// parseHex parses the hex digits at the start of b (up to 16 of them, then a non-digit or end).
-func parseHex(b []byte) (uint64, bool) {
-	var v uint64
-	n := 0
-	for ; n < len(b); n++ {
-		c := b[n]
-		var d byte
-		switch {
-		case c >= '0' && c <= '9':
-			d = c - '0'
-		case c >= 'a' && c <= 'f':
-			d = c - 'a' + 10
-		case c >= 'A' && c <= 'F':
-			d = c - 'A' + 10
-		default:
-			return v, n > 0
-		}
-		if n == 16 {
-			return 0, false
-		}
-		v = v<<4 | uint64(d)
-	}
-	return v, n > 0
-}
-
-var (
-	groupToken  = []byte("group_id=")
-	bucketToken = []byte(",bucket")
-)
-
-// scanGroups records the owned group ids of dump-groups output ("group_id=N,type=...").
-func scanGroups(r io.Reader, ids map[uint32]bool) error {
-	return scanGroupStats(r, ids, nil)
-}
-
-// scanGroupStats records the owned group ids of dump-group-stats (or dump-groups) output
-// ("group_id=N,..."), and in buckets (if not nil) the number of ",bucketN:" (",bucket=") tokens of
-// each.
-func scanGroupStats(r io.Reader, ids map[uint32]bool, buckets map[uint32]int) error {
-	s := newScanner(r)
-	for s.Scan() {
-		line := bytes.TrimLeft(s.Bytes(), " ")
-		rest, ok := bytes.CutPrefix(line, groupToken)
-		if !ok {
-			continue
-		}
-		end := bytes.IndexByte(rest, ',')
-		if end < 0 {
-			end = len(rest)
-		}
-		id, err := strconv.ParseUint(string(rest[:end]), 10, 32)
-		if err != nil {
-			return fmt.Errorf("bad group id in dump-groups line %q: %w", line, err)
-		}
-		if flows.OwnedGroup(uint32(id)) {
-			ids[uint32(id)] = true
-			if buckets != nil {
-				buckets[uint32(id)] = bytes.Count(rest, bucketToken)
-			}
-		}
-	}
-	return s.Err()
 }
 
 // DumpFlows returns `ovs-ofctl -O OpenFlow15 --names dump-flows TARGET [filter]`: every flow

@@ -255,28 +255,30 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	a, err := agent.New(agent.Config{
-		NodeName:  o.nodeName,
-		Source:    src,
-		Dataplane: dp,
-		Bridges: map[flows.Bridge]agent.FlowBridge{
-			flows.BrEx:  brEx,
-			flows.BrInt: brInt,
+		ReconcilerConfig: agent.ReconcilerConfig{
+			NodeName:  o.nodeName,
+			Dataplane: dp,
+			Bridges: map[flows.Bridge]agent.FlowBridge{
+				flows.BrEx:  brEx,
+				flows.BrInt: brInt,
+			},
+			NodePortCIDRs:      cidrs,
+			ExternalIPCIDRs:    extCIDRs,
+			EgressClusterCIDRs: egressCIDRs,
+			PreserveSourceIP:   mode,
+			Announcer:          brEx,
+			NodePortRange:      npRange,
+			ZoneLimitPercent:   o.zoneLimitPercent,
+			Metrics:            agent.NewMetrics(reg),
+			Conntrack:          brEx,
+			DrainPeriod:        o.drainPeriod,
+			RepairPeriod:       o.repairPeriod,
+			BucketsPerMessage:  o.bucketsPerMessage,
+			ReleaseMemory:      true,
 		},
-		NodePortCIDRs:      cidrs,
-		ExternalIPCIDRs:    extCIDRs,
-		EgressClusterCIDRs: egressCIDRs,
-		PreserveSourceIP:   mode,
-		Election:           election,
-		Announcer:          brEx,
-		NodePortRange:      npRange,
-		ZoneLimitPercent:   o.zoneLimitPercent,
-		FullSyncPeriod:     o.fullSyncPeriod,
-		Metrics:            agent.NewMetrics(reg),
-		Conntrack:          brEx,
-		DrainPeriod:        o.drainPeriod,
-		RepairPeriod:       o.repairPeriod,
-		BucketsPerMessage:  o.bucketsPerMessage,
-		ReleaseMemory:      true,
+		Source:         src,
+		Election:       election,
+		FullSyncPeriod: o.fullSyncPeriod,
 	})
 	if err != nil {
 		return err

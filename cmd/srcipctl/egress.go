@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"regexp"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -36,11 +35,6 @@ type egressFlow struct {
 	Bytes    uint64 `json:"bytes"`
 	Flow     string `json:"flow"` // the dump-flows line
 }
-
-var (
-	dumpPacketsRE = regexp.MustCompile(`n_packets=(\d+)`)
-	dumpBytesRE   = regexp.MustCompile(`n_bytes=(\d+)`)
-)
 
 func egressCommand(out io.Writer) *cobra.Command {
 	var runDir, agentAddr, output string
@@ -87,12 +81,11 @@ func egressViews(ctx context.Context, rep *agent.Report, runDir string) []egress
 				continue
 			}
 			for _, l := range strings.Split(strings.TrimSpace(dump), "\n") {
-				f, ok := parseDumpLine(l, b, n)
+				f, t, ok := parseDumpLine(l, b, n)
 				if !ok {
 					continue
 				}
 				if fs.Kind == flows.KindPod.String() {
-					t, _ := tableOf(l)
 					if !flows.PodEgressFlow(t, f.Priority) {
 						continue
 					}
@@ -105,46 +98,17 @@ func egressViews(ctx context.Context, rep *agent.Report, runDir string) []egress
 	return views
 }
 
-// tableOf returns the table of a dump-flows line (numbered or named).
-func tableOf(l string) (flows.Table, bool) {
-	tm := dumpTableRE.FindStringSubmatch(l)
-	if tm == nil {
-		return 0, true
+// parseDumpLine parses one dump-flows line of ours (false: no flow, or no cookie).
+func parseDumpLine(l string, b flows.Bridge, n *names) (egressFlow, flows.Table, bool) {
+	d, ok, err := ofctl.ParseFlowLine(l)
+	if !ok || err != nil || d.Cookie == 0 {
+		return egressFlow{}, 0, false
 	}
-	if id, err := strconv.Atoi(tm[1]); err == nil {
-		return flows.Table(id), true
-	}
-	if e, ok := tableByName[tm[1]]; ok {
-		return e.t, true
-	}
-	return 0, false
+	t, _ := tableOf(&d)
+	return egressFlow{Bridge: b.String(), Object: n.cookie(d.Cookie), Table: t.Name(b), Priority: d.Priority,
+		Packets: d.Packets, Bytes: d.Bytes, Flow: strings.TrimSpace(l)}, t, true
 }
 
-// parseDumpLine parses one dump-flows line of ours.
-func parseDumpLine(l string, b flows.Bridge, n *names) (egressFlow, bool) {
-	m := dumpCookieRE.FindStringSubmatch(l)
-	if m == nil {
-		return egressFlow{}, false
-	}
-	v, err := strconv.ParseUint(m[1], 16, 64)
-	if err != nil {
-		return egressFlow{}, false
-	}
-	t, _ := tableOf(l)
-	f := egressFlow{Bridge: b.String(), Object: n.cookie(flows.Cookie(v)), Table: t.Name(b), Priority: 32768, Flow: strings.TrimSpace(l)}
-	if pm := dumpPrioRE.FindStringSubmatch(l); pm != nil {
-		f.Priority, _ = strconv.Atoi(pm[1])
-	}
-	if pm := dumpPacketsRE.FindStringSubmatch(l); pm != nil {
-		f.Packets, _ = strconv.ParseUint(pm[1], 10, 64)
-	}
-	if pm := dumpBytesRE.FindStringSubmatch(l); pm != nil {
-		f.Bytes, _ = strconv.ParseUint(pm[1], 10, 64)
-	}
-	return f, true
-}
-
-// writeEgress renders the policies for people: a table, then per policy its flows.
 func writeEgress(out io.Writer, rep *agent.Report, views []egressView) {
 	if len(views) == 0 {
 		fmt.Fprintf(out, "no EgressGateway (node %s)\n", rep.Node)

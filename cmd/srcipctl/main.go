@@ -312,11 +312,13 @@ func diffCommand(out io.Writer) *cobra.Command {
 		Use:   "diff",
 		Short: "Compare the flow sets the agent should hold for a manifests directory or a cluster with what the node's bridges hold",
 		Long: `Renders the desired flow sets of the node (as desired does) with the node's real ofports, MACs and
-pod ports, read from its agent's status (so no placeholder enters the comparison), and compares
-them with the bridges' flows (by cookie and flow count, and groups by bucket count, as the agent's
-full sync does). It prints one line per flow set that is missing, has another flow count, or is
-on a bridge without being desired, named by its object, and fails when there is any. Drains and
-learned flows are runtime state and are listed, not counted. --node defaults to the agent's node.`,
+pod ports, read from its agent's status (so no placeholder enters the comparison), reads each
+bridge's inventory (flow count per cookie, groups with their bucket counts) and prints the plan
+the agent's full sync would make from them (flows.FullDiff): one line per flow set it would
+re-add, with why (missing, another flow count, a group missing or with another bucket count), and
+per cookie or group on a bridge that nothing desires, named by its object; it fails when there is
+any. Drains and learned flows are runtime state and are listed, not counted. --node defaults to
+the agent's node.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -340,7 +342,7 @@ learned flows are runtime state and are listed, not counted. --node defaults to 
 				return err
 			}
 			o.Ports, o.PodPorts, o.Events = &ports, podPorts, &eventList{}
-			_, want, err := agent.Desired(ctx, src.node, objs, o)
+			sets, _, err := agent.DesiredFlowSets(ctx, src.node, objs, o)
 			if err != nil {
 				return err
 			}
@@ -352,54 +354,7 @@ learned flows are runtime state and are listed, not counted. --node defaults to 
 				if err != nil {
 					return err
 				}
-				wanted := map[flows.Cookie]bool{}
-				ok := 0
-				for _, fs := range want.FlowSets {
-					if fs.Bridge != b.String() {
-						continue
-					}
-					v, _ := strconv.ParseUint(strings.TrimPrefix(fs.Cookie, "0x"), 16, 64)
-					cookie := flows.Cookie(v)
-					wanted[cookie] = true
-					name := fs.Kind + " " + fs.Object
-					var problems []string
-					switch got := inv.Flows[cookie]; {
-					case got == 0 && fs.Flows > 0:
-						problems = append(problems, fmt.Sprintf("missing: no flow with cookie %s (want %d flows)", fs.Cookie, fs.Flows))
-					case got != fs.Flows:
-						problems = append(problems, fmt.Sprintf("cookie %s has %d flows, want %d", fs.Cookie, got, fs.Flows))
-					}
-					for _, g := range fs.Groups {
-						if !inv.Groups[g] {
-							problems = append(problems, fmt.Sprintf("group %d missing", g))
-						}
-					}
-					if len(problems) == 0 {
-						ok++
-						continue
-					}
-					diffs++
-					fmt.Fprintf(out, "%s - %s: %s\n", b, strings.TrimSpace(name), strings.Join(problems, "; "))
-				}
-				var extra []flows.Cookie
-				for c := range inv.Flows {
-					if !wanted[c] {
-						extra = append(extra, c)
-					}
-				}
-				slices.Sort(extra)
-				for _, c := range extra {
-					switch {
-					case c.Learned():
-						fmt.Fprintf(out, "%s   %s: %d learned flow(s) (runtime state)\n", b, c.Kind(), inv.Flows[c])
-					case c.Kind() == flows.KindServiceDrain:
-						fmt.Fprintf(out, "%s   %s: draining (runtime state)\n", b, n.cookie(c))
-					default:
-						diffs++
-						fmt.Fprintf(out, "%s + %s: cookie %s with %d flow(s) on the bridge, not desired\n", b, n.cookie(c), c, inv.Flows[c])
-					}
-				}
-				fmt.Fprintf(out, "%s: %d flow set(s) as desired\n", b, ok)
+				diffs += writeDiff(out, b, sets[b], inv, n)
 			}
 			if diffs > 0 {
 				return fmt.Errorf("%d difference(s) between the desired flow sets of %s and its bridges", diffs, src.node)
@@ -412,6 +367,60 @@ learned flows are runtime state and are listed, not counted. --node defaults to 
 	runDirFlag(cmd, &runDir, "holds <bridge>.mgmt and the agent's srcip-agent.sock")
 	agentFlag(cmd.Flags(), &agentAddr)
 	return cmd
+}
+
+// writeDiff prints the plan of a full sync of bridge b, flows.FullDiff of desired against inv:
+// "-" lines for the flow sets it re-adds (with what differs), "+" lines for the cookies and groups
+// it deletes, and the runtime state it keeps or that is not the agent's to compare (learned flows,
+// drains). It returns the number of differences ("-" and "+" lines).
+func writeDiff(out io.Writer, b flows.Bridge, desired []*flows.FlowSet, inv flows.Inventory, n *names) int {
+	plan := flows.FullDiff(b, desired, inv)
+	diffs := 0
+	for _, fs := range plan.Add {
+		c, want := fs.Cookie(), len(fs.FlowLines())
+		var problems []string
+		switch got := inv.Flows[c]; {
+		case got == 0 && want > 0:
+			problems = append(problems, fmt.Sprintf("missing: no flow with cookie %s (want %d flows)", c, want))
+		case got != want:
+			problems = append(problems, fmt.Sprintf("cookie %s has %d flows, want %d", c, got, want))
+		}
+		for _, g := range fs.Groups {
+			if !inv.Groups[g.ID] {
+				problems = append(problems, fmt.Sprintf("group %d missing", g.ID))
+			} else if got, ok := inv.Buckets[g.ID]; ok && got != len(g.Buckets) {
+				problems = append(problems, fmt.Sprintf("group %d has %d buckets, want %d", g.ID, got, len(g.Buckets)))
+			}
+		}
+		name := strings.TrimSpace(fs.Key.Kind.String() + " " + agent.ObjectName(fs.Key))
+		diffs++
+		fmt.Fprintf(out, "%s - %s: %s\n", b, name, strings.Join(problems, "; "))
+	}
+	// FullDiff leaves learned flows alone; they are listed with the cookies it deletes.
+	extra := slices.Clone(plan.DeleteCookies)
+	for c := range inv.Flows {
+		if c.Learned() {
+			extra = append(extra, c)
+		}
+	}
+	slices.Sort(extra)
+	for _, c := range extra {
+		switch {
+		case c.Learned():
+			fmt.Fprintf(out, "%s   %s: %d learned flow(s) (runtime state)\n", b, c.Kind(), inv.Flows[c])
+		case c.Kind() == flows.KindServiceDrain:
+			fmt.Fprintf(out, "%s   %s: draining (runtime state)\n", b, n.cookie(c))
+		default:
+			diffs++
+			fmt.Fprintf(out, "%s + %s: cookie %s with %d flow(s) on the bridge, not desired\n", b, n.cookie(c), c, inv.Flows[c])
+		}
+	}
+	for _, g := range plan.DeleteGroups {
+		diffs++
+		fmt.Fprintf(out, "%s + group %d (%s): on the bridge, not desired\n", b, g, n.group(g))
+	}
+	fmt.Fprintf(out, "%s: %d flow set(s) as desired\n", b, len(desired)-len(plan.Add))
+	return diffs
 }
 
 // eventList collects the Events the rendering agent would send.

@@ -2,12 +2,11 @@ package main
 
 import (
 	"fmt"
-	"regexp"
-	"strconv"
 	"strings"
 
 	"github.com/ovs-srcip/ovs-srcip/agent"
 	"github.com/ovs-srcip/ovs-srcip/flows"
+	"github.com/ovs-srcip/ovs-srcip/ofctl"
 )
 
 // names resolves what OVS prints (cookies, groups, buckets, addresses) to the objects of an
@@ -170,12 +169,17 @@ func dropNote(b flows.Bridge, t flows.Table, prio int, c flows.Cookie) string {
 	return ""
 }
 
-var (
-	dumpCookieRE = regexp.MustCompile(`cookie=0x([0-9a-fA-F]+)`)
-	dumpTableRE  = regexp.MustCompile(`(?:^|[ ,])table=([A-Za-z0-9]+)`)
-	dumpPrioRE   = regexp.MustCompile(`(?:^|[ ,])priority=(\d+)`)
-	dumpGroupRE  = regexp.MustCompile(`group:(\d+)`)
-)
+// tableOf returns the table of a dumped flow (ovs-ofctl prints it by number, or by name under
+// --names); false for a name of neither bridge.
+func tableOf(f *ofctl.DumpedFlow) (flows.Table, bool) {
+	if f.TableName == "" {
+		return f.Table, true
+	}
+	if e, ok := tableByName[f.TableName]; ok {
+		return e.t, true
+	}
+	return 0, false
+}
 
 // annotateDump appends to every dump-flows line of bridge b with a cookie: the table's name, the
 // object the cookie serves, the group's Service port and, for a drop flow, the reason.
@@ -183,31 +187,16 @@ func annotateDump(dump string, b flows.Bridge, n *names) string {
 	var sb strings.Builder
 	for _, l := range strings.Split(strings.TrimRight(dump, "\n"), "\n") {
 		sb.WriteString(l)
-		if m := dumpCookieRE.FindStringSubmatch(l); m != nil {
-			if v, err := strconv.ParseUint(m[1], 16, 64); err == nil {
-				c := flows.Cookie(v)
-				t, prio := flows.Table(0), 32768
-				if tm := dumpTableRE.FindStringSubmatch(l); tm != nil {
-					if id, err := strconv.Atoi(tm[1]); err == nil {
-						t = flows.Table(id)
-					} else if e, ok := tableByName[tm[1]]; ok {
-						t = e.t
-					}
-				}
-				if pm := dumpPrioRE.FindStringSubmatch(l); pm != nil {
-					prio, _ = strconv.Atoi(pm[1])
-				}
-				notes := []string{n.cookie(c), t.Name(b)}
-				if gm := dumpGroupRE.FindStringSubmatch(l); gm != nil {
-					if id, err := strconv.ParseUint(gm[1], 10, 32); err == nil {
-						notes = append(notes, "group "+n.group(uint32(id)))
-					}
-				}
-				if d := dropNote(b, t, prio, c); d != "" {
-					notes = append(notes, d)
-				}
-				sb.WriteString("  # " + strings.Join(notes, "; "))
+		if f, ok, err := ofctl.ParseFlowLine(l); ok && err == nil && strings.Contains(l, "cookie=") {
+			t, _ := tableOf(&f)
+			notes := []string{n.cookie(f.Cookie), t.Name(b)}
+			if g, ok := f.Group(); ok {
+				notes = append(notes, "group "+n.group(g))
 			}
+			if d := dropNote(b, t, f.Priority, f.Cookie); d != "" {
+				notes = append(notes, d)
+			}
+			sb.WriteString("  # " + strings.Join(notes, "; "))
 		}
 		sb.WriteString("\n")
 	}

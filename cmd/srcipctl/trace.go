@@ -254,19 +254,19 @@ func localTrace(ctx context.Context, out io.Writer, runDir, db, bridge, uplink, 
 	} else {
 		fmt.Fprint(out, summarize(tr))
 	}
-	r := parseTrace(tr, map[string]flows.Bridge{bridge: flows.BrEx, "br-int": flows.BrInt})
+	r := ofctl.ParseTrace(tr, map[string]flows.Bridge{bridge: flows.BrEx, "br-int": flows.BrInt})
 	t := &pathTracer{out: out}
 	t.printHits(&nodeView{name: "this node"}, r)
-	last, _ := r.lastHit()
+	last, _ := r.Last()
 	switch {
-	case r.dropped():
+	case r.Dropped():
 		fmt.Fprintf(out, "\nverdict: %s\n", dropVerdict("this node", r))
-	case last.bridge == flows.BrEx && last.has("LOCAL"):
+	case last.Bridge == flows.BrEx && last.Has("LOCAL"):
 		fmt.Fprintf(out, "\nverdict: not handled by ovs-srcip: handed to the host stack\n")
-	case r.tunDst != "":
-		fmt.Fprintf(out, "\nverdict: DNAT to %s, Geneve to %s (other nodes not traced without the agent)\n", r.natDst, r.tunDst)
+	case r.TunDst != "":
+		fmt.Fprintf(out, "\nverdict: DNAT to %s, Geneve to %s (other nodes not traced without the agent)\n", r.NATDst, r.TunDst)
 	default:
-		fmt.Fprintf(out, "\nverdict: DNAT to %s, delivered on this node\n", r.natDst)
+		fmt.Fprintf(out, "\nverdict: DNAT to %s, delivered on this node\n", r.NATDst)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ovs-srcip/ovs-srcip/agent"
 	"github.com/ovs-srcip/ovs-srcip/flows"
+	"github.com/ovs-srcip/ovs-srcip/ofctl"
 )
 
 // nodeView is one node as srcipctl trace sees it: its agent (for /trace and /status), its report
@@ -44,10 +45,7 @@ type pathTracer struct {
 	step      int
 }
 
-// defaultBridges maps the bridge names in ofproto/trace output to the pipeline's bridges.
-var defaultBridges = map[string]flows.Bridge{"br-ex": flows.BrEx, "br-int": flows.BrInt}
-
-func (t *pathTracer) trace(ctx context.Context, v *nodeView, bridge, what, flow string, ctNext ...string) (traceResult, error) {
+func (t *pathTracer) trace(ctx context.Context, v *nodeView, bridge, what, flow string, ctNext ...string) (ofctl.Trace, error) {
 	t.step++
 	fmt.Fprintf(t.out, "\n== %d. %s %s: %s\n", t.step, v.name, bridge, what)
 	fmt.Fprintf(t.out, "   ofproto/trace %s '%s'", bridge, flow)
@@ -57,9 +55,9 @@ func (t *pathTracer) trace(ctx context.Context, v *nodeView, bridge, what, flow 
 	fmt.Fprintln(t.out)
 	out, err := v.c.Trace(ctx, bridge, flow, ctNext)
 	if err != nil {
-		return traceResult{}, err
+		return ofctl.Trace{}, err
 	}
-	r := parseTrace(out, defaultBridges)
+	r := ofctl.ParseTrace(out, nil)
 	if t.full {
 		fmt.Fprint(t.out, out)
 	}
@@ -69,45 +67,45 @@ func (t *pathTracer) trace(ctx context.Context, v *nodeView, bridge, what, flow 
 
 // printHits prints one line per table the packet went through: bridge, table name, priority, the
 // object of the flow's cookie, the group and bucket chosen, and the reason of a drop flow.
-func (t *pathTracer) printHits(v *nodeView, r traceResult) {
-	for _, h := range r.hits {
-		notes := []string{v.names.cookie(h.cookie)}
-		if h.group != 0 {
-			g := "group " + v.names.group(h.group)
-			if h.bucket >= 0 {
-				g += fmt.Sprintf(" -> bucket %d: %s", h.bucket, v.names.bucket(h.group, uint32(h.bucket)))
+func (t *pathTracer) printHits(v *nodeView, r ofctl.Trace) {
+	for _, h := range r.Steps {
+		notes := []string{v.names.cookie(h.Cookie)}
+		if h.Group != 0 {
+			g := "group " + v.names.group(h.Group)
+			if h.Bucket >= 0 {
+				g += fmt.Sprintf(" -> bucket %d: %s", h.Bucket, v.names.bucket(h.Group, uint32(h.Bucket)))
 			} else {
 				g += " -> no bucket"
 			}
 			notes = append(notes, g)
 		}
-		if d := dropNote(h.bridge, h.table, h.priority, h.cookie); d != "" {
+		if d := dropNote(h.Bridge, h.Table, h.Priority, h.Cookie); d != "" {
 			notes = append(notes, d)
 		}
-		fmt.Fprintf(t.out, "   %-6s %2d %-16s prio %-4d %s\n", h.bridge, int(h.table), h.table.Name(h.bridge), h.priority, strings.Join(notes, "; "))
+		fmt.Fprintf(t.out, "   %-6s %2d %-16s prio %-4d %s\n", h.Bridge, int(h.Table), h.Table.Name(h.Bridge), h.Priority, strings.Join(notes, "; "))
 	}
-	fmt.Fprintf(t.out, "   datapath actions: %s\n", r.final)
+	fmt.Fprintf(t.out, "   datapath actions: %s\n", r.Final)
 }
 
 // dropVerdict explains why r ended in a drop on node: the drop flow's reason, an empty group, a
 // tunnel that could not be routed, or the table it ended in.
-func dropVerdict(node string, r traceResult) string {
-	h, ok := r.lastHit()
+func dropVerdict(node string, r ofctl.Trace) string {
+	h, ok := r.Last()
 	if !ok {
 		return fmt.Sprintf("dropped on %s before any table of the pipeline", node)
 	}
-	where := fmt.Sprintf("%s %s %s", node, h.bridge, h.table.Name(h.bridge))
-	if info, ok := flows.DropAt(h.bridge, h.table, h.priority, h.cookie.Kind()); ok {
+	where := fmt.Sprintf("%s %s %s", node, h.Bridge, h.Table.Name(h.Bridge))
+	if info, ok := flows.DropAt(h.Bridge, h.Table, h.Priority, h.Cookie.Kind()); ok {
 		return fmt.Sprintf("dropped at %s: %s (%s)", where, info.Reason, info.Doc)
 	}
-	if h.group != 0 && h.bucket < 0 {
+	if h.Group != 0 && h.Bucket < 0 {
 		info, _ := flows.DropInfoOf(flows.DropNoEndpoints)
 		return fmt.Sprintf("dropped at %s: %s (%s)", where, info.Reason, info.Doc)
 	}
-	if strings.Contains(r.raw, "routing failed") {
+	if strings.Contains(r.Raw, "routing failed") {
 		return fmt.Sprintf("dropped at %s: the Geneve packet has no route or next hop on the underlay (native tunnel routing failed)", where)
 	}
-	return fmt.Sprintf("dropped at %s (priority %d): no drop reason declared for this flow", where, h.priority)
+	return fmt.Sprintf("dropped at %s (priority %d): no drop reason declared for this flow", where, h.Priority)
 }
 
 // entryOwner returns "demo/web http/TCP" when entry is served on v's node, else "" and why not.
@@ -197,25 +195,25 @@ func (t *pathTracer) run(ctx context.Context, proto string, client, entry netip.
 	if err != nil {
 		return "", err
 	}
-	last, _ := r.lastHit()
+	last, _ := r.Last()
 	switch {
-	case r.dropped():
+	case r.Dropped():
 		return dropVerdict(in.name, r), nil
-	case last.bridge == flows.BrEx && last.has("LOCAL"):
+	case last.Bridge == flows.BrEx && last.Has("LOCAL"):
 		return fmt.Sprintf("not handled by ovs-srcip: %s hands %s to its host stack (kube-proxy serves it without source IP preservation, or nothing listens): %s", in.name, entry, why), nil
-	case r.natDst == "":
-		return fmt.Sprintf("unexpected: %s forwarded the packet without a DNAT (datapath actions %s)", in.name, r.final), nil
+	case r.NATDst == "":
+		return fmt.Sprintf("unexpected: %s forwarded the packet without a DNAT (datapath actions %s)", in.name, r.Final), nil
 	}
-	ep := r.natDst
+	ep := r.NATDst
 	epAddr, _ := netip.ParseAddrPort(ep)
 	fmt.Fprintf(t.out, "   => DNAT to %s\n", in.names.endpoint(ep))
 
 	backend := in
-	if r.tunDst != "" && last.bridge == flows.BrInt && last.table == flows.IntL3Forwarding {
-		name := in.names.nodeByIP[r.tunDst]
-		fmt.Fprintf(t.out, "   => Geneve (VNI %s) to %s\n", r.vni, in.names.node(r.tunDst))
+	if r.TunDst != "" && last.Bridge == flows.BrInt && last.Table == flows.IntL3Forwarding {
+		name := in.names.nodeByIP[r.TunDst]
+		fmt.Fprintf(t.out, "   => Geneve (VNI %s) to %s\n", r.VNI, in.names.node(r.TunDst))
 		if name == "" {
-			return fmt.Sprintf("dropped after %s: the tunnel destination %s is no known node", in.name, r.tunDst), nil
+			return fmt.Sprintf("dropped after %s: the tunnel destination %s is no known node", in.name, r.TunDst), nil
 		}
 		c, err := t.peer(ctx, name)
 		if err != nil {
@@ -229,28 +227,28 @@ func (t *pathTracer) run(ctx context.Context, proto string, client, entry netip.
 		bp := rep.Ports
 		// The Geneve packet on the backend's uplink: let in only from a known node (tunnel-peer).
 		gflow := fmt.Sprintf("in_port=%d,udp,dl_dst=%s,nw_src=%s,nw_dst=%s,nw_ttl=64,udp_src=49152,udp_dst=%d",
-			bp.ExUplink, bp.ExMAC, in.ip(), r.tunDst, bp.TunnelUDPPort)
+			bp.ExUplink, bp.ExMAC, in.ip(), r.TunDst, bp.TunnelUDPPort)
 		g, err := t.trace(ctx, backend, "br-ex", "the Geneve packet from "+in.name+" on the uplink", gflow)
 		if err != nil {
 			return "", err
 		}
-		if g.dropped() {
+		if g.Dropped() {
 			return dropVerdict(name, g), nil
 		}
 		bflow := fmt.Sprintf("in_port=%d,tun_id=%d,tun_src=%s,tun_dst=%s,%s,nw_src=%s,nw_dst=%s,nw_ttl=63,%s",
-			bp.IntTunnel, flows.VNIService, in.ip(), r.tunDst, proto, client.Addr(), epAddr.Addr(), l4(proto, client.Port(), epAddr.Port(), "syn"))
+			bp.IntTunnel, flows.VNIService, in.ip(), r.TunDst, proto, client.Addr(), epAddr.Addr(), l4(proto, client.Port(), epAddr.Port(), "syn"))
 		b, err := t.trace(ctx, backend, "br-int", "the decapsulated packet to the endpoint", bflow, "trk,new")
 		if err != nil {
 			return "", err
 		}
-		if b.dropped() {
+		if b.Dropped() {
 			return dropVerdict(name, b), nil
 		}
-		if bl, _ := b.lastHit(); bl.table != flows.IntPodIngressCT {
-			return fmt.Sprintf("unexpected: on %s the packet ended in %s %s (datapath actions %s)", name, bl.bridge, bl.table.Name(bl.bridge), b.final), nil
+		if bl, _ := b.Last(); bl.Table != flows.IntPodIngressCT {
+			return fmt.Sprintf("unexpected: on %s the packet ended in %s %s (datapath actions %s)", name, bl.Bridge, bl.Table.Name(bl.Bridge), b.Final), nil
 		}
-	} else if last.bridge != flows.BrInt || last.table != flows.IntPodIngressCT {
-		return fmt.Sprintf("unexpected: on %s the packet ended in %s %s (datapath actions %s)", in.name, last.bridge, last.table.Name(last.bridge), r.final), nil
+	} else if last.Bridge != flows.BrInt || last.Table != flows.IntPodIngressCT {
+		return fmt.Sprintf("unexpected: on %s the packet ended in %s %s (datapath actions %s)", in.name, last.Bridge, last.Table.Name(last.Bridge), r.Final), nil
 	}
 	pod := backend.names.podByIP[epAddr.Addr().String()]
 	fmt.Fprintf(t.out, "   => delivered to %s (the pod sees the client %s)\n", backend.names.endpoint(ep), client)
@@ -278,27 +276,27 @@ func (t *pathTracer) run(ctx context.Context, proto string, client, entry netip.
 	if err != nil {
 		return "", err
 	}
-	if rr.dropped() {
+	if rr.Dropped() {
 		return dropVerdict(backend.name, rr), nil
 	}
 	if backend != in {
-		rl, _ := rr.lastHit()
-		if rr.tunDst != in.ip() || rl.table != flows.IntPodEgressCT {
-			return fmt.Sprintf("unexpected: %s sends the reply to %s (datapath actions %s), not back to the ingress node %s", backend.name, rr.tunDst, rr.final, in.name), nil
+		rl, _ := rr.Last()
+		if rr.TunDst != in.ip() || rl.Table != flows.IntPodEgressCT {
+			return fmt.Sprintf("unexpected: %s sends the reply to %s (datapath actions %s), not back to the ingress node %s", backend.name, rr.TunDst, rr.Final, in.name), nil
 		}
-		fmt.Fprintf(t.out, "   => Geneve (VNI %s) back to the ingress node %s\n", rr.vni, in.names.node(in.ip()))
+		fmt.Fprintf(t.out, "   => Geneve (VNI %s) back to the ingress node %s\n", rr.VNI, in.names.node(in.ip()))
 		iflow := fmt.Sprintf("in_port=%d,tun_id=%d,tun_src=%s,tun_dst=%s,%s,nw_src=%s,nw_dst=%s,nw_ttl=63,%s,ct_label=%s",
 			p.IntTunnel, flows.VNIServiceReply, backend.ip(), in.ip(), proto, epAddr.Addr(), client.Addr(), l4(proto, epAddr.Port(), client.Port(), "syn|ack"), macLabel(t.clientMAC))
 		if rr, err = t.trace(ctx, in, "br-int", "the reply from "+backend.name, iflow, "trk,est,rpl"); err != nil {
 			return "", err
 		}
-		if rr.dropped() {
+		if rr.Dropped() {
 			return dropVerdict(in.name, rr), nil
 		}
 	}
-	rl, _ := rr.lastHit()
-	if rl.bridge != flows.BrEx || rl.table != flows.ExServiceReply {
-		return fmt.Sprintf("unexpected: on %s the reply ended in %s %s (datapath actions %s)", in.name, rl.bridge, rl.table.Name(rl.bridge), rr.final), nil
+	rl, _ := rr.Last()
+	if rl.Bridge != flows.BrEx || rl.Table != flows.ExServiceReply {
+		return fmt.Sprintf("unexpected: on %s the reply ended in %s %s (datapath actions %s)", in.name, rl.Bridge, rl.Table.Name(rl.Bridge), rr.Final), nil
 	}
 	fmt.Fprintf(t.out, "   => ct(zone=ZoneService,nat) un-DNATs the reply: %s -> %s becomes %s -> %s; out of the uplink to the client's MAC (ct_label)\n",
 		ep, client, entry, client)

@@ -1,7 +1,8 @@
 // Package ovstest starts a private, throw-away Open vSwitch (ovsdb-server and ovs-vswitchd
 // with the userspace "dummy" datapath) for tests. It needs no kernel module and no network
-// namespace; it does need the OVS binaries, and a test using it fails (never skips) when they
-// are missing.
+// namespace; it does need the OVS binaries, and a test using it fails when they are missing. The
+// one skip is asked for: under `go test -short` (make check, the pure tiers) StartDummy skips
+// the test.
 package ovstest
 
 import (
@@ -44,9 +45,13 @@ type Sandbox struct {
 // StartDummy starts ovsdb-server (with a fresh database from SchemaPath) and
 // `ovs-vswitchd --enable-dummy=override --disable-system` in a new temp directory, and stops
 // both in t.Cleanup (through their control sockets; a daemon that does not exit within 5 s is
-// killed by pid). It fails the test when a binary is missing or a daemon does not start.
+// killed by pid). It fails the test when a binary is missing or a daemon does not start, and
+// skips it under -short (testing.Short: make check runs the tiers that need no OVS).
 func StartDummy(t testing.TB) *Sandbox {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: this test needs a private Open vSwitch (ovstest.StartDummy)")
+	}
 	for _, bin := range []string{"ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-appctl", "ovs-ofctl"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			t.Fatalf("Open vSwitch is required for this test: %v", err)

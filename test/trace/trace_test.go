@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -79,15 +80,10 @@ func (w *world) trace(t *testing.T, br *ofctl.OpenFlow, flow string, ctNext ...s
 	return out
 }
 
-// datapathActions returns every "Datapath actions:" line of a trace, one per recirculation.
+// datapathActions returns every "Datapath actions:" line of a trace, one per recirculation
+// (ofctl.ParseTrace).
 func datapathActions(out string) []string {
-	var acts []string
-	for _, l := range strings.Split(out, "\n") {
-		if a, ok := strings.CutPrefix(l, "Datapath actions: "); ok {
-			acts = append(acts, a)
-		}
-	}
-	return acts
+	return ofctl.ParseTrace(out, nil).DatapathActions
 }
 
 func web(eps ...string) flows.ServicePort {
@@ -486,12 +482,8 @@ func TestC31InvalidDNATedSegmentDropped(t *testing.T) {
 func flowPackets(t *testing.T, out, match string) string {
 	t.Helper()
 	for _, l := range strings.Split(out, "\n") {
-		if strings.Contains(l, match) {
-			for _, f := range strings.Split(l, ", ") {
-				if v, ok := strings.CutPrefix(strings.TrimSpace(f), "n_packets="); ok {
-					return v
-				}
-			}
+		if f, ok, err := ofctl.ParseFlowLine(l); ok && err == nil && strings.Contains(l, match) {
+			return strconv.FormatUint(f.Packets, 10)
 		}
 	}
 	t.Fatalf("no flow %q in:\n%s", match, out)
