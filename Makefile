@@ -33,12 +33,15 @@ demo: deps build
 # The loop to run while editing: go vet, gofmt and the tiers that need no Open vSwitch, no root,
 # no apt-get and no network (golden files, flows/, agent/ with the fakes, the pure tests of ofctl/,
 # cmd/ and nodesetup/). -short makes ovstest.StartDummy skip the tests that need a private OVS;
-# `make test-unit` runs them. No deps: nothing is installed.
+# `make test-unit` runs them. Also the lab's program tables (hack/deps.sh against test/lab) and the
+# conformance runner's report logic. No deps: nothing is installed.
 PURE := ./flows/... ./agent/... ./ofctl/... ./cmd/... ./nodesetup/...
 check:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) test -short $(PURE)
+	$(GO) test -short -run 'TestDepsInstallsEveryProgram|TestEveryExecutedProgramIsListed|TestCheckProgramsNamesThePackage' ./test/lab/
+	$(GO) test -short ./test/conformance/
 
 vet:
 	$(GO) vet ./...
