@@ -2,6 +2,7 @@ package flows
 
 import (
 	"flag"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -96,7 +97,8 @@ func checkGolden(t *testing.T, name, got string) {
 	require.Equal(t, string(want), got, "golden %s differs; review and run go test ./flows -update", path)
 }
 
-func TestGolden(t *testing.T) {
+// goldenCases are the golden scenarios by name (testdata/NAME.br-ex.golden, NAME.br-int.golden).
+func goldenCases() map[string]*State {
 	cases := map[string]*State{
 		"node1-no-services":  testState(),
 		"node1-web-tcp-udp":  testState(webTCP(), webUDP()),
@@ -155,6 +157,11 @@ func TestGolden(t *testing.T) {
 	sec.Ports.Secondary = []SecondaryUplink{{Name: "eth1", OFPort: 5, Subnets: []netip.Prefix{pfx("203.0.113.0/24")}}}
 	sec.Egress[ip("203.0.113.50")] = EgressIP{IP: ip("203.0.113.50"), Policy: "sec", Gateway: "node1"}
 	cases["node1-egress-secondary-nic"] = sec
+	return cases
+}
+
+func TestGolden(t *testing.T) {
+	cases := goldenCases()
 	for name, st := range cases {
 		t.Run(name, func(t *testing.T) {
 			d, err := Build(st)
@@ -184,13 +191,14 @@ func checkRenderedOnce(t *testing.T, d Desired) {
 	t.Helper()
 	for _, fs := range d {
 		require.Len(t, fs.FlowLines(), len(fs.Flows), fs.Key.String())
+		require.Len(t, fs.MatchKeys(), len(fs.Flows), fs.Key.String())
 		for i := range fs.Flows {
-			b, err := fs.Flows[i].MarshalText()
-			require.NoError(t, err)
-			require.Equal(t, string(b), fs.FlowLines()[i], fs.Key.String())
-			k, err := matchKeyOf(fs.Bridge, &fs.Flows[i])
-			require.NoError(t, err)
-			require.Equal(t, k, fs.MatchKeys()[i], fs.Key.String())
+			line := fs.Flows[i].String()
+			require.Equal(t, line, fs.FlowLines()[i], fs.Key.String())
+			k := fs.MatchKeys()[i]
+			// The MatchKey is the line's text between "priority=N," and ",table=".
+			want := strings.TrimPrefix(line[:strings.Index(line, ",table=")], fmt.Sprintf("priority=%d", k.Priority))
+			require.Equal(t, strings.TrimPrefix(want, ","), k.Match, fs.Key.String())
 		}
 	}
 }

@@ -223,3 +223,6 @@ func Text(msgs []Message) []string {
 	}
 	return out
 }
+
+// String is the group's text.
+func (g *GroupDesc) String() string { return string(g.AppendText(nil)) }
