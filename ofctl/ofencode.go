@@ -1342,3 +1342,18 @@ func parseLearn(arg string) (of13.Action, error) {
 	l.Length = l.Len()
 	return l, nil
 }
+
+// EncodeText encodes bundle lines with this text encoder: each message's OpenFlow type and body.
+// It is the reference the typed encoder (package openflow) is checked against, byte for byte,
+// by flows' TestWireOracle.
+func EncodeText(lines []string) ([]uint8, [][]byte, error) {
+	msgs, err := translateSerial(lines)
+	if err != nil {
+		return nil, nil, err
+	}
+	types, bodies := make([]uint8, len(msgs)), make([][]byte, len(msgs))
+	for i, m := range msgs {
+		types[i], bodies[i] = m.typ, m.body
+	}
+	return types, bodies, nil
+}
