@@ -12,7 +12,9 @@ func buildExBase(st *State, _ Key) (*FlowSet, error)  { return BuildExBase(st) }
 func buildIntBase(st *State, _ Key) (*FlowSet, error) { return BuildIntBase(st) }
 
 // ctService is ct(zone=ZoneService, nat, table=t): the lookup (and un-DNAT) in the Service zone.
-func ctService(t Table) CT { return CT{Zone: ZoneService, NAT: &NAT{}, Table: uint8(t), HasTable: true} }
+func ctService(t Table) CT {
+	return CT{Zone: ZoneService, NAT: &NAT{}, Table: uint8(t), HasTable: true}
+}
 
 // BuildExBase returns the static br-ex pipeline (KindExBase): the classifier hooks, the
 // uplink<->host plumbing and the fixed parts of the service tables. See docs/pipeline.md.

@@ -21,7 +21,6 @@ func EgressMAC(ip netip.Addr) net.HardwareAddr {
 	return net.HardwareAddr{0x0a, 0x5e, b[0], b[1], b[2], b[3]}
 }
 
-
 // egressExcluded lists what is never sent to an egress gateway: every node's pod CIDRs and
 // InternalIP, the cluster's Service and node networks (State.EgressClusterCIDRs) and the
 // policy's excludedDestinations.

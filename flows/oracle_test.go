@@ -2,7 +2,6 @@ package flows_test
 
 import (
 	"crypto/sha256"
-	"encoding/hex"
 	"flag"
 	"fmt"
 	"net/netip"
@@ -16,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ovs-srcip/ovs-srcip/flows"
-	"github.com/ovs-srcip/ovs-srcip/ofctl"
 	"github.com/ovs-srcip/ovs-srcip/openflow"
 )
 
@@ -34,10 +32,12 @@ func oraclePlans(fs *flows.FlowSet) map[string]flows.Plan {
 
 // TestWireOracle is the migration's oracle: for every flow set of every golden scenario (and a
 // group split over several messages, and the service-drain sets), the typed messages of each
-// bundle the agent writes for it (flows.Plan.Messages, package openflow's Encode) are byte for
-// byte what the text encoder (ofctl.EncodeText) makes of the same plan's rendered lines. The
-// digests of the typed encodings are kept in testdata/wire.sha256, so the check outlives the
-// text encoder: regenerate with -update-wire only when a byte is meant to change.
+// bundle the agent writes for it (flows.Plan.Messages, package openflow's Encode) hash to the
+// digests in testdata/wire.sha256. Those digests were written (commit "flows: TestWireOracle")
+// when the same test also compared every message byte for byte with what ofctl's former text
+// encoder (ofencode.go, which TestNativeEquivalence had checked against ovs-ofctl) made of the
+// plan's rendered lines, before that encoder was deleted. Regenerate with -update-wire only
+// when a byte is meant to change, and say why in the commit.
 func TestWireOracle(t *testing.T) {
 	type set struct {
 		name string
@@ -95,14 +95,8 @@ func TestWireOracle(t *testing.T) {
 			require.Len(t, lines, len(typed))
 			types, bodies, err := openflow.Encode(typed)
 			require.NoError(t, err, "%s %s", s.name, which)
-			wantTypes, wantBodies, err := ofctl.EncodeText(lines)
-			require.NoError(t, err, "%s %s", s.name, which)
 			h := sha256.New()
 			for i := range typed {
-				require.Equal(t, wantTypes[i], types[i], "%s %s: type of %.100s", s.name, which, lines[i])
-				if !assert.Equal(t, hex.EncodeToString(wantBodies[i]), hex.EncodeToString(bodies[i]), "%s %s: %.300s", s.name, which, lines[i]) {
-					return
-				}
 				fmt.Fprintf(h, "%d:", types[i])
 				h.Write(bodies[i])
 				msgs++
@@ -121,5 +115,5 @@ func TestWireOracle(t *testing.T) {
 	want, err := os.ReadFile(path)
 	require.NoError(t, err, "run go test ./flows -run TestWireOracle -update-wire")
 	assert.Equal(t, string(want), got, "typed encodings differ from testdata/wire.sha256")
-	t.Logf("%d flow sets, %d messages (%d group mods) byte-identical", len(sets), msgs, groupMsgs)
+	t.Logf("%d flow sets, %d messages (%d group mods)", len(sets), msgs, groupMsgs)
 }

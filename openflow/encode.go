@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/big"
+	"runtime"
 	"slices"
+	"sync"
 
 	of13 "github.com/contiv/libOpenflow/openflow13"
 )
@@ -37,15 +39,76 @@ const (
 // MaxMessage is the largest OpenFlow message (its 16-bit length), header included.
 const MaxMessage = 0xffff
 
-// Encode encodes every message, or returns the first one's error.
-func Encode(msgs []Message) (types []uint8, bodies [][]byte, err error) {
-	types, bodies = make([]uint8, len(msgs)), make([][]byte, len(msgs))
-	for i, m := range msgs {
-		if types[i], bodies[i], err = m.Encode(); err != nil {
-			return nil, nil, err
+// Encoded is a bundle's messages with their wire encoding (EncodeAll), made ahead of sending:
+// Types[i] and Bodies[i] encode Msgs[i]. Err, when not nil, names the first message that does
+// not encode (Types and Bodies are then nil), e.g. a group too large for one OpenFlow message;
+// such a bundle can still be sent as text through ovs-ofctl.
+type Encoded struct {
+	Msgs   []Message
+	Types  []uint8
+	Bodies [][]byte
+	Err    error
+}
+
+// ParallelMin is the bundle size from which EncodeAll encodes on GOMAXPROCS goroutines (each
+// message's encoding is independent of the others).
+var ParallelMin = 512
+
+// EncodeAll encodes msgs (see Encoded).
+func EncodeAll(msgs []Message) *Encoded {
+	e := &Encoded{Msgs: msgs, Types: make([]uint8, len(msgs)), Bodies: make([][]byte, len(msgs))}
+	workers := runtime.GOMAXPROCS(0)
+	if len(msgs) < ParallelMin || workers < 2 {
+		if i, err := encodeRange(msgs, e.Types, e.Bodies); err != nil {
+			return &Encoded{Msgs: msgs, Err: messageError(msgs[i], err)}
+		}
+		return e
+	}
+	type failure struct {
+		i   int
+		err error
+	}
+	fails := make([]failure, workers)
+	var wg sync.WaitGroup
+	per := (len(msgs) + workers - 1) / workers
+	for w := range workers {
+		lo, hi := min(w*per, len(msgs)), min((w+1)*per, len(msgs))
+		fails[w].i = -1
+		wg.Go(func() {
+			if i, err := encodeRange(msgs[lo:hi], e.Types[lo:hi], e.Bodies[lo:hi]); err != nil {
+				fails[w] = failure{lo + i, err}
+			}
+		})
+	}
+	wg.Wait()
+	for _, f := range fails { // the first failing message of the bundle
+		if f.i >= 0 {
+			return &Encoded{Msgs: msgs, Err: messageError(msgs[f.i], f.err)}
 		}
 	}
-	return types, bodies, nil
+	return e
+}
+
+func encodeRange(msgs []Message, types []uint8, bodies [][]byte) (int, error) {
+	for i, m := range msgs {
+		var err error
+		if types[i], bodies[i], err = m.Encode(); err != nil {
+			return i, err
+		}
+	}
+	return 0, nil
+}
+
+// messageError is err with the message's text (its first 120 bytes: a group of many buckets is
+// hundreds of kB).
+func messageError(m Message, err error) error {
+	return fmt.Errorf("%w in %.120q", err, m.AppendText(nil))
+}
+
+// Encode encodes every message, or returns the first one's error.
+func Encode(msgs []Message) (types []uint8, bodies [][]byte, err error) {
+	e := EncodeAll(msgs)
+	return e.Types, e.Bodies, e.Err
 }
 
 func be16(v uint16) []byte { return binary.BigEndian.AppendUint16(nil, v) }
@@ -396,7 +459,9 @@ func (a *copyField) MarshalBinary() ([]byte, error) {
 	return b, nil
 }
 
-func (a *copyField) UnmarshalBinary([]byte) error { return fmt.Errorf("copyField: decode not supported") }
+func (a *copyField) UnmarshalBinary([]byte) error {
+	return fmt.Errorf("copyField: decode not supported")
+}
 
 // setTunnel is NXAST_SET_TUNNEL (struct nx_action_set_tunnel: Nicira header, subtype 2, pad,
 // 32-bit tun_id), what ovs-ofctl sends for set_tunnel with a value of 32 bits or less.
@@ -418,7 +483,9 @@ func (a *setTunnel) MarshalBinary() ([]byte, error) {
 	return b, nil
 }
 
-func (a *setTunnel) UnmarshalBinary([]byte) error { return fmt.Errorf("setTunnel: decode not supported") }
+func (a *setTunnel) UnmarshalBinary([]byte) error {
+	return fmt.Errorf("setTunnel: decode not supported")
+}
 
 // encodeCT encodes NXAST_CT with its nested NXAST_NAT and exec actions.
 func encodeCT(c CT) (of13.Action, error) {

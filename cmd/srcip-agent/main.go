@@ -455,4 +455,4 @@ func parsePortRange(s string) ([2]uint16, error) {
 }
 
 // The cold start's full sync encodes its next bundle while the switch commits the current one.
-var _ agent.BundlePreparer = (*ofctl.OpenFlow)(nil)
+var _ agent.EncodedBundler = (*ofctl.OpenFlow)(nil)
