@@ -218,7 +218,7 @@ func (fs *FlowSet) Finish() error {
 	var b []byte
 	for i := range fs.Flows {
 		f := &fs.Flows[i]
-		if err := checkActions(f.Actions); err != nil {
+		if err := f.Check(); err != nil {
 			return fmt.Errorf("%s: flow %d (table %s): %w", fs.Key, i, Table(f.Table), err)
 		}
 		c := f.Cookie
@@ -235,7 +235,7 @@ func (fs *FlowSet) Finish() error {
 	}
 	for i := range fs.Groups {
 		for _, bk := range fs.Groups[i].Buckets {
-			if err := checkActions(bk.Actions); err != nil {
+			if err := of.CheckActions(bk.Actions); err != nil {
 				return fmt.Errorf("%s: group %#x: %w", fs.Key, fs.Groups[i].ID, err)
 			}
 		}
@@ -256,24 +256,6 @@ func (fs *FlowSet) Finish() error {
 	for i := range fs.Flows {
 		fs.Flows[i].Cookie = uint64(fs.cookie)
 		fs.keys[i] = matchKeyOf(fs.Bridge, &fs.Flows[i])
-	}
-	return nil
-}
-
-// checkActions reports an action list ovs-ofctl would refuse: a ct that needs commit, drop with
-// other actions.
-func checkActions(acts []of.Action) error {
-	for _, a := range acts {
-		switch a := a.(type) {
-		case of.CT:
-			if err := a.Check(); err != nil {
-				return err
-			}
-		case of.Drop:
-			if len(acts) > 1 {
-				return fmt.Errorf("drop with other actions")
-			}
-		}
 	}
 	return nil
 }

@@ -117,15 +117,21 @@ func (a Move) AppendText(b []byte) []byte {
 type SetField struct {
 	Field Field
 	Value uint64
-	ip    bool // render Value as an IPv4 address
+	ip    bool       // render addr, the IPv4 address Value holds
+	addr  netip.Addr // when ip
 }
 
 func (SetField) isAction() {}
 
-// SetTunDst sets the tunnel's outer IPv4 destination.
+// SetTunDst sets the tunnel's outer IPv4 destination (an address that is not IPv4 fails Check
+// and Encode).
 func SetTunDst(a netip.Addr) SetField {
-	b := a.As4()
-	return SetField{Field: FieldTunDst, Value: uint64(b[0])<<24 | uint64(b[1])<<16 | uint64(b[2])<<8 | uint64(b[3]), ip: true}
+	s := SetField{Field: FieldTunDst, ip: true, addr: a}
+	if a.Is4() {
+		b := a.As4()
+		s.Value = uint64(b[0])<<24 | uint64(b[1])<<16 | uint64(b[2])<<8 | uint64(b[3])
+	}
+	return s
 }
 
 // SetTCPDst sets the TCP destination port.
@@ -135,8 +141,7 @@ func SetTCPDst(port uint16) SetField { return SetField{Field: FieldTCPDst, Value
 func (a SetField) AppendText(b []byte) []byte {
 	b = append(b, "set_field:"...)
 	if a.ip {
-		v := uint32(a.Value)
-		b = netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}).AppendTo(b)
+		b = a.addr.AppendTo(b)
 	} else {
 		b = strconv.AppendUint(b, a.Value, 10)
 	}
@@ -319,4 +324,45 @@ func (l Learn) AppendText(b []byte) []byte {
 		}
 	}
 	return append(b, ')')
+}
+
+// CheckActions reports an action list that ovs-ofctl would refuse or Encode cannot encode: drop
+// or goto_table out of place, a ct that needs commit, an address or MAC of the wrong family or
+// length.
+func CheckActions(acts []Action) error {
+	for i, a := range acts {
+		switch a := a.(type) {
+		case Drop:
+			if len(acts) > 1 {
+				return fmt.Errorf("drop with other actions")
+			}
+		case GotoTable:
+			if i != len(acts)-1 {
+				return fmt.Errorf("goto_table:%d not last", a.Table)
+			}
+		case CT:
+			if err := a.Check(); err != nil {
+				return err
+			}
+			if a.NAT != nil && (a.NAT.Dst.IsValid() && !a.NAT.Dst.Addr().Is4() || a.NAT.Src.IsValid() && !a.NAT.Src.Is4()) {
+				return fmt.Errorf("ct: nat address not IPv4")
+			}
+			if err := CheckActions(a.Exec); err != nil {
+				return err
+			}
+		case SetField:
+			if a.ip && !a.addr.Is4() {
+				return fmt.Errorf("set_field: %v is no IPv4 address", a.addr)
+			}
+		case ModDLSrc:
+			if len(a.MAC) != 6 {
+				return fmt.Errorf("mod_dl_src: MAC %v is not 6 bytes", a.MAC)
+			}
+		case ModDLDst:
+			if len(a.MAC) != 6 {
+				return fmt.Errorf("mod_dl_dst: MAC %v is not 6 bytes", a.MAC)
+			}
+		}
+	}
+	return nil
 }

@@ -370,6 +370,9 @@ func encodeAction(a Action) (of13.Action, error) {
 		}
 		return &copyField{nBits: sn, srcOfs: sofs, dstOfs: dofs, src: sf, dst: df}, nil
 	case SetField:
+		if a.ip && !a.addr.Is4() {
+			return nil, fmt.Errorf("set_field: %v is no IPv4 address", a.addr)
+		}
 		f, _, n, err := header(Ref(a.Field))
 		if err != nil {
 			return nil, err

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 )
 
@@ -53,7 +54,39 @@ type Match interface {
 	// tlv returns the libOpenflow field name, value and mask (nil: exact), network byte order;
 	// proto is the flow's protocol (tp_src and tp_dst are TCP or UDP ports by it).
 	tlv(proto Protocol) (name string, value, mask []byte, err error)
+	// check is tlv's error without the encoding.
+	check(proto Protocol) error
 }
+
+func (inPortMatch) check(Protocol) error { return nil }
+func (m macMatch) check(Protocol) error {
+	if len(m.mac) != 6 {
+		return fmt.Errorf("%s: MAC %v is not 6 bytes", m.f, m.mac)
+	}
+	return nil
+}
+func (m ipMatch) check(Protocol) error {
+	if !m.p.IsValid() || !m.p.Addr().Is4() {
+		return fmt.Errorf("%s: %v is no IPv4 address or prefix", m.f, m.p)
+	}
+	return nil
+}
+func (m u16Match) check(proto Protocol) error {
+	if (m.f == FieldTCPSrc || m.f == FieldTCPDst) && proto != ProtoTCP && proto != ProtoUDP {
+		return fmt.Errorf("tp_src or tp_dst without tcp or udp")
+	}
+	return nil
+}
+func (m flagsMatch) check(proto Protocol) error {
+	if m.f == FieldTCPFlags && proto != ProtoTCP {
+		return fmt.Errorf("tcp_flags without tcp")
+	}
+	return nil
+}
+func (fragMatch) check(Protocol) error  { return nil }
+func (u32Match) check(Protocol) error   { return nil }
+func (labelMatch) check(Protocol) error { return nil }
+func (tunIDMatch) check(Protocol) error { return nil }
 
 type inPortMatch uint32
 
@@ -74,7 +107,7 @@ func (m inPortMatch) tlv(Protocol) (string, []byte, []byte, error) {
 
 type macMatch struct {
 	f   Field
-	mac [6]byte
+	mac net.HardwareAddr
 }
 
 // EthSrc matches the Ethernet source (dl_src=MAC).
@@ -83,12 +116,8 @@ func EthSrc(mac net.HardwareAddr) Match { return newMAC(FieldEthSrc, mac) }
 // EthDst matches the Ethernet destination (dl_dst=MAC).
 func EthDst(mac net.HardwareAddr) Match { return newMAC(FieldEthDst, mac) }
 
-func newMAC(f Field, mac net.HardwareAddr) macMatch {
-	if len(mac) != 6 {
-		panic(fmt.Sprintf("openflow: %s: MAC %v is not 6 bytes", f, mac))
-	}
-	return macMatch{f, [6]byte(mac)}
-}
+// newMAC keeps a copy of mac; one that is not 6 bytes fails Check and Encode.
+func newMAC(f Field, mac net.HardwareAddr) macMatch { return macMatch{f, slices.Clone(mac)} }
 
 func (m macMatch) Field() Field { return m.f }
 func (m macMatch) AppendText(b []byte) []byte {
@@ -97,10 +126,13 @@ func (m macMatch) AppendText(b []byte) []byte {
 	} else {
 		b = append(b, "dl_dst="...)
 	}
-	return append(b, net.HardwareAddr(m.mac[:]).String()...)
+	return append(b, m.mac.String()...)
 }
-func (m macMatch) tlv(Protocol) (string, []byte, []byte, error) {
-	return m.f.info().oxm, append([]byte(nil), m.mac[:]...), nil, nil
+func (m macMatch) tlv(proto Protocol) (string, []byte, []byte, error) {
+	if err := m.check(proto); err != nil {
+		return "", nil, nil, err
+	}
+	return m.f.info().oxm, slices.Clone(m.mac), nil, nil
 }
 
 type ipMatch struct {
@@ -136,12 +168,8 @@ func ARPTPAPrefix(p netip.Prefix) Match { return newIP(FieldARPTPA, p, false) }
 // TunSrc matches the tunnel's outer IPv4 source (tun_src=A.B.C.D).
 func TunSrc(a netip.Addr) Match { return newIP(FieldTunSrc, netip.PrefixFrom(a, 32), true) }
 
-func newIP(f Field, p netip.Prefix, addr bool) ipMatch {
-	if !p.Addr().Is4() || !p.IsValid() {
-		panic(fmt.Sprintf("openflow: %s: %v is no IPv4 address or prefix", f, p))
-	}
-	return ipMatch{f, p, addr}
-}
+// newIP keeps p; one that is no IPv4 address or prefix fails Check and Encode.
+func newIP(f Field, p netip.Prefix, addr bool) ipMatch { return ipMatch{f, p, addr} }
 
 var ipKeys = map[Field]string{FieldIPv4Src: "nw_src=", FieldIPv4Dst: "nw_dst=", FieldARPSPA: "arp_spa=",
 	FieldARPTPA: "arp_tpa=", FieldTunSrc: "tun_src="}
@@ -154,7 +182,10 @@ func (m ipMatch) AppendText(b []byte) []byte {
 	}
 	return m.p.AppendTo(b)
 }
-func (m ipMatch) tlv(Protocol) (string, []byte, []byte, error) {
+func (m ipMatch) tlv(proto Protocol) (string, []byte, []byte, error) {
+	if err := m.check(proto); err != nil {
+		return "", nil, nil, err
+	}
 	a := m.p.Masked().Addr().As4()
 	if m.p.Bits() == 32 {
 		return m.f.info().oxm, a[:], nil, nil

@@ -1,6 +1,7 @@
 package openflow
 
 import (
+	"fmt"
 	"strconv"
 )
 
@@ -54,6 +55,24 @@ func (f *Flow) AppendText(b []byte) []byte {
 
 // String is the flow's text.
 func (f *Flow) String() string { return string(f.AppendText(nil)) }
+
+// Check reports a flow that ovs-ofctl would refuse or Encode cannot encode (see CheckActions;
+// matches: an IPv4 field given another address family, a MAC that is not 6 bytes, tp_src/tp_dst
+// without tcp or udp, a field twice), without encoding it.
+func (f *Flow) Check() error {
+	seen := map[int]bool{}
+	for _, m := range f.Match {
+		r := matchRank(m.Field())
+		if seen[r] {
+			return fmt.Errorf("field %s matched twice", m.Field())
+		}
+		seen[r] = true
+		if err := m.check(f.Protocol); err != nil {
+			return err
+		}
+	}
+	return CheckActions(f.Actions)
+}
 
 // GroupType is an OpenFlow group type.
 type GroupType uint8

@@ -139,3 +139,23 @@ func TestEncode(t *testing.T) {
 	_, _, err = DeleteCookie{Cookie: 1}.Encode()
 	require.NoError(t, err)
 }
+
+// Values of the wrong family or length are refused by Check and Encode, never by a panic.
+func TestCheck(t *testing.T) {
+	v6 := netip.MustParseAddr("2001:db8::1")
+	long, _ := net.ParseMAC("00:00:00:00:fe:80:00:00:00:00:00:00:02:00:5e:10:00:00:00:01")
+	for name, f := range map[string]*Flow{
+		"v6 nw_dst":         {Protocol: ProtoIP, Match: []Match{IPv4Dst(v6)}, Actions: []Action{Drop{}}},
+		"v6 tun_src":        {Match: []Match{TunSrc(v6)}, Actions: []Action{Drop{}}},
+		"long dl_src":       {Match: []Match{EthSrc(long)}, Actions: []Action{Drop{}}},
+		"v6 set tun_dst":    {Actions: []Action{SetTunDst(v6)}},
+		"long mod_dl_dst":   {Actions: []Action{ModDLDst{MAC: long}}},
+		"tcp_flags on udp":  {Protocol: ProtoUDP, Match: []Match{TCPFlags(TCPSyn.Set())}, Actions: []Action{Drop{}}},
+		"exec needs commit": {Actions: []Action{CT{Zone: 1, Exec: []Action{Load{Value: 1, Dst: Bits(FieldCTMark, 0, 3)}}}}},
+	} {
+		assert.Error(t, f.Check(), name)
+		_, _, err := FlowMod{Command: FlowAdd, Flow: f}.Encode()
+		assert.Error(t, err, name)
+		assert.NotEmpty(t, f.String(), name)
+	}
+}
