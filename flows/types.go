@@ -1,6 +1,7 @@
 package flows
 
 import (
+	"bytes"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -214,8 +215,10 @@ func (fs *FlowSet) Finish() error {
 		// reported again).
 		fmt.Fprintf(h, "declined|%s\n", fs.Declined)
 	}
-	bodies := make([]string, len(fs.Flows))
-	var b []byte
+	// The flows' text without cookie, rendered into one buffer (offsets per flow) and hashed in
+	// sorted order, then each group's text.
+	var buf []byte
+	spans := make([][2]int, len(fs.Flows))
 	for i := range fs.Flows {
 		f := &fs.Flows[i]
 		if err := f.Check(); err != nil {
@@ -223,14 +226,15 @@ func (fs *FlowSet) Finish() error {
 		}
 		c := f.Cookie
 		f.Cookie = 0
-		b = f.AppendText(b[:0])
+		start := len(buf)
+		buf = f.AppendText(buf)
 		f.Cookie = c
-		bodies[i] = string(b)
+		spans[i] = [2]int{start, len(buf)}
 	}
-	slices.Sort(bodies)
+	slices.SortFunc(spans, func(a, b [2]int) int { return bytes.Compare(buf[a[0]:a[1]], buf[b[0]:b[1]]) })
 	sort.Slice(fs.Groups, func(i, j int) bool { return fs.Groups[i].ID < fs.Groups[j].ID })
-	for _, s := range bodies {
-		h.WriteString(s)
+	for _, sp := range spans {
+		h.Write(buf[sp[0]:sp[1]])
 		h.WriteString("\n")
 	}
 	for i := range fs.Groups {
@@ -239,8 +243,8 @@ func (fs *FlowSet) Finish() error {
 				return fmt.Errorf("%s: group %#x: %w", fs.Key, fs.Groups[i].ID, err)
 			}
 		}
-		b = fs.Groups[i].AppendText(b[:0])
-		h.Write(b)
+		buf = fs.Groups[i].AppendText(buf[:0])
+		h.Write(buf)
 		h.WriteString("\n")
 	}
 	fs.cookie = NewCookie(fs.Key.Kind, h.Sum64())
