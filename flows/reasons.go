@@ -8,7 +8,7 @@ import (
 
 // DropReason names why the pipeline drops a packet. It is the value of the "reason" label of
 // srcip_agent_dropped_packets_total and what srcipctl prints next to a drop. Every flow whose
-// action is drop is written with DropFor(reason) (never ovs.Drop()), and its place in the pipeline
+// action is drop is written with DropFor(reason) (never a bare openflow.Drop), and its place in the pipeline
 // is declared once in dropSpots; TestEveryDropHasAReason checks both against the golden states.
 type DropReason string
 

@@ -79,15 +79,15 @@ type OpenFlow struct {
 	// RunDir is OVS_RUNDIR; NewOpenFlow derives it from a unix: Target.
 	RunDir string
 	// Native, if set, applies bundles over its persistent OpenFlow 1.5 connection instead of
-	// one ovs-ofctl process per bundle; a bundle with any line the native encoder cannot
-	// translate exactly still goes through ovs-ofctl (logged at V(2) with the reason).
+	// one ovs-ofctl process per bundle; a bundle with a message that does not encode still
+	// goes through ovs-ofctl as text (logged at V(2) with the reason).
 	Native *Conn
 
 	nativeBundles, ofctlBundles atomic.Uint64
 }
 
 // BundleCounts returns how many bundles Bundle applied over the native connection and how many
-// through ovs-ofctl (with Native set: those it could not translate), since the start.
+// through ovs-ofctl (with Native set: those with a message that did not encode), since the start.
 func (o *OpenFlow) BundleCounts() (native, ovsOfctl uint64) {
 	return o.nativeBundles.Load(), o.ofctlBundles.Load()
 }
