@@ -303,6 +303,7 @@ func instructions(acts []Action) ([]of13.Instruction, error) {
 	return out, nil
 }
 
+// encodeActions encodes acts for an apply-actions instruction.
 func encodeActions(acts []Action) ([]of13.Action, error) {
 	out := make([]of13.Action, 0, len(acts))
 	for _, a := range acts {
@@ -313,12 +314,6 @@ func encodeActions(acts []Action) ([]of13.Action, error) {
 		out = append(out, e)
 	}
 	return out, nil
-}
-
-func outputAction(port uint32) *of13.ActionOutput {
-	a := of13.NewActionOutput(port)
-	a.MaxLen = 0 // what ovs-ofctl sends for any port but CONTROLLER
-	return a
 }
 
 // header returns libOpenflow's field header of r's field (NXM) and r's offset and width.
@@ -335,40 +330,27 @@ func header(r FieldRef) (*of13.MatchField, uint16, uint16, error) {
 
 func ofsNbits(ofs, n uint16) uint16 { return ofs<<6 | (n - 1) }
 
+// encodeAction encodes one action as a libOpenflow action: those of direct.go as their bytes.
 func encodeAction(a Action) (of13.Action, error) {
 	switch a := a.(type) {
-	case Output:
-		if a.Port >= 0xffffff00 && a.Port != PortLocal && a.Port != PortInPort && a.Port != PortNormal {
-			return nil, fmt.Errorf("output to reserved port %#x", a.Port)
+	case Output, Group, Move, CT:
+		b, err := appendAction(nil, a)
+		if err != nil {
+			return nil, err
 		}
-		return outputAction(a.Port), nil
+		return rawAction(b), nil
 	case OutputField:
 		f, ofs, n, err := header(a.Src)
 		if err != nil {
 			return nil, err
 		}
 		return of13.NewOutputFromField(f, ofsNbits(ofs, n)), nil
-	case Group:
-		return of13.NewActionGroup(a.ID), nil
 	case Load:
 		f, ofs, n, err := header(a.Dst)
 		if err != nil {
 			return nil, err
 		}
 		return loadValue(a.Value, f, ofs, n)
-	case Move:
-		sf, sofs, sn, err := header(a.Src)
-		if err != nil {
-			return nil, err
-		}
-		df, dofs, dn, err := header(a.Dst)
-		if err != nil {
-			return nil, err
-		}
-		if sn != dn {
-			return nil, fmt.Errorf("move of %d bits into %d bits", sn, dn)
-		}
-		return &copyField{nBits: sn, srcOfs: sofs, dstOfs: dofs, src: sf, dst: df}, nil
 	case SetField:
 		if a.ip && !a.addr.Is4() {
 			return nil, fmt.Errorf("set_field: %v is no IPv4 address", a.addr)
@@ -389,8 +371,6 @@ func encodeAction(a Action) (of13.Action, error) {
 		h := of13.NewNxActionHeader(nxastSetTunnel)
 		h.Length = 16
 		return &setTunnel{NXActionHeader: h, tunID: uint32(a.ID)}, nil
-	case CT:
-		return encodeCT(a)
 	case Learn:
 		return encodeLearn(a)
 	case Drop:
@@ -436,36 +416,6 @@ func loadValue(value uint64, f *of13.MatchField, ofs, n uint16) (of13.Action, er
 	return of13.NewActionSetField(field), nil
 }
 
-// copyField is the OpenFlow 1.5 copy-field action (OFPAT_COPY_FIELD, struct
-// ofp15_action_copy_field: n_bits, src_offset, dst_offset, pad, source and destination OXM
-// headers, padded to 24 bytes), what ovs-ofctl sends for "move" in OpenFlow 1.5 (OVS refuses
-// NXAST_REG_MOVE there; libOpenflow has no copy-field).
-type copyField struct {
-	nBits, srcOfs, dstOfs uint16
-	src, dst              *of13.MatchField
-}
-
-func (a *copyField) Len() uint16 { return 24 }
-func (a *copyField) Header() *of13.ActionHeader {
-	return &of13.ActionHeader{Type: ofpat15CopyField, Length: 24}
-}
-
-func (a *copyField) MarshalBinary() ([]byte, error) {
-	b := make([]byte, 24)
-	binary.BigEndian.PutUint16(b[0:], ofpat15CopyField)
-	binary.BigEndian.PutUint16(b[2:], 24)
-	binary.BigEndian.PutUint16(b[4:], a.nBits)
-	binary.BigEndian.PutUint16(b[6:], a.srcOfs)
-	binary.BigEndian.PutUint16(b[8:], a.dstOfs)
-	binary.BigEndian.PutUint32(b[12:], a.src.MarshalHeader())
-	binary.BigEndian.PutUint32(b[16:], a.dst.MarshalHeader())
-	return b, nil
-}
-
-func (a *copyField) UnmarshalBinary([]byte) error {
-	return fmt.Errorf("copyField: decode not supported")
-}
-
 // setTunnel is NXAST_SET_TUNNEL (struct nx_action_set_tunnel: Nicira header, subtype 2, pad,
 // 32-bit tun_id), what ovs-ofctl sends for set_tunnel with a value of 32 bits or less.
 type setTunnel struct {
@@ -488,58 +438,6 @@ func (a *setTunnel) MarshalBinary() ([]byte, error) {
 
 func (a *setTunnel) UnmarshalBinary([]byte) error {
 	return fmt.Errorf("setTunnel: decode not supported")
-}
-
-// encodeCT encodes NXAST_CT with its nested NXAST_NAT and exec actions.
-func encodeCT(c CT) (of13.Action, error) {
-	if err := c.Check(); err != nil {
-		return nil, err
-	}
-	ct := of13.NewNXActionConnTrack()
-	if c.Commit {
-		ct.Commit()
-	}
-	if c.HasTable {
-		ct.Table(c.Table)
-	}
-	ct.ZoneImm(c.Zone)
-	if c.NAT != nil {
-		nat := of13.NewNXActionCTNAT()
-		var err error
-		switch {
-		case c.NAT.Dst.IsValid():
-			if !c.NAT.Dst.Addr().Is4() {
-				return nil, fmt.Errorf("nat(dst=%s): IPv6 not encoded", c.NAT.Dst)
-			}
-			err = nat.SetDNAT()
-			a := c.NAT.Dst.Addr().As4()
-			nat.SetRangeIPv4Min(a[:])
-			// Both ends: libOpenflow writes proto max whenever proto min is set; a range of one
-			// port is what "dst=IP:PORT" means (ovs-actions(7) "nat").
-			port := c.NAT.Dst.Port()
-			nat.SetRangeProtoMin(&port)
-			nat.SetRangeProtoMax(&port)
-		case c.NAT.Src.IsValid():
-			if !c.NAT.Src.Is4() {
-				return nil, fmt.Errorf("nat(src=%s): IPv6 not encoded", c.NAT.Src)
-			}
-			err = nat.SetSNAT()
-			a := c.NAT.Src.As4()
-			nat.SetRangeIPv4Min(a[:])
-		}
-		if err != nil {
-			return nil, err
-		}
-		ct.AddAction(nat)
-	}
-	if len(c.Exec) > 0 {
-		exec, err := encodeActions(c.Exec)
-		if err != nil {
-			return nil, err
-		}
-		ct.AddAction(exec...)
-	}
-	return ct, nil
 }
 
 // learnValue is an immediate value of a learn spec: n bits, right-aligned in 2*ceil(n/16) bytes.
@@ -711,16 +609,11 @@ func appendBucket(dst []byte, bk *Bucket) ([]byte, error) {
 	start := len(dst)
 	dst = append(dst, make([]byte, 8)...) // the bucket header, filled in below
 	if !(len(bk.Actions) == 1 && isDrop(bk.Actions[0])) {
-		list, err := encodeActions(bk.Actions)
-		if err != nil {
-			return nil, err
-		}
-		for _, a := range list {
-			ab, err := a.MarshalBinary()
-			if err != nil {
+		for _, a := range bk.Actions {
+			var err error
+			if dst, err = appendAction(dst, a); err != nil {
 				return nil, err
 			}
-			dst = append(dst, ab...)
 		}
 	}
 	b := dst[start:]

@@ -9,8 +9,12 @@
 // those of ovs-fields(7) and ovs-actions(7); message layouts are those of the OpenFlow 1.5.1
 // specification (ofp_flow_mod, ofp15_group_mod, ofp15_bucket) and OVS's Nicira extensions
 // (nx_action_conntrack, nx_action_nat, nx_action_learn, nx_action_set_tunnel,
-// ntr_group_prop_selection_method). Match fields, instructions and most actions are built with
-// libOpenflow's OpenFlow 1.3 structures, whose encodings 1.5 shares.
+// ntr_group_prop_selection_method). The actions of every Service bucket and most flows (ct with
+// nat and exec, move, output, group) are appended directly (direct.go); match fields,
+// instructions, the flow mod and the other actions are built with libOpenflow's OpenFlow 1.3
+// structures, whose encodings 1.5 shares. libOpenflow stays because its encodings are the ones
+// TestNativeEquivalence proved against ovs-ofctl; flows' TestWireOracle pins every byte, so any
+// part can be replaced by a direct encoding with that check.
 package openflow
 
 import (

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"testing"
 
+	of13 "github.com/contiv/libOpenflow/openflow13"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -157,5 +158,59 @@ func TestCheck(t *testing.T) {
 		_, _, err := FlowMod{Command: FlowAdd, Flow: f}.Encode()
 		assert.Error(t, err, name)
 		assert.NotEmpty(t, f.String(), name)
+	}
+}
+
+// The direct encodings of ct and nat are libOpenflow's NXActionConnTrack and NXActionCTNAT,
+// byte for byte, for every shape (the golden files hold most of them; TestWireOracle pins those).
+func TestDirectCT(t *testing.T) {
+	ref := func(c CT) []byte {
+		ct := of13.NewNXActionConnTrack()
+		if c.Commit {
+			ct.Commit()
+		}
+		if c.HasTable {
+			ct.Table(c.Table)
+		}
+		ct.ZoneImm(c.Zone)
+		if c.NAT != nil {
+			nat := of13.NewNXActionCTNAT()
+			switch {
+			case c.NAT.Dst.IsValid():
+				require.NoError(t, nat.SetDNAT())
+				a := c.NAT.Dst.Addr().As4()
+				nat.SetRangeIPv4Min(a[:])
+				p := c.NAT.Dst.Port()
+				nat.SetRangeProtoMin(&p)
+				nat.SetRangeProtoMax(&p)
+			case c.NAT.Src.IsValid():
+				require.NoError(t, nat.SetSNAT())
+				a := c.NAT.Src.As4()
+				nat.SetRangeIPv4Min(a[:])
+			}
+			ct.AddAction(nat)
+		}
+		for _, a := range c.Exec {
+			e, err := encodeAction(a)
+			require.NoError(t, err)
+			ct.AddAction(e)
+		}
+		b, err := ct.MarshalBinary()
+		require.NoError(t, err)
+		return b
+	}
+	mv := Move{Src: Ref(FieldEthSrc), Dst: Bits(FieldCTLabel, 0, 47)}
+	ld := Load{Value: 2, Dst: Bits(FieldCTMark, 0, 3)}
+	for _, c := range []CT{
+		{Zone: 1},
+		{Zone: 64256, HasTable: true, Table: 41, NAT: &NAT{}},
+		{Commit: true, Zone: 64256, HasTable: true, Table: 42, NAT: &NAT{Dst: netip.MustParseAddrPort("10.244.2.5:8080")}, Exec: []Action{mv}},
+		{Commit: true, Zone: 64258, NAT: &NAT{Src: netip.MustParseAddr("192.0.2.51")}, Exec: []Action{ld, mv}},
+		{Commit: true, Zone: 7, Exec: []Action{ld}},
+		{Commit: true, HasTable: true, Table: 0, Zone: 0},
+	} {
+		got, err := appendAction([]byte{0xee}, c)
+		require.NoError(t, err)
+		assert.Equal(t, append([]byte{0xee}, ref(c)...), got, text(c))
 	}
 }
