@@ -7,7 +7,6 @@ require (
 	github.com/containernetworking/cni v1.3.1
 	github.com/containernetworking/plugins v1.10.0
 	github.com/contiv/libOpenflow v0.0.0-20210609050114-d967b14cc688
-	github.com/digitalocean/go-openvswitch v0.0.0-20240130171624-c0f7d42efe24
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/go-logr/logr v1.4.4
 	github.com/ovn-org/libovsdb v0.7.1-0.20240820095311-ce1951614a20

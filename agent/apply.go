@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ovs-srcip/ovs-srcip/flows"
+	"github.com/ovs-srcip/ovs-srcip/openflow"
 	"k8s.io/klog/v2"
 )
 
@@ -112,9 +113,9 @@ func coldBridge(inv flows.Inventory) bool {
 // coldChunk flow sets, ordered by kind, then one bundle of the deletes; each is written (and
 // its rejections isolated) as write does. The plan is then not atomic as a whole, each flow set
 // still is: a cold bridge has no pipeline of the agent that a partly written one could be
-// inconsistent with, and the text of only two chunks is held at a time (at 10k Service ports
-// the whole plan's text is tens of MB). The next chunk's lines are rendered, and encoded by a
-// BundlePreparer bridge, on another goroutine while the switch commits the current one.
+// inconsistent with, and the encoding of only two chunks is held at a time (at 10k Service ports
+// the whole plan's is tens of MB). For an EncodedBundler bridge the next chunk's messages are
+// encoded on another goroutine while the switch commits the current one.
 func (s *syncer) writeCold(ctx context.Context, b flows.Bridge, plan *flows.Plan) ([]*flows.FlowSet, error) {
 	if len(plan.Add)+len(plan.Repair) <= coldChunk {
 		return s.write(ctx, b, plan)
@@ -129,26 +130,27 @@ func (s *syncer) writeCold(ctx context.Context, b flows.Bridge, plan *flows.Plan
 		chunks = append(chunks, &flows.Plan{Bridge: b, Repair: part, BucketsPerMessage: plan.BucketsPerMessage})
 	}
 	chunks = append(chunks, &flows.Plan{Bridge: b, DeleteCookies: plan.DeleteCookies, DeleteGroups: plan.DeleteGroups})
-	prep, _ := s.cfg.Bridges[b].(BundlePreparer)
-	render := func(p *flows.Plan) <-chan []string {
-		ch := make(chan []string, 1)
+	_, encodes := s.cfg.Bridges[b].(EncodedBundler)
+	render := func(p *flows.Plan) <-chan *openflow.Encoded {
+		ch := make(chan *openflow.Encoded, 1)
 		go func() {
-			lines := p.Lines() // reads the flow sets only
-			if prep != nil && len(lines) > 0 {
-				prep.Prepare(lines)
+			msgs := p.Messages() // reads the flow sets only
+			if encodes && len(msgs) > 0 {
+				ch <- openflow.EncodeAll(msgs)
+				return
 			}
-			ch <- lines
+			ch <- &openflow.Encoded{Msgs: msgs}
 		}()
 		return ch
 	}
 	var bad []*flows.FlowSet
 	next := render(chunks[0])
 	for i, c := range chunks {
-		lines := <-next
+		enc := <-next
 		if i+1 < len(chunks) {
 			next = render(chunks[i+1])
 		}
-		nb, err := s.writeLines(ctx, b, c, lines)
+		nb, err := s.writeMessages(ctx, b, c, enc)
 		if err != nil {
 			return nil, err
 		}
@@ -166,37 +168,45 @@ func (s *syncer) write(ctx context.Context, b flows.Bridge, plan *flows.Plan) ([
 	if plan.Empty() {
 		return nil, nil
 	}
-	return s.writeLines(ctx, b, plan, plan.Lines())
+	return s.writeMessages(ctx, b, plan, &openflow.Encoded{Msgs: plan.Messages()})
 }
 
-// writeLines is write with the plan's lines (plan.Lines()) already rendered.
-func (s *syncer) writeLines(ctx context.Context, b flows.Bridge, plan *flows.Plan, lines []string) ([]*flows.FlowSet, error) {
+// writeMessages is write with the plan's messages (plan.Messages()) already made, and for an
+// EncodedBundler bridge encoded (enc.Types not nil).
+func (s *syncer) writeMessages(ctx context.Context, b flows.Bridge, plan *flows.Plan, enc *openflow.Encoded) ([]*flows.FlowSet, error) {
 	if plan.Empty() {
 		return nil, nil
 	}
+	msgs := enc.Msgs
 	logger := klog.FromContext(ctx).WithValues("bridge", b.String())
 	if plan.Changes() {
-		logger.V(2).Info("Applying bundle", "add", len(plan.Add), "deleteCookies", len(plan.DeleteCookies), "deleteGroups", len(plan.DeleteGroups), "repair", len(plan.Repair), "lines", len(lines))
+		logger.V(2).Info("Applying bundle", "add", len(plan.Add), "deleteCookies", len(plan.DeleteCookies), "deleteGroups", len(plan.DeleteGroups), "repair", len(plan.Repair), "messages", len(msgs))
 	} else {
 		// A deep repair that changes nothing the agent knows of (it restores drift in place).
-		logger.V(2).Info("Applying repair bundle", "repair", len(plan.Repair), "lines", len(lines))
+		logger.V(2).Info("Applying repair bundle", "repair", len(plan.Repair), "messages", len(msgs))
 	}
 	if v := logger.V(9); v.Enabled() {
-		v.Info("Bundle", "lines", strings.Join(lines, "\n"))
+		v.Info("Bundle", "lines", strings.Join(openflow.Text(msgs), "\n"))
 	}
 	var bad []*flows.FlowSet
-	if err := s.cfg.Bridges[b].Bundle(ctx, lines); err != nil {
+	var err error
+	if eb, ok := s.cfg.Bridges[b].(EncodedBundler); ok && enc.Types != nil {
+		err = eb.BundleEncoded(ctx, enc)
+	} else {
+		err = s.cfg.Bridges[b].Bundle(ctx, msgs)
+	}
+	if err != nil {
 		if !rejected(err) || len(plan.Add)+len(plan.Repair) == 0 {
-			return nil, fmt.Errorf("apply bundle of %d lines to %s: %w", len(lines), b, err)
+			return nil, fmt.Errorf("apply bundle of %d messages to %s: %w", len(msgs), b, err)
 		}
-		logger.Info("Open vSwitch rejected the bundle; isolating the flow sets it rejects", "lines", len(lines), "err", err)
+		logger.Info("Open vSwitch rejected the bundle; isolating the flow sets it rejects", "messages", len(msgs), "err", err)
 		var ierr error
 		bad, ierr = s.isolate(ctx, b, plan)
 		if ierr != nil {
-			return nil, fmt.Errorf("apply bundle of %d lines to %s (isolating the rejected flow sets): %w", len(lines), b, ierr)
+			return nil, fmt.Errorf("apply bundle of %d messages to %s (isolating the rejected flow sets): %w", len(msgs), b, ierr)
 		}
 	} else {
-		s.metrics.BundleLines.WithLabelValues(b.String()).Add(float64(len(lines)))
+		s.metrics.BundleLines.WithLabelValues(b.String()).Add(float64(len(msgs)))
 	}
 	isBad := make(map[*flows.FlowSet]bool, len(bad))
 	for _, fs := range bad {
@@ -252,10 +262,10 @@ func (s *syncer) isolate(ctx context.Context, b flows.Bridge, plan *flows.Plan) 
 				sub.Add = append(sub.Add, it.fs)
 			}
 		}
-		lines := sub.Lines()
-		err := br.Bundle(ctx, lines)
+		msgs := sub.Messages()
+		err := br.Bundle(ctx, msgs)
 		if err == nil {
-			s.metrics.BundleLines.WithLabelValues(b.String()).Add(float64(len(lines)))
+			s.metrics.BundleLines.WithLabelValues(b.String()).Add(float64(len(msgs)))
 			return nil
 		}
 		if !rejected(err) {
@@ -287,11 +297,11 @@ func (s *syncer) isolate(ctx context.Context, b flows.Bridge, plan *flows.Plan) 
 	del := &flows.Plan{Bridge: b,
 		DeleteCookies: slices.DeleteFunc(slices.Clone(plan.DeleteCookies), func(c flows.Cookie) bool { return keepCookie[c] }),
 		DeleteGroups:  slices.DeleteFunc(slices.Clone(plan.DeleteGroups), func(g uint32) bool { return keepGroup[g] })}
-	if lines := del.Lines(); len(lines) > 0 {
-		if err := br.Bundle(ctx, lines); err != nil {
+	if msgs := del.Messages(); len(msgs) > 0 {
+		if err := br.Bundle(ctx, msgs); err != nil {
 			return nil, err
 		}
-		s.metrics.BundleLines.WithLabelValues(b.String()).Add(float64(len(lines)))
+		s.metrics.BundleLines.WithLabelValues(b.String()).Add(float64(len(msgs)))
 	}
 	return bad, nil
 }
@@ -382,8 +392,8 @@ func (s *syncer) setApplied(b flows.Bridge, k flows.Key, fs *flows.FlowSet) {
 				s.liveEPs[e]++
 			}
 		}
-		s.appliedSize[b][k] = len(fs.FlowLines())
-		s.metrics.AppliedFlows.WithLabelValues(bl).Add(float64(len(fs.FlowLines())))
+		s.appliedSize[b][k] = len(fs.Flows)
+		s.metrics.AppliedFlows.WithLabelValues(bl).Add(float64(len(fs.Flows)))
 		s.metrics.AppliedGroups.WithLabelValues(bl).Add(float64(len(fs.Groups)))
 		s.kindCount[k.Kind]++
 		if s.appliedByKind[k.Kind] == nil {

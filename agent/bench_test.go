@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ovs-srcip/ovs-srcip/flows"
+	"github.com/ovs-srcip/ovs-srcip/openflow"
 )
 
 // nullBridge accepts every bundle in O(1): it isolates the Reconciler's own cost from
@@ -20,10 +21,10 @@ import (
 type nullBridge struct {
 	lines int
 	// onBundle, when set, is called with each bundle before it is counted.
-	onBundle func(lines []string)
+	onBundle func(msgs []openflow.Message)
 }
 
-func (n *nullBridge) Bundle(_ context.Context, lines []string) error {
+func (n *nullBridge) Bundle(_ context.Context, lines []openflow.Message) error {
 	if n.onBundle != nil {
 		n.onBundle(lines)
 	}
@@ -82,7 +83,7 @@ func BenchmarkColdFullSync(b *testing.B) {
 				b.StopTimer()
 				f := newFixture(b)
 				f.r = f.newReconcilerWith(func(c *ReconcilerConfig) {
-					ex := &nullBridge{onBundle: func([]string) {
+					ex := &nullBridge{onBundle: func([]openflow.Message) {
 						if mid == 0 {
 							mid = heap()
 						}

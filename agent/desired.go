@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/ovs-srcip/ovs-srcip/flows"
+	"github.com/ovs-srcip/ovs-srcip/openflow"
 )
 
 // PlaceholderPorts are the ofports and MAC RenderDesired uses instead of OVSDB's.
@@ -168,8 +169,8 @@ func (d *staticDataplane) Changes() <-chan struct{}                    { return 
 
 type captureBridge struct{ lines func([]string) }
 
-func (c *captureBridge) Bundle(_ context.Context, lines []string) error {
-	c.lines(lines)
+func (c *captureBridge) Bundle(_ context.Context, msgs []openflow.Message) error {
+	c.lines(openflow.Text(msgs))
 	return nil
 }
 

@@ -11,22 +11,23 @@ import (
 
 	egressv1 "github.com/ovs-srcip/ovs-srcip/apis/ovssrcip/v1alpha1"
 	"github.com/ovs-srcip/ovs-srcip/flows"
+	"github.com/ovs-srcip/ovs-srcip/openflow"
 )
 
 // FlowBridge is one OpenFlow bridge as the Reconciler writes it (implemented by ofctl's
 // OpenFlow client and, in tests, by ofctltest.Fake).
 type FlowBridge interface {
-	// Bundle applies lines (flows.Plan.Lines) as ONE atomic ovs-ofctl bundle: all or nothing.
-	Bundle(ctx context.Context, lines []string) error
+	// Bundle applies msgs (flows.Plan.Messages) as ONE atomic OpenFlow bundle: all or nothing.
+	Bundle(ctx context.Context, msgs []openflow.Message) error
 	// Inventory reads the owned cookies (with flow counts) and owned group ids of the bridge.
 	Inventory(ctx context.Context) (flows.Inventory, error)
 }
 
-// BundlePreparer is a FlowBridge that can encode a bundle's lines ahead of the Bundle call with
-// the same slice (ofctl.OpenFlow on its native connection): a cold start's full sync encodes its
-// next chunk while the switch commits the current one.
-type BundlePreparer interface {
-	Prepare(lines []string)
+// EncodedBundler is a FlowBridge that takes a bundle already encoded (openflow.EncodeAll;
+// ofctl.OpenFlow on its native connection): a cold start's full sync encodes its next chunk
+// while the switch commits the current one.
+type EncodedBundler interface {
+	BundleEncoded(ctx context.Context, e *openflow.Encoded) error
 }
 
 // PodPort is a pod interface attached to br-int, as found through OVSDB Interface.external_ids.

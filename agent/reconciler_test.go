@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/ovs-srcip/ovs-srcip/flows"
 	"github.com/ovs-srcip/ovs-srcip/ofctl/ofctltest"
+	"github.com/ovs-srcip/ovs-srcip/openflow"
 )
 
 type fixture struct {
@@ -160,7 +162,7 @@ func TestFailedApplyFallsBackToFullSync(t *testing.T) {
 
 	// Drift meanwhile: someone deletes svc0's flows by hand.
 	c0 := f.r.Applied(flows.BrEx)[svcKey("svc0")].Cookie
-	require.NoError(t, f.ex.Bundle(f.ctx, []string{fmt.Sprintf("flow delete cookie=%#x/-1", uint64(c0))}))
+	require.NoError(t, f.ex.Bundle(f.ctx, []openflow.Message{openflow.DeleteCookie{Cookie: uint64(c0)}}))
 
 	require.NoError(t, f.sync(), "the retry is a full sync")
 	assert.True(t, f.r.Status().FailingSince.IsZero())
@@ -180,10 +182,13 @@ func TestFullSyncRemovesOrphans(t *testing.T) {
 	f.seed(f.r, 2)
 	require.NoError(t, f.sync())
 	orphan := flows.NewCookie(flows.KindServicePort, 0xdead)
-	foreign := "cookie=0x1234,table=0,priority=1,actions=NORMAL"
-	require.NoError(t, f.ex.Bundle(f.ctx, []string{
-		fmt.Sprintf("flow add cookie=%#x,table=40,priority=100,ip,nw_dst=198.51.100.99,actions=drop", uint64(orphan)),
-		"flow add " + foreign,
+	foreignFlow := &openflow.Flow{Cookie: 0x1234, Table: 0, Priority: 1, Actions: []openflow.Action{openflow.Output{Port: openflow.PortNormal}}}
+	foreign := foreignFlow.String()
+	require.NoError(t, f.ex.Bundle(f.ctx, []openflow.Message{
+		openflow.FlowMod{Command: openflow.FlowAdd, Flow: &openflow.Flow{Cookie: uint64(orphan), Table: 40, Priority: 100,
+			Protocol: openflow.ProtoIP, Match: []openflow.Match{openflow.IPv4Dst(netip.MustParseAddr("198.51.100.99"))},
+			Actions: []openflow.Action{openflow.Drop{}}}},
+		openflow.FlowMod{Command: openflow.FlowAdd, Flow: foreignFlow},
 	}))
 	f.r.RequestFullSync()
 	require.NoError(t, f.sync())

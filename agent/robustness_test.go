@@ -15,6 +15,7 @@ import (
 
 	"github.com/ovs-srcip/ovs-srcip/flows"
 	"github.com/ovs-srcip/ovs-srcip/ofctl/ofctltest"
+	"github.com/ovs-srcip/ovs-srcip/openflow"
 )
 
 // newCTReconciler returns a Reconciler whose conntrack is the fake br-ex.
@@ -184,7 +185,7 @@ func TestDrainPeriodAndStaleDrainCookie(t *testing.T) {
 	fs, err := flows.BuildServiceDrain(flows.EntryPoint{Protocol: flows.TCP, Addr: ap("203.0.113.9:80")})
 	require.NoError(t, err)
 	p := flows.Plan{Bridge: flows.BrEx, Add: []*flows.FlowSet{fs}}
-	require.NoError(t, f.ex.Bundle(f.ctx, p.Lines()))
+	require.NoError(t, f.ex.Bundle(f.ctx, p.Messages()))
 	f.r = f.newCTReconciler()
 	f.seedNodes(f.r)
 	require.NoError(t, f.sync())
@@ -386,14 +387,16 @@ func TestDeepRepairRestoresModifiedFlow(t *testing.T) {
 	require.NoError(t, f.sync())
 	n := f.bundles()
 	var line string
-	for _, l := range f.ex.Flows() {
-		if strings.Contains(l, "table=41") && strings.Contains(l, "tp_dst=30000") {
-			line = l
+	var drifted openflow.Flow
+	for _, fl := range f.ex.InstalledFlows() {
+		if l := fl.String(); strings.Contains(l, "table=41") && strings.Contains(l, "tp_dst=30000") {
+			line, drifted = l, fl
 		}
 	}
 	require.NotEmpty(t, line)
-	mod := line[:strings.Index(line, "actions=")] + "actions=drop"
-	require.NoError(t, f.ex.Bundle(f.ctx, []string{"flow modify_strict " + mod}))
+	drifted.Actions = []openflow.Action{openflow.Drop{}}
+	mod := drifted.String()
+	require.NoError(t, f.ex.Bundle(f.ctx, []openflow.Message{openflow.FlowMod{Command: openflow.FlowModifyStrict, Flow: &drifted}}))
 	require.Contains(t, f.ex.Flows(), mod)
 	f.r.RequestFullSync()
 	require.NoError(t, f.sync())

@@ -97,7 +97,7 @@ func TestLargeGroupLines(t *testing.T) {
 	}
 	assert.Equal(t, 1000, n)
 	// The whole group is one line in the fingerprint.
-	assert.Equal(t, 1000, strings.Count(fs.gparts[0].String(), "bucket="))
+	assert.Equal(t, 1000, strings.Count(fs.Groups[0].String(), "bucket="))
 
 	// Repair sets are split the same way; a smaller BucketsPerMessage gives more messages.
 	r := Plan{Bridge: BrEx, BucketsPerMessage: 100}

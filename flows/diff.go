@@ -1,10 +1,10 @@
 package flows
 
 import (
-	"fmt"
 	"net/netip"
 	"sort"
-	"strings"
+
+	of "github.com/ovs-srcip/ovs-srcip/openflow"
 )
 
 // Inventory is what one bridge holds of ours, read from OVS without parsing flows: the number
@@ -117,7 +117,7 @@ func FullDiff(b Bridge, desired []*FlowSet, inv Inventory) Plan {
 	wantGroup := map[uint32]bool{}
 	for _, fs := range desired {
 		wantCookie[fs.Cookie()] = true
-		missing := inv.Flows[fs.Cookie()] != len(fs.lines)
+		missing := inv.Flows[fs.Cookie()] != len(fs.Flows)
 		for _, g := range fs.Groups {
 			wantGroup[g.ID] = true
 			if !inv.Groups[g.ID] {
@@ -147,57 +147,64 @@ func FullDiff(b Bridge, desired []*FlowSet, inv Inventory) Plan {
 	return p
 }
 
-// Lines renders the plan as an `ovs-ofctl -O OpenFlow15 bundle BRIDGE -` file (ovs-ofctl(8)
-// "bundle"): groups first (flows may reference them), then flows, then deletes of old cookies
-// (cookie=C/-1 matches exactly one cookie), then deletes of groups nothing references any more.
-// Repair FlowSets add "group add_or_mod" lines after the added groups and "flow modify_strict"
-// lines after the added flows.
-// A group with more than BucketsPerMessage buckets is written as "group add_or_mod" with its first
-// BucketsPerMessage buckets (which replaces every bucket it had) followed by "group insert_bucket
-// group_id=N,command_bucket_id=last,..." lines with the rest, in order (OpenFlow 1.5
-// OFPGC15_INSERT_BUCKET; ovs-ofctl(8) "insert-buckets"): one message each, all in the same
-// bundle, so the group changes atomically.
+// Messages returns the plan as one bundle's messages, in order: groups first (flows may
+// reference them), then flows, then deletes of old cookies, then deletes of groups nothing
+// references any more. Repair FlowSets add GroupAddOrMod messages after the added groups and
+// FlowModifyStrict messages after the added flows.
+// A group with more than BucketsPerMessage buckets is written as a GroupAddOrMod with its first
+// BucketsPerMessage buckets (which replaces every bucket it had) followed by GroupInsertBuckets
+// messages (OpenFlow 1.5 OFPGC15_INSERT_BUCKET, command_bucket_id=last; ovs-ofctl(8)
+// "insert-buckets") with the rest, in order: all in the same bundle, so the group changes
+// atomically.
 // A flow add with the same match and priority as an installed flow overwrites it, cookie included,
 // so the following delete of the old cookie removes only flows that are gone.
-func (p *Plan) Lines() []string {
-	var out []string
+// The messages point into the plan's FlowSets, which must not change while they are used.
+func (p *Plan) Messages() []of.Message {
+	var out []of.Message
 	for _, fs := range p.Add {
-		out = p.groupLines(out, fs)
+		out = p.groupMessages(out, fs)
 	}
 	for _, fs := range p.Repair {
-		out = p.groupLines(out, fs)
+		out = p.groupMessages(out, fs)
 	}
 	for _, fs := range p.Add {
-		for _, l := range fs.lines {
-			out = append(out, "flow add "+l)
+		for i := range fs.Flows {
+			out = append(out, of.FlowMod{Command: of.FlowAdd, Flow: &fs.Flows[i]})
 		}
 	}
 	for _, fs := range p.Repair {
-		for _, l := range fs.lines {
-			out = append(out, "flow modify_strict "+l)
+		for i := range fs.Flows {
+			out = append(out, of.FlowMod{Command: of.FlowModifyStrict, Flow: &fs.Flows[i]})
 		}
 	}
 	for _, c := range p.DeleteCookies {
-		out = append(out, fmt.Sprintf("flow delete cookie=%#x/-1", uint64(c)))
+		out = append(out, of.DeleteCookie{Cookie: uint64(c)})
 	}
 	for _, g := range p.DeleteGroups {
-		out = append(out, fmt.Sprintf("group delete group_id=%d", g))
+		out = append(out, of.DeleteGroup{ID: g})
 	}
 	return out
 }
 
-// groupLines appends the group messages of fs's groups to out (see Lines).
-func (p *Plan) groupLines(out []string, fs *FlowSet) []string {
+// Lines renders the plan's Messages as an `ovs-ofctl -O OpenFlow15 bundle BRIDGE -` file
+// (ovs-ofctl(8) "bundle"), one line per message: "group add_or_mod ...", "group insert_bucket
+// group_id=N,command_bucket_id=last,...", "flow add ...", "flow modify_strict ...", "flow delete
+// cookie=C/-1" (cookie=C/-1 matches exactly one cookie), "group delete group_id=N".
+func (p *Plan) Lines() []string { return of.Text(p.Messages()) }
+
+// groupMessages appends the group messages of fs's groups to out (see Messages).
+func (p *Plan) groupMessages(out []of.Message, fs *FlowSet) []of.Message {
 	per := p.BucketsPerMessage
 	if per <= 0 {
 		per = DefaultBucketsPerMessage
 	}
-	for _, gt := range fs.gparts {
-		n := min(per, len(gt.buckets))
-		out = append(out, gt.line("group add_or_mod ", gt.buckets[:n]))
-		for rest := gt.buckets[n:]; len(rest) > 0; {
+	for i := range fs.Groups {
+		g := &fs.Groups[i]
+		n := min(per, len(g.Buckets))
+		out = append(out, of.GroupMod{Command: of.GroupAddOrMod, Group: g, Buckets: g.Buckets[:n]})
+		for rest := g.Buckets[n:]; len(rest) > 0; {
 			k := min(per, len(rest))
-			out = append(out, fmt.Sprintf("group insert_bucket group_id=%d,command_bucket_id=last,%s", gt.id, strings.Join(rest[:k], ",")))
+			out = append(out, of.GroupMod{Command: of.GroupInsertBuckets, Group: g, Buckets: rest[:k]})
 			rest = rest[k:]
 		}
 	}

@@ -3,7 +3,7 @@ package flows
 import (
 	"fmt"
 
-	"github.com/digitalocean/go-openvswitch/ovs"
+	of "github.com/ovs-srcip/ovs-srcip/openflow"
 )
 
 // KindServiceDrain: the drain of one entry point that went away while connections remain.
@@ -16,12 +16,12 @@ import (
 // wins by priority.
 func BuildServiceDrain(e EntryPoint) (*FlowSet, error) {
 	fs := &FlowSet{Key: DrainKey(e), Bridge: BrEx, EntryPoints: []EntryPoint{e}}
-	var proto ovs.Protocol
+	var proto of.Protocol
 	switch e.Protocol {
 	case TCP:
-		proto = ovs.ProtocolTCPv4
+		proto = of.ProtoTCP
 	case UDP:
-		proto = ovs.ProtocolUDPv4
+		proto = of.ProtoUDP
 	default:
 		return nil, fmt.Errorf("drain %s: protocol %q not supported", e, e.Protocol)
 	}
@@ -29,7 +29,7 @@ func BuildServiceDrain(e EntryPoint) (*FlowSet, error) {
 		return nil, fmt.Errorf("drain %s: not an IPv4 entry point", e)
 	}
 	match := entryMatch(e)
-	fs.Flows = []ovs.Flow{flow(ExServiceLB, prioDrain, proto, 0, match, CT{Zone: ZoneService, NAT: &NAT{}, Table: tableRef(ExServiceCT)})}
+	fs.Flows = []of.Flow{flow(ExServiceLB, prioDrain, proto, 0, match, CT{Zone: ZoneService, NAT: &NAT{}, Table: uint8(ExServiceCT), HasTable: true})}
 	return fs, fs.Finish()
 }
 

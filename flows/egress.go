@@ -6,7 +6,7 @@ import (
 	"net/netip"
 	"slices"
 
-	"github.com/digitalocean/go-openvswitch/ovs"
+	of "github.com/ovs-srcip/ovs-srcip/openflow"
 )
 
 // Egress gateways (path P4, docs/egress.md): KindEgress (br-int) and KindEgressAnnounce (br-ex),
@@ -19,12 +19,6 @@ import (
 func EgressMAC(ip netip.Addr) net.HardwareAddr {
 	b := ip.As4()
 	return net.HardwareAddr{0x0a, 0x5e, b[0], b[1], b[2], b[3]}
-}
-
-// ipv4Hex is ip as a 32-bit value for load actions.
-func ipv4Hex(ip netip.Addr) string {
-	b := ip.As4()
-	return fmt.Sprintf("%#x", uint32(b[0])<<24|uint32(b[1])<<16|uint32(b[2])<<8|uint32(b[3]))
 }
 
 // egressExcluded lists what is never sent to an egress gateway: every node's pod CIDRs and
@@ -63,21 +57,21 @@ func egressExcluded(st *State, e *PodEgress) []netip.Prefix {
 // excluded network it keeps the host path (IntGatewayOut, or drop without a gateway port).
 // Established packets of such a connection go to IntEgressOut by BuildIntBase's flow; replies
 // to connections that came IN to the pod were steered away earlier (IntPodEgressCT, C22).
-func podEgressFlows(st *State, p Pod, ip netip.Addr) []ovs.Flow {
+func podEgressFlows(st *State, p Pod, ip netip.Addr) []of.Flow {
 	e := p.Egress
 	if e == nil || !e.IP.Is4() || !ip.Is4() {
 		return nil
 	}
-	src := ovs.NetworkSource(ip.String())
-	newConn := ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateNew))
-	var fl []ovs.Flow
+	src := of.IPv4Src(ip)
+	newConn := ctState(of.CTTracked.Set(), of.CTNew.Set())
+	var fl []of.Flow
 	hostPath := DropFor(DropNoRoute)
 	if st.Ports.HasGateway() {
 		hostPath = Goto(IntGatewayOut)
 	}
 	for _, x := range egressExcluded(st, e) {
-		fl = append(fl, flow(IntL3Forwarding, prioEgressExcl, ovs.ProtocolIPv4, 0,
-			[]ovs.Match{SourcePod.Match(), src, ovs.NetworkDestination(x.String()), newConn}, hostPath))
+		fl = append(fl, flow(IntL3Forwarding, prioEgressExcl, of.ProtoIP, 0,
+			[]of.Match{SourcePod.Match(), src, of.IPv4DstPrefix(x), newConn}, hostPath))
 	}
 	dsts := e.Destinations
 	if len(dsts) == 0 {
@@ -87,47 +81,47 @@ func podEgressFlows(st *State, p Pod, ip netip.Addr) []ovs.Flow {
 		if !d.Addr().Is4() {
 			continue
 		}
-		m := []ovs.Match{SourcePod.Match(), src, newConn}
+		m := []of.Match{SourcePod.Match(), src, newConn}
 		if d.Bits() > 0 {
-			m = append(m, ovs.NetworkDestination(d.Masked().String()))
+			m = append(m, of.IPv4DstPrefix(d.Masked()))
 		}
-		fl = append(fl, flow(IntL3Forwarding, prioEgress, ovs.ProtocolIPv4, 0, m,
-			CT{Commit: true, Zone: ZonePod, Exec: []ovs.Action{EgressPath.Load(), CTLabelEgressIP.Load(ipv4Value(e.IP))}},
+		fl = append(fl, flow(IntL3Forwarding, prioEgress, of.ProtoIP, 0, m,
+			CT{Commit: true, Zone: ZonePod, Exec: []of.Action{EgressPath.Load(), CTLabelEgressIP.Load(ipv4Value(e.IP))}},
 			RegEgressIP.Load(uint32(ipv4Value(e.IP))), Goto(IntEgressOut)))
 	}
 	return fl
 }
 
 // egressBaseFlows are the fixed egress flows of br-int (part of BuildIntBase).
-func egressBaseFlows(st *State) []ovs.Flow {
+func egressBaseFlows(st *State) []of.Flow {
 	p := st.Ports
-	trk := ovs.SetState(ovs.CTStateTracked)
-	estOrig := ctState(trk, ovs.SetState(ovs.CTStateEstablished), ovs.UnsetState(ovs.CTStateReply))
-	rpl := ctState(trk, ovs.SetState(ovs.CTStateEstablished), ovs.SetState(ovs.CTStateReply))
-	rel := ctState(trk, ovs.SetState(ovs.CTStateRelated))
+	trk := of.CTTracked.Set()
+	estOrig := ctState(trk, of.CTEstablished.Set(), of.CTReply.Unset())
+	rpl := ctState(trk, of.CTEstablished.Set(), of.CTReply.Set())
+	rel := ctState(trk, of.CTRelated.Set())
 	local := CTLabelEgressNode.Match(0)
-	return []ovs.Flow{
+	return []of.Flow{
 		// A pod's packet of a connection pinned to the egress path goes to its egress IP's
 		// gateway, whatever the policies say now (C37); without that IP's flow set it is dropped.
-		flow(IntL3Forwarding, prioEgress, ovs.ProtocolIPv4, 0, []ovs.Match{SourcePod.Match(), estOrig, EgressPath.Match()},
-			ovs.Move(CTLabelEgressIP.NXM(), RegEgressIP.NXM()), Goto(IntEgressOut)),
-		flow(IntEgressOut, prioDefault, "", 0, nil, DropFor(DropEgressNoGateway)),
-		flow(IntEgressSNAT, prioDefault, "", 0, nil, DropFor(DropEgressNotGateway)),
-		flow(IntEgressSend, prioDefault, "", 0, nil, DropFor(DropEgressNotGateway)),
+		flow(IntL3Forwarding, prioEgress, of.ProtoIP, 0, []of.Match{SourcePod.Match(), estOrig, EgressPath.Match()},
+			of.Move{Src: CTLabelEgressIP.ref(), Dst: RegEgressIP.ref()}, Goto(IntEgressOut)),
+		flow(IntEgressOut, prioDefault, of.ProtoNone, 0, nil, DropFor(DropEgressNoGateway)),
+		flow(IntEgressSNAT, prioDefault, of.ProtoNone, 0, nil, DropFor(DropEgressNotGateway)),
+		flow(IntEgressSend, prioDefault, of.ProtoNone, 0, nil, DropFor(DropEgressNotGateway)),
 		// Gateway: un-SNATed replies go back to the pod's node, or to this node's pod.
-		flow(IntEgressReply, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rpl, local},
-			SourceEgress.Load(), CT{Zone: ZonePod, Table: tableRef(IntEgressReplyCT)}),
-		flow(IntEgressReply, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rel, local},
-			SourceEgress.Load(), CT{Zone: ZonePod, Table: tableRef(IntEgressReplyCT)}),
-		flow(IntEgressReply, prioLow+1, ovs.ProtocolIPv4, 0, []ovs.Match{rpl},
-			CTLabelEgressNode.MoveTo(nxmTunIPv4), ovs.SetTunnel(VNIEgressReply), output(p.IntTunnel)),
-		flow(IntEgressReply, prioLow+1, ovs.ProtocolIPv4, 0, []ovs.Match{rel},
-			CTLabelEgressNode.MoveTo(nxmTunIPv4), ovs.SetTunnel(VNIEgressReply), output(p.IntTunnel)),
-		flow(IntEgressReply, prioDefault, "", 0, nil, DropFor(DropEgressReplyNoConnection)),
+		flow(IntEgressReply, prioMid, of.ProtoIP, 0, []of.Match{rpl, local},
+			SourceEgress.Load(), CT{Zone: ZonePod, Table: uint8(IntEgressReplyCT), HasTable: true}),
+		flow(IntEgressReply, prioMid, of.ProtoIP, 0, []of.Match{rel, local},
+			SourceEgress.Load(), CT{Zone: ZonePod, Table: uint8(IntEgressReplyCT), HasTable: true}),
+		flow(IntEgressReply, prioLow+1, of.ProtoIP, 0, []of.Match{rpl},
+			CTLabelEgressNode.MoveTo(nxmTunIPv4), of.SetTunnel{ID: VNIEgressReply}, output(p.IntTunnel)),
+		flow(IntEgressReply, prioLow+1, of.ProtoIP, 0, []of.Match{rel},
+			CTLabelEgressNode.MoveTo(nxmTunIPv4), of.SetTunnel{ID: VNIEgressReply}, output(p.IntTunnel)),
+		flow(IntEgressReply, prioDefault, of.ProtoNone, 0, nil, DropFor(DropEgressReplyNoConnection)),
 		// Pod's node: only replies of what the pod opened on the egress path reach it.
-		flow(IntEgressReplyCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rpl, EgressPath.Match()}, Goto(IntL3Forwarding)),
-		flow(IntEgressReplyCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rel, EgressPath.Match()}, Goto(IntL3Forwarding)),
-		flow(IntEgressReplyCT, prioDefault, "", 0, nil, DropFor(DropEgressReplyNoConnection)),
+		flow(IntEgressReplyCT, prioMid, of.ProtoIP, 0, []of.Match{rpl, EgressPath.Match()}, Goto(IntL3Forwarding)),
+		flow(IntEgressReplyCT, prioMid, of.ProtoIP, 0, []of.Match{rel, EgressPath.Match()}, Goto(IntL3Forwarding)),
+		flow(IntEgressReplyCT, prioDefault, of.ProtoNone, 0, nil, DropFor(DropEgressReplyNoConnection)),
 	}
 }
 
@@ -137,12 +131,12 @@ func egressBaseFlows(st *State) []ovs.Flow {
 // The inner source is not checked against the peer's pod CIDRs: a chained pod's address is its main
 // CNI's (docs/egress.md#chained-mode), the pod's node already held it to its port (spoof
 // guard), and the reply goes back to the tunnel source whatever the source (CTLabelEgressNode).
-func egressNodeFlows(st *State, tunSrc ovs.Match) []ovs.Flow {
-	return []ovs.Flow{
-		flow(IntClassifier, prioHook, ovs.ProtocolIPv4, st.Ports.IntTunnel, []ovs.Match{tunSrc, ovs.TunnelID(VNIEgress)},
+func egressNodeFlows(st *State, tunSrc of.Match) []of.Flow {
+	return []of.Flow{
+		flow(IntClassifier, prioHook, of.ProtoIP, st.Ports.IntTunnel, []of.Match{tunSrc, of.TunID(VNIEgress)},
 			Goto(IntEgressSNAT)),
-		flow(IntClassifier, prioHook, ovs.ProtocolIPv4, st.Ports.IntTunnel, []ovs.Match{tunSrc, ovs.TunnelID(VNIEgressReply)},
-			SourceEgress.Load(), CT{Zone: ZonePod, Table: tableRef(IntEgressReplyCT)}),
+		flow(IntClassifier, prioHook, of.ProtoIP, st.Ports.IntTunnel, []of.Match{tunSrc, of.TunID(VNIEgressReply)},
+			SourceEgress.Load(), CT{Zone: ZonePod, Table: uint8(IntEgressReplyCT), HasTable: true}),
 	}
 }
 
@@ -157,33 +151,33 @@ func BuildEgress(st *State, e EgressIP) (*FlowSet, error) {
 		return fs, fs.Finish()
 	}
 	p := st.Ports
-	match := ovs.FieldMatch(RegEgressIP.Ref(), ipv4Hex(e.IP))
+	match := RegEgressIP.MatchValue(uint32(ipv4Value(e.IP)))
 	mac := EgressMAC(e.IP)
 	gw, known := st.Nodes[e.Gateway]
 	switch {
 	case e.Gateway == "" || !known || !gw.InternalIP.Is4():
-		fs.Flows = append(fs.Flows, flow(IntEgressOut, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{match}, DropFor(DropEgressNoGateway)))
+		fs.Flows = append(fs.Flows, flow(IntEgressOut, prioMid, of.ProtoIP, 0, []of.Match{match}, DropFor(DropEgressNoGateway)))
 		if e.Gateway != "" {
 			fs.Warnings = append(fs.Warnings, fmt.Sprintf("egress IP %s: gateway node %s unknown or without IPv4 InternalIP: its traffic is dropped", e.IP, e.Gateway))
 		}
 	case e.Gateway == st.Node:
-		fs.Flows = append(fs.Flows, flow(IntEgressOut, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{match},
-			ovs.ModDataLinkDestination(mac), Goto(IntEgressSNAT)))
+		fs.Flows = append(fs.Flows, flow(IntEgressOut, prioMid, of.ProtoIP, 0, []of.Match{match},
+			of.ModDLDst{MAC: mac}, Goto(IntEgressSNAT)))
 	default:
-		fs.Flows = append(fs.Flows, flow(IntEgressOut, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{match},
-			ovs.ModDataLinkDestination(mac), ovs.SetField(gw.InternalIP.String(), "tun_dst"), ovs.SetTunnel(VNIEgress),
+		fs.Flows = append(fs.Flows, flow(IntEgressOut, prioMid, of.ProtoIP, 0, []of.Match{match},
+			of.ModDLDst{MAC: mac}, of.SetTunDst(gw.InternalIP), of.SetTunnel{ID: VNIEgress},
 			output(p.IntTunnel)))
 	}
 	if e.Gateway == st.Node {
 		fs.Flows = append(fs.Flows,
-			flow(IntEgressSNAT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{ovs.DataLinkDestination(mac.String())},
-				CT{Commit: true, Zone: ZoneEgress, NAT: &NAT{Src: e.IP}, Table: tableRef(IntEgressSend),
-					Exec: []ovs.Action{CTLabelEgressNode.MoveFrom(nxmTunSrc)}}),
-			flow(IntEgressSend, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{ovs.NetworkSource(e.IP.String())},
-				ovs.ModDataLinkSource(mac), ovs.ModDataLinkDestination(p.ExMAC), output(p.IntPatch)),
-			flow(IntClassifier, prioEgressHook, ovs.ProtocolIPv4, p.IntPatch,
-				[]ovs.Match{ovs.DataLinkDestination(p.ExMAC.String()), ovs.NetworkDestination(e.IP.String())},
-				CT{Zone: ZoneEgress, NAT: &NAT{}, Table: tableRef(IntEgressReply)}),
+			flow(IntEgressSNAT, prioMid, of.ProtoIP, 0, []of.Match{of.EthDst(mac)},
+				CT{Commit: true, Zone: ZoneEgress, NAT: &NAT{Src: e.IP}, Table: uint8(IntEgressSend), HasTable: true,
+					Exec: []of.Action{CTLabelEgressNode.MoveFrom(nxmTunSrc)}}),
+			flow(IntEgressSend, prioMid, of.ProtoIP, 0, []of.Match{of.IPv4Src(e.IP)},
+				of.ModDLSrc{MAC: mac}, of.ModDLDst{MAC: p.ExMAC}, output(p.IntPatch)),
+			flow(IntClassifier, prioEgressHook, of.ProtoIP, p.IntPatch,
+				[]of.Match{of.EthDst(p.ExMAC), of.IPv4Dst(e.IP)},
+				CT{Zone: ZoneEgress, NAT: &NAT{}, Table: uint8(IntEgressReply), HasTable: true}),
 		)
 	}
 	return fs, fs.Finish()
@@ -204,13 +198,13 @@ func BuildEgressAnnounce(st *State, e EgressIP) (*FlowSet, error) {
 	}
 	p := st.Ports
 	up := st.UplinkFor(e.IP)
-	fs.Flows = []ovs.Flow{
-		flow(ExClassifier, prioEgressHook, ovs.ProtocolARP, up,
-			[]ovs.Match{ovs.ARPOperation(arpOpRequest), ovs.ARPTargetProtocolAddress(e.IP.String())}, arpReply(p.ExMAC)...),
-		flow(ExClassifier, prioEgressHook, ovs.ProtocolIPv4, up,
-			[]ovs.Match{ovs.DataLinkDestination(p.ExMAC.String()), ovs.NetworkDestination(e.IP.String())}, output(p.ExPatch)),
-		flow(ExClassifier, prioEgressHook, ovs.ProtocolIPv4, p.ExPatch,
-			[]ovs.Match{ovs.NetworkSource(e.IP.String())}, ovs.ModDataLinkSource(p.ExMAC), outputLocal),
+	fs.Flows = []of.Flow{
+		flow(ExClassifier, prioEgressHook, of.ProtoARP, up,
+			[]of.Match{of.ARPOp(arpOpRequest), of.ARPTPA(e.IP)}, arpReply(p.ExMAC)...),
+		flow(ExClassifier, prioEgressHook, of.ProtoIP, up,
+			[]of.Match{of.EthDst(p.ExMAC), of.IPv4Dst(e.IP)}, output(p.ExPatch)),
+		flow(ExClassifier, prioEgressHook, of.ProtoIP, p.ExPatch,
+			[]of.Match{of.IPv4Src(e.IP)}, of.ModDLSrc{MAC: p.ExMAC}, outputLocal),
 	}
 	return fs, fs.Finish()
 }

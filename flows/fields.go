@@ -3,7 +3,7 @@ package flows
 import (
 	"fmt"
 
-	"github.com/digitalocean/go-openvswitch/ovs"
+	of "github.com/ovs-srcip/ovs-srcip/openflow"
 )
 
 // Pipeline fields, declared once: conntrack zones, register fields and their values (marks),
@@ -60,14 +60,17 @@ func (f *RegField) Name() string { return f.name }
 // whole reports whether the field is the whole register.
 func (f *RegField) whole() bool { return f.start == 0 && f.end == 31 }
 
+// ref is the field as load, move and output reference it.
+func (f *RegField) ref() of.FieldRef {
+	if f.whole() {
+		return of.Ref(of.Reg(f.reg))
+	}
+	return of.Bits(of.Reg(f.reg), uint16(f.start), uint16(f.end))
+}
+
 // NXM renders the field for load and move actions: NXM_NX_REG0[0..3], or NXM_NX_REG1[] for a
 // whole register (ovs-actions(7) "The load action").
-func (f *RegField) NXM() string {
-	if f.whole() {
-		return fmt.Sprintf("NXM_NX_REG%d[]", f.reg)
-	}
-	return fmt.Sprintf("NXM_NX_REG%d[%d..%d]", f.reg, f.start, f.end)
-}
+func (f *RegField) NXM() string { return f.ref().String() }
 
 // Ref renders the field as ovs-fields(7) writes it: reg0[0..3], or reg1 for a whole register.
 func (f *RegField) Ref() string {
@@ -78,10 +81,19 @@ func (f *RegField) Ref() string {
 }
 
 // Load loads a runtime value (an ofport, for instance) into the field. Named values are RegMarks.
-func (f *RegField) Load(v uint32) ovs.Action { return ovs.Load(fmt.Sprintf("%#x", v), f.NXM()) }
+func (f *RegField) Load(v uint32) of.Action { return of.Load{Value: uint64(v), Dst: f.ref()} }
 
 // Output outputs to the port number held in the field (ovs-actions(7) "output:field").
-func (f *RegField) Output() ovs.Action { return ovs.OutputField(f.NXM()) }
+func (f *RegField) Output() of.Action { return of.OutputField{Src: f.ref()} }
+
+// MatchValue matches packets whose field holds v: reg3=0xc0000232 for a whole register, masked
+// otherwise.
+func (f *RegField) MatchValue(v uint32) of.Match {
+	if f.whole() {
+		return of.RegExact(of.Reg(f.reg), v)
+	}
+	return of.RegMatch(of.Reg(f.reg), v<<f.start, f.mask())
+}
 
 // RegMark is a named value of a RegField.
 type RegMark struct {
@@ -105,11 +117,11 @@ func (m *RegMark) Field() *RegField { return m.field }
 func (m *RegMark) Value() uint32 { return m.value }
 
 // Load sets the field to the mark.
-func (m *RegMark) Load() ovs.Action { return m.field.Load(m.value) }
+func (m *RegMark) Load() of.Action { return m.field.Load(m.value) }
 
 // Match matches packets whose field holds the mark: reg0=0x1/0xf.
-func (m *RegMark) Match() ovs.Match {
-	return ovs.FieldMatch(fmt.Sprintf("reg%d", m.field.reg), fmt.Sprintf("%#x/%#x", m.value<<m.field.start, m.field.mask()))
+func (m *RegMark) Match() of.Match {
+	return of.RegMatch(of.Reg(m.field.reg), m.value<<m.field.start, m.field.mask())
 }
 
 // CTMarkField is a bit range of ct_mark (ovs-fields(7) "ct_mark"), the 32-bit per-connection mark.
@@ -130,7 +142,11 @@ func NewCTMarkField(name string, start, end uint8) *CTMarkField {
 func (f *CTMarkField) Name() string { return f.name }
 
 // NXM renders the field for load actions: NXM_NX_CT_MARK[0..3].
-func (f *CTMarkField) NXM() string { return fmt.Sprintf("NXM_NX_CT_MARK[%d..%d]", f.start, f.end) }
+func (f *CTMarkField) NXM() string { return f.ref().String() }
+
+func (f *CTMarkField) ref() of.FieldRef {
+	return of.Bits(of.FieldCTMark, uint16(f.start), uint16(f.end))
+}
 
 // Ref renders the field as in docs: ct_mark[0..3].
 func (f *CTMarkField) Ref() string { return fmt.Sprintf("ct_mark[%d..%d]", f.start, f.end) }
@@ -151,8 +167,8 @@ func NewCTMark(f *CTMarkField, v uint32, doc string) *CTMark {
 }
 
 // Load sets the mark on the connection; valid only in the exec of a committing CT action.
-func (m *CTMark) Load() ovs.Action {
-	return ovs.Load(fmt.Sprintf("%#x", m.value), m.field.NXM())
+func (m *CTMark) Load() of.Action {
+	return of.Load{Value: uint64(m.value), Dst: m.field.ref()}
 }
 
 // CTMarkValue returns the mark as the whole ct_mark holds it (the value shifted into its field),
@@ -160,8 +176,8 @@ func (m *CTMark) Load() ovs.Action {
 func (m *CTMark) CTMarkValue() uint32 { return m.value << m.field.start }
 
 // Match matches packets of connections carrying the mark: ct_mark=0x2/0xf.
-func (m *CTMark) Match() ovs.Match {
-	return ovs.ConnectionTrackingMark(m.value<<m.field.start, m.field.mask())
+func (m *CTMark) Match() of.Match {
+	return of.CTMark(m.value<<m.field.start, m.field.mask())
 }
 
 // CTLabelField is a bit range of the 128-bit ct_label (ovs-fields(7) "ct_label"), written with
@@ -171,7 +187,6 @@ type CTLabelField struct {
 	start, end uint8
 	zone       uint16
 	doc        string
-	nxm        string // NXM(), rendered once
 }
 
 // NewCTLabelField declares bits start..end of ct_label, used in conntrack zone zone.
@@ -179,27 +194,34 @@ func NewCTLabelField(name string, start, end uint8, zone uint16, doc string) *CT
 	if start > end || end > 127 {
 		panic(fmt.Sprintf("flows: bad ct_label field %s [%d..%d]", name, start, end))
 	}
-	return &CTLabelField{name: name, start: start, end: end, zone: zone, doc: doc,
-		nxm: fmt.Sprintf("NXM_NX_CT_LABEL[%d..%d]", start, end)}
+	return &CTLabelField{name: name, start: start, end: end, zone: zone, doc: doc}
 }
 
 // NXM renders the field for move actions: NXM_NX_CT_LABEL[0..47].
-func (f *CTLabelField) NXM() string { return f.nxm }
+func (f *CTLabelField) NXM() string { return f.ref().String() }
+
+func (f *CTLabelField) ref() of.FieldRef {
+	return of.Bits(of.FieldCTLabel, uint16(f.start), uint16(f.end))
+}
 
 // Ref renders the field as in docs: ct_label[0..47].
 func (f *CTLabelField) Ref() string { return fmt.Sprintf("ct_label[%d..%d]", f.start, f.end) }
 
-// Header fields that moves read or write (ovs-fields(7) NXM names).
+// Header fields that moves read or write (ovs-fields(7); rendered as NXM_OF_ETH_SRC[] ...).
+var (
+	nxmEthSrc  = of.Ref(of.FieldEthSrc)
+	nxmEthDst  = of.Ref(of.FieldEthDst)
+	nxmTunIPv4 = of.Ref(of.FieldTunDst)
+	nxmTunSrc  = of.Ref(of.FieldTunSrc)
+	nxmARPOp   = of.Ref(of.FieldARPOp)
+	nxmARPSHA  = of.Ref(of.FieldARPSHA)
+	nxmARPTHA  = of.Ref(of.FieldARPTHA)
+	nxmARPSPA  = of.Ref(of.FieldARPSPA)
+	nxmARPTPA  = of.Ref(of.FieldARPTPA)
+)
+
+// ARP opcodes (RFC 826).
 const (
-	nxmEthSrc    = "NXM_OF_ETH_SRC[]"
-	nxmEthDst    = "NXM_OF_ETH_DST[]"
-	nxmTunIPv4   = "NXM_NX_TUN_IPV4_DST[]"
-	nxmTunSrc    = "NXM_NX_TUN_IPV4_SRC[]"
-	nxmARPOp     = "NXM_OF_ARP_OP[]"
-	nxmARPSHA    = "NXM_NX_ARP_SHA[]"
-	nxmARPTHA    = "NXM_NX_ARP_THA[]"
-	nxmARPSPA    = "NXM_OF_ARP_SPA[]"
-	nxmARPTPA    = "NXM_OF_ARP_TPA[]"
 	arpOpRequest = 1
 	arpOpReply   = 2
 )
@@ -214,7 +236,7 @@ const (
 
 // ipFragment matches every fragment of an IPv4 datagram, the first one included (ovs-fields(7)
 // "nw_frag"): later fragments carry no transport header.
-var ipFragment = ovs.FieldMatch("nw_frag", "yes")
+var ipFragment = of.IPFrag(of.FragYes)
 
 // Registers (per packet, on br-int).
 var (
@@ -379,27 +401,38 @@ func Fields() []FieldDoc {
 
 // MoveFrom copies header field src (an NXM name, e.g. NXM_OF_ETH_SRC[]) into the label field;
 // valid only in the exec of a committing CT action.
-func (f *CTLabelField) MoveFrom(src string) ovs.Action { return Move(src, f.NXM()) }
+func (f *CTLabelField) MoveFrom(src of.FieldRef) of.Action { return of.Move{Src: src, Dst: f.ref()} }
 
 // Match matches connections whose label field holds v (ovs-fields(7) "ct_label", masked; needs a
 // preceding ct() in the pipeline).
-func (f *CTLabelField) Match(v uint64) ovs.Match {
+func (f *CTLabelField) Match(v uint64) of.Match {
 	width := uint(f.end-f.start) + 1
 	mask := uint64(1)<<width - 1
 	if width == 64 {
 		mask = ^uint64(0)
 	}
-	return ovs.FieldMatch("ct_label", fmt.Sprintf("0x%x/0x%x", (v&mask)<<f.start, mask<<f.start))
+	return of.CTLabel(shl128(v&mask, uint(f.start)), shl128(mask, uint(f.start)))
 }
 
 // Load loads v into the label field; valid only in the exec of a committing CT action.
-func (f *CTLabelField) Load(v uint64) ovs.Action { return ovs.Load(fmt.Sprintf("%#x", v), f.NXM()) }
+func (f *CTLabelField) Load(v uint64) of.Action { return of.Load{Value: v, Dst: f.ref()} }
+
+// shl128 is v shifted left by n bits (n < 128) as a 128-bit value.
+func shl128(v uint64, n uint) of.U128 {
+	switch {
+	case n == 0:
+		return of.U128{Lo: v}
+	case n < 64:
+		return of.U128{Hi: v >> (64 - n), Lo: v << n}
+	}
+	return of.U128{Hi: v << (n - 64)}
+}
 
 // MoveTo copies the label field into header field dst.
-func (f *CTLabelField) MoveTo(dst string) ovs.Action { return Move(f.NXM(), dst) }
+func (f *CTLabelField) MoveTo(dst of.FieldRef) of.Action { return of.Move{Src: f.ref(), Dst: dst} }
 
 // MoveFrom copies header field src into the register field.
-func (f *RegField) MoveFrom(src string) ovs.Action { return Move(src, f.NXM()) }
+func (f *RegField) MoveFrom(src of.FieldRef) of.Action { return of.Move{Src: src, Dst: f.ref()} }
 
 // MoveTo copies the register field into header field dst.
-func (f *RegField) MoveTo(dst string) ovs.Action { return Move(f.NXM(), dst) }
+func (f *RegField) MoveTo(dst of.FieldRef) of.Action { return of.Move{Src: f.ref(), Dst: dst} }

@@ -1,7 +1,7 @@
 package flows
 
 import (
-	"github.com/digitalocean/go-openvswitch/ovs"
+	of "github.com/ovs-srcip/ovs-srcip/openflow"
 )
 
 // KindGateway: host connectivity through the gateway port (srcip-gw0).
@@ -30,7 +30,7 @@ import (
 func BuildGateway(st *State) (*FlowSet, error) {
 	p := st.Ports
 	fs := &FlowSet{Key: Key{Kind: KindGateway}, Bridge: BrInt}
-	var gwIPs []ovs.Match
+	var gwIPs []of.Match
 	var gwMAC []byte
 	for _, c := range st.self().PodCIDRs {
 		if !c.Addr().Is4() {
@@ -40,70 +40,70 @@ func BuildGateway(st *State) (*FlowSet, error) {
 		if gwMAC == nil {
 			gwMAC = GatewayMAC(gw)
 		}
-		gwIPs = append(gwIPs, ovs.NetworkDestination(gw.String()))
+		gwIPs = append(gwIPs, of.IPv4Dst(gw))
 	}
 	if gwMAC == nil {
 		fs.Warnings = append(fs.Warnings, "this node has no IPv4 pod CIDR: no host connectivity through the gateway port")
 		return fs, fs.Finish()
 	}
-	trk := ovs.SetState(ovs.CTStateTracked)
-	newConn := ctState(trk, ovs.SetState(ovs.CTStateNew))
-	est := ctState(trk, ovs.SetState(ovs.CTStateEstablished))
-	rel := ctState(trk, ovs.SetState(ovs.CTStateRelated))
-	rpl := ctState(trk, ovs.SetState(ovs.CTStateEstablished), ovs.SetState(ovs.CTStateReply))
+	trk := of.CTTracked.Set()
+	newConn := ctState(trk, of.CTNew.Set())
+	est := ctState(trk, of.CTEstablished.Set())
+	rel := ctState(trk, of.CTRelated.Set())
+	rpl := ctState(trk, of.CTEstablished.Set(), of.CTReply.Set())
 	toHost := Goto(IntGatewayOut)
-	fs.Flows = []ovs.Flow{
+	fs.Flows = []of.Flow{
 		// IntClassifier: what the host sends in.
-		flow(IntClassifier, prioHigh, ovs.ProtocolIPv4, p.IntGateway, nil,
-			SourceGateway.Load(), CT{Zone: ZonePod, Table: tableRef(IntGatewayCT)}),
-		flow(IntClassifier, prioHigh, ovs.ProtocolARP, p.IntGateway, []ovs.Match{ovs.ARPOperation(arpOpRequest)},
+		flow(IntClassifier, prioHigh, of.ProtoIP, p.IntGateway, nil,
+			SourceGateway.Load(), CT{Zone: ZonePod, Table: uint8(IntGatewayCT), HasTable: true}),
+		flow(IntClassifier, prioHigh, of.ProtoARP, p.IntGateway, []of.Match{of.ARPOp(arpOpRequest)},
 			Goto(IntARPResponder)),
 
 		// IntGatewayCT: commit what the host opens (kubelet probes, kube-proxy's DNAT, host
 		// processes) with its origin; its own answers to what pods opened are +est (IntGatewayOut
 		// committed those); an ICMP error of the host about a pod's connection is +rel.
-		flow(IntGatewayCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{newConn},
-			CT{Commit: true, Zone: ZonePod, Exec: []ovs.Action{OriginGateway.Load()}},
+		flow(IntGatewayCT, prioMid, of.ProtoIP, 0, []of.Match{newConn},
+			CT{Commit: true, Zone: ZonePod, Exec: []of.Action{OriginGateway.Load()}},
 			Goto(IntL3Forwarding)),
-		flow(IntGatewayCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{est}, Goto(IntL3Forwarding)),
-		flow(IntGatewayCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rel}, Goto(IntL3Forwarding)),
-		flow(IntGatewayCT, prioDefault, "", 0, nil, DropFor(DropGatewayInvalid)),
+		flow(IntGatewayCT, prioMid, of.ProtoIP, 0, []of.Match{est}, Goto(IntL3Forwarding)),
+		flow(IntGatewayCT, prioMid, of.ProtoIP, 0, []of.Match{rel}, Goto(IntL3Forwarding)),
+		flow(IntGatewayCT, prioDefault, of.ProtoNone, 0, nil, DropFor(DropGatewayInvalid)),
 
 		// Replies (and ICMP errors) of connections that came from the host go back to it: from a
 		// local pod ...
-		flow(IntPodEgressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rpl, OriginGateway.Match()}, toHost),
-		flow(IntPodEgressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rel, OriginGateway.Match()}, toHost),
+		flow(IntPodEgressCT, prioMid, of.ProtoIP, 0, []of.Match{rpl, OriginGateway.Match()}, toHost),
+		flow(IntPodEgressCT, prioMid, of.ProtoIP, 0, []of.Match{rel, OriginGateway.Match()}, toHost),
 		// Replies (and ICMP errors) of connections another node's host opened from its InternalIP
 		// (OriginNode, committed by BuildNode) go back over Geneve (VNIPod) to that node.
-		flow(IntPodEgressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rpl, OriginNode.Match()},
-			CTLabelIngressNode.MoveTo(nxmTunIPv4), ovs.SetTunnel(VNIPod), output(p.IntTunnel)),
-		flow(IntPodEgressCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rel, OriginNode.Match()},
-			CTLabelIngressNode.MoveTo(nxmTunIPv4), ovs.SetTunnel(VNIPod), output(p.IntTunnel)),
+		flow(IntPodEgressCT, prioMid, of.ProtoIP, 0, []of.Match{rpl, OriginNode.Match()},
+			CTLabelIngressNode.MoveTo(nxmTunIPv4), of.SetTunnel{ID: VNIPod}, output(p.IntTunnel)),
+		flow(IntPodEgressCT, prioMid, of.ProtoIP, 0, []of.Match{rel, OriginNode.Match()},
+			CTLabelIngressNode.MoveTo(nxmTunIPv4), of.SetTunnel{ID: VNIPod}, output(p.IntTunnel)),
 		// ... and from another node's pod, over Geneve (VNIPod, looked up by BuildNode's flow).
-		flow(IntTunnelCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rpl, OriginGateway.Match()}, toHost),
-		flow(IntTunnelCT, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{rel, OriginGateway.Match()}, toHost),
+		flow(IntTunnelCT, prioMid, of.ProtoIP, 0, []of.Match{rpl, OriginGateway.Match()}, toHost),
+		flow(IntTunnelCT, prioMid, of.ProtoIP, 0, []of.Match{rel, OriginGateway.Match()}, toHost),
 		// kubernetes#74839: another node's pod's out-of-window segment of a connection the host
 		// opened (kube-proxy's DNAT of a ClusterIP) is invalid here; it must not go on to a local
 		// pod untranslated (its kernel would answer the backend's address with a RST).
-		flow(IntTunnelCT, prioMid, ovs.ProtocolTCPv4, 0, invalidSegment(), DropFor(DropPodEgressInvalid)),
-		flow(IntTunnelCT, prioDefault, "", 0, nil, Goto(IntL3Forwarding)),
+		flow(IntTunnelCT, prioMid, of.ProtoTCP, 0, invalidSegment(), DropFor(DropPodEgressInvalid)),
+		flow(IntTunnelCT, prioDefault, of.ProtoNone, 0, nil, Goto(IntL3Forwarding)),
 
 		// IntL3Forwarding: a local pod's packet for anything that is not a pod goes to the host
 		// (below every route; packets from br-ex, the tunnel or the host itself still end in the
 		// default drop).
-		flow(IntL3Forwarding, prioLow, ovs.ProtocolIPv4, 0, []ovs.Match{SourcePod.Match()}, toHost),
+		flow(IntL3Forwarding, prioLow, of.ProtoIP, 0, []of.Match{SourcePod.Match()}, toHost),
 
 		// IntGatewayOut: commit new connections so that the host's answers are tracked.
-		flow(IntGatewayOut, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{newConn},
+		flow(IntGatewayOut, prioMid, of.ProtoIP, 0, []of.Match{newConn},
 			CT{Commit: true, Zone: ZonePod},
-			ovs.ModDataLinkSource(gwMAC), ovs.ModDataLinkDestination(p.GatewayMAC), output(p.IntGateway)),
-		flow(IntGatewayOut, prioLow, ovs.ProtocolIPv4, 0, nil,
-			ovs.ModDataLinkSource(gwMAC), ovs.ModDataLinkDestination(p.GatewayMAC), output(p.IntGateway)),
+			of.ModDLSrc{MAC: gwMAC}, of.ModDLDst{MAC: p.GatewayMAC}, output(p.IntGateway)),
+		flow(IntGatewayOut, prioLow, of.ProtoIP, 0, nil,
+			of.ModDLSrc{MAC: gwMAC}, of.ModDLDst{MAC: p.GatewayMAC}, output(p.IntGateway)),
 	}
 	// Another node's pod may reach this node's host on the gateway address (it is inside this
 	// node's pod CIDR, so it arrives here by VNIPod).
 	for _, m := range gwIPs {
-		fs.Flows = append(fs.Flows, flow(IntL3Forwarding, prioHigh, ovs.ProtocolIPv4, 0, []ovs.Match{SourceTunnelPod.Match(), m}, toHost))
+		fs.Flows = append(fs.Flows, flow(IntL3Forwarding, prioHigh, of.ProtoIP, 0, []of.Match{SourceTunnelPod.Match(), m}, toHost))
 	}
 	// The host routes the cluster's pod CIDRs into the gateway port and asks for each destination
 	// by ARP: answered for this node's pod CIDRs by BuildIntBase's responder, for other nodes' by

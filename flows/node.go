@@ -3,7 +3,7 @@ package flows
 import (
 	"fmt"
 
-	"github.com/digitalocean/go-openvswitch/ovs"
+	of "github.com/ovs-srcip/ovs-srcip/openflow"
 )
 
 // KindNode: the Geneve route to one other node's pod CIDRs.
@@ -24,15 +24,15 @@ func BuildNode(st *State, n Node) (*FlowSet, error) {
 		fs.Warnings = append(fs.Warnings, fmt.Sprintf("node %s has no IPv4 InternalIP: no route to its pods", n.Name))
 		return fs, fs.Finish()
 	}
-	tunSrc := ovs.FieldMatch("tun_src", n.InternalIP.String())
+	tunSrc := of.TunSrc(n.InternalIP)
 	gw := st.Ports.HasGateway()
 	if gw {
 		// With a gateway port, pod traffic from that node is looked up in ZonePod (no commit):
 		// replies of connections the host sent out the gateway port go back to it (IntTunnelCT).
-		fs.Flows = append(fs.Flows, flow(IntClassifier, prioHook, ovs.ProtocolIPv4, st.Ports.IntTunnel, []ovs.Match{tunSrc, ovs.TunnelID(VNIPod)},
-			SourceTunnelPod.Load(), CT{Zone: ZonePod, Table: tableRef(IntTunnelCT)}))
+		fs.Flows = append(fs.Flows, flow(IntClassifier, prioHook, of.ProtoIP, st.Ports.IntTunnel, []of.Match{tunSrc, of.TunID(VNIPod)},
+			SourceTunnelPod.Load(), CT{Zone: ZonePod, Table: uint8(IntTunnelCT), HasTable: true}))
 	} else {
-		fs.Flows = append(fs.Flows, flow(IntClassifier, prioHook, "", st.Ports.IntTunnel, []ovs.Match{tunSrc, ovs.TunnelID(VNIPod)},
+		fs.Flows = append(fs.Flows, flow(IntClassifier, prioHook, of.ProtoNone, st.Ports.IntTunnel, []of.Match{tunSrc, of.TunID(VNIPod)},
 			SourceTunnelPod.Load(), Goto(IntL3Forwarding)))
 	}
 	if gw {
@@ -43,25 +43,25 @@ func BuildNode(st *State, n Node) (*FlowSet, error) {
 		// gateway port committed (IntTunnelCT) and go out to its host. Through this node's host
 		// they would be conntrack-invalid there (it never saw the SYN) or masqueraded.
 		fs.Flows = append(fs.Flows,
-			flow(IntTunnelCT, prioHigh, ovs.ProtocolIPv4, 0,
-				[]ovs.Match{tunSrc, ovs.NetworkSource(n.InternalIP.String()), ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateNew))},
-				CT{Commit: true, Zone: ZonePod, Exec: []ovs.Action{OriginNode.Load(), CTLabelIngressNode.MoveFrom(nxmTunSrc)}},
+			flow(IntTunnelCT, prioHigh, of.ProtoIP, 0,
+				[]of.Match{tunSrc, of.IPv4Src(n.InternalIP), ctState(of.CTTracked.Set(), of.CTNew.Set())},
+				CT{Commit: true, Zone: ZonePod, Exec: []of.Action{OriginNode.Load(), CTLabelIngressNode.MoveFrom(nxmTunSrc)}},
 				Goto(IntL3Forwarding)))
 		// The host asks for that node's pods by ARP on the gateway port (it routes the cluster's
 		// pod CIDRs there): answered with this node's pod gateway MAC.
 		if gwMAC := selfGatewayMAC(st); gwMAC != nil {
 			for _, c := range n.PodCIDRs {
 				if c.Addr().Is4() {
-					fs.Flows = append(fs.Flows, flow(IntARPResponder, prioEntry, ovs.ProtocolARP, st.Ports.IntGateway,
-						[]ovs.Match{ovs.ARPOperation(arpOpRequest), ovs.ARPTargetProtocolAddress(c.Masked().String())},
+					fs.Flows = append(fs.Flows, flow(IntARPResponder, prioEntry, of.ProtoARP, st.Ports.IntGateway,
+						[]of.Match{of.ARPOp(arpOpRequest), of.ARPTPAPrefix(c.Masked())},
 						arpReply(gwMAC)...))
 				}
 			}
 		}
 	}
 	fs.Flows = append(fs.Flows,
-		flow(IntClassifier, prioHook, "", st.Ports.IntTunnel, []ovs.Match{tunSrc, ovs.TunnelID(VNIService)}, SourceTunnelSvc.Load(), Goto(IntL3Forwarding)),
-		flow(IntClassifier, prioHook, "", st.Ports.IntTunnel, []ovs.Match{tunSrc, ovs.TunnelID(VNIServiceReply)}, output(st.Ports.IntPatch)),
+		flow(IntClassifier, prioHook, of.ProtoNone, st.Ports.IntTunnel, []of.Match{tunSrc, of.TunID(VNIService)}, SourceTunnelSvc.Load(), Goto(IntL3Forwarding)),
+		flow(IntClassifier, prioHook, of.ProtoNone, st.Ports.IntTunnel, []of.Match{tunSrc, of.TunID(VNIServiceReply)}, output(st.Ports.IntPatch)),
 	)
 	fs.Flows = append(fs.Flows, egressNodeFlows(st, tunSrc)...)
 	if !n.Down {
@@ -72,20 +72,20 @@ func BuildNode(st *State, n Node) (*FlowSet, error) {
 		// live this flow goes, and BuildIntBase's re-point flows hand its connections to the
 		// ingress node their packets now arrive through.
 		recorded := CTLabelIngressNode.Match(ipv4Value(n.InternalIP))
-		syn := ovs.TCPFlags("+syn", "-ack")
+		syn := of.TCPFlags(of.TCPSyn.Set(), of.TCPAck.Unset())
 		fs.Flows = append(fs.Flows,
-			flow(IntPodIngressCT, prioHigh, ovs.ProtocolIPv4, 0,
-				[]ovs.Match{ctEstablished(), OriginTunnel.Match(), recorded},
+			flow(IntPodIngressCT, prioHigh, of.ProtoIP, 0,
+				[]of.Match{ctEstablished(), OriginTunnel.Match(), recorded},
 				RegOutPort.Output()),
 			// A SYN of the established connection is a retransmission from the client (its
 			// SYN-ACK was lost on the way) when it comes through the recorded node, and the SYN
 			// of a second connection from the same client ip:port through another ingress node
 			// when it does not: that one is refused (resetCollision).
-			flow(IntPodIngressCT, prioCollisionOK, ovs.ProtocolTCPv4, 0,
-				[]ovs.Match{ctEstablished(), OriginTunnel.Match(), recorded, syn, SourceTunnelSvc.Match(), tunSrc},
+			flow(IntPodIngressCT, prioCollisionOK, of.ProtoTCP, 0,
+				[]of.Match{ctEstablished(), OriginTunnel.Match(), recorded, syn, SourceTunnelSvc.Match(), tunSrc},
 				RegOutPort.Output()),
-			flow(IntPodIngressCT, prioCollision, ovs.ProtocolTCPv4, 0,
-				[]ovs.Match{ctEstablished(), OriginTunnel.Match(), recorded, syn},
+			flow(IntPodIngressCT, prioCollision, of.ProtoTCP, 0,
+				[]of.Match{ctEstablished(), OriginTunnel.Match(), recorded, syn},
 				resetCollision()...),
 		)
 	}
@@ -93,18 +93,18 @@ func BuildNode(st *State, n Node) (*FlowSet, error) {
 		if !c.Addr().Is4() {
 			continue
 		}
-		dst := ovs.NetworkDestination(c.Masked().String())
-		tunDst := ovs.SetField(n.InternalIP.String(), "tun_dst")
+		dst := of.IPv4DstPrefix(c.Masked())
+		tunDst := of.SetTunDst(n.InternalIP)
 		fs.Flows = append(fs.Flows,
-			flow(IntL3Forwarding, prioEntry, ovs.ProtocolIPv4, 0, []ovs.Match{SourcePod.Match(), dst},
-				tunDst, ovs.SetTunnel(VNIPod), output(st.Ports.IntTunnel)),
-			flow(IntL3Forwarding, prioEntry, ovs.ProtocolIPv4, 0, []ovs.Match{SourceBrEx.Match(), dst},
-				tunDst, ovs.SetTunnel(VNIService), output(st.Ports.IntTunnel)),
+			flow(IntL3Forwarding, prioEntry, of.ProtoIP, 0, []of.Match{SourcePod.Match(), dst},
+				tunDst, of.SetTunnel{ID: VNIPod}, output(st.Ports.IntTunnel)),
+			flow(IntL3Forwarding, prioEntry, of.ProtoIP, 0, []of.Match{SourceBrEx.Match(), dst},
+				tunDst, of.SetTunnel{ID: VNIService}, output(st.Ports.IntTunnel)),
 		)
 		if gw {
 			// The host (through the gateway port) reaches that node's pods like a pod does.
-			fs.Flows = append(fs.Flows, flow(IntL3Forwarding, prioEntry, ovs.ProtocolIPv4, 0, []ovs.Match{SourceGateway.Match(), dst},
-				tunDst, ovs.SetTunnel(VNIPod), output(st.Ports.IntTunnel)))
+			fs.Flows = append(fs.Flows, flow(IntL3Forwarding, prioEntry, of.ProtoIP, 0, []of.Match{SourceGateway.Match(), dst},
+				tunDst, of.SetTunnel{ID: VNIPod}, output(st.Ports.IntTunnel)))
 		}
 	}
 	return fs, fs.Finish()

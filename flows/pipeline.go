@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/digitalocean/go-openvswitch/ovs"
+	of "github.com/ovs-srcip/ovs-srcip/openflow"
 )
 
 // GatewayIP returns the pod gateway address of a pod CIDR: its first host address
@@ -22,15 +22,20 @@ func GatewayMAC(gw netip.Addr) net.HardwareAddr {
 	return net.HardwareAddr{0x0a, 0x58, b[0], b[1], b[2], b[3]}
 }
 
-func flow(t Table, prio int, proto ovs.Protocol, inPort int, m []ovs.Match, a ...ovs.Action) ovs.Flow {
-	return ovs.Flow{Table: int(t), Priority: prio, Protocol: proto, InPort: inPort, Matches: m, Actions: a}
+// flow is a flow of table t at priority prio; inPort (when not 0) is matched first, as
+// go-openvswitch's ovs.Flow.InPort was rendered (the golden files keep that text).
+func flow(t Table, prio int, proto of.Protocol, inPort int, m []of.Match, a ...of.Action) of.Flow {
+	if inPort != 0 {
+		m = append([]of.Match{of.InPort(uint32(inPort))}, m...)
+	}
+	return of.Flow{Table: uint8(t), Priority: uint16(prio), Protocol: proto, Match: m, Actions: a}
 }
 
-func ctState(s ...string) ovs.Match { return ovs.ConnectionTrackingState(s...) }
+func ctState(s ...of.FlagBit) of.Match { return of.CTState(s...) }
 
 // ctEstablished matches ct_state=+trk+est.
-func ctEstablished() ovs.Match {
-	return ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateEstablished))
+func ctEstablished() of.Match {
+	return ctState(of.CTTracked.Set(), of.CTEstablished.Set())
 }
 
 // ipv4Value returns an IPv4 address as the integer a 32-bit field holds (network byte order).
@@ -39,14 +44,15 @@ func ipv4Value(a netip.Addr) uint64 {
 	return uint64(b[0])<<24 | uint64(b[1])<<16 | uint64(b[2])<<8 | uint64(b[3])
 }
 
-func output(port int) ovs.Action { return ovs.Output(port) }
+func output(port int) of.Action { return of.Output{Port: uint32(port)} }
 
-func macHex(m net.HardwareAddr) string {
+// macValue is a MAC as the integer a 48-bit field holds.
+func macValue(m net.HardwareAddr) uint64 {
 	var v uint64
 	for _, b := range m {
 		v = v<<8 | uint64(b)
 	}
-	return fmt.Sprintf("%#x", v)
+	return v
 }
 
 func (p Ports) validate() error {
@@ -68,10 +74,10 @@ func (st *State) self() Node { return st.Nodes[st.Node] }
 
 // tunnelMatch matches Geneve packets addressed to this node (any address when its InternalIP is
 // unknown).
-func (st *State) tunnelMatch() []ovs.Match {
-	m := []ovs.Match{ovs.TransportDestinationPort(st.Ports.tunnelUDPPort())}
+func (st *State) tunnelMatch() []of.Match {
+	m := []of.Match{of.TPDst(st.Ports.tunnelUDPPort())}
 	if ip := st.self().InternalIP; ip.Is4() {
-		m = append([]ovs.Match{ovs.NetworkDestination(ip.String())}, m...)
+		m = append([]of.Match{of.IPv4Dst(ip)}, m...)
 	}
 	return m
 }
@@ -111,14 +117,8 @@ func (st *State) routable(ip netip.Addr) bool {
 	return false
 }
 
-// mustMatchKey is matchKeyOf for flows built from typed matches, which always render.
-func mustMatchKey(b Bridge, f *ovs.Flow) MatchKey {
-	k, err := matchKeyOf(b, f)
-	if err != nil {
-		panic(fmt.Sprintf("flows: match of %v does not render: %v", f, err))
-	}
-	return k
-}
+// mustMatchKey is matchKeyOf (typed matches always render).
+func mustMatchKey(b Bridge, f *of.Flow) MatchKey { return matchKeyOf(b, f) }
 
 // otherNodeKeys lists one key of kind per node of st other than this one (kinds with one flow set
 // per other node: node, tunnel-peer).
@@ -150,8 +150,8 @@ func otherNodeBuild(build func(*State, Node) (*FlowSet, error)) func(*State, Key
 // established one (the same client ip:port through two ingress nodes): the SYN goes to the pod's
 // port 0, where no socket can be, and the flow ResetLearn learns brings the kernel's RST back to
 // the SYN's ingress node as a reply; nothing is committed.
-func resetCollision() []ovs.Action {
-	return []ovs.Action{ResetLearn{HardTimeout: resetLearnTimeout}, ovs.SetField("0", "tcp_dst"), RegOutPort.Output()}
+func resetCollision() []of.Action {
+	return []of.Action{ResetLearn(resetLearnTimeout), of.SetTCPDst(0), RegOutPort.Output()}
 }
 
 // selfGatewayMAC is the MAC this node answers with for its pod gateway address: that of the

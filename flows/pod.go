@@ -6,7 +6,7 @@ import (
 	"net/netip"
 	"slices"
 
-	"github.com/digitalocean/go-openvswitch/ovs"
+	of "github.com/ovs-srcip/ovs-srcip/openflow"
 )
 
 // KindPod: one local pod's spoof guard and delivery.
@@ -18,7 +18,7 @@ func BuildPod(st *State, p Pod) (*FlowSet, error) {
 	if p.OFPort <= 0 || len(p.MAC) != 6 {
 		return nil, fmt.Errorf("pod %s/%s: no ofport or MAC", p.Namespace, p.Name)
 	}
-	mac := ovs.DataLinkSource(p.MAC.String())
+	mac := of.EthSrc(p.MAC)
 	for _, ip := range p.IPs {
 		if !ip.Is4() {
 			continue
@@ -39,12 +39,12 @@ func BuildPod(st *State, p Pod) (*FlowSet, error) {
 		}
 		gwMAC := GatewayMAC(GatewayIP(cidr))
 		fs.Flows = append(fs.Flows,
-			flow(IntClassifier, prioHigh, ovs.ProtocolIPv4, p.OFPort, []ovs.Match{mac, ovs.NetworkSource(ip.String())},
-				SourcePod.Load(), CT{Zone: ZonePod, Table: tableRef(IntPodEgressCT)}),
-			flow(IntClassifier, prioHigh, ovs.ProtocolARP, p.OFPort, []ovs.Match{mac, ovs.ARPSourceProtocolAddress(ip.String())},
+			flow(IntClassifier, prioHigh, of.ProtoIP, p.OFPort, []of.Match{mac, of.IPv4Src(ip)},
+				SourcePod.Load(), CT{Zone: ZonePod, Table: uint8(IntPodEgressCT), HasTable: true}),
+			flow(IntClassifier, prioHigh, of.ProtoARP, p.OFPort, []of.Match{mac, of.ARPSPA(ip)},
 				Goto(IntARPResponder)),
-			flow(IntL3Forwarding, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{ovs.NetworkDestination(ip.String())},
-				ovs.ModDataLinkSource(gwMAC), ovs.ModDataLinkDestination(p.MAC),
+			flow(IntL3Forwarding, prioMid, of.ProtoIP, 0, []of.Match{of.IPv4Dst(ip)},
+				of.ModDLSrc{MAC: gwMAC}, of.ModDLDst{MAC: p.MAC},
 				RegOutPort.Load(uint32(p.OFPort)), Goto(IntPodIngress)),
 		)
 		// Its egress path is part of the pod's own flow set: the port is never programmed
@@ -53,7 +53,7 @@ func BuildPod(st *State, p Pod) (*FlowSet, error) {
 	}
 	if len(fs.Flows) > 0 {
 		// Spoof guard: anything else from the pod's port is dropped.
-		fs.Flows = append(fs.Flows, flow(IntClassifier, prioMid, "", p.OFPort, nil, DropFor(DropSpoofGuard)))
+		fs.Flows = append(fs.Flows, flow(IntClassifier, prioMid, of.ProtoNone, p.OFPort, nil, DropFor(DropSpoofGuard)))
 	}
 	return fs, fs.Finish()
 }
@@ -75,15 +75,15 @@ var ChainedGatewayMAC = GatewayMAC(ChainedGatewayIP)
 // host path (IntL3Forwarding's prioLow flow: srcip-gw0, the host routes it). To the port: only
 // the gateway's un-SNATed replies (SourceEgress, after IntEgressReplyCT) are delivered;
 // anything else for ip that reaches br-int is dropped (the main CNI owns the address).
-func chainedPodFlows(st *State, p Pod, ip netip.Addr) []ovs.Flow {
-	dst := ovs.NetworkDestination(ip.String())
-	fl := []ovs.Flow{
-		flow(IntClassifier, prioHigh, ovs.ProtocolIPv4, p.OFPort, []ovs.Match{ovs.DataLinkSource(p.MAC.String()), ovs.NetworkSource(ip.String())},
-			SourcePod.Load(), CT{Zone: ZonePod, Table: tableRef(IntPodEgressCT)}),
-		flow(IntL3Forwarding, prioMid, ovs.ProtocolIPv4, 0, []ovs.Match{SourceEgress.Match(), dst},
-			ovs.ModDataLinkSource(ChainedGatewayMAC), ovs.ModDataLinkDestination(p.MAC),
+func chainedPodFlows(st *State, p Pod, ip netip.Addr) []of.Flow {
+	dst := of.IPv4Dst(ip)
+	fl := []of.Flow{
+		flow(IntClassifier, prioHigh, of.ProtoIP, p.OFPort, []of.Match{of.EthSrc(p.MAC), of.IPv4Src(ip)},
+			SourcePod.Load(), CT{Zone: ZonePod, Table: uint8(IntPodEgressCT), HasTable: true}),
+		flow(IntL3Forwarding, prioMid, of.ProtoIP, 0, []of.Match{SourceEgress.Match(), dst},
+			of.ModDLSrc{MAC: ChainedGatewayMAC}, of.ModDLDst{MAC: p.MAC},
 			RegOutPort.Load(uint32(p.OFPort)), Goto(IntPodIngress)),
-		flow(IntL3Forwarding, prioMid-1, ovs.ProtocolIPv4, 0, []ovs.Match{dst}, DropFor(DropChainedNotEgress)),
+		flow(IntL3Forwarding, prioMid-1, of.ProtoIP, 0, []of.Match{dst}, DropFor(DropChainedNotEgress)),
 	}
 	return append(fl, podEgressFlows(st, p, ip)...)
 }

@@ -3,12 +3,12 @@ package flows
 import (
 	"slices"
 
-	"github.com/digitalocean/go-openvswitch/ovs"
+	of "github.com/ovs-srcip/ovs-srcip/openflow"
 )
 
 // DropReason names why the pipeline drops a packet. It is the value of the "reason" label of
 // srcip_agent_dropped_packets_total and what srcipctl prints next to a drop. Every flow whose
-// action is drop is written with DropFor(reason) (never ovs.Drop()), and its place in the pipeline
+// action is drop is written with DropFor(reason) (never a bare openflow.Drop), and its place in the pipeline
 // is declared once in dropSpots; TestEveryDropHasAReason checks both against the golden states.
 type DropReason string
 
@@ -157,21 +157,15 @@ func DropAt(b Bridge, t Table, priority int, k Kind) (DropInfo, bool) {
 	return DropInfo{}, false
 }
 
-// dropAction is the drop action with the reason its builder gave; it renders as "drop".
-type dropAction struct{ reason DropReason }
-
 // DropFor is the drop action of a flow that drops for reason r (see DropReason).
-func DropFor(r DropReason) ovs.Action { return dropAction{r} }
-
-func (d dropAction) MarshalText() ([]byte, error) { return []byte("drop"), nil }
-func (d dropAction) GoString() string             { return "flows.DropFor(" + string(d.reason) + ")" }
+func DropFor(r DropReason) of.Action { return of.Drop{Reason: string(r)} }
 
 // FlowDropReason returns the reason of a flow built with DropFor (false: it does not drop, or
 // drops without a reason).
-func FlowDropReason(f *ovs.Flow) (DropReason, bool) {
+func FlowDropReason(f *of.Flow) (DropReason, bool) {
 	for _, a := range f.Actions {
-		if d, ok := a.(dropAction); ok {
-			return d.reason, true
+		if d, ok := a.(of.Drop); ok && d.Reason != "" {
+			return DropReason(d.Reason), true
 		}
 	}
 	return "", false

@@ -1,7 +1,7 @@
 package flows
 
 import (
-	"github.com/digitalocean/go-openvswitch/ovs"
+	of "github.com/ovs-srcip/ovs-srcip/openflow"
 )
 
 // Secondary uplinks of br-ex (node-setup --egress-interface; docs/egress.md "Secondary NICs",
@@ -25,25 +25,25 @@ import (
 // Geneve and Service entry points are served on the primary uplink only.
 //
 // Subnets that State.SecondaryUplinks refuses get no flow (its problems are the warnings).
-func secondaryUplinkFlows(st *State) ([]ovs.Flow, []string) {
-	var fl []ovs.Flow
-	fromLocal := ovs.FieldMatch("in_port", "LOCAL")
+func secondaryUplinkFlows(st *State) ([]of.Flow, []string) {
+	var fl []of.Flow
+	fromLocal := of.InPort(of.PortLocal)
 	sec, problems := st.SecondaryUplinks()
 	for _, s := range sec {
 		if s.OFPort <= 0 {
 			continue
 		}
-		fl = append(fl, flow(ExClassifier, prioHook, "", s.OFPort, nil, outputLocal))
+		fl = append(fl, flow(ExClassifier, prioHook, of.ProtoNone, s.OFPort, nil, outputLocal))
 		for _, n := range s.Subnets {
 			if !n.Addr().Is4() {
 				continue
 			}
-			net := n.Masked().String()
+			net := n.Masked()
 			fl = append(fl,
-				flow(ExClassifier, prioHook, ovs.ProtocolIPv4, 0, []ovs.Match{fromLocal, ovs.NetworkSource(net)}, output(s.OFPort)),
-				flow(ExClassifier, prioHook, ovs.ProtocolIPv4, 0, []ovs.Match{fromLocal, ovs.NetworkDestination(net)}, output(s.OFPort)),
-				flow(ExClassifier, prioHook, ovs.ProtocolARP, 0, []ovs.Match{fromLocal, ovs.ARPSourceProtocolAddress(net)}, output(s.OFPort)),
-				flow(ExClassifier, prioHook, ovs.ProtocolARP, 0, []ovs.Match{fromLocal, ovs.ARPTargetProtocolAddress(net)}, output(s.OFPort)),
+				flow(ExClassifier, prioHook, of.ProtoIP, 0, []of.Match{fromLocal, of.IPv4SrcPrefix(net)}, output(s.OFPort)),
+				flow(ExClassifier, prioHook, of.ProtoIP, 0, []of.Match{fromLocal, of.IPv4DstPrefix(net)}, output(s.OFPort)),
+				flow(ExClassifier, prioHook, of.ProtoARP, 0, []of.Match{fromLocal, of.ARPSPAPrefix(net)}, output(s.OFPort)),
+				flow(ExClassifier, prioHook, of.ProtoARP, 0, []of.Match{fromLocal, of.ARPTPAPrefix(net)}, output(s.OFPort)),
 			)
 		}
 	}

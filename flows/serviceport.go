@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/digitalocean/go-openvswitch/ovs"
+	of "github.com/ovs-srcip/ovs-srcip/openflow"
 )
 
 // KindServicePort: one opted-in Service port's entry points and select group (paths P1, P2).
@@ -29,13 +29,13 @@ import (
 // preservation. A group that misses a ready endpoint is never installed.
 func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 	fs := &FlowSet{Key: sp.Key(), Bridge: BrEx}
-	var proto ovs.Protocol
-	var fields []string
+	var proto of.Protocol
+	var fields []of.Field
 	switch sp.Protocol {
 	case TCP:
-		proto, fields = ovs.ProtocolTCPv4, []string{"ip_src", "tcp_src"}
+		proto, fields = of.ProtoTCP, []of.Field{of.FieldIPv4Src, of.FieldTCPSrc}
 	case UDP:
-		proto, fields = ovs.ProtocolUDPv4, []string{"ip_src", "udp_src"}
+		proto, fields = of.ProtoUDP, []of.Field{of.FieldIPv4Src, of.FieldUDPSrc}
 	default:
 		return nil, fmt.Errorf("service port %s: protocol %q not supported", sp.Key(), sp.Protocol)
 	}
@@ -53,14 +53,14 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 		fs.Warnings = append(fs.Warnings, fmt.Sprintf("port %s/%s declined: %s; source IP preservation needs pod endpoints, so this node programs no entry point for it and the host (kube-proxy) serves it, with SNAT", sp.PortName, sp.Protocol, fs.Declined))
 		return fs, fs.Finish()
 	}
-	anyNew := []ovs.Match{ctState(ovs.SetState(ovs.CTStateTracked), ovs.SetState(ovs.CTStateNew))}
+	anyNew := []of.Match{ctState(of.CTTracked.Set(), of.CTNew.Set())}
 	newConn := anyNew
 	if sp.Protocol == TCP {
 		// Only a SYN starts a connection on an address of this node: mid-stream packets of the
 		// host's own connections that use a NodePort as local port are left to the host
 		// (docs/field-cases.md#c16), and so are mid-stream packets of connections this node
 		// holds no state for: the host answers them with a RST (no socket).
-		newConn = append(slices.Clip(anyNew), ovs.TCPFlags("+syn", "-ack"))
+		newConn = append(slices.Clip(anyNew), of.TCPFlags(of.TCPSyn.Set(), of.TCPAck.Unset()))
 	}
 	ranges, filter := sourceRanges(sp)
 	for _, e := range sp.EntryPoints(st.NodePortAddresses) {
@@ -81,21 +81,21 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 			continue
 		}
 		fs.EntryPoints = append(fs.EntryPoints, e)
-		lb := flow(ExServiceLB, prioEntry, proto, 0, entryMatch(e), CT{Zone: ZoneService, NAT: &NAT{}, Table: tableRef(ExServiceCT)})
-		var ct []ovs.Flow
+		lb := flow(ExServiceLB, prioEntry, proto, 0, entryMatch(e), CT{Zone: ZoneService, NAT: &NAT{}, Table: uint8(ExServiceCT), HasTable: true})
+		var ct []of.Flow
 		if filter && sp.sourceFiltered(e) {
 			for _, r := range ranges {
-				m := append(append(slices.Clone(nc), ovs.NetworkSource(r.String())), entryMatch(e)...)
+				m := append(append(slices.Clone(nc), of.IPv4SrcPrefix(r)), entryMatch(e)...)
 				ct = append(ct, flow(ExServiceCT, prioEntry, proto, 0, m, Group(sp.GroupID)))
 			}
 			ct = append(ct, flow(ExServiceCT, prioSourceDeny, proto, 0, append(slices.Clone(nc), entryMatch(e)...), DropFor(DropSourceRange)))
 		} else {
 			ct = append(ct, flow(ExServiceCT, prioEntry, proto, 0, append(slices.Clone(nc), entryMatch(e)...), Group(sp.GroupID)))
 		}
-		fs.entryFlow(e, append([]ovs.Flow{lb}, ct...)...)
+		fs.entryFlow(e, append([]of.Flow{lb}, ct...)...)
 		fs.Flows = append(append(fs.Flows, lb), ct...)
 	}
-	g := OFGroup{ID: sp.GroupID, Type: "select", SelectionFields: fields}
+	g := OFGroup{ID: sp.GroupID, Type: of.GroupSelect, SelectionFields: fields}
 	var eps []netip.AddrPort
 	for _, ep := range sp.Endpoints {
 		if !ep.IP.Is4() || ep.Port == 0 {
@@ -117,10 +117,10 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 		if sp.Protocol == UDP {
 			fs.Endpoints = append(fs.Endpoints, ep)
 		}
-		g.Buckets = append(g.Buckets, Bucket{ID: ids[ep], Weight: 100, Actions: []ovs.Action{
-			CT{Commit: true, Zone: ZoneService, Table: tableRef(ExServiceOut),
+		g.Buckets = append(g.Buckets, Bucket{ID: ids[ep], Weight: 100, Actions: []of.Action{
+			CT{Commit: true, Zone: ZoneService, Table: uint8(ExServiceOut), HasTable: true,
 				NAT:  &NAT{Dst: ep},
-				Exec: []ovs.Action{CTLabelClientMAC.MoveFrom(nxmEthSrc)}},
+				Exec: []of.Action{CTLabelClientMAC.MoveFrom(nxmEthSrc)}},
 		}})
 	}
 	fs.Groups = []OFGroup{g}
@@ -202,32 +202,12 @@ func sourceRanges(sp *ServicePort) (ranges []netip.Prefix, filter bool) {
 }
 
 // entryMatch matches the packets addressed to entry point e (its protocol is the flow's).
-func entryMatch(e EntryPoint) []ovs.Match {
-	return []ovs.Match{nwDst(e.Addr.Addr()), ovs.TransportDestinationPort(e.Addr.Port())}
-}
-
-// ipv4Match is "FIELD=ADDR" for an IPv4 address field (ovs-fields(7) "IPv4 Source Address",
-// "IPv4 Destination Address"): the text of ovs.NetworkDestination/ovs.NetworkSource with a bare
-// address, rendered without their parse of the string and their eagerly built error (a full
-// sync renders one per entry point). A non-IPv4 address is an error.
-type ipv4Match struct {
-	field string
-	addr  netip.Addr
+func entryMatch(e EntryPoint) []of.Match {
+	return []of.Match{nwDst(e.Addr.Addr()), of.TPDst(e.Addr.Port())}
 }
 
 // nwDst matches the IPv4 destination address a.
-func nwDst(a netip.Addr) ovs.Match { return ipv4Match{field: "nw_dst", addr: a} }
-
-// MarshalText implements encoding.TextMarshaler.
-func (m ipv4Match) MarshalText() ([]byte, error) {
-	if !m.addr.Is4() {
-		return nil, fmt.Errorf("%s: %q is not an IPv4 address", m.field, m.addr)
-	}
-	return m.addr.AppendTo(append(make([]byte, 0, len(m.field)+16), m.field+"="...)), nil
-}
-
-// GoString implements fmt.GoStringer.
-func (m ipv4Match) GoString() string { return fmt.Sprintf("flows.ipv4Match(%s=%s)", m.field, m.addr) }
+func nwDst(a netip.Addr) of.Match { return of.IPv4Dst(a) }
 
 // Claims returns the entry points sp asks for, in the form that Services compete for: the NodePort
 // as NodePortEntry (every NodePort address of a node), then each LoadBalancer ingress IP and

@@ -3,7 +3,7 @@ package flows
 import (
 	"fmt"
 
-	"github.com/digitalocean/go-openvswitch/ovs"
+	of "github.com/ovs-srcip/ovs-srcip/openflow"
 )
 
 // KindTunnelPeer: Geneve from one other node's underlay address is let into this node.
@@ -19,7 +19,7 @@ func BuildTunnelPeer(st *State, n Node) (*FlowSet, error) {
 		fs.Warnings = append(fs.Warnings, fmt.Sprintf("node %s has no IPv4 InternalIP: its Geneve packets are not accepted", n.Name))
 		return fs, fs.Finish()
 	}
-	m := append([]ovs.Match{ovs.NetworkSource(n.InternalIP.String())}, st.tunnelMatch()...)
-	fs.Flows = []ovs.Flow{flow(ExClassifier, prioTunnelPeer, ovs.ProtocolUDPv4, st.Ports.ExUplink, m, outputLocal)}
+	m := append([]of.Match{of.IPv4Src(n.InternalIP)}, st.tunnelMatch()...)
+	fs.Flows = []of.Flow{flow(ExClassifier, prioTunnelPeer, of.ProtoUDP, st.Ports.ExUplink, m, outputLocal)}
 	return fs, fs.Finish()
 }

@@ -1,16 +1,15 @@
 package flows
 
 import (
+	"bytes"
 	"fmt"
-	"io"
 	"maps"
 	"net/netip"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
-	"github.com/digitalocean/go-openvswitch/ovs"
+	of "github.com/ovs-srcip/ovs-srcip/openflow"
 )
 
 // Bridge names one of the two bridges the agent programs. The agent maps it to the real bridge
@@ -143,30 +142,23 @@ const GroupIDBase uint32 = uint32(Owner) << 24
 // OwnedGroup reports whether an OpenFlow group id is in the agent's range.
 func OwnedGroup(id uint32) bool { return id>>24 == uint32(Owner) }
 
-// OFGroup is an OpenFlow 1.5 group (ovs-ofctl(8) "Group Syntax").
-type OFGroup struct {
-	ID uint32
-	// Type is "select" (the only type the pipeline uses today).
-	Type string
-	// SelectionFields are hashed to pick a bucket (selection_method=hash), e.g.
-	// {"ip_src","tcp_src"}; hashing named fields lets ofproto/trace print the chosen bucket.
-	SelectionFields []string
-	Buckets         []Bucket
-}
+// OFGroup is an OpenFlow 1.5 group (ovs-ofctl(8) "Group Syntax"): openflow.GroupDesc. The
+// pipeline's groups are select groups whose SelectionFields (e.g. ip_src, tcp_src) are hashed
+// to pick a bucket (selection_method=hash); hashing named fields lets ofproto/trace print the
+// chosen bucket.
+type OFGroup = of.GroupDesc
 
-// Bucket is one group bucket.
-type Bucket struct {
-	ID      uint32
-	Weight  uint16
-	Actions []ovs.Action
-}
+// Bucket is one group bucket: openflow.Bucket.
+type Bucket = of.Bucket
 
 // FlowSet is every flow and group serving one Key on one bridge. Its cookie is derived from
 // its content (see Cookie); Finish must be called after building it.
 type FlowSet struct {
 	Key    Key
 	Bridge Bridge
-	Flows  []ovs.Flow
+	// Flows are the typed flows; after Finish they are ordered as a reader follows the
+	// pipeline (by table, then highest priority first) and carry the set's cookie.
+	Flows  []of.Flow
 	Groups []OFGroup
 	// Warnings are problems found while building it (skipped endpoints, entry-point
 	// conflicts); the agent logs them and turns them into Kubernetes Events.
@@ -182,17 +174,24 @@ type FlowSet struct {
 	Declined string
 
 	cookie     Cookie
-	lines      []string                  // rendered flows (with cookie), sorted
-	keys       []MatchKey                // MatchKey of each line
-	gparts     []groupText               // the same groups split into header and buckets (Plan.Lines)
-	entryFlows map[EntryPoint][]ovs.Flow // per entry point: its ExServiceLB flow, then its ExServiceCT flows
+	keys       []MatchKey               // MatchKey of each flow
+	entryFlows map[EntryPoint][]of.Flow // per entry point: its ExServiceLB flow, then its ExServiceCT flows
 }
 
 // Cookie returns the FlowSet's cookie (valid after Finish).
 func (fs *FlowSet) Cookie() Cookie { return fs.cookie }
 
-// FlowLines returns the rendered "flow add" bodies (ovs-ofctl(8) flow syntax), cookie included.
-func (fs *FlowSet) FlowLines() []string { return fs.lines }
+// FlowLines renders the "flow add" bodies (ovs-ofctl(8) flow syntax), cookie included, in the
+// order of Flows.
+func (fs *FlowSet) FlowLines() []string {
+	out := make([]string, len(fs.Flows))
+	var b []byte
+	for i := range fs.Flows {
+		b = fs.Flows[i].AppendText(b[:0])
+		out[i] = string(b)
+	}
+	return out
+}
 
 // GroupIDs returns the ids of the FlowSet's groups.
 func (fs *FlowSet) GroupIDs() []uint32 {
@@ -203,8 +202,11 @@ func (fs *FlowSet) GroupIDs() []uint32 {
 	return ids
 }
 
-// Finish renders the FlowSet, computes its fingerprint cookie and stamps it on every flow.
-// It returns an error when a flow or group does not render (ovs.FlowError).
+// Finish computes the FlowSet's fingerprint cookie, stamps it on every flow, orders the flows
+// and computes their MatchKeys. The fingerprint hashes the key and the sorted text of the flows
+// without their cookie, then the text of each group (by id): the same bytes as the rendered
+// lines, so cookies do not depend on the representation. It returns an error for a flow or
+// group that ovs-ofctl would refuse (a ct without the commit it needs).
 func (fs *FlowSet) Finish() error {
 	h := newFNV64a()
 	fmt.Fprintf(h, "%d|%s\n", fs.Bridge, fs.Key)
@@ -213,87 +215,53 @@ func (fs *FlowSet) Finish() error {
 		// reported again).
 		fmt.Fprintf(h, "declined|%s\n", fs.Declined)
 	}
-	// Each flow is rendered once, without its cookie: the sorted bodies are fingerprinted, and
-	// the line is the body with the cookie spliced in before its actions (where go-openvswitch's
-	// MarshalText puts it), which halves the rendering cost of a full sync.
-	bodies := make([]string, len(fs.Flows))
+	// The flows' text without cookie, rendered into one buffer (offsets per flow) and hashed in
+	// sorted order, then each group's text.
+	var buf []byte
+	spans := make([][2]int, len(fs.Flows))
 	for i := range fs.Flows {
-		f := fs.Flows[i]
-		f.Cookie = 0
-		b, err := f.MarshalText()
-		if err != nil {
+		f := &fs.Flows[i]
+		if err := f.Check(); err != nil {
 			return fmt.Errorf("%s: flow %d (table %s): %w", fs.Key, i, Table(f.Table), err)
 		}
-		bodies[i] = string(b)
+		c := f.Cookie
+		f.Cookie = 0
+		start := len(buf)
+		buf = f.AppendText(buf)
+		f.Cookie = c
+		spans[i] = [2]int{start, len(buf)}
 	}
-	sorted := slices.Clone(bodies)
-	slices.Sort(sorted)
-	gparts := make([]groupText, 0, len(fs.Groups))
+	slices.SortFunc(spans, func(a, b [2]int) int { return bytes.Compare(buf[a[0]:a[1]], buf[b[0]:b[1]]) })
 	sort.Slice(fs.Groups, func(i, j int) bool { return fs.Groups[i].ID < fs.Groups[j].ID })
-	for _, g := range fs.Groups {
-		gt, err := g.render()
-		if err != nil {
-			return fmt.Errorf("%s: group %#x: %w", fs.Key, g.ID, err)
-		}
-		gparts = append(gparts, gt)
-	}
-	for _, s := range sorted {
-		h.WriteString(s)
+	for _, sp := range spans {
+		h.Write(buf[sp[0]:sp[1]])
 		h.WriteString("\n")
 	}
-	for _, gt := range gparts {
-		gt.writeTo(h) // the bytes of gt.String(), without building it
+	for i := range fs.Groups {
+		for _, bk := range fs.Groups[i].Buckets {
+			if err := of.CheckActions(bk.Actions); err != nil {
+				return fmt.Errorf("%s: group %#x: %w", fs.Key, fs.Groups[i].ID, err)
+			}
+		}
+		buf = fs.Groups[i].AppendText(buf[:0])
+		h.Write(buf)
 		h.WriteString("\n")
 	}
 	fs.cookie = NewCookie(fs.Key.Kind, h.Sum64())
-	fs.gparts = gparts
-	// Lines are ordered as a reader follows the pipeline: by table, then highest priority first.
-	order := make([]int, len(fs.Flows))
-	for i := range order {
-		order[i] = i
-	}
-	sort.SliceStable(order, func(i, j int) bool {
-		a, b := &fs.Flows[order[i]], &fs.Flows[order[j]]
+	// Flows are ordered as a reader follows the pipeline: by table, then highest priority first.
+	sort.SliceStable(fs.Flows, func(i, j int) bool {
+		a, b := &fs.Flows[i], &fs.Flows[j]
 		if a.Table != b.Table {
 			return a.Table < b.Table
 		}
 		return a.Priority > b.Priority
 	})
-	cookie := fmt.Sprintf(",cookie=0x%016x", uint64(fs.cookie))
-	flowsSorted := make([]ovs.Flow, len(fs.Flows))
-	fs.lines = fs.lines[:0]
-	fs.keys = fs.keys[:0]
-	for n, i := range order {
-		flowsSorted[n] = fs.Flows[i]
-		flowsSorted[n].Cookie = uint64(fs.cookie)
-		body := bodies[i]
-		line, k, err := withCookie(fs.Bridge, &flowsSorted[n], body, cookie)
-		if err != nil {
-			return fmt.Errorf("%s: flow %d (table %s): %w", fs.Key, i, Table(fs.Flows[i].Table), err)
-		}
-		fs.lines = append(fs.lines, line)
-		fs.keys = append(fs.keys, k)
+	fs.keys = make([]MatchKey, len(fs.Flows))
+	for i := range fs.Flows {
+		fs.Flows[i].Cookie = uint64(fs.cookie)
+		fs.keys[i] = matchKeyOf(fs.Bridge, &fs.Flows[i])
 	}
-	fs.Flows = flowsSorted
 	return nil
-}
-
-// withCookie returns the line of flow f (its MarshalText with Cookie 0 is body) with cookie
-// (",cookie=0x...") spliced in before ",actions=", where MarshalText writes a non-zero cookie, and
-// f's MatchKey: the part of body between "priority=N" and ",table=", which MarshalText renders
-// from f.Protocol, f.InPort and f.Matches in that order. A body of another shape is an error.
-func withCookie(b Bridge, f *ovs.Flow, body, cookie string) (string, MatchKey, error) {
-	act := strings.Index(body, ",actions=")
-	tbl := strings.Index(body, ",table=")
-	prio := "priority=" + strconv.Itoa(f.Priority)
-	if act < 0 || tbl < 0 || tbl > act || !strings.HasPrefix(body, prio) {
-		return "", MatchKey{}, fmt.Errorf("unexpected flow text %q", body)
-	}
-	line := body[:act] + cookie + body[act:]
-	// The match is taken from line (same offsets: the cookie goes after it), so that the key
-	// shares the line's memory instead of keeping body alive.
-	match := strings.TrimPrefix(line[len(prio):tbl], ",")
-	return line, MatchKey{Bridge: b, Table: Table(f.Table), Priority: f.Priority, Match: match}, nil
 }
 
 // MatchKey is a flow's identity in its bridge: two flows with the same MatchKey are one flow in
@@ -314,25 +282,11 @@ func (m MatchKey) String() string {
 }
 
 // matchKeyOf computes the MatchKey of f on b.
-func matchKeyOf(b Bridge, f *ovs.Flow) (MatchKey, error) {
-	parts := make([]string, 0, len(f.Matches)+2)
-	if f.Protocol != "" {
-		parts = append(parts, string(f.Protocol))
-	}
-	if f.InPort != 0 {
-		parts = append(parts, fmt.Sprintf("in_port=%d", f.InPort))
-	}
-	for _, m := range f.Matches {
-		t, err := m.MarshalText()
-		if err != nil {
-			return MatchKey{}, err
-		}
-		parts = append(parts, string(t))
-	}
-	return MatchKey{Bridge: b, Table: Table(f.Table), Priority: f.Priority, Match: strings.Join(parts, ",")}, nil
+func matchKeyOf(b Bridge, f *of.Flow) MatchKey {
+	return MatchKey{Bridge: b, Table: Table(f.Table), Priority: int(f.Priority), Match: string(f.AppendMatchText(nil))}
 }
 
-// MatchKeys returns, for each flow of Flows (same order as FlowLines), its MatchKey.
+// MatchKeys returns, for each flow of Flows (same order), its MatchKey.
 func (fs *FlowSet) MatchKeys() []MatchKey { return fs.keys }
 
 // Without returns a copy of fs without the flows whose MatchKey is in drop, finished (it has its
@@ -379,48 +333,11 @@ func (fs *FlowSet) Without(drop map[MatchKey]bool, warnings ...string) (*FlowSet
 // entryFlow records that flows serve entry point e: flows[0] is its ExServiceLB flow (Without
 // keeps e while that flow remains), the rest its ExServiceCT flows. Their MatchKeys are computed
 // only by Without (conflicts are rare; a full sync builds every flow set).
-func (fs *FlowSet) entryFlow(e EntryPoint, flows ...ovs.Flow) {
+func (fs *FlowSet) entryFlow(e EntryPoint, flows ...of.Flow) {
 	if fs.entryFlows == nil {
-		fs.entryFlows = map[EntryPoint][]ovs.Flow{}
+		fs.entryFlows = map[EntryPoint][]of.Flow{}
 	}
 	fs.entryFlows[e] = flows
-}
-
-// MarshalText renders the group in ovs-ofctl(8) group syntax (OpenFlow 1.5).
-func (g OFGroup) MarshalText() ([]byte, error) {
-	gt, err := g.render()
-	if err != nil {
-		return nil, err
-	}
-	return []byte(gt.String()), nil
-}
-
-// groupText is a rendered group: its header (id, type, selection method) and each bucket
-// ("bucket=bucket_id:N,..."), so that Plan.Lines can spread a large group over several messages.
-type groupText struct {
-	id      uint32
-	head    string
-	buckets []string
-}
-
-// String is the whole group in one line: the header, then the buckets, comma-separated.
-func (gt groupText) String() string { return gt.line("", gt.buckets) }
-
-// line is prefix, the header and buckets (comma-separated), built in one allocation.
-func (gt groupText) line(prefix string, buckets []string) string {
-	n := len(prefix) + len(gt.head)
-	for _, b := range buckets {
-		n += 1 + len(b)
-	}
-	var sb strings.Builder
-	sb.Grow(n)
-	sb.WriteString(prefix)
-	sb.WriteString(gt.head)
-	for _, b := range buckets {
-		sb.WriteByte(',')
-		sb.WriteString(b)
-	}
-	return sb.String()
 }
 
 // fnv64a is the 64-bit FNV-1a hash (hash/fnv's New64a) with a WriteString that does not copy
@@ -454,38 +371,6 @@ func (h *fnv64a) WriteString(s string) (int, error) {
 
 // Sum64 is the hash of what was written.
 func (h *fnv64a) Sum64() uint64 { return uint64(*h) }
-
-// writeTo writes the group's line to w: the header, then ",bucket=..." for each bucket.
-func (gt groupText) writeTo(w io.Writer) {
-	io.WriteString(w, gt.head)
-	for _, b := range gt.buckets {
-		io.WriteString(w, ",")
-		io.WriteString(w, b)
-	}
-}
-
-func (g OFGroup) render() (groupText, error) {
-	gt := groupText{id: g.ID, head: fmt.Sprintf("group_id=%d,type=%s", g.ID, g.Type)}
-	if len(g.SelectionFields) > 0 {
-		gt.head += fmt.Sprintf(",selection_method=hash,fields(%s)", strings.Join(g.SelectionFields, ","))
-	}
-	gt.buckets = make([]string, 0, len(g.Buckets))
-	var b []byte
-	for _, bk := range g.Buckets {
-		// "bucket=bucket_id:ID,weight:W,actions=A,B", appended by hand (one per endpoint).
-		b = append(b[:0], "bucket=bucket_id:"...)
-		b = strconv.AppendUint(b, uint64(bk.ID), 10)
-		b = append(b, ",weight:"...)
-		b = strconv.AppendUint(b, uint64(bk.Weight), 10)
-		b = append(b, ",actions="...)
-		var err error
-		if b, err = appendActions(b, bk.Actions); err != nil {
-			return groupText{}, err
-		}
-		gt.buckets = append(gt.buckets, string(b))
-	}
-	return gt, nil
-}
 
 // Desired is the full desired content of one node's bridges, by Key.
 type Desired map[Key]*FlowSet

@@ -5,7 +5,7 @@ import (
 	"net/netip"
 	"slices"
 
-	"github.com/digitalocean/go-openvswitch/ovs"
+	of "github.com/ovs-srcip/ovs-srcip/openflow"
 )
 
 // KindUDPFragments: the fragments of UDP datagrams to one address that has UDP entry points.
@@ -22,9 +22,9 @@ import (
 // with it only the addresses no other UDP entry point uses.
 func BuildUDPFragments(addr netip.Addr) (*FlowSet, error) {
 	fs := &FlowSet{Key: Key{Kind: KindUDPFragments, Name: addr.String()}, Bridge: BrEx}
-	fs.Flows = []ovs.Flow{flow(ExServiceLB, prioHigh, ovs.ProtocolUDPv4, 0,
-		[]ovs.Match{ovs.NetworkDestination(addr.String()), ipFragment},
-		CT{Zone: ZoneService, NAT: &NAT{}, Table: tableRef(ExServiceCT)})}
+	fs.Flows = []of.Flow{flow(ExServiceLB, prioHigh, of.ProtoUDP, 0,
+		[]of.Match{of.IPv4Dst(addr), ipFragment},
+		CT{Zone: ZoneService, NAT: &NAT{}, Table: uint8(ExServiceCT), HasTable: true})}
 	return fs, fs.Finish()
 }
 

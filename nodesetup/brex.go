@@ -378,7 +378,7 @@ func bootstrapNormal(ctx context.Context, of *ofctl.OpenFlow) error {
 			return nil // the agent's flows (or ours) are there
 		}
 	}
-	return of.Bundle(ctx, []string{"flow add table=0,priority=0,actions=NORMAL"})
+	return of.BundleText(ctx, []string{"flow add table=0,priority=0,actions=NORMAL"})
 }
 
 func moveAddrsRoutes(nic, br netlink.Link, st *State) error {

@@ -36,7 +36,7 @@ func TestConntrackFlushAndDestinations(t *testing.T) {
 	sb.AddBridge(t, "br-ex", "eth0")
 	of := ofctl.NewOpenFlow("br-ex", sb.MgmtTarget("br-ex"))
 	zone := flows.ZoneService
-	require.NoError(t, of.Bundle(ctx, []string{
+	require.NoError(t, of.BundleText(ctx, []string{
 		fmt.Sprintf("flow add table=0,priority=10,udp,tp_src=1000,actions=ct(commit,zone=%d,nat(dst=10.0.0.5:8080))", zone),
 		fmt.Sprintf("flow add table=0,priority=10,udp,tp_src=1001,actions=ct(commit,zone=%d,nat(dst=10.0.0.6:8080))", zone),
 		fmt.Sprintf("flow add table=0,priority=10,udp,tp_src=1003,actions=ct(commit,zone=%d,nat(dst=10.0.0.5:8080))", zone),
@@ -87,9 +87,9 @@ func TestBundleModifyStrictRepairs(t *testing.T) {
 	sb.AddBridge(t, "br-ex", "eth0")
 	of := ofctl.NewOpenFlow("br-ex", sb.MgmtTarget("br-ex"))
 	line := fmt.Sprintf("cookie=%#x,table=40,priority=100,tcp,nw_dst=192.0.2.11,tp_dst=30100,actions=output:1", uint64(c1))
-	require.NoError(t, of.Bundle(ctx, []string{"flow add " + line}))
+	require.NoError(t, of.BundleText(ctx, []string{"flow add " + line}))
 	sb.Run(t, "ovs-ofctl", "-O", "OpenFlow15", "mod-flows", "br-ex", "table=40,tcp,nw_dst=192.0.2.11,tp_dst=30100,actions=drop")
-	require.NoError(t, of.Bundle(ctx, []string{"flow modify_strict " + line,
+	require.NoError(t, of.BundleText(ctx, []string{"flow modify_strict " + line,
 		fmt.Sprintf("flow modify_strict cookie=%#x,table=40,priority=100,tcp,nw_dst=192.0.2.11,tp_dst=30101,actions=output:1", uint64(c1))}))
 	out, err := of.DumpFlows(ctx, "table=40")
 	require.NoError(t, err)
@@ -112,7 +112,7 @@ func TestConntrackZoneLimits(t *testing.T) {
 	assert.Positive(t, max)
 	zone := flows.ZoneService
 	require.NoError(t, of.SetConntrackZoneLimits(ctx, map[uint16]int{zone: 3, flows.ZonePod: 7}))
-	require.NoError(t, of.Bundle(ctx, []string{fmt.Sprintf("flow add table=0,priority=10,udp,actions=ct(commit,zone=%d)", zone)}))
+	require.NoError(t, of.BundleText(ctx, []string{fmt.Sprintf("flow add table=0,priority=10,udp,actions=ct(commit,zone=%d)", zone)}))
 	for i := 0; i < 6; i++ {
 		receive(t, sb, "udp", 2000+i, 31300)
 	}

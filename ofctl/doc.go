@@ -6,10 +6,12 @@
 //     creates the integration plumbing (br-int, the patch pair, the flow-based Geneve port),
 //     names OpenFlow tables, lists pod ports and notifies about changes.
 //   - OpenFlow talks to one bridge of ovs-vswitchd by running ovs-ofctl(8) and ovs-appctl(8):
-//     atomic bundles, a cookie/group inventory that never parses flows, dumps and traces. With
-//     its Native field set (a Conn), bundles go instead over one persistent OpenFlow 1.5
-//     connection per bridge, encoded with github.com/contiv/libOpenflow's structures
-//     (ofencode.go); bundles with a line the encoder does not know still go through ovs-ofctl.
+//     atomic bundles of typed messages (package openflow, rendered as ovs-ofctl text), a
+//     cookie/group inventory that never parses flows, dumps and traces. With its Native field
+//     set (a Conn), bundles go instead over one persistent OpenFlow 1.5 connection per bridge,
+//     as the messages' wire encoding (openflow.EncodeAll; this package only frames it); a bundle
+//     with a message that does not encode (a group message over 64 KiB) still goes through
+//     ovs-ofctl as text.
 //
 // The agent declares what it needs of a bridge and of conntrack as its own interfaces
 // (agent.FlowBridge, agent.Conntrack); OpenFlow implements them, and so does the in-memory Fake

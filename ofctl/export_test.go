@@ -6,12 +6,6 @@ import (
 	of13 "github.com/contiv/libOpenflow/openflow13"
 )
 
-// Translate reports why lines would not go through the native encoder (nil: they would).
-func Translate(lines []string) error {
-	_, err := translate(lines)
-	return err
-}
-
 // DropConnection closes c's socket under it, as a switch restart or a broken socket would, and
 // waits until the reader has noticed.
 func (c *Conn) DropConnection() bool {
@@ -24,13 +18,6 @@ func (c *Conn) DropConnection() bool {
 	_ = s.nc.Close()
 	<-s.done
 	return true
-}
-
-// PreparedPending is how many encodings made by Prepare wait for their Bundle call.
-func (o *OpenFlow) PreparedPending() int {
-	o.prepMu.Lock()
-	defer o.prepMu.Unlock()
-	return len(o.prepared)
 }
 
 // BundleControlRaw sends one bundle control message (typ: 0 open, 4 commit) for bundle id on

@@ -35,7 +35,13 @@ func bigService(t testing.TB, n int) *flows.FlowSet {
 
 func servicePortOf(t testing.TB, eps []flows.Endpoint) *flows.FlowSet {
 	t.Helper()
-	sp := flows.ServicePort{Namespace: "demo", Name: "big", PortName: "http", Protocol: flows.TCP, Port: 80, NodePort: 30080, Endpoints: eps}
+	return servicePortNamed(t, "big", 80, 30080, eps)
+}
+
+// servicePortNamed is the flow set of TCP Service port demo/name with port, nodePort and eps.
+func servicePortNamed(t testing.TB, name string, port, nodePort uint16, eps []flows.Endpoint) *flows.FlowSet {
+	t.Helper()
+	sp := flows.ServicePort{Namespace: "demo", Name: name, PortName: "http", Protocol: flows.TCP, Port: port, NodePort: nodePort, Endpoints: eps}
 	sp.GroupID = flows.NewGroupIDs().ID(sp.Key())
 	mac, _ := net.ParseMAC("02:00:c0:00:02:0b")
 	st := flows.NewState("node1", flows.Ports{ExUplink: 1, ExPatch: 2, IntPatch: 1, IntTunnel: 2, ExMAC: mac},
@@ -71,7 +77,7 @@ func TestLargeGroupBundle(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 7, inserts, "2,000 buckets: 256 in add_or_mod, the rest in 7 insert_bucket messages")
-	require.NoError(t, of.Bundle(ctx, lines))
+	require.NoError(t, of.Bundle(ctx, p.Messages()))
 
 	inv, err := of.Inventory(ctx)
 	require.NoError(t, err)
@@ -95,7 +101,7 @@ func TestLargeGroupBundle(t *testing.T) {
 	again := flows.FullDiff(flows.BrEx, []*flows.FlowSet{fs}, inv)
 	assert.True(t, again.Empty(), "FullDiff of an installed large group: %v", again.Lines())
 	again.RepairAll([]*flows.FlowSet{fs})
-	require.NoError(t, of.Bundle(ctx, again.Lines()))
+	require.NoError(t, of.Bundle(ctx, again.Messages()))
 	inv, err = of.Inventory(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 2000, inv.Buckets[gid])
@@ -107,7 +113,7 @@ func TestLargeGroupBundle(t *testing.T) {
 	require.Equal(t, 1999, inv.Buckets[gid])
 	fix := flows.FullDiff(flows.BrEx, []*flows.FlowSet{fs}, inv)
 	require.Len(t, fix.Add, 1)
-	require.NoError(t, of.Bundle(ctx, fix.Lines()))
+	require.NoError(t, of.Bundle(ctx, fix.Messages()))
 	inv, err = of.Inventory(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 2000, inv.Buckets[gid])
@@ -115,7 +121,7 @@ func TestLargeGroupBundle(t *testing.T) {
 	// The per-message limit: 740 buckets in one message are taken, 750 refused.
 	for n, ok := range map[int]bool{740: true, 750: false} {
 		one := flows.Plan{Bridge: flows.BrEx, Add: []*flows.FlowSet{bigService(t, n)}, BucketsPerMessage: 1000}
-		err := of.Bundle(ctx, one.Lines())
+		err := of.Bundle(ctx, one.Messages())
 		if ok {
 			assert.NoError(t, err, "%d buckets in one message", n)
 			continue
@@ -128,7 +134,7 @@ func TestLargeGroupBundle(t *testing.T) {
 
 	// A switch that cannot be reached is not a rejection.
 	bad := ofctl.NewOpenFlow("br-ex", "unix:"+sb.RunDir+"/nothing.mgmt")
-	err = bad.Bundle(ctx, lines[:1])
+	err = bad.Bundle(ctx, p.Messages()[:1])
 	var oe *ofctl.Error
 	require.ErrorAs(t, err, &oe)
 	assert.False(t, oe.Rejected(), oe.Stderr)
@@ -141,7 +147,7 @@ var usingBucket = regexp.MustCompile(`-> using bucket (\d+)`)
 func traceChoices(b testing.TB, sb *ovstest.Sandbox, of *ofctl.OpenFlow, groupLines []string, gid uint32, clients []netip.AddrPort) []uint32 {
 	b.Helper()
 	ctx := context.Background()
-	require.NoError(b, of.Bundle(ctx, append(groupLines, fmt.Sprintf("flow add table=0,priority=10,ip,actions=group:%d", gid))))
+	require.NoError(b, of.BundleText(ctx, append(groupLines, fmt.Sprintf("flow add table=0,priority=10,ip,actions=group:%d", gid))))
 	out := make([]uint32, len(clients))
 	var wg sync.WaitGroup
 	errs := make([]error, len(clients))

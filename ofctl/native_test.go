@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"github.com/ovs-srcip/ovs-srcip/flows"
 	"github.com/ovs-srcip/ovs-srcip/ofctl"
 	"github.com/ovs-srcip/ovs-srcip/ofctl/ovstest"
+	"github.com/ovs-srcip/ovs-srcip/openflow"
 )
 
 // goldenSet is one flow set of a golden file: its "# name cookie=..." header and its lines.
@@ -39,6 +41,7 @@ func readGolden(t *testing.T, path string) []goldenSet {
 	for s.Scan() {
 		l := s.Text()
 		switch {
+		case strings.HasPrefix(l, "# warning: "):
 		case strings.HasPrefix(l, "# "):
 			sets = append(sets, goldenSet{name: strings.TrimPrefix(l, "# ")})
 		case l == "":
@@ -86,12 +89,19 @@ func nativeOpenFlow(t *testing.T, sb *ovstest.Sandbox, bridge string) *ofctl.Ope
 	return o
 }
 
-// Every flow set and group of every golden file (flows/testdata), written as one bundle per flow
-// set through ovs-ofctl into one bridge and through the native connection into another, leaves
-// both bridges with the same `ovs-ofctl dump-flows --no-stats` and `dump-groups` output, line for
-// line; so do the deletes of half the cookies and groups that follow. Flow sets the native
-// encoder cannot translate go through ovs-ofctl on both sides (and are listed); every
-// service-port flow set (the per-change hot path) must be translated.
+// flowMsg is a typed "flow add" of an IP flow in table with priority and cookie.
+func flowMsg(table uint8, prio uint16, cookie uint64, acts ...openflow.Action) openflow.Message {
+	return openflow.FlowMod{Command: openflow.FlowAdd, Flow: &openflow.Flow{Table: table, Priority: prio, Cookie: cookie,
+		Protocol: openflow.ProtoIP, Actions: acts}}
+}
+
+// Every flow set and group of every golden scenario (flows.GoldenStates), written as one bundle
+// per flow set into two bridges, one through ovs-ofctl reading the golden file's own lines
+// (flows/testdata) and one through the native connection from the typed messages
+// (flows.Plan.Messages), leaves both bridges with the same `ovs-ofctl dump-flows --no-stats` and
+// `dump-groups` output, line for line; so do the repairs (modify_strict) and the deletes of half
+// the cookies and every group that follow, typed on the native side and rendered
+// (openflow.Text) for ovs-ofctl. Every set must encode natively.
 func TestNativeEquivalence(t *testing.T) {
 	ctx := testContext(t)
 	sb := ovstest.StartDummy(t)
@@ -99,92 +109,105 @@ func TestNativeEquivalence(t *testing.T) {
 	sb.AddBridge(t, "nat")
 	ref := ofctl.NewOpenFlow("ref", sb.MgmtTarget("ref"))
 	nat := nativeOpenFlow(t, sb, "nat")
+	both := func(msgs []openflow.Message, what string) {
+		t.Helper()
+		e := openflow.EncodeAll(msgs)
+		require.NoError(t, e.Err, "%s: every message encodes natively", what)
+		require.NoError(t, ref.BundleText(ctx, openflow.Text(msgs)), "%s via ovs-ofctl", what)
+		require.NoError(t, nat.BundleEncoded(ctx, e), "%s native", what)
+	}
 
-	goldens, err := filepath.Glob("../flows/testdata/*.golden")
-	require.NoError(t, err)
-	require.NotEmpty(t, goldens)
-	native, fallback, lines := 0, 0, 0
-	reasons := map[string]bool{}
-	for _, g := range goldens {
-		clearBridge(t, sb, "ref")
-		clearBridge(t, sb, "nat")
-		sets := readGolden(t, g)
-		var deletes []string
-		for i, set := range sets {
-			if err := ofctl.Translate(set.lines); err != nil {
-				fallback++
-				reasons[strings.SplitN(err.Error(), " in line ", 2)[0]] = true
-				assert.False(t, strings.HasPrefix(set.name, "service-port/"), "%s: service-port set %s not translated: %v", filepath.Base(g), set.name, err)
-			} else {
-				native++
-				lines += len(set.lines)
-			}
-			require.NoError(t, ref.Bundle(ctx, set.lines), "%s %s via ovs-ofctl", filepath.Base(g), set.name)
-			require.NoError(t, nat.Bundle(ctx, set.lines), "%s %s native", filepath.Base(g), set.name)
-			if i%2 == 1 {
-				_, c, _ := strings.Cut(set.name, " cookie=")
-				deletes = append(deletes, "flow delete cookie="+c+"/-1")
-			}
-		}
-		rf, rg := dumpState(t, sb, "ref")
-		nf, ng := dumpState(t, sb, "nat")
-		require.NotEmpty(t, rf, g)
-		assert.Equal(t, rf, nf, "flows of %s", filepath.Base(g))
-		assert.Equal(t, rg, ng, "groups of %s", filepath.Base(g))
-
-		// Repairs (flows.Plan.Repair's "flow modify_strict" lines): first every flow's actions
-		// replaced by drop, then the golden's own lines again.
-		for _, actions := range []string{"drop", ""} {
-			var mods []string
-			for _, set := range sets {
-				for _, l := range set.lines {
-					if f, ok := strings.CutPrefix(l, "flow add "); ok {
-						if actions != "" {
-							f = f[:strings.Index(f, "actions=")] + "actions=" + actions
-						}
-						mods = append(mods, "flow modify_strict "+f)
-					}
+	cases := flows.GoldenStates()
+	names := slices.Sorted(maps.Keys(cases))
+	require.NotEmpty(t, names)
+	files, sets, msgCount := 0, 0, 0
+	for _, name := range names {
+		d, err := flows.Build(cases[name])
+		require.NoError(t, err)
+		for _, b := range []flows.Bridge{flows.BrEx, flows.BrInt} {
+			g := filepath.Join("..", "flows", "testdata", name+"."+b.String()+".golden")
+			files++
+			clearBridge(t, sb, "ref")
+			clearBridge(t, sb, "nat")
+			golden := readGolden(t, g)
+			var fss []*flows.FlowSet
+			for _, fs := range d {
+				if fs.Bridge == b {
+					fss = append(fss, fs)
 				}
 			}
-			require.NoError(t, ofctl.Translate(mods))
-			require.NoError(t, ref.Bundle(ctx, mods))
-			require.NoError(t, nat.Bundle(ctx, mods))
-			rf2, _ := dumpState(t, sb, "ref")
-			nf2, _ := dumpState(t, sb, "nat")
-			assert.Equal(t, rf2, nf2, "flows of %s after modify_strict to %q", filepath.Base(g), actions)
-			if actions == "drop" {
-				assert.NotEqual(t, rf, rf2, "modify_strict changed nothing")
-			} else {
-				assert.Equal(t, rf, rf2, "modify_strict with the golden's lines restores it")
+			sort.Slice(fss, func(i, j int) bool { return fss[i].Key.String() < fss[j].Key.String() })
+			require.Len(t, fss, len(golden), g)
+			var deletes []openflow.Message
+			for i, fs := range fss {
+				set := golden[i]
+				require.True(t, strings.HasPrefix(set.name, fs.Key.String()+" cookie="+fs.Cookie().String()), "%s: set %d is %s", g, i, set.name)
+				p := flows.Plan{Bridge: b, Add: []*flows.FlowSet{fs}}
+				msgs := p.Messages()
+				// The golden file's lines are the typed messages' text (TestGolden); ovs-ofctl
+				// reads the file's own bytes here.
+				lines := set.lines
+				require.Equal(t, strings.Join(lines, "\n"), strings.Join(openflow.Text(msgs), "\n"), "%s %s", g, set.name)
+				e := openflow.EncodeAll(msgs)
+				require.NoError(t, e.Err, "%s %s: encodes natively", g, set.name)
+				require.NoError(t, ref.BundleText(ctx, lines), "%s %s via ovs-ofctl", g, set.name)
+				require.NoError(t, nat.BundleEncoded(ctx, e), "%s %s native", g, set.name)
+				sets++
+				msgCount += len(msgs)
+				if i%2 == 1 {
+					deletes = append(deletes, openflow.DeleteCookie{Cookie: uint64(fs.Cookie())})
+				}
 			}
-		}
+			rf, rg := dumpState(t, sb, "ref")
+			nf, ng := dumpState(t, sb, "nat")
+			require.NotEmpty(t, rf, g)
+			assert.Equal(t, rf, nf, "flows of %s", filepath.Base(g))
+			assert.Equal(t, rg, ng, "groups of %s", filepath.Base(g))
 
-		// Deletes: every other cookie, and every group (flows referencing a deleted group go
-		// with it in OVS).
-		for _, l := range rg {
-			if id, ok := strings.CutPrefix(l, "group_id="); ok {
-				id, _, _ = strings.Cut(id, ",")
-				deletes = append(deletes, "group delete group_id="+id)
+			// Repairs (flows.Plan.Repair's modify_strict messages): first every flow's actions
+			// replaced by drop, then the flow sets' own flows again.
+			for _, drop := range []bool{true, false} {
+				var mods []openflow.Message
+				for _, fs := range fss {
+					for i := range fs.Flows {
+						f := &fs.Flows[i]
+						if drop {
+							c := *f
+							c.Actions = []openflow.Action{openflow.Drop{}}
+							f = &c
+						}
+						mods = append(mods, openflow.FlowMod{Command: openflow.FlowModifyStrict, Flow: f})
+					}
+				}
+				both(mods, "modify_strict of "+filepath.Base(g))
+				rf2, _ := dumpState(t, sb, "ref")
+				nf2, _ := dumpState(t, sb, "nat")
+				assert.Equal(t, rf2, nf2, "flows of %s after modify_strict (drop: %v)", filepath.Base(g), drop)
+				if drop {
+					assert.NotEqual(t, rf, rf2, "modify_strict changed nothing")
+				} else {
+					assert.Equal(t, rf, rf2, "modify_strict with the sets' own flows restores them")
+				}
 			}
+
+			// Deletes: every other cookie, and every group (flows referencing a deleted group go
+			// with it in OVS).
+			for _, fs := range fss {
+				for _, id := range fs.GroupIDs() {
+					deletes = append(deletes, openflow.DeleteGroup{ID: id})
+				}
+			}
+			both(deletes, "deletes of "+filepath.Base(g))
+			rf, rg = dumpState(t, sb, "ref")
+			nf, ng = dumpState(t, sb, "nat")
+			assert.Equal(t, rf, nf, "flows of %s after deletes", filepath.Base(g))
+			assert.Equal(t, rg, ng, "groups of %s after deletes", filepath.Base(g))
 		}
-		require.NoError(t, ofctl.Translate(deletes))
-		require.NoError(t, ref.Bundle(ctx, deletes))
-		require.NoError(t, nat.Bundle(ctx, deletes))
-		rf, rg = dumpState(t, sb, "ref")
-		nf, ng = dumpState(t, sb, "nat")
-		assert.Equal(t, rf, nf, "flows of %s after deletes", filepath.Base(g))
-		assert.Equal(t, rg, ng, "groups of %s after deletes", filepath.Base(g))
 	}
-	var rs []string
-	for r := range reasons {
-		rs = append(rs, r)
-	}
-	sort.Strings(rs)
-	t.Logf("flow sets: %d native (%d lines), %d through ovs-ofctl; reasons: %s", native, lines, fallback, strings.Join(rs, "; "))
-	// Coverage, not correctness (a set the encoder cannot translate is still applied correctly,
-	// through ovs-ofctl): every golden flow shape is translated today; a new one that is not
-	// shows up here (add it to ofencode.go).
-	assert.Zero(t, fallback, "golden flow sets that go through ovs-ofctl")
+	goldens, err := filepath.Glob("../flows/testdata/*.golden")
+	require.NoError(t, err)
+	assert.Len(t, goldens, files, "every golden file is a scenario's")
+	t.Logf("%d golden files, %d flow sets, %d messages: native and ovs-ofctl agree", files, sets, msgCount)
 
 	// The one kind without a golden case: service-drain (UDP and TCP).
 	clearBridge(t, sb, "ref")
@@ -194,10 +217,7 @@ func TestNativeEquivalence(t *testing.T) {
 		fs, err := flows.BuildServiceDrain(e)
 		require.NoError(t, err)
 		p := flows.FullDiff(fs.Bridge, []*flows.FlowSet{fs}, flows.Inventory{})
-		dl := p.Lines()
-		require.NoError(t, ofctl.Translate(dl))
-		require.NoError(t, ref.Bundle(ctx, dl))
-		require.NoError(t, nat.Bundle(ctx, dl))
+		both(p.Messages(), "drain "+e.String())
 	}
 	df, _ := dumpState(t, sb, "ref")
 	dn, _ := dumpState(t, sb, "nat")
@@ -210,73 +230,77 @@ func TestNativeEquivalence(t *testing.T) {
 	clearBridge(t, sb, "nat")
 	bigPlan := flows.FullDiff(flows.BrEx, []*flows.FlowSet{bigService(t, 600)}, flows.Inventory{})
 	bigPlan.BucketsPerMessage = 100
-	big := bigPlan.Lines()
-	require.NoError(t, ofctl.Translate(big))
-	require.True(t, strings.HasPrefix(big[1], "group insert_bucket "), big[1][:40])
-	require.NoError(t, ref.Bundle(ctx, big))
-	require.NoError(t, nat.Bundle(ctx, big))
+	big := bigPlan.Messages()
+	require.Equal(t, openflow.GroupInsertBuckets, big[1].(openflow.GroupMod).Command)
+	both(big, "600-bucket group")
 	rf, rg := dumpState(t, sb, "ref")
 	nf, ng := dumpState(t, sb, "nat")
 	assert.Equal(t, rf, nf, "flows of the 600-endpoint service")
 	require.Len(t, ng, 1)
 	assert.Equal(t, 600, strings.Count(ng[0], "bucket_id:"))
-	assert.True(t, rg[0] == ng[0], "groups of the 2,000-endpoint service differ")
+	assert.True(t, rg[0] == ng[0], "groups of the 600-endpoint service differ")
 }
 
-// A bundle with a line the native encoder does not know (here the note action) is applied
-// through ovs-ofctl, whole, by the same OpenFlow.
+// A bundle with a message that does not encode natively (a group message longer than
+// OpenFlow's 64 KiB: 2,000 buckets in one message) goes through ovs-ofctl, whole, by the same
+// OpenFlow; OVS refuses it there as it always did (OFPGMFC_BAD_BUCKET), and the encoder's error
+// quotes the message by its start only.
 func TestNativeFallback(t *testing.T) {
 	ctx := testContext(t)
 	sb := ovstest.StartDummy(t)
 	sb.AddBridge(t, "br0")
 	o := nativeOpenFlow(t, sb, "br0")
-	lines := []string{
-		"flow add priority=10,ip,table=0,idle_timeout=0,cookie=0x5c10000000000001,actions=goto_table:40",
-		"flow add priority=11,ip,table=0,idle_timeout=0,cookie=0x5c10000000000001,actions=note:01.02,goto_table:40",
-	}
-	require.Error(t, ofctl.Translate(lines))
-	require.NoError(t, o.Bundle(ctx, lines))
-	fl, _ := dumpState(t, sb, "br0")
-	require.Len(t, fl, 2)
-	assert.Contains(t, fl[1], "note:01.02")
-	native, viaOfctl := o.BundleCounts()
-	assert.Equal(t, [2]uint64{0, 1}, [2]uint64{native, viaOfctl})
-
-	// A group message longer than OpenFlow's 64 KiB (2,000 buckets in one message) is not
-	// encoded natively: through ovs-ofctl, OVS refuses it as it always did (OFPGMFC_BAD_BUCKET).
 	p := flows.FullDiff(flows.BrEx, []*flows.FlowSet{bigService(t, 2000)}, flows.Inventory{})
 	p.BucketsPerMessage = 2000
-	err := ofctl.Translate(p.Lines())
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "too long")
-	assert.Less(t, len(err.Error()), 300, "the line is quoted by its start only")
+	e := openflow.EncodeAll(p.Messages())
+	require.Error(t, e.Err)
+	assert.Contains(t, e.Err.Error(), "too long")
+	assert.Less(t, len(e.Err.Error()), 300, "the message is quoted by its start only")
+	err := o.Bundle(ctx, p.Messages())
+	var oe *ofctl.Error
+	require.ErrorAs(t, err, &oe)
+	assert.True(t, oe.Rejected(), "%v", err)
+	assert.Contains(t, oe.Stderr, "OFPGMFC_BAD_BUCKET")
+	native, viaOfctl := o.BundleCounts()
+	assert.Equal(t, [2]uint64{0, 0}, [2]uint64{native, viaOfctl}, "a refused bundle is not counted")
+	small := flows.FullDiff(flows.BrEx, []*flows.FlowSet{bigService(t, 3)}, flows.Inventory{})
+	require.NoError(t, o.Bundle(ctx, small.Messages()))
+	native, viaOfctl = o.BundleCounts()
+	assert.Equal(t, [2]uint64{1, 0}, [2]uint64{native, viaOfctl})
 }
 
 // A bundle with one refused message applies nothing: not the flows before it, not a group; the
-// error is a Rejected *ofctl.Error naming the OpenFlow error and the refused line. Both a message
-// refused when added (a flow in table 10 going back to table 5) and one refused only at commit
-// (a flow whose group does not exist) are tried; the connection still works afterwards.
+// error is a Rejected *ofctl.Error naming the OpenFlow error and the refused message's text.
+// Both a message refused when added (a flow in table 10 going back to table 5) and one refused
+// only at commit (a flow whose group does not exist) are tried; the connection still works
+// afterwards.
 func TestNativeBundleAtomic(t *testing.T) {
 	ctx := testContext(t)
 	sb := ovstest.StartDummy(t)
 	sb.AddBridge(t, "br0")
 	o := nativeOpenFlow(t, sb, "br0")
-	good := []string{
-		"group add_or_mod group_id=7,type=select,selection_method=hash,fields(ip_src,tcp_src),bucket=bucket_id:1,weight:100,actions=output:1",
-		"flow add priority=100,tcp,nw_dst=192.0.2.11,tp_dst=80,table=40,idle_timeout=0,cookie=0x5c10000000000001,actions=group:7",
-		"flow add priority=10,ip,table=0,idle_timeout=0,cookie=0x5c10000000000001,actions=goto_table:40",
+	const cookie = 0x5c10000000000001
+	g := &openflow.GroupDesc{ID: 7, Type: openflow.GroupSelect, SelectionFields: []openflow.Field{openflow.FieldIPv4Src, openflow.FieldTCPSrc},
+		Buckets: []openflow.Bucket{{ID: 1, Weight: 100, Actions: []openflow.Action{openflow.Output{Port: 1}}}}}
+	svc := &openflow.Flow{Table: 40, Priority: 100, Cookie: cookie, Protocol: openflow.ProtoTCP,
+		Match:   []openflow.Match{openflow.IPv4Dst(netip.MustParseAddr("192.0.2.11")), openflow.TPDst(80)},
+		Actions: []openflow.Action{openflow.Group{ID: 7}}}
+	good := []openflow.Message{
+		openflow.GroupMod{Command: openflow.GroupAddOrMod, Group: g, Buckets: g.Buckets},
+		openflow.FlowMod{Command: openflow.FlowAdd, Flow: svc},
+		flowMsg(0, 10, cookie, openflow.GotoTable{Table: 40}),
 	}
-	for name, bad := range map[string]string{
-		"at add":    "flow add priority=1,table=10,idle_timeout=0,cookie=0x5c10000000000001,actions=goto_table:5",
-		"at commit": "flow add priority=1,ip,table=41,idle_timeout=0,cookie=0x5c10000000000001,actions=group:999",
+	for name, bad := range map[string]openflow.Message{
+		"at add":    openflow.FlowMod{Command: openflow.FlowAdd, Flow: &openflow.Flow{Table: 10, Priority: 1, Cookie: cookie, Actions: []openflow.Action{openflow.GotoTable{Table: 5}}}},
+		"at commit": flowMsg(41, 1, cookie, openflow.Group{ID: 999}),
 	} {
-		lines := append(append([]string{}, good...), bad)
-		require.NoError(t, ofctl.Translate(lines), "the test must exercise the native path")
-		err := o.Bundle(ctx, lines)
+		msgs := append(slices.Clone(good), bad)
+		require.NoError(t, openflow.EncodeAll(msgs).Err, "the test must exercise the native path")
+		err := o.Bundle(ctx, msgs)
 		var oe *ofctl.Error
 		require.True(t, errors.As(err, &oe), "%s: want *ofctl.Error, got %v", name, err)
 		assert.True(t, oe.Rejected(), "%s: %v", name, err)
-		assert.Contains(t, oe.Stderr, bad, name)
+		assert.Contains(t, oe.Stderr, string(bad.AppendText(nil)), name)
 		t.Logf("%s: %v", name, err)
 		fl, gl := dumpState(t, sb, "br0")
 		assert.Empty(t, fl, "%s: flows applied from a failed bundle", name)
@@ -297,8 +321,8 @@ func TestNativeReconnect(t *testing.T) {
 	sb.AddBridge(t, "br0")
 	o := nativeOpenFlow(t, sb, "br0")
 	o.Native.EchoInterval = 200 * time.Millisecond
-	flow := func(i int) []string {
-		return []string{"flow add priority=" + string(rune('1'+i)) + ",ip,table=0,idle_timeout=0,cookie=0x5c10000000000001,actions=drop"}
+	flow := func(i int) []openflow.Message {
+		return []openflow.Message{flowMsg(0, uint16(1+i), 0x5c10000000000001, openflow.Drop{})}
 	}
 	require.NoError(t, o.Bundle(ctx, flow(0)))
 	require.True(t, o.Native.DropConnection())
@@ -343,8 +367,8 @@ func BenchmarkServiceBundle(b *testing.B) {
 	}
 	fs := servicePortOf(b, eps)
 	p := flows.FullDiff(fs.Bridge, []*flows.FlowSet{fs}, flows.Inventory{})
-	lines := p.Lines()
-	if err := ofctl.Translate(lines); err != nil {
+	msgs := p.Messages()
+	if err := openflow.EncodeAll(msgs).Err; err != nil {
 		b.Fatalf("the service bundle must be native: %v", err)
 	}
 	ctx := context.Background()
@@ -356,42 +380,39 @@ func BenchmarkServiceBundle(b *testing.B) {
 				defer o.Native.Close()
 			}
 			for b.Loop() {
-				if err := o.Bundle(ctx, lines); err != nil {
+				if err := o.Bundle(ctx, msgs); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(len(lines)), "lines/bundle")
+			b.ReportMetric(float64(len(msgs)), "messages/bundle")
 		})
 	}
 }
 
-// BenchmarkColdStartBundle applies one bundle of n Services (a 3-bucket select group and 2 flows
-// each, the shape of a cold start's full sync) natively into an emptied bridge; with -benchmem
-// it shows the memory a large native bundle costs.
-func BenchmarkColdStartBundle(b *testing.B) {
-	const n = 2000
-	sb := ovstest.StartDummy(b)
-	sb.AddBridge(b, "br0")
-	var lines []string
+// coldStartMessages are the messages of n Service ports (a 3-bucket select group and 2 flows
+// each, the shape of a cold start's full sync), with distinct ports, group ids and cookies.
+func coldStartMessages(b testing.TB, n int) []openflow.Message {
+	var msgs []openflow.Message
 	for i := 0; i < n; i++ {
 		eps := []flows.Endpoint{
 			{IP: netip.AddrFrom4([4]byte{10, 244, 2, byte(1 + i%250)}), Port: 8080, NodeName: "node2"},
 			{IP: netip.AddrFrom4([4]byte{10, 244, 3, byte(1 + i%250)}), Port: 8080, NodeName: "node3"},
 			{IP: netip.AddrFrom4([4]byte{10, 244, 1, byte(1 + i%250)}), Port: 8080, NodeName: "node1"},
 		}
-		fs := servicePortOf(b, eps)
+		fs := servicePortNamed(b, fmt.Sprintf("svc%d", i), uint16(1000+i), uint16(20000+i), eps)
 		p := flows.FullDiff(fs.Bridge, []*flows.FlowSet{fs}, flows.Inventory{})
-		for _, l := range p.Lines() {
-			// One service template, n copies: distinct group ids, ports and cookies.
-			l = strings.ReplaceAll(l, "tp_dst=30080", fmt.Sprintf("tp_dst=%d", 20000+i))
-			l = strings.ReplaceAll(l, "tp_dst=80,", fmt.Sprintf("tp_dst=%d,", 1000+i))
-			gid := fmt.Sprint(fs.Groups[0].ID)
-			l = strings.ReplaceAll(l, "group_id="+gid, fmt.Sprintf("group_id=%d", i+1))
-			l = strings.ReplaceAll(l, "group:"+gid, fmt.Sprintf("group:%d", i+1))
-			lines = append(lines, l)
-		}
+		msgs = append(msgs, p.Messages()...)
 	}
-	if err := ofctl.Translate(lines); err != nil {
+	return msgs
+}
+
+// BenchmarkColdStartBundle applies one bundle of 2,000 Service ports natively into an emptied
+// bridge; with -benchmem it shows the memory a large native bundle costs.
+func BenchmarkColdStartBundle(b *testing.B) {
+	sb := ovstest.StartDummy(b)
+	sb.AddBridge(b, "br0")
+	msgs := coldStartMessages(b, 2000)
+	if err := openflow.EncodeAll(msgs).Err; err != nil {
 		b.Fatal(err)
 	}
 	o := ofctl.NewOpenFlow("br0", sb.MgmtTarget("br0"))
@@ -404,62 +425,53 @@ func BenchmarkColdStartBundle(b *testing.B) {
 		sb.Run(b, "ovs-ofctl", "-O", "OpenFlow15", "del-flows", sb.MgmtTarget("br0"))
 		sb.Run(b, "ovs-ofctl", "-O", "OpenFlow15", "del-groups", sb.MgmtTarget("br0"))
 		b.StartTimer()
-		if err := o.Bundle(ctx, lines); err != nil {
+		if err := o.Bundle(ctx, msgs); err != nil {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(len(lines)), "lines/bundle")
+	b.ReportMetric(float64(len(msgs)), "messages/bundle")
 }
 
-// BenchmarkTranslateServicePorts encodes the lines of 1,000 service ports of 10 endpoints (a
-// cold start's chunk) into OpenFlow messages, without a switch: the agent's CPU cost of the
-// native path per chunk.
-func BenchmarkTranslateServicePorts(b *testing.B) {
+// BenchmarkEncodeServicePorts encodes the messages of 1,000 service ports of 10 endpoints (a
+// cold start's chunk) into OpenFlow, without a switch: the agent's CPU cost of the native path
+// per chunk.
+func BenchmarkEncodeServicePorts(b *testing.B) {
 	var eps []flows.Endpoint
 	for i := range 10 {
 		eps = append(eps, flows.Endpoint{IP: netip.AddrFrom4([4]byte{10, 244, byte(1 + i%3), byte(10 + i)}), Port: 8080, NodeName: fmt.Sprintf("node%d", 1+i%3)})
 	}
 	fs := servicePortOf(b, eps)
-	var lines []string
+	var msgs []openflow.Message
 	for range 1000 {
 		p := flows.FullDiff(fs.Bridge, []*flows.FlowSet{fs}, flows.Inventory{})
-		lines = append(lines, p.Lines()...)
+		msgs = append(msgs, p.Messages()...)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := ofctl.Translate(lines); err != nil {
+		if err := openflow.EncodeAll(msgs).Err; err != nil {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(len(lines)), "lines")
+	b.ReportMetric(float64(len(msgs)), "messages")
 }
 
-// Prepare encodes a bundle ahead of its Bundle call: the call with the same slice applies that
-// encoding natively; a prepared bundle the encoder cannot translate still goes through
-// ovs-ofctl; a copy of prepared lines is encoded anew (preparations are by slice, not text).
-func TestNativePrepare(t *testing.T) {
+// BundleEncoded applies an encoding made ahead of the call natively; one whose encoding failed
+// goes through ovs-ofctl.
+func TestNativeEncoded(t *testing.T) {
 	ctx := testContext(t)
 	sb := ovstest.StartDummy(t)
 	sb.AddBridge(t, "br0")
 	o := nativeOpenFlow(t, sb, "br0")
-	good := []string{"flow add priority=10,ip,table=0,idle_timeout=0,cookie=0x5c10000000000001,actions=goto_table:40"}
-	bad := []string{"flow add priority=11,ip,table=0,idle_timeout=0,cookie=0x5c10000000000002,actions=note:01.02,goto_table:40"}
-	o.Prepare(good)
-	o.Prepare(bad)
-	require.NoError(t, o.Bundle(ctx, good))
-	require.NoError(t, o.Bundle(ctx, bad))
-	assert.Zero(t, o.PreparedPending(), "both preparations used")
+	good := openflow.EncodeAll([]openflow.Message{flowMsg(0, 10, 0x5c10000000000001, openflow.GotoTable{Table: 40})})
+	require.NoError(t, good.Err)
+	require.NoError(t, o.BundleEncoded(ctx, good))
+	failed := &openflow.Encoded{Msgs: []openflow.Message{flowMsg(0, 11, 0x5c10000000000002, openflow.GotoTable{Table: 40})},
+		Err: errors.New("not encoded")}
+	require.NoError(t, o.BundleEncoded(ctx, failed))
 	native, viaOfctl := o.BundleCounts()
 	assert.Equal(t, [2]uint64{1, 1}, [2]uint64{native, viaOfctl})
-	again := []string{strings.Replace(good[0], "priority=10", "priority=12", 1)}
-	o.Prepare(again)
-	require.NoError(t, o.Bundle(ctx, slices.Clone(again)))
-	assert.Equal(t, 1, o.PreparedPending(), "a copy does not use the preparation")
 	fl, _ := dumpState(t, sb, "br0")
-	require.Len(t, fl, 3)
-	assert.Contains(t, strings.Join(fl, "\n"), "note:01.02")
-	native, viaOfctl = o.BundleCounts()
-	assert.Equal(t, [2]uint64{2, 1}, [2]uint64{native, viaOfctl})
+	require.Len(t, fl, 2)
 }
 
 // A bundle whose open the switch refuses (here: its id is already open on the connection, which
@@ -471,12 +483,12 @@ func TestNativeOpenRefusedLeavesNoBundle(t *testing.T) {
 	sb := ovstest.StartDummy(t)
 	sb.AddBridge(t, "br0")
 	o := nativeOpenFlow(t, sb, "br0")
-	require.NoError(t, o.Bundle(ctx, []string{"flow add priority=10,ip,table=0,idle_timeout=0,cookie=0x5c10000000000001,actions=goto_table:40"}))
+	require.NoError(t, o.Bundle(ctx, []openflow.Message{flowMsg(0, 10, 0x5c10000000000001, openflow.GotoTable{Table: 40})}))
 	id := o.Native.NextBundleID()
 	typ, err := o.Native.BundleControlRaw(ctx, id, 0)
 	require.NoError(t, err)
 	require.NotEqual(t, uint8(1), typ, "raw open accepted")
-	err = o.Bundle(ctx, []string{"flow add priority=11,ip,table=0,idle_timeout=0,cookie=0x5c10000000000002,actions=goto_table:40"})
+	err = o.Bundle(ctx, []openflow.Message{flowMsg(0, 11, 0x5c10000000000002, openflow.GotoTable{Table: 40})})
 	require.Error(t, err)
 	var oe *ofctl.Error
 	require.ErrorAs(t, err, &oe)

@@ -15,7 +15,26 @@ import (
 	"github.com/contiv/libOpenflow/common"
 	of13 "github.com/contiv/libOpenflow/openflow13"
 	"k8s.io/klog/v2"
+
+	"github.com/ovs-srcip/ovs-srcip/openflow"
 )
+
+// OpenFlow 1.5 wire constants of the messages this file frames (libOpenflow is an OpenFlow 1.3
+// library; the bundle messages differ).
+const (
+	ofp15Version        = openflow.Version
+	ofpt15GroupMod      = openflow.TypeGroupMod
+	ofpt15BundleControl = 33
+	ofpt15BundleAdd     = 34
+)
+
+// ofMessage is one message of a bundle: its OpenFlow type, its encoding without header (body),
+// and the typed message it encodes (its text names it in errors).
+type ofMessage struct {
+	typ  uint8
+	body []byte
+	msg  openflow.Message
+}
 
 // Conn is a persistent OpenFlow 1.5 connection to one bridge's management socket (see
 // MgmtTarget; ovs-vswitchd(8) "OpenFlow connections"), used to apply bundles without starting an
@@ -523,7 +542,7 @@ func addErrors(msgs []ofMessage, lo uint32, got []xidReply) []string {
 	var errs []string
 	for _, r := range got {
 		if i := int(r.xid - lo); i >= 0 && i < len(msgs) {
-			errs = append(errs, "Error "+formatOFError(r.body)+" for: "+msgs[i].line)
+			errs = append(errs, "Error "+formatOFError(r.body)+" for: "+string(msgs[i].msg.AppendText(nil)))
 		}
 	}
 	return errs

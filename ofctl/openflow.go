@@ -13,13 +13,13 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
 
 	"github.com/ovs-srcip/ovs-srcip/flows"
+	"github.com/ovs-srcip/ovs-srcip/openflow"
 )
 
 // DefaultRunDir is the usual OVS run directory (OVS_RUNDIR) of a host's Open vSwitch.
@@ -78,66 +78,15 @@ type OpenFlow struct {
 	// RunDir is OVS_RUNDIR; NewOpenFlow derives it from a unix: Target.
 	RunDir string
 	// Native, if set, applies bundles over its persistent OpenFlow 1.5 connection instead of
-	// one ovs-ofctl process per bundle; a bundle with any line the native encoder cannot
-	// translate exactly still goes through ovs-ofctl (logged at V(2) with the reason).
+	// one ovs-ofctl process per bundle; a bundle with a message that does not encode still
+	// goes through ovs-ofctl as text (logged at V(2) with the reason).
 	Native *Conn
 
 	nativeBundles, ofctlBundles atomic.Uint64
-
-	// prepared holds the encodings made by Prepare, by the bundle's lines (see prepKey).
-	prepMu   sync.Mutex
-	prepared map[prepKey]preparedBundle
-}
-
-// prepKey names a slice of bundle lines by identity (its first element and length), not by
-// content: Bundle uses an encoding only for the very slice Prepare was given.
-type prepKey struct {
-	first *string
-	n     int
-}
-
-type preparedBundle struct {
-	msgs []ofMessage
-	err  error
-}
-
-// maxPrepared bounds the encodings waiting for their Bundle call (a caller that prepares and
-// then does not write does not make them pile up).
-const maxPrepared = 4
-
-// Prepare encodes lines for a later Bundle call with the same slice (not a copy), so that a
-// caller writing a series of bundles can encode the next one while the switch commits the
-// current one (the agent's cold start). It does nothing without Native. Prepare and Bundle
-// may run on different goroutines; lines must not change in between.
-func (o *OpenFlow) Prepare(lines []string) {
-	if o.Native == nil || len(lines) == 0 {
-		return
-	}
-	msgs, err := translate(lines)
-	o.prepMu.Lock()
-	defer o.prepMu.Unlock()
-	if o.prepared == nil || len(o.prepared) >= maxPrepared {
-		o.prepared = map[prepKey]preparedBundle{}
-	}
-	o.prepared[prepKey{&lines[0], len(lines)}] = preparedBundle{msgs, err}
-}
-
-// encode returns the native encoding of lines: the one Prepare made of this slice, if any,
-// else a new one.
-func (o *OpenFlow) encode(lines []string) ([]ofMessage, error) {
-	k := prepKey{&lines[0], len(lines)}
-	o.prepMu.Lock()
-	p, ok := o.prepared[k]
-	delete(o.prepared, k)
-	o.prepMu.Unlock()
-	if ok {
-		return p.msgs, p.err
-	}
-	return translate(lines)
 }
 
 // BundleCounts returns how many bundles Bundle applied over the native connection and how many
-// through ovs-ofctl (with Native set: those it could not translate), since the start.
+// through ovs-ofctl (with Native set: those with a message that did not encode), since the start.
 func (o *OpenFlow) BundleCounts() (native, ovsOfctl uint64) {
 	return o.nativeBundles.Load(), o.ofctlBundles.Load()
 }
@@ -195,37 +144,62 @@ func run(ctx context.Context, argv []string, stdin io.Reader, out func(io.Reader
 	return nil
 }
 
-// Bundle applies lines with `ovs-ofctl -O OpenFlow15 --no-names bundle TARGET -` (ovs-ofctl(8)
-// "bundle"): one atomic, ordered OpenFlow 1.5 bundle; the switch rejects all of it if any
-// line fails. Lines have the shapes of flows.Plan.Lines: "group add_or_mod ...",
-// "flow add ...", "flow modify_strict ...", "flow delete cookie=0x.../-1", "group delete group_id=N". No lines: no
-// process. Errors are *Error with ovs-ofctl's stderr. The bundle text is logged at V(9).
+// Bundle applies msgs (flows.Plan.Messages) as one atomic, ordered OpenFlow 1.5 bundle: the
+// switch rejects all of it if any message fails. No messages: nothing is sent.
 //
-// With Native set, the lines are translated to OpenFlow 1.5 messages (ofencode.go) and sent as
-// one ATOMIC|ORDERED bundle over the persistent connection (Conn.apply); errors are *Error
-// whose Stderr has the OpenFlow error names and the refused lines (Rejected), or a connection
-// error (not Rejected). Lines it cannot translate send the whole bundle through ovs-ofctl.
-func (o *OpenFlow) Bundle(ctx context.Context, lines []string) error {
+// With Native set, the messages are encoded (openflow.EncodeAll) and sent as one ATOMIC|ORDERED
+// bundle over the persistent connection (Conn.apply); errors are *Error whose Stderr has the
+// OpenFlow error names and the refused messages' text (Rejected), or a connection error (not
+// Rejected). Without Native, or for a bundle with a message that does not encode (a group too
+// large for one OpenFlow message), the messages' text goes through ovs-ofctl (BundleText).
+func (o *OpenFlow) Bundle(ctx context.Context, msgs []openflow.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	if o.Native == nil {
+		return o.BundleText(ctx, openflow.Text(msgs))
+	}
+	return o.BundleEncoded(ctx, openflow.EncodeAll(msgs))
+}
+
+// BundleEncoded is Bundle with the messages already encoded (the agent's cold start encodes the
+// next chunk while the switch commits the current one).
+func (o *OpenFlow) BundleEncoded(ctx context.Context, e *openflow.Encoded) error {
+	if len(e.Msgs) == 0 {
+		return nil
+	}
+	log := klog.FromContext(ctx).WithValues("bridge", o.Bridge)
+	if o.Native == nil || e.Err != nil {
+		if e.Err != nil {
+			log.V(2).Info("OpenFlow bundle goes through ovs-ofctl", "reason", e.Err.Error())
+		}
+		return o.BundleText(ctx, openflow.Text(e.Msgs))
+	}
+	if v := log.V(9); v.Enabled() {
+		v.Info("OpenFlow bundle (native)", "messages", len(e.Msgs), "text", strings.Join(openflow.Text(e.Msgs), "\n"))
+	}
+	msgs := make([]ofMessage, len(e.Msgs))
+	for i := range msgs {
+		msgs[i] = ofMessage{typ: e.Types[i], body: e.Bodies[i], msg: e.Msgs[i]}
+	}
+	start := time.Now()
+	if err := o.Native.apply(ctx, msgs); err != nil {
+		return err
+	}
+	o.nativeBundles.Add(1)
+	log.V(2).Info("Applied OpenFlow bundle", "messages", len(msgs), "path", "native", "elapsed", time.Since(start))
+	return nil
+}
+
+// BundleText applies lines of an `ovs-ofctl bundle` file (ovs-ofctl(8) "bundle"; the shapes of
+// openflow.Text, or any ovs-ofctl accepts) with `ovs-ofctl -O OpenFlow15 --no-names bundle
+// TARGET -`: one atomic, ordered bundle. It is the fallback and debugging path; no lines: no
+// process. Errors are *Error with ovs-ofctl's stderr. The bundle text is logged at V(9).
+func (o *OpenFlow) BundleText(ctx context.Context, lines []string) error {
 	if len(lines) == 0 {
 		return nil
 	}
 	log := klog.FromContext(ctx).WithValues("bridge", o.Bridge)
-	if o.Native != nil {
-		msgs, err := o.encode(lines)
-		if err == nil {
-			if v := log.V(9); v.Enabled() {
-				v.Info("OpenFlow bundle (native)", "lines", len(lines), "text", strings.Join(lines, "\n"))
-			}
-			start := time.Now()
-			if err := o.Native.apply(ctx, msgs); err != nil {
-				return err
-			}
-			o.nativeBundles.Add(1)
-			log.V(2).Info("Applied OpenFlow bundle", "lines", len(lines), "path", "native", "elapsed", time.Since(start))
-			return nil
-		}
-		log.V(2).Info("OpenFlow bundle goes through ovs-ofctl", "reason", err.Error())
-	}
 	var buf bytes.Buffer
 	for _, l := range lines {
 		buf.WriteString(l)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os/exec"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/ovs-srcip/ovs-srcip/ofctl"
 	"github.com/ovs-srcip/ovs-srcip/ofctl/ofctltest"
 	"github.com/ovs-srcip/ovs-srcip/ofctl/ovstest"
+	"github.com/ovs-srcip/ovs-srcip/openflow"
 )
 
 var (
@@ -45,7 +47,7 @@ func TestBundleInventory(t *testing.T) {
 	of := ofctl.NewOpenFlow("br-ex", sb.MgmtTarget("br-ex"))
 
 	require.NoError(t, of.Bundle(ctx, nil))
-	require.NoError(t, of.Bundle(ctx, []string{
+	require.NoError(t, of.BundleText(ctx, []string{
 		groupAdd(g1, 1),
 		"group add_or_mod group_id=7,type=select,bucket=bucket_id:0,actions=output:1", // foreign group
 		flowAdd(c1, "table=40,priority=100,ip,nw_dst=10.0.0.1,actions=group:"+fmt.Sprint(g1)),
@@ -58,7 +60,7 @@ func TestBundleInventory(t *testing.T) {
 	assert.Equal(t, flows.Inventory{Flows: map[flows.Cookie]int{c1: 3}, Groups: map[uint32]bool{g1: true}, Buckets: map[uint32]int{g1: 1}}, inv)
 
 	// Replace c1 by c2: same match overwrites, a missing one is deleted with the old cookie.
-	require.NoError(t, of.Bundle(ctx, []string{
+	require.NoError(t, of.BundleText(ctx, []string{
 		flowAdd(c2, "table=40,priority=100,ip,nw_dst=10.0.0.1,actions=group:"+fmt.Sprint(g1)),
 		flowAdd(c2, "table=0,priority=10,ip,actions=resubmit(,40)"),
 		fmt.Sprintf("flow delete cookie=%#x/-1", uint64(c1)),
@@ -72,7 +74,7 @@ func TestBundleInventory(t *testing.T) {
 	assert.NotContains(t, dump, "10.0.0.2")
 
 	// One invalid line: nothing applied, *Error with stderr.
-	err = of.Bundle(ctx, []string{
+	err = of.BundleText(ctx, []string{
 		flowAdd(c1, "table=0,priority=50,ip,actions=drop"),
 		flowAdd(c1, "table=0,priority=51,ipx,actions=drop"),
 	})
@@ -83,7 +85,7 @@ func TestBundleInventory(t *testing.T) {
 	var exitErr *exec.ExitError
 	assert.True(t, errors.As(err, &exitErr))
 	// A flow pointing at a missing group is rejected by the switch, not by ovs-ofctl's parser.
-	err = of.Bundle(ctx, []string{
+	err = of.BundleText(ctx, []string{
 		flowAdd(c1, "table=0,priority=50,ip,actions=drop"),
 		flowAdd(c1, "table=0,priority=52,ip,actions=group:99"),
 	})
@@ -94,7 +96,7 @@ func TestBundleInventory(t *testing.T) {
 	assert.Equal(t, inv, inv2)
 
 	// Deleting a group deletes the flows that output to it (docs/lab-facts.md#pitfall-8).
-	require.NoError(t, of.Bundle(ctx, []string{fmt.Sprintf("group delete group_id=%d", g1)}))
+	require.NoError(t, of.BundleText(ctx, []string{fmt.Sprintf("group delete group_id=%d", g1)}))
 	inv, err = of.Inventory(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, flows.Inventory{Flows: map[flows.Cookie]int{c2: 1}, Groups: map[uint32]bool{}, Buckets: map[uint32]int{}}, inv)
@@ -114,7 +116,7 @@ func TestTrace(t *testing.T) {
 	sb := ovstest.StartDummy(t)
 	sb.AddBridge(t, "br-ex", "eth0", "eth1")
 	of := ofctl.NewOpenFlow("br-ex", sb.MgmtTarget("br-ex"))
-	require.NoError(t, of.Bundle(ctx, []string{
+	require.NoError(t, of.BundleText(ctx, []string{
 		flowAdd(c1, "table=0,priority=10,ip,actions=ct(zone=5,table=1)"),
 		flowAdd(c1, "table=1,priority=10,ct_state=+trk+new,ip,actions=output:2"),
 	}))
@@ -136,7 +138,7 @@ func TestTrace(t *testing.T) {
 
 // stand is the method set ofctltest.Fake stands in for: what the agent uses of an OpenFlow.
 type stand interface {
-	Bundle(ctx context.Context, lines []string) error
+	Bundle(ctx context.Context, msgs []openflow.Message) error
 	Inventory(ctx context.Context) (flows.Inventory, error)
 	FlushConntrack(ctx context.Context, f flows.ConntrackFilter) error
 	ConntrackDestinations(ctx context.Context, zone uint16) (map[flows.EntryPoint]int, error)
@@ -144,40 +146,66 @@ type stand interface {
 
 var _, _ stand = (*ofctl.OpenFlow)(nil), (*ofctltest.Fake)(nil)
 
-// TestFakeMatchesOVS runs the same bundles on a real bridge and on a Fake and compares the
-// error outcome and the Inventory after each one.
+// addFlow is a typed "flow add" of an IP flow (ProtoNone when ip is false).
+func addFlow(c flows.Cookie, table uint8, prio uint16, ip bool, acts ...openflow.Action) *openflow.Flow {
+	f := &openflow.Flow{Cookie: uint64(c), Table: table, Priority: prio, Actions: acts}
+	if ip {
+		f.Protocol = openflow.ProtoIP
+	}
+	return f
+}
+
+func add(f *openflow.Flow) openflow.Message {
+	return openflow.FlowMod{Command: openflow.FlowAdd, Flow: f}
+}
+
+// groupMsg is a one-bucket select group hashing ip_src, with command cmd.
+func groupMsg(cmd openflow.GroupCommand, id uint32, port uint32) openflow.Message {
+	g := &openflow.GroupDesc{ID: id, Type: openflow.GroupSelect, SelectionFields: []openflow.Field{openflow.FieldIPv4Src},
+		Buckets: []openflow.Bucket{{ID: 0, Weight: 100, Actions: []openflow.Action{openflow.Output{Port: port}}}}}
+	return openflow.GroupMod{Command: cmd, Group: g, Buckets: g.Buckets}
+}
+
+// TestFakeMatchesOVS runs the same bundles on a real bridge (through ovs-ofctl) and on a Fake
+// and compares the error outcome and the Inventory after each one.
 func TestFakeMatchesOVS(t *testing.T) {
-	grp := fmt.Sprint(g1)
+	drop := openflow.Drop{}
+	src := openflow.IPv4Src(netip.MustParseAddr("10.0.0.1"))
+	idle := addFlow(c1, 3, 5, true, drop)
+	idle.IdleTimeout = 60
+	idle.Match = []openflow.Match{src}
+	again := addFlow(c2, 3, 5, true, drop)
+	again.Match = []openflow.Match{src}
+	arp := addFlow(c1, 0, 11, false, drop)
+	arp.Protocol = openflow.ProtoARP
 	cases := []struct {
 		name    string
-		bundles [][]string
+		bundles [][]openflow.Message
 	}{
-		{"add then replace", [][]string{
-			{flowAdd(c1, "table=0,priority=10,ip,actions=drop"), flowAdd(c1, "table=0,priority=11,arp,actions=drop")},
-			{flowAdd(c2, "table=0,priority=10,ip,actions=drop"), fmt.Sprintf("flow delete cookie=%#x/-1", uint64(c1))},
+		{"add then replace", [][]openflow.Message{
+			{add(addFlow(c1, 0, 10, true, drop)), add(arp)},
+			{add(addFlow(c2, 0, 10, true, drop)), openflow.DeleteCookie{Cookie: uint64(c1)}},
 		}},
-		{"overwrite keeps count per cookie", [][]string{
-			{flowAdd(c1, "table=0,priority=10,ip,actions=drop"), flowAdd(c1, "table=1,priority=10,ip,actions=drop")},
-			{flowAdd(c2, "table=1,priority=10,ip,actions=output:1")},
+		{"overwrite keeps count per cookie", [][]openflow.Message{
+			{add(addFlow(c1, 0, 10, true, drop)), add(addFlow(c1, 1, 10, true, drop))},
+			{add(addFlow(c2, 1, 10, true, openflow.Output{Port: 1}))},
 		}},
-		{"idle timeout and foreign cookie", [][]string{
-			{"flow add cookie=0x1234,table=0,priority=1,actions=NORMAL",
-				flowAdd(c1, "table=3,priority=5,idle_timeout=60,ip,nw_src=10.0.0.1,actions=drop")},
-			{flowAdd(c2, "table=3,priority=5,ip,nw_src=10.0.0.1,actions=drop"),
-				fmt.Sprintf("flow delete cookie=%#x/-1", uint64(c1))},
-			{"flow delete cookie=0x1234/-1"},
+		{"idle timeout and foreign cookie", [][]openflow.Message{
+			{add(addFlow(0x1234, 0, 1, false, openflow.Output{Port: openflow.PortNormal})), add(idle)},
+			{add(again), openflow.DeleteCookie{Cookie: uint64(c1)}},
+			{openflow.DeleteCookie{Cookie: 0x1234}},
 		}},
-		{"groups", [][]string{
-			{groupAdd(g1, 1), flowAdd(c1, "table=0,priority=10,ip,actions=group:"+grp),
-				flowAdd(c1, "table=0,priority=9,ip,actions=drop")},
-			{groupAdd(g1, 2)},
-			{"group delete group_id=" + grp},
-			{"group delete group_id=" + grp},
+		{"groups", [][]openflow.Message{
+			{groupMsg(openflow.GroupAddOrMod, g1, 1), add(addFlow(c1, 0, 10, true, openflow.Group{ID: g1})),
+				add(addFlow(c1, 0, 9, true, drop))},
+			{groupMsg(openflow.GroupAddOrMod, g1, 2)},
+			{openflow.DeleteGroup{ID: g1}},
+			{openflow.DeleteGroup{ID: g1}},
 		}},
-		{"failed bundle applies nothing", [][]string{
-			{flowAdd(c1, "table=0,priority=10,ip,actions=drop")},
-			{flowAdd(c2, "table=0,priority=10,ip,actions=drop"), flowAdd(c2, "table=0,priority=12,ip,actions=group:99")},
-			{groupAdd(g1, 1), "group frobnicate"},
+		{"failed bundle applies nothing", [][]openflow.Message{
+			{add(addFlow(c1, 0, 10, true, drop)), groupMsg(openflow.GroupAddOrMod, g1, 1)},
+			{add(addFlow(c2, 0, 10, true, drop)), add(addFlow(c2, 0, 12, true, openflow.Group{ID: 99}))},
+			{add(addFlow(c2, 0, 10, true, drop)), groupMsg(openflow.GroupAdd, g1, 1)},
 		}},
 	}
 	ctx := testContext(t)
@@ -209,22 +237,27 @@ func TestFakeMatchesOVS(t *testing.T) {
 func TestFake(t *testing.T) {
 	ctx := context.Background()
 	f := ofctltest.NewFake()
+	drop := openflow.Drop{}
 	require.NoError(t, f.Bundle(ctx, nil))
-	require.NoError(t, f.Bundle(ctx, []string{flowAdd(c1, "table=0,priority=10,ip,actions=drop")}))
+	require.NoError(t, f.Bundle(ctx, []openflow.Message{add(addFlow(c1, 0, 10, true, drop))}))
 	f.FailNext(2)
 	for range 2 {
-		err := f.Bundle(ctx, []string{flowAdd(c2, "table=0,priority=11,ip,actions=drop")})
+		err := f.Bundle(ctx, []openflow.Message{add(addFlow(c2, 0, 11, true, drop))})
 		require.ErrorIs(t, err, ofctltest.ErrInjected)
 		var oe *ofctl.Error
 		require.ErrorAs(t, err, &oe)
 	}
-	require.NoError(t, f.Bundle(ctx, []string{flowAdd(c2, "table=0,priority=11,ip,actions=drop")}))
+	require.NoError(t, f.Bundle(ctx, []openflow.Message{add(addFlow(c2, 0, 11, true, drop))}))
 	bundles, lines := f.Applied()
 	assert.Equal(t, 2, bundles)
 	assert.Equal(t, 2, lines)
 	assert.Len(t, f.Flows(), 2)
-	require.Error(t, f.Bundle(ctx, []string{"flow delete table=0"}))
-	require.Error(t, f.Bundle(ctx, []string{"flow add cookie=0x1,table=0"}))
+	require.Error(t, f.Bundle(ctx, []openflow.Message{add(addFlow(c2, 0, 12, true, openflow.Group{ID: 99}))}), "no such group")
+	require.NoError(t, f.Bundle(ctx, []openflow.Message{groupMsg(openflow.GroupAdd, g1, 1)}))
+	require.Error(t, f.Bundle(ctx, []openflow.Message{groupMsg(openflow.GroupAdd, g1, 1)}), "group exists")
+	f.RejectLines("priority=13")
+	require.Error(t, f.Bundle(ctx, []openflow.Message{add(addFlow(c2, 0, 13, true, drop))}))
+	assert.Equal(t, 3, f.Rejections())
 }
 
 // BenchmarkInventoryOVS100k measures OpenFlow.Inventory on a dummy bridge holding 100k owned
@@ -243,7 +276,7 @@ func BenchmarkInventoryOVS100k(b *testing.B) {
 			fmt.Sprintf("table=41,priority=200,tcp,nw_dst=10.96.%d.%d,tp_dst=%d,actions=group:%d",
 				i/256%256, i%256, 1000+i/65536, flows.GroupIDBase+uint32(i%1000))))
 	}
-	if err := of.Bundle(ctx, lines); err != nil {
+	if err := of.BundleText(ctx, lines); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
@@ -268,7 +301,7 @@ func BenchmarkBundleSmall(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		c, old := flows.NewCookie(flows.KindServicePort, uint64(i+1)), flows.NewCookie(flows.KindServicePort, uint64(i))
-		err := of.Bundle(ctx, []string{
+		err := of.BundleText(ctx, []string{
 			groupAdd(g1, 1),
 			flowAdd(c, "table=40,priority=100,tcp,nw_dst=10.0.0.1,tp_dst=80,actions=group:"+fmt.Sprint(g1)),
 			flowAdd(c, "table=41,priority=100,tcp,nw_dst=10.0.0.1,tp_dst=80,actions=drop"),
@@ -288,7 +321,7 @@ func TestVswitchdRestart(t *testing.T) {
 	ports, err := db.EnsureIntegration(ctx, integration)
 	require.NoError(t, err)
 	of := ofctl.NewOpenFlow("br-ex", sb.MgmtTarget("br-ex"))
-	require.NoError(t, of.Bundle(ctx, []string{groupAdd(g1, 1), flowAdd(c1, "table=0,priority=10,ip,actions=drop")}))
+	require.NoError(t, of.BundleText(ctx, []string{groupAdd(g1, 1), flowAdd(c1, "table=0,priority=10,ip,actions=drop")}))
 
 	sb.StopVswitchd(t)
 	sb.StartVswitchd(t)

@@ -136,7 +136,7 @@ func TestNameTables(t *testing.T) {
 	ctx, sb, db := startNode(t)
 	require.NoError(t, db.NameTables(ctx, "br-ex", map[int]string{0: "ExClassifier", 40: "ExServiceLB"}))
 	of := ofctl.NewOpenFlow("br-ex", sb.MgmtTarget("br-ex"))
-	require.NoError(t, of.Bundle(ctx, []string{"flow add cookie=0x5c01000000000001,table=40,priority=10,ip,actions=drop"}))
+	require.NoError(t, of.BundleText(ctx, []string{"flow add cookie=0x5c01000000000001,table=40,priority=10,ip,actions=drop"}))
 	require.Eventually(t, func() bool {
 		out, err := of.DumpFlows(ctx, "")
 		require.NoError(t, err)

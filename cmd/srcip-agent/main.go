@@ -243,7 +243,7 @@ func run(ctx context.Context, o options) error {
 		for _, path := range []string{"native", "ovs-ofctl"} {
 			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name:        "srcip_agent_openflow_bundles_total",
-				Help:        "OpenFlow bundles applied, by bridge and path: native (the persistent OpenFlow connection) or ovs-ofctl (--openflow=ovs-ofctl, or a bundle the native encoder could not translate).",
+				Help:        "OpenFlow bundles applied, by bridge and path: native (the persistent OpenFlow connection) or ovs-ofctl (--openflow=ovs-ofctl, or a bundle with a message that does not encode natively).",
 				ConstLabels: prometheus.Labels{"bridge": b.Bridge, "path": path},
 			}, func() float64 {
 				n, f := b.BundleCounts()
@@ -457,4 +457,4 @@ func parsePortRange(s string) ([2]uint16, error) {
 }
 
 // The cold start's full sync encodes its next bundle while the switch commits the current one.
-var _ agent.BundlePreparer = (*ofctl.OpenFlow)(nil)
+var _ agent.EncodedBundler = (*ofctl.OpenFlow)(nil)

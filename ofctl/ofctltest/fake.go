@@ -10,60 +10,55 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/ovs-srcip/ovs-srcip/flows"
 	"github.com/ovs-srcip/ovs-srcip/ofctl"
+	"github.com/ovs-srcip/ovs-srcip/openflow"
 )
 
 // ErrInjected is the cause of a Fake bundle failure requested with FailNext.
 var ErrInjected = errors.New("injected failure")
 
-// Fake is an in-memory FlowBridge (and Conntrack) for reconciler tests. It understands only the line shapes of
-// flows.Plan.Lines and applies a bundle atomically: a bad line or an injected failure applies
-// nothing and returns an *ofctl.Error. Like OVS it keys flows by table, priority and match (a flow add
-// with an installed key overwrites that flow, cookie included), deletes by exact cookie, and
+// Fake is an in-memory FlowBridge (and Conntrack) for reconciler tests. It applies the typed
+// messages of flows.Plan.Messages atomically: a message OVS would refuse (an add of an existing
+// group, a flow to a missing group, a message RejectLines names) or an injected failure applies
+// nothing and returns an *ofctl.Error. Like OVS it keys flows by table, priority and match (a flow
+// add with an installed key overwrites that flow, cookie included), deletes by exact cookie, and
 // deleting a group also deletes the flows whose actions output to it. Safe for concurrent use.
 type Fake struct {
 	mu       sync.Mutex
-	flows    map[string]fakeFlow // by key
-	groups   map[uint32]string   // group text by id
+	flows    map[string]fakeFlow           // by key (flowKey)
+	groups   map[uint32]openflow.GroupDesc // by id, with every bucket inserted
 	failNext int
 	reject   []string
 	bundles  int
-	// rejections counts the bundles that failed on a line.
+	// rejections counts the bundles that failed on a message.
 	rejections int
 	lines      int
 	conns      []Conn
 	flushes    []flows.ConntrackFilter
-	// prepared are the slices given to Prepare not yet bundled; preparedN and preparedUsed
-	// count the Prepare calls and the Bundle calls that found their slice prepared.
-	prepared                map[*string]int
-	preparedN, preparedUsed int
+	// encoded counts the bundles given already encoded (BundleEncoded).
+	encoded int
 }
 
-// Prepare records lines as prepared (ofctl.OpenFlow.Prepare encodes them): a later Bundle call
-// with the same slice counts as one that used its preparation (see Prepared).
-func (f *Fake) Prepare(lines []string) {
-	if len(lines) == 0 {
-		return
+// BundleEncoded applies e's messages like Bundle and counts the bundle as encoded ahead (see
+// Encoded); the encoding itself is not used.
+func (f *Fake) BundleEncoded(ctx context.Context, e *openflow.Encoded) error {
+	if len(e.Msgs) > 0 {
+		f.mu.Lock()
+		f.encoded++
+		f.mu.Unlock()
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.prepared == nil {
-		f.prepared = map[*string]int{}
-	}
-	f.prepared[&lines[0]] = len(lines)
-	f.preparedN++
+	return f.Bundle(ctx, e.Msgs)
 }
 
-// Prepared returns how many bundles were prepared and how many Bundle calls used a preparation.
-func (f *Fake) Prepared() (prepared, used int) {
+// Encoded returns how many non-empty bundles were given to BundleEncoded.
+func (f *Fake) Encoded() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.preparedN, f.preparedUsed
+	return f.encoded
 }
 
 // Conn is one conntrack entry of a Fake (AddConn): its zone, protocol, original destination and
@@ -125,12 +120,13 @@ func (f *Fake) ConntrackDestinations(_ context.Context, zone uint16) (map[flows.
 
 type fakeFlow struct {
 	cookie flows.Cookie
+	flow   openflow.Flow
 	text   string
 }
 
 // NewFake returns an empty Fake bridge.
 func NewFake() *Fake {
-	return &Fake{flows: map[string]fakeFlow{}, groups: map[uint32]string{}}
+	return &Fake{flows: map[string]fakeFlow{}, groups: map[uint32]openflow.GroupDesc{}}
 }
 
 // FailNext makes the next n bundles fail with ErrInjected (nothing applied, not counted).
@@ -140,17 +136,17 @@ func (f *Fake) FailNext(n int) {
 	f.failNext = n
 }
 
-// RejectLines makes every later bundle that has a line containing one of substrs fail like OVS
-// rejecting a message: nothing applied, an *ofctl.Error whose Rejected() is true (stderr
-// "-:N: OFPBAC_BAD_ARGUMENT: ..."). No arguments: reject nothing again. Rejected bundles are not
-// counted by Applied; Rejections counts them.
+// RejectLines makes every later bundle with a message whose text (openflow.Text) contains one of
+// substrs fail like OVS rejecting a message: nothing applied, an *ofctl.Error whose Rejected() is
+// true (stderr "-:N: OFPBAC_BAD_ARGUMENT: ..."). No arguments: reject nothing again. Rejected
+// bundles are not counted by Applied; Rejections counts them.
 func (f *Fake) RejectLines(substrs ...string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reject = slices.Clone(substrs)
 }
 
-// Applied returns how many non-empty bundles were applied successfully and their total lines.
+// Applied returns how many non-empty bundles were applied successfully and their total messages.
 func (f *Fake) Applied() (bundles, lines int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -168,10 +164,10 @@ func (f *Fake) Rejections() int {
 func (f *Fake) GroupBuckets(id uint32) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return strings.Count(f.groups[id], ",bucket=")
+	return len(f.groups[id].Buckets)
 }
 
-// Flows returns the installed flow texts (as given to "flow add"), sorted.
+// Flows returns the installed flows' texts (openflow.Flow.String), sorted.
 func (f *Fake) Flows() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -183,6 +179,18 @@ func (f *Fake) Flows() []string {
 	return out
 }
 
+// InstalledFlows returns the installed flows, sorted by their text.
+func (f *Fake) InstalledFlows() []openflow.Flow {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fl := slices.SortedFunc(maps.Values(f.flows), func(a, b fakeFlow) int { return strings.Compare(a.text, b.text) })
+	out := make([]openflow.Flow, len(fl))
+	for i, x := range fl {
+		out[i] = x.flow
+	}
+	return out
+}
+
 // Groups returns the installed group ids (owned or not), sorted.
 func (f *Fake) Groups() []uint32 {
 	f.mu.Lock()
@@ -190,174 +198,118 @@ func (f *Fake) Groups() []uint32 {
 	return slices.Sorted(maps.Keys(f.groups))
 }
 
-// Bundle applies lines atomically; see Fake. Empty lines do nothing and are not counted.
-func (f *Fake) Bundle(_ context.Context, lines []string) error {
-	if len(lines) == 0 {
+// Bundle applies msgs atomically; see Fake. No messages do nothing and are not counted.
+func (f *Fake) Bundle(_ context.Context, msgs []openflow.Message) error {
+	if len(msgs) == 0 {
 		return nil
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if n, ok := f.prepared[&lines[0]]; ok && n == len(lines) {
-		delete(f.prepared, &lines[0])
-		f.preparedUsed++
-	}
 	fail := func(i int, err error) error {
 		f.rejections++
 		return &ofctl.Error{Cmd: []string{"fake", "bundle"}, Stderr: fmt.Sprintf("-:%d: %v", i+1, err), Err: err}
 	}
 	if f.failNext > 0 {
-		// Like a switch that cannot be reached: not a rejection of the lines.
+		// Like a switch that cannot be reached: not a rejection of the messages.
 		f.failNext--
 		return &ofctl.Error{Cmd: []string{"fake", "bundle"}, Stderr: "fake: " + ErrInjected.Error(), Err: ErrInjected}
 	}
 	fl := maps.Clone(f.flows)
 	gr := maps.Clone(f.groups)
-	for i, l := range lines {
-		for _, r := range f.reject {
-			if strings.Contains(l, r) {
-				return fail(i, fmt.Errorf("OFPBAC_BAD_ARGUMENT: rejected line %q", r))
+	for i, m := range msgs {
+		if len(f.reject) > 0 {
+			text := string(m.AppendText(nil))
+			for _, r := range f.reject {
+				if strings.Contains(text, r) {
+					return fail(i, fmt.Errorf("OFPBAC_BAD_ARGUMENT: rejected line %q", r))
+				}
 			}
 		}
-		if err := applyLine(fl, gr, l); err != nil {
+		if err := apply(fl, gr, m); err != nil {
 			return fail(i, err)
 		}
 	}
 	f.flows, f.groups = fl, gr
 	f.bundles++
-	f.lines += len(lines)
+	f.lines += len(msgs)
 	return nil
 }
 
-func applyLine(fl map[string]fakeFlow, gr map[uint32]string, l string) error {
-	switch {
-	case strings.HasPrefix(l, "group add_or_mod "), strings.HasPrefix(l, "group add "):
-		body := strings.TrimPrefix(strings.TrimPrefix(l, "group add_or_mod "), "group add ")
-		id, err := groupID(body)
-		if err != nil {
-			return err
+func apply(fl map[string]fakeFlow, gr map[uint32]openflow.GroupDesc, m openflow.Message) error {
+	switch m := m.(type) {
+	case openflow.GroupMod:
+		id := m.Group.ID
+		switch m.Command {
+		case openflow.GroupAdd, openflow.GroupAddOrMod:
+			if _, exists := gr[id]; exists && m.Command == openflow.GroupAdd {
+				return fmt.Errorf("OFPGMFC_GROUP_EXISTS: group %d", id)
+			}
+			g := *m.Group
+			g.Buckets = slices.Clone(m.Buckets)
+			gr[id] = g
+		case openflow.GroupInsertBuckets:
+			g, ok := gr[id]
+			if !ok {
+				return fmt.Errorf("OFPGMFC_UNKNOWN_GROUP: group %d", id)
+			}
+			g.Buckets = append(slices.Clip(g.Buckets), m.Buckets...)
+			gr[id] = g
+		default:
+			return fmt.Errorf("fake: group command %d", m.Command)
 		}
-		if _, exists := gr[id]; exists && strings.HasPrefix(l, "group add ") {
-			return fmt.Errorf("OFPGMFC_GROUP_EXISTS: group %d", id)
-		}
-		gr[id] = body
-	case strings.HasPrefix(l, "group insert_bucket "):
-		body := strings.TrimPrefix(l, "group insert_bucket ")
-		id, err := groupID(body)
-		if err != nil {
-			return err
-		}
-		g, ok := gr[id]
-		if !ok {
-			return fmt.Errorf("OFPGMFC_UNKNOWN_GROUP: group %d", id)
-		}
-		_, buckets, ok := strings.Cut(body, ",command_bucket_id=last,")
-		if !ok {
-			return fmt.Errorf("fake supports only insert_bucket with command_bucket_id=last first: %q", l)
-		}
-		gr[id] = g + "," + buckets
-	case strings.HasPrefix(l, "group delete "):
-		id, err := groupID(strings.TrimPrefix(l, "group delete "))
-		if err != nil {
-			return err
-		}
-		delete(gr, id)
-		ref := "group:" + strconv.FormatUint(uint64(id), 10)
+	case openflow.DeleteGroup:
+		delete(gr, m.ID)
 		maps.DeleteFunc(fl, func(_ string, f fakeFlow) bool {
-			_, acts, _ := strings.Cut(f.text, "actions=")
-			return slices.ContainsFunc(strings.Split(acts, ","), func(a string) bool { return a == ref })
+			return slices.Contains(f.flow.Actions, openflow.Action(openflow.Group{ID: m.ID}))
 		})
-	case strings.HasPrefix(l, "flow add "):
-		text := strings.TrimPrefix(l, "flow add ")
-		key, cookie, err := flowKey(text)
-		if err != nil {
-			return err
-		}
-		_, acts, _ := strings.Cut(text, "actions=")
-		for _, a := range strings.Split(acts, ",") {
-			if g, ok := strings.CutPrefix(a, "group:"); ok {
-				id, err := strconv.ParseUint(g, 10, 32)
-				if err != nil || gr[uint32(id)] == "" {
-					return fmt.Errorf("OFPBAC_BAD_OUT_GROUP: %s", a)
+	case openflow.FlowMod:
+		key := flowKey(m.Flow)
+		switch m.Command {
+		case openflow.FlowAdd:
+			for _, a := range m.Flow.Actions {
+				if g, ok := a.(openflow.Group); ok {
+					if _, exists := gr[g.ID]; !exists {
+						return fmt.Errorf("OFPBAC_BAD_OUT_GROUP: group:%d", g.ID)
+					}
 				}
 			}
+			fl[key] = newFakeFlow(m.Flow, m.Flow.Cookie)
+		case openflow.FlowModifyStrict:
+			// OpenFlow 1.1+ modify: changes the actions of an installed flow with exactly this
+			// match and priority, keeps its cookie, adds nothing.
+			if old, ok := fl[key]; ok {
+				fl[key] = newFakeFlow(m.Flow, uint64(old.cookie))
+			}
+		default:
+			return fmt.Errorf("fake: flow command %d", m.Command)
 		}
-		fl[key] = fakeFlow{cookie: cookie, text: text}
-	case strings.HasPrefix(l, "flow modify_strict "):
-		// OpenFlow 1.1+ modify: changes an installed flow with exactly this match and priority,
-		// adds nothing.
-		text := strings.TrimPrefix(l, "flow modify_strict ")
-		key, cookie, err := flowKey(text)
-		if err != nil {
-			return err
-		}
-		if _, ok := fl[key]; ok {
-			fl[key] = fakeFlow{cookie: cookie, text: text}
-		}
-	case strings.HasPrefix(l, "flow delete cookie="):
-		spec := strings.TrimPrefix(l, "flow delete cookie=")
-		c, ok := strings.CutSuffix(spec, "/-1")
-		if !ok {
-			return fmt.Errorf("fake supports only exact cookie deletes: %q", l)
-		}
-		v, err := strconv.ParseUint(c, 0, 64)
-		if err != nil {
-			return fmt.Errorf("bad cookie %q: %w", c, err)
-		}
-		maps.DeleteFunc(fl, func(_ string, f fakeFlow) bool { return f.cookie == flows.Cookie(v) })
+	case openflow.DeleteCookie:
+		maps.DeleteFunc(fl, func(_ string, f fakeFlow) bool { return f.cookie == flows.Cookie(m.Cookie) })
 	default:
-		return fmt.Errorf("unsupported bundle line %q", l)
+		return fmt.Errorf("fake: unsupported message %T", m)
 	}
 	return nil
 }
 
-// groupID parses "group_id=N[,...]".
-func groupID(s string) (uint32, error) {
-	v, ok := strings.CutPrefix(s, "group_id=")
-	if !ok {
-		return 0, fmt.Errorf("missing group_id in %q", s)
-	}
-	v, _, _ = strings.Cut(v, ",")
-	id, err := strconv.ParseUint(v, 10, 32)
-	if err != nil {
-		return 0, fmt.Errorf("bad group_id in %q: %w", s, err)
-	}
-	return uint32(id), nil
+func newFakeFlow(f *openflow.Flow, cookie uint64) fakeFlow {
+	c := *f
+	c.Cookie = cookie
+	c.Match, c.Actions = slices.Clone(f.Match), slices.Clone(f.Actions)
+	return fakeFlow{cookie: flows.Cookie(cookie), flow: c, text: c.String()}
 }
 
-// flowKey returns the table/priority/match key of a flow text (the part before actions=,
-// without cookie= and timeouts, with table=0 and priority=32768 made explicit) and its cookie.
-func flowKey(text string) (string, flows.Cookie, error) {
-	match, _, ok := strings.Cut(text, "actions=")
-	if !ok {
-		return "", 0, fmt.Errorf("flow without actions: %q", text)
+// flowKey is the table/priority/match key of a flow: its table, priority, protocol and the text
+// of each match field, sorted (two flows with the same fields in another order are one flow).
+func flowKey(f *openflow.Flow) string {
+	rest := make([]string, 0, len(f.Match)+1)
+	if p := f.Protocol.String(); p != "" {
+		rest = append(rest, p)
 	}
-	var (
-		cookie   flows.Cookie
-		table    = "table=0"
-		priority = "priority=32768"
-		rest     []string
-	)
-	for _, tok := range strings.Split(match, ",") {
-		tok = strings.TrimSpace(tok)
-		switch {
-		case tok == "":
-		case strings.HasPrefix(tok, "cookie="):
-			v, err := strconv.ParseUint(strings.TrimPrefix(tok, "cookie="), 0, 64)
-			if err != nil {
-				return "", 0, fmt.Errorf("bad cookie in %q: %w", text, err)
-			}
-			cookie = flows.Cookie(v)
-		case strings.HasPrefix(tok, "idle_timeout="), strings.HasPrefix(tok, "hard_timeout="):
-		case strings.HasPrefix(tok, "table="):
-			table = tok
-		case strings.HasPrefix(tok, "priority="):
-			priority = tok
-		default:
-			rest = append(rest, tok)
-		}
+	for _, m := range f.Match {
+		rest = append(rest, string(m.AppendText(nil)))
 	}
 	slices.Sort(rest)
-	return table + "," + priority + "," + strings.Join(rest, ","), cookie, nil
+	return fmt.Sprintf("table=%d,priority=%d,%s", f.Table, f.Priority, strings.Join(rest, ","))
 }
 
 // Inventory counts the installed flows per owned cookie and lists the owned groups, like
@@ -375,7 +327,7 @@ func (f *Fake) Inventory(context.Context) (flows.Inventory, error) {
 	for id, g := range f.groups {
 		if flows.OwnedGroup(id) {
 			inv.Groups[id] = true
-			inv.Buckets[id] = strings.Count(g, ",bucket=")
+			inv.Buckets[id] = len(g.Buckets)
 		}
 	}
 	return inv, nil

@@ -20,7 +20,7 @@ func (s *Sandbox) LoadDesired(t testing.TB, d flows.Desired) {
 			}
 		}
 		p := flows.FullDiff(b, sets, flows.Inventory{})
-		if err := ofctl.NewOpenFlow(name, s.MgmtTarget(name)).Bundle(context.Background(), p.Lines()); err != nil {
+		if err := ofctl.NewOpenFlow(name, s.MgmtTarget(name)).Bundle(context.Background(), p.Messages()); err != nil {
 			t.Fatalf("load desired flows into %s: %v", name, err)
 		}
 	}

@@ -1,0 +1,632 @@
+package openflow
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/big"
+	"runtime"
+	"slices"
+	"sync"
+
+	of13 "github.com/contiv/libOpenflow/openflow13"
+)
+
+// OpenFlow 1.5 wire constants libOpenflow (an OpenFlow 1.3 library) does not define. The flow
+// mod, match, instruction and action encodings are the same in 1.3 and 1.5 (1.5 uses 1.3's pad
+// bytes of the flow mod as "importance", left 0); the group mod and bundle messages differ.
+const (
+	// Version is the OpenFlow version of every message: 1.5.
+	Version = 6
+	// TypeFlowMod and TypeGroupMod are the message types Encode returns.
+	TypeFlowMod  = of13.Type_FlowMod
+	TypeGroupMod = 15
+
+	ofpgc15Add            = 0
+	ofpgc15Delete         = 2
+	ofpgc15InsertBucket   = 3
+	ofpgc15AddOrMod       = 0x8000
+	ofpg15BucketLast      = 0xfffffffe
+	ofpg15BucketAll       = 0xffffffff
+	ofpgbpt15Weight       = 0
+	ofpgpt15Experimenter  = 0xffff
+	ntrVendorID           = 0x00001540
+	ntrtSelectionMethod   = 1
+	ntrMaxSelectionMethod = 16
+	ofpat15CopyField      = 28
+	nxastSetTunnel        = 2
+)
+
+// MaxMessage is the largest OpenFlow message (its 16-bit length), header included.
+const MaxMessage = 0xffff
+
+// Encoded is a bundle's messages with their wire encoding (EncodeAll), made ahead of sending:
+// Types[i] and Bodies[i] encode Msgs[i]. Err, when not nil, names the first message that does
+// not encode (Types and Bodies are then nil), e.g. a group too large for one OpenFlow message;
+// such a bundle can still be sent as text through ovs-ofctl.
+type Encoded struct {
+	Msgs   []Message
+	Types  []uint8
+	Bodies [][]byte
+	Err    error
+}
+
+// ParallelMin is the bundle size from which EncodeAll encodes on GOMAXPROCS goroutines (each
+// message's encoding is independent of the others).
+var ParallelMin = 512
+
+// EncodeAll encodes msgs (see Encoded).
+func EncodeAll(msgs []Message) *Encoded {
+	e := &Encoded{Msgs: msgs, Types: make([]uint8, len(msgs)), Bodies: make([][]byte, len(msgs))}
+	workers := runtime.GOMAXPROCS(0)
+	if len(msgs) < ParallelMin || workers < 2 {
+		if i, err := encodeRange(msgs, e.Types, e.Bodies); err != nil {
+			return &Encoded{Msgs: msgs, Err: messageError(msgs[i], err)}
+		}
+		return e
+	}
+	type failure struct {
+		i   int
+		err error
+	}
+	fails := make([]failure, workers)
+	var wg sync.WaitGroup
+	per := (len(msgs) + workers - 1) / workers
+	for w := range workers {
+		lo, hi := min(w*per, len(msgs)), min((w+1)*per, len(msgs))
+		fails[w].i = -1
+		wg.Go(func() {
+			if i, err := encodeRange(msgs[lo:hi], e.Types[lo:hi], e.Bodies[lo:hi]); err != nil {
+				fails[w] = failure{lo + i, err}
+			}
+		})
+	}
+	wg.Wait()
+	for _, f := range fails { // the first failing message of the bundle
+		if f.i >= 0 {
+			return &Encoded{Msgs: msgs, Err: messageError(msgs[f.i], f.err)}
+		}
+	}
+	return e
+}
+
+func encodeRange(msgs []Message, types []uint8, bodies [][]byte) (int, error) {
+	for i, m := range msgs {
+		var err error
+		if types[i], bodies[i], err = m.Encode(); err != nil {
+			return i, err
+		}
+	}
+	return 0, nil
+}
+
+// messageError is err with the message's text (its first 120 bytes: a group of many buckets is
+// hundreds of kB).
+func messageError(m Message, err error) error {
+	return fmt.Errorf("%w in %.120q", err, m.AppendText(nil))
+}
+
+// Encode encodes every message, or returns the first one's error.
+func Encode(msgs []Message) (types []uint8, bodies [][]byte, err error) {
+	e := EncodeAll(msgs)
+	return e.Types, e.Bodies, e.Err
+}
+
+func be16(v uint16) []byte { return binary.BigEndian.AppendUint16(nil, v) }
+func be32(v uint32) []byte { return binary.BigEndian.AppendUint32(nil, v) }
+func be64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+
+// matchRank is the order match TLVs are encoded in: every field after its prerequisites
+// (ovs-fields(7) "Prerequisites"), as OVS's own encoder orders them for the fields used here.
+func matchRank(f Field) int {
+	switch f {
+	case FieldInPort:
+		return 0
+	case FieldEthSrc:
+		return 1
+	case FieldEthDst:
+		return 2
+	case FieldEthType:
+		return 3
+	case FieldIPProto:
+		return 4
+	case FieldIPv4Src:
+		return 5
+	case FieldIPv4Dst:
+		return 6
+	case FieldIPFrag:
+		return 7
+	case FieldARPOp:
+		return 8
+	case FieldARPSPA:
+		return 9
+	case FieldARPTPA:
+		return 10
+	case FieldTCPSrc, FieldUDPSrc:
+		return 11
+	case FieldTCPDst, FieldUDPDst:
+		return 12
+	case FieldTCPFlags:
+		return 13
+	case FieldICMPType:
+		return 14
+	case FieldCTState:
+		return 40
+	case FieldCTMark:
+		return 41
+	case FieldCTLabel:
+		return 42
+	case FieldTunID:
+		return 43
+	case FieldTunSrc:
+		return 44
+	}
+	if f >= FieldReg0 && f < FieldReg0+16 {
+		return 20 + int(f-FieldReg0)
+	}
+	return 100
+}
+
+func newField(name string, value, mask []byte) (of13.MatchField, error) {
+	h, err := of13.FindFieldHeaderByName(name, mask != nil)
+	if err != nil {
+		return of13.MatchField{}, err
+	}
+	f := *h
+	f.Value = &of13.ByteArrayField{Data: value, Length: uint8(len(value))}
+	if mask != nil {
+		f.Mask = &of13.ByteArrayField{Data: mask, Length: uint8(len(mask))}
+	}
+	if int(f.Length) != len(value)+len(mask) {
+		return of13.MatchField{}, fmt.Errorf("field %s is %d bytes, not %d", name, f.Length, len(value)+len(mask))
+	}
+	return f, nil
+}
+
+// Encode implements Message: an OFPT_FLOW_MOD. As ovs-ofctl does in OpenFlow 1.1+, an add
+// carries the new flow's cookie, while a modify_strict carries cookie 0 and cookie mask 0 (it
+// matches the flow whatever its cookie and leaves the cookie as it is).
+func (m FlowMod) Encode() (uint8, []byte, error) {
+	f := m.Flow
+	fm := of13.NewFlowMod()
+	switch m.Command {
+	case FlowAdd:
+		fm.Command = of13.FC_ADD
+		fm.Cookie = f.Cookie
+	case FlowModifyStrict:
+		fm.Command = of13.FC_MODIFY_STRICT
+	default:
+		return 0, nil, fmt.Errorf("flow mod command %d", m.Command)
+	}
+	fm.Priority = f.Priority
+	fm.TableId = f.Table
+	fm.IdleTimeout = f.IdleTimeout
+	fm.BufferId = 0xffffffff
+	type tlv struct {
+		rank int
+		f    of13.MatchField
+	}
+	tlvs := make([]tlv, 0, len(f.Match)+2)
+	pi := protoInfos[f.Protocol]
+	if pi.ethType >= 0 {
+		mf, _ := newField("OXM_OF_ETH_TYPE", be16(uint16(pi.ethType)), nil)
+		tlvs = append(tlvs, tlv{matchRank(FieldEthType), mf})
+	}
+	if pi.ipProto >= 0 {
+		mf, _ := newField("OXM_OF_IP_PROTO", []byte{byte(pi.ipProto)}, nil)
+		tlvs = append(tlvs, tlv{matchRank(FieldIPProto), mf})
+	}
+	seen := map[int]bool{}
+	for _, mt := range f.Match {
+		r := matchRank(mt.Field())
+		if seen[r] {
+			return 0, nil, fmt.Errorf("field %s matched twice", mt.Field())
+		}
+		seen[r] = true
+		name, v, mask, err := mt.tlv(f.Protocol)
+		if err != nil {
+			return 0, nil, err
+		}
+		mf, err := newField(name, v, mask)
+		if err != nil {
+			return 0, nil, err
+		}
+		tlvs = append(tlvs, tlv{r, mf})
+	}
+	slices.SortStableFunc(tlvs, func(a, b tlv) int { return a.rank - b.rank })
+	for _, t := range tlvs {
+		fm.Match.AddField(t.f)
+	}
+	instrs, err := instructions(f.Actions)
+	if err != nil {
+		return 0, nil, err
+	}
+	for _, in := range instrs {
+		fm.AddInstruction(in)
+	}
+	return marshalFlowMod(fm)
+}
+
+func marshalFlowMod(fm *of13.FlowMod) (uint8, []byte, error) {
+	b, err := fm.MarshalBinary()
+	if err != nil {
+		return 0, nil, err
+	}
+	if len(b) > MaxMessage {
+		return 0, nil, fmt.Errorf("flow mod of %d bytes too long for OpenFlow", len(b))
+	}
+	return of13.Type_FlowMod, b[8:], nil
+}
+
+// Encode implements Message: an OFPFC_DELETE in every table with cookie mask all ones.
+func (m DeleteCookie) Encode() (uint8, []byte, error) {
+	fm := of13.NewFlowMod()
+	fm.Command = of13.FC_DELETE
+	fm.TableId = of13.OFPTT_ALL
+	fm.Cookie = m.Cookie
+	fm.CookieMask = ^uint64(0)
+	fm.Priority = 0
+	return marshalFlowMod(fm)
+}
+
+// instructions encodes an action list: one apply-actions instruction with every action, then
+// goto-table if the list ends with one; drop (alone) is no instruction at all.
+func instructions(acts []Action) ([]of13.Instruction, error) {
+	if len(acts) == 1 {
+		if _, ok := acts[0].(Drop); ok {
+			return nil, nil
+		}
+	}
+	var gt *of13.InstrGotoTable
+	if n := len(acts); n > 0 {
+		if g, ok := acts[n-1].(GotoTable); ok {
+			gt = of13.NewInstrGotoTable(g.Table)
+			acts = acts[:n-1]
+		}
+	}
+	var out []of13.Instruction
+	if len(acts) > 0 {
+		list, err := encodeActions(acts)
+		if err != nil {
+			return nil, err
+		}
+		apply := of13.NewInstrApplyActions()
+		for _, a := range list {
+			if err := apply.AddAction(a, false); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, apply)
+	}
+	if gt != nil {
+		out = append(out, gt)
+	}
+	return out, nil
+}
+
+// encodeActions encodes acts for an apply-actions instruction.
+func encodeActions(acts []Action) ([]of13.Action, error) {
+	out := make([]of13.Action, 0, len(acts))
+	for _, a := range acts {
+		e, err := encodeAction(a)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// header returns libOpenflow's field header of r's field (NXM) and r's offset and width.
+func header(r FieldRef) (*of13.MatchField, uint16, uint16, error) {
+	f, err := of13.FindFieldHeaderByName(r.Field.NXM(), false)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if r.End >= uint16(f.Length)*8 || r.Start > r.End {
+		return nil, 0, 0, fmt.Errorf("bad bit range %s", r)
+	}
+	return f, r.Start, r.NBits(), nil
+}
+
+func ofsNbits(ofs, n uint16) uint16 { return ofs<<6 | (n - 1) }
+
+// encodeAction encodes one action as a libOpenflow action: those of direct.go as their bytes.
+func encodeAction(a Action) (of13.Action, error) {
+	switch a := a.(type) {
+	case Output, Group, Move, CT:
+		b, err := appendAction(nil, a)
+		if err != nil {
+			return nil, err
+		}
+		return rawAction(b), nil
+	case OutputField:
+		f, ofs, n, err := header(a.Src)
+		if err != nil {
+			return nil, err
+		}
+		return of13.NewOutputFromField(f, ofsNbits(ofs, n)), nil
+	case Load:
+		f, ofs, n, err := header(a.Dst)
+		if err != nil {
+			return nil, err
+		}
+		return loadValue(a.Value, f, ofs, n)
+	case SetField:
+		if a.ip && !a.addr.Is4() {
+			return nil, fmt.Errorf("set_field: %v is no IPv4 address", a.addr)
+		}
+		f, _, n, err := header(Ref(a.Field))
+		if err != nil {
+			return nil, err
+		}
+		return loadValue(a.Value, f, 0, n)
+	case ModDLSrc:
+		return setMAC(FieldEthSrc, a.MAC)
+	case ModDLDst:
+		return setMAC(FieldEthDst, a.MAC)
+	case SetTunnel:
+		if a.ID > 0xffffffff {
+			return nil, fmt.Errorf("set_tunnel:%#x wider than 32 bits", a.ID)
+		}
+		h := of13.NewNxActionHeader(nxastSetTunnel)
+		h.Length = 16
+		return &setTunnel{NXActionHeader: h, tunID: uint32(a.ID)}, nil
+	case Learn:
+		return encodeLearn(a)
+	case Drop:
+		return nil, fmt.Errorf("drop with other actions")
+	case GotoTable:
+		return nil, fmt.Errorf("goto_table not last")
+	}
+	return nil, fmt.Errorf("action %T has no encoding", a)
+}
+
+func setMAC(f Field, mac []byte) (of13.Action, error) {
+	if len(mac) != 6 {
+		return nil, fmt.Errorf("MAC %x is not 6 bytes", mac)
+	}
+	h, _, n, err := header(Ref(f))
+	if err != nil {
+		return nil, err
+	}
+	return loadValue(binary.BigEndian.Uint64(append([]byte{0, 0}, mac...)), h, 0, n)
+}
+
+// loadValue builds the OpenFlow 1.5 set-field action that writes value into field bits
+// [ofs, ofs+n) (ovs-actions(7) "load" and "set_field": ovs-ofctl sends both as set-field in
+// OpenFlow 1.5, masked when not the whole field; OVS refuses NXAST_REG_LOAD in OpenFlow 1.5).
+func loadValue(value uint64, f *of13.MatchField, ofs, n uint16) (of13.Action, error) {
+	if n > 64 {
+		return nil, fmt.Errorf("load wider than 64 bits")
+	}
+	if n < 64 && value>>n != 0 {
+		return nil, fmt.Errorf("value %#x does not fit in %d bits", value, n)
+	}
+	width := int(f.Length)
+	v := new(big.Int).Lsh(new(big.Int).SetUint64(value), uint(ofs)).FillBytes(make([]byte, width))
+	field := *f
+	field.Value = &of13.ByteArrayField{Data: v, Length: uint8(width)}
+	if int(n) != width*8 {
+		all := new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), uint(n)), big.NewInt(1))
+		m := new(big.Int).Lsh(all, uint(ofs)).FillBytes(make([]byte, width))
+		field.HasMask = true
+		field.Mask = &of13.ByteArrayField{Data: m, Length: uint8(width)}
+		field.Length = uint8(2 * width)
+	}
+	return of13.NewActionSetField(field), nil
+}
+
+// setTunnel is NXAST_SET_TUNNEL (struct nx_action_set_tunnel: Nicira header, subtype 2, pad,
+// 32-bit tun_id), what ovs-ofctl sends for set_tunnel with a value of 32 bits or less.
+type setTunnel struct {
+	*of13.NXActionHeader
+	tunID uint32
+}
+
+func (a *setTunnel) Len() uint16 { return 16 }
+
+func (a *setTunnel) MarshalBinary() ([]byte, error) {
+	h, err := a.NXActionHeader.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 16)
+	copy(b, h) // 10 bytes: type, length, vendor, subtype
+	binary.BigEndian.PutUint32(b[12:], a.tunID)
+	return b, nil
+}
+
+func (a *setTunnel) UnmarshalBinary([]byte) error {
+	return fmt.Errorf("setTunnel: decode not supported")
+}
+
+// learnValue is an immediate value of a learn spec: n bits, right-aligned in 2*ceil(n/16) bytes.
+func learnValue(v uint64, n uint16) ([]byte, error) {
+	if n > 64 {
+		return nil, fmt.Errorf("learn immediate wider than 64 bits")
+	}
+	if n < 64 && v>>n != 0 {
+		return nil, fmt.Errorf("learn value %#x does not fit in %d bits", v, n)
+	}
+	b := be64(v)
+	return b[8-int(2*((n+15)/16)):], nil
+}
+
+// encodeLearn encodes NXAST_LEARN with libOpenflow's learn specs.
+func encodeLearn(l Learn) (of13.Action, error) {
+	a := of13.NewNXActionLearn()
+	a.TableID = l.Table
+	a.Priority = l.Priority
+	a.IdleTimeout = l.IdleTimeout
+	a.HardTimeout = l.HardTimeout
+	a.Cookie = l.Cookie
+	for _, s := range l.Specs {
+		switch s.Kind {
+		case LearnMatch, LearnLoad:
+			df, dofs, dn, err := header(s.Dst)
+			if err != nil {
+				return nil, err
+			}
+			spec := &of13.NXLearnSpec{DstField: &of13.NXLearnSpecField{Field: df, Ofs: dofs}}
+			if s.FromField {
+				sf, sofs, sn, err := header(s.Src)
+				if err != nil {
+					return nil, err
+				}
+				if sn != dn {
+					return nil, fmt.Errorf("learn spec of %d bits into %d", sn, dn)
+				}
+				spec.SrcField = &of13.NXLearnSpecField{Field: sf, Ofs: sofs}
+				if s.Kind == LearnMatch {
+					spec.Header = of13.NewLearnHeaderMatchFromField(dn)
+				} else {
+					spec.Header = of13.NewLearnHeaderLoadFromField(dn)
+				}
+			} else {
+				if spec.SrcValue, err = learnValue(s.Value, dn); err != nil {
+					return nil, err
+				}
+				if s.Kind == LearnMatch {
+					spec.Header = of13.NewLearnHeaderMatchFromValue(dn)
+				} else {
+					spec.Header = of13.NewLearnHeaderLoadFromValue(dn)
+				}
+			}
+			a.LearnSpecs = append(a.LearnSpecs, spec)
+		case LearnOutput:
+			sf, sofs, sn, err := header(s.Src)
+			if err != nil {
+				return nil, err
+			}
+			a.LearnSpecs = append(a.LearnSpecs, &of13.NXLearnSpec{Header: of13.NewLearnHeaderOutputFromField(sn),
+				SrcField: &of13.NXLearnSpecField{Field: sf, Ofs: sofs}})
+		default:
+			return nil, fmt.Errorf("learn spec kind %d", s.Kind)
+		}
+	}
+	a.Length = a.Len()
+	return a, nil
+}
+
+// finishGroupMod fills in the 16-byte ofp15_group_mod header at the start of b, which holds the
+// header's room and then the buckets, and appends the properties.
+func finishGroupMod(b []byte, cmd uint16, typ uint8, id, cmdBucket uint32, props []byte) []byte {
+	bucketsLen := len(b) - 16
+	binary.BigEndian.PutUint16(b[0:], cmd)
+	b[2] = typ
+	binary.BigEndian.PutUint32(b[4:], id)
+	binary.BigEndian.PutUint16(b[8:], uint16(bucketsLen))
+	binary.BigEndian.PutUint32(b[12:], cmdBucket)
+	return append(b, props...)
+}
+
+// Encode implements Message: an OFPT_GROUP_MOD of OpenFlow 1.5 (ofp15_group_mod, its buckets,
+// and for a select group with SelectionFields the Netronome selection-method property).
+func (m GroupMod) Encode() (uint8, []byte, error) {
+	g := m.Group
+	body := make([]byte, 16, 16+len(m.Buckets)*96)
+	var err error
+	for i := range m.Buckets {
+		if body, err = appendBucket(body, &m.Buckets[i]); err != nil {
+			return 0, nil, err
+		}
+	}
+	var out []byte
+	switch m.Command {
+	case GroupInsertBuckets:
+		out = finishGroupMod(body, ofpgc15InsertBucket, 0, g.ID, ofpg15BucketLast, nil)
+	case GroupAdd, GroupAddOrMod:
+		cmd := uint16(ofpgc15Add)
+		if m.Command == GroupAddOrMod {
+			cmd = ofpgc15AddOrMod
+		}
+		var props []byte
+		if len(g.SelectionFields) > 0 {
+			if g.Type != GroupSelect {
+				return 0, nil, fmt.Errorf("group %d: selection fields on a non-select group", g.ID)
+			}
+			if props, err = selectionMethodProp("hash", g.SelectionFields); err != nil {
+				return 0, nil, err
+			}
+		}
+		out = finishGroupMod(body, cmd, uint8(g.Type), g.ID, ofpg15BucketAll, props)
+	default:
+		return 0, nil, fmt.Errorf("group mod command %d", m.Command)
+	}
+	// In a bundle the message is wrapped in a 16-byte bundle-add message.
+	if 8+len(out)+16 > MaxMessage {
+		return 0, nil, fmt.Errorf("group %d: message of %d bytes too long for OpenFlow", g.ID, 8+len(out))
+	}
+	return TypeGroupMod, out, nil
+}
+
+// Encode implements Message: OFPGC15_DELETE of one group.
+func (m DeleteGroup) Encode() (uint8, []byte, error) {
+	return TypeGroupMod, finishGroupMod(make([]byte, 16), ofpgc15Delete, 0, m.ID, ofpg15BucketAll, nil), nil
+}
+
+// hashField is one field of a select group's fields(...): an OXM TLV whose value is the mask of
+// the bits hashed, all ones here (OVS's ntr_group_prop_selection_method).
+func hashField(f Field) (of13.MatchField, error) {
+	switch f {
+	case FieldIPv4Src, FieldIPv4Dst:
+		return newField(f.info().oxm, []byte{0xff, 0xff, 0xff, 0xff}, nil)
+	case FieldTCPSrc, FieldTCPDst, FieldUDPSrc, FieldUDPDst:
+		return newField(f.info().oxm, []byte{0xff, 0xff}, nil)
+	}
+	return of13.MatchField{}, fmt.Errorf("hash field %s not encoded", f)
+}
+
+// selectionMethodProp is the Netronome selection-method group property (OVS
+// Documentation/group-selection-method-property.txt): 40 bytes, then the field TLVs, padded to
+// a multiple of 8; its length excludes the padding.
+func selectionMethodProp(method string, fields []Field) ([]byte, error) {
+	b := make([]byte, 40)
+	binary.BigEndian.PutUint16(b[0:], ofpgpt15Experimenter)
+	binary.BigEndian.PutUint32(b[4:], ntrVendorID)
+	binary.BigEndian.PutUint32(b[8:], ntrtSelectionMethod)
+	copy(b[16:16+ntrMaxSelectionMethod], method)
+	for _, name := range fields {
+		f, err := hashField(name)
+		if err != nil {
+			return nil, err
+		}
+		fb, _ := f.MarshalBinary()
+		b = append(b, fb...)
+	}
+	binary.BigEndian.PutUint16(b[2:], uint16(len(b)))
+	for len(b)%8 != 0 {
+		b = append(b, 0)
+	}
+	return b, nil
+}
+
+// appendBucket appends one ofp15_bucket: header, actions, weight property.
+func appendBucket(dst []byte, bk *Bucket) ([]byte, error) {
+	if bk.ID > 0xffffff00 {
+		return nil, fmt.Errorf("bad bucket_id %d", bk.ID)
+	}
+	start := len(dst)
+	dst = append(dst, make([]byte, 8)...) // the bucket header, filled in below
+	if !(len(bk.Actions) == 1 && isDrop(bk.Actions[0])) {
+		for _, a := range bk.Actions {
+			var err error
+			if dst, err = appendAction(dst, a); err != nil {
+				return nil, err
+			}
+		}
+	}
+	b := dst[start:]
+	binary.BigEndian.PutUint16(b[2:], uint16(len(b)-8))
+	binary.BigEndian.PutUint32(b[4:], bk.ID)
+	var p [8]byte
+	binary.BigEndian.PutUint16(p[0:], ofpgbpt15Weight)
+	binary.BigEndian.PutUint16(p[2:], 8)
+	binary.BigEndian.PutUint16(p[4:], bk.Weight)
+	dst = append(dst, p[:]...)
+	b = dst[start:]
+	binary.BigEndian.PutUint16(b[0:], uint16(len(b)))
+	return dst, nil
+}
+
+func isDrop(a Action) bool { _, ok := a.(Drop); return ok }

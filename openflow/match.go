@@ -1,0 +1,487 @@
+package openflow
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+)
+
+// Protocol is the ovs-fields(7) protocol shorthand a flow matches on (eth_type and ip_proto).
+type Protocol uint8
+
+// Protocols (IPv4 and ARP; the pipeline is IPv4-only today).
+const (
+	ProtoNone Protocol = iota
+	ProtoIP            // ip: eth_type=0x0800
+	ProtoTCP           // tcp: ip, ip_proto=6
+	ProtoUDP           // udp: ip, ip_proto=17
+	ProtoICMP          // icmp: ip, ip_proto=1
+	ProtoARP           // arp: eth_type=0x0806
+)
+
+var protoInfos = [...]struct {
+	name    string
+	ethType int
+	ipProto int
+}{
+	ProtoNone: {"", -1, -1},
+	ProtoIP:   {"ip", 0x0800, -1},
+	ProtoTCP:  {"tcp", 0x0800, 6},
+	ProtoUDP:  {"udp", 0x0800, 17},
+	ProtoICMP: {"icmp", 0x0800, 1},
+	ProtoARP:  {"arp", 0x0806, -1},
+}
+
+// String is the shorthand ("tcp"), empty for ProtoNone.
+func (p Protocol) String() string { return protoInfos[p].name }
+
+// Reserved OpenFlow 1.1+ port numbers (ofp_port_no).
+const (
+	PortInPort uint32 = 0xfffffff8 // IN_PORT: the packet's input port
+	PortNormal uint32 = 0xfffffffa // NORMAL: the L2 switch
+	PortLocal  uint32 = 0xfffffffe // LOCAL: the bridge's internal port
+)
+
+// Match is one field of a flow's match, with its value and optional mask. It renders in
+// ovs-ofctl(8) syntax (AppendText) and as the OXM/NXM TLV the encoder writes.
+type Match interface {
+	// AppendText appends "key=value" to b.
+	AppendText(b []byte) []byte
+	// Field is the field matched.
+	Field() Field
+	// tlv returns the libOpenflow field name, value and mask (nil: exact), network byte order;
+	// proto is the flow's protocol (tp_src and tp_dst are TCP or UDP ports by it).
+	tlv(proto Protocol) (name string, value, mask []byte, err error)
+	// check is tlv's error without the encoding.
+	check(proto Protocol) error
+}
+
+func (inPortMatch) check(Protocol) error { return nil }
+func (m macMatch) check(Protocol) error {
+	if len(m.mac) != 6 {
+		return fmt.Errorf("%s: MAC %v is not 6 bytes", m.f, m.mac)
+	}
+	return nil
+}
+func (m ipMatch) check(Protocol) error {
+	if !m.p.IsValid() || !m.p.Addr().Is4() {
+		return fmt.Errorf("%s: %v is no IPv4 address or prefix", m.f, m.p)
+	}
+	return nil
+}
+func (m u16Match) check(proto Protocol) error {
+	if (m.f == FieldTCPSrc || m.f == FieldTCPDst) && proto != ProtoTCP && proto != ProtoUDP {
+		return fmt.Errorf("tp_src or tp_dst without tcp or udp")
+	}
+	return nil
+}
+func (m flagsMatch) check(proto Protocol) error {
+	if m.f == FieldTCPFlags && proto != ProtoTCP {
+		return fmt.Errorf("tcp_flags without tcp")
+	}
+	return nil
+}
+func (fragMatch) check(Protocol) error  { return nil }
+func (u32Match) check(Protocol) error   { return nil }
+func (labelMatch) check(Protocol) error { return nil }
+func (tunIDMatch) check(Protocol) error { return nil }
+
+type inPortMatch uint32
+
+// InPort matches the input port: in_port=N, in_port=LOCAL for PortLocal.
+func InPort(port uint32) Match { return inPortMatch(port) }
+
+func (m inPortMatch) Field() Field { return FieldInPort }
+func (m inPortMatch) AppendText(b []byte) []byte {
+	b = append(b, "in_port="...)
+	if uint32(m) == PortLocal {
+		return append(b, "LOCAL"...)
+	}
+	return strconv.AppendUint(b, uint64(m), 10)
+}
+func (m inPortMatch) tlv(Protocol) (string, []byte, []byte, error) {
+	return "OXM_OF_IN_PORT", be32(uint32(m)), nil, nil
+}
+
+type macMatch struct {
+	f   Field
+	mac net.HardwareAddr
+}
+
+// EthSrc matches the Ethernet source (dl_src=MAC).
+func EthSrc(mac net.HardwareAddr) Match { return newMAC(FieldEthSrc, mac) }
+
+// EthDst matches the Ethernet destination (dl_dst=MAC).
+func EthDst(mac net.HardwareAddr) Match { return newMAC(FieldEthDst, mac) }
+
+// newMAC keeps a copy of mac; one that is not 6 bytes fails Check and Encode.
+func newMAC(f Field, mac net.HardwareAddr) macMatch { return macMatch{f, slices.Clone(mac)} }
+
+func (m macMatch) Field() Field { return m.f }
+func (m macMatch) AppendText(b []byte) []byte {
+	if m.f == FieldEthSrc {
+		b = append(b, "dl_src="...)
+	} else {
+		b = append(b, "dl_dst="...)
+	}
+	return append(b, m.mac.String()...)
+}
+func (m macMatch) tlv(proto Protocol) (string, []byte, []byte, error) {
+	if err := m.check(proto); err != nil {
+		return "", nil, nil, err
+	}
+	return m.f.info().oxm, slices.Clone(m.mac), nil, nil
+}
+
+type ipMatch struct {
+	f    Field
+	p    netip.Prefix
+	addr bool // written as an address, not a prefix
+}
+
+// IPv4Src matches the IPv4 source address (nw_src=A.B.C.D).
+func IPv4Src(a netip.Addr) Match { return newIP(FieldIPv4Src, netip.PrefixFrom(a, 32), true) }
+
+// IPv4Dst matches the IPv4 destination address (nw_dst=A.B.C.D).
+func IPv4Dst(a netip.Addr) Match { return newIP(FieldIPv4Dst, netip.PrefixFrom(a, 32), true) }
+
+// IPv4SrcPrefix matches IPv4 sources in p (nw_src=A.B.C.D/N, the prefix as given).
+func IPv4SrcPrefix(p netip.Prefix) Match { return newIP(FieldIPv4Src, p, false) }
+
+// IPv4DstPrefix matches IPv4 destinations in p (nw_dst=A.B.C.D/N).
+func IPv4DstPrefix(p netip.Prefix) Match { return newIP(FieldIPv4Dst, p, false) }
+
+// ARPSPA matches the ARP sender protocol address (arp_spa=A.B.C.D).
+func ARPSPA(a netip.Addr) Match { return newIP(FieldARPSPA, netip.PrefixFrom(a, 32), true) }
+
+// ARPTPA matches the ARP target protocol address (arp_tpa=A.B.C.D).
+func ARPTPA(a netip.Addr) Match { return newIP(FieldARPTPA, netip.PrefixFrom(a, 32), true) }
+
+// ARPSPAPrefix matches ARP sender protocol addresses in p.
+func ARPSPAPrefix(p netip.Prefix) Match { return newIP(FieldARPSPA, p, false) }
+
+// ARPTPAPrefix matches ARP target protocol addresses in p.
+func ARPTPAPrefix(p netip.Prefix) Match { return newIP(FieldARPTPA, p, false) }
+
+// TunSrc matches the tunnel's outer IPv4 source (tun_src=A.B.C.D).
+func TunSrc(a netip.Addr) Match { return newIP(FieldTunSrc, netip.PrefixFrom(a, 32), true) }
+
+// newIP keeps p; one that is no IPv4 address or prefix fails Check and Encode.
+func newIP(f Field, p netip.Prefix, addr bool) ipMatch { return ipMatch{f, p, addr} }
+
+var ipKeys = map[Field]string{FieldIPv4Src: "nw_src=", FieldIPv4Dst: "nw_dst=", FieldARPSPA: "arp_spa=",
+	FieldARPTPA: "arp_tpa=", FieldTunSrc: "tun_src="}
+
+func (m ipMatch) Field() Field { return m.f }
+func (m ipMatch) AppendText(b []byte) []byte {
+	b = append(b, ipKeys[m.f]...)
+	if m.addr {
+		return m.p.Addr().AppendTo(b)
+	}
+	return m.p.AppendTo(b)
+}
+func (m ipMatch) tlv(proto Protocol) (string, []byte, []byte, error) {
+	if err := m.check(proto); err != nil {
+		return "", nil, nil, err
+	}
+	a := m.p.Masked().Addr().As4()
+	if m.p.Bits() == 32 {
+		return m.f.info().oxm, a[:], nil, nil
+	}
+	mask := net.CIDRMask(m.p.Bits(), 32)
+	return m.f.info().oxm, a[:], []byte(mask), nil
+}
+
+type u16Match struct {
+	f Field
+	v uint16
+}
+
+// ARPOp matches the ARP opcode (arp_op=N).
+func ARPOp(op uint16) Match { return u16Match{FieldARPOp, op} }
+
+// TPSrc matches the transport source port (tp_src=N): tcp_src or udp_src by the flow's protocol.
+func TPSrc(port uint16) Match { return u16Match{FieldTCPSrc, port} }
+
+// TPDst matches the transport destination port (tp_dst=N): tcp_dst or udp_dst by the protocol.
+func TPDst(port uint16) Match { return u16Match{FieldTCPDst, port} }
+
+// ICMPType matches the ICMPv4 type (icmp_type=N).
+func ICMPType(t uint8) Match { return u16Match{FieldICMPType, uint16(t)} }
+
+func (m u16Match) Field() Field { return m.f }
+func (m u16Match) AppendText(b []byte) []byte {
+	switch m.f {
+	case FieldARPOp:
+		b = append(b, "arp_op="...)
+	case FieldTCPSrc:
+		b = append(b, "tp_src="...)
+	case FieldTCPDst:
+		b = append(b, "tp_dst="...)
+	case FieldICMPType:
+		b = append(b, "icmp_type="...)
+	}
+	return strconv.AppendUint(b, uint64(m.v), 10)
+}
+func (m u16Match) tlv(proto Protocol) (string, []byte, []byte, error) {
+	switch m.f {
+	case FieldARPOp:
+		return "OXM_OF_ARP_OP", be16(m.v), nil, nil
+	case FieldICMPType:
+		return "OXM_OF_ICMPV4_TYPE", []byte{byte(m.v)}, nil, nil
+	}
+	dir := "SRC"
+	if m.f == FieldTCPDst {
+		dir = "DST"
+	}
+	switch proto {
+	case ProtoTCP:
+		return "OXM_OF_TCP_" + dir, be16(m.v), nil, nil
+	case ProtoUDP:
+		return "OXM_OF_UDP_" + dir, be16(m.v), nil, nil
+	}
+	return "", nil, nil, fmt.Errorf("tp_%s without tcp or udp", map[string]string{"SRC": "src", "DST": "dst"}[dir])
+}
+
+// CTFlag is one bit of ct_state (ovs-fields(7) "Connection Tracking Fields").
+type CTFlag uint32
+
+// ct_state bits.
+const (
+	CTNew         CTFlag = 0x01
+	CTEstablished CTFlag = 0x02
+	CTRelated     CTFlag = 0x04
+	CTReply       CTFlag = 0x08
+	CTInvalid     CTFlag = 0x10
+	CTTracked     CTFlag = 0x20
+	CTSNAT        CTFlag = 0x40
+	CTDNAT        CTFlag = 0x80
+)
+
+var ctFlagNames = map[CTFlag]string{CTNew: "new", CTEstablished: "est", CTRelated: "rel", CTReply: "rpl",
+	CTInvalid: "inv", CTTracked: "trk", CTSNAT: "snat", CTDNAT: "dnat"}
+
+// TCPFlag is one bit of tcp_flags (ovs-fields(7) "TCP flags").
+type TCPFlag uint32
+
+// tcp_flags bits.
+const (
+	TCPFin TCPFlag = 0x001
+	TCPSyn TCPFlag = 0x002
+	TCPRst TCPFlag = 0x004
+	TCPPsh TCPFlag = 0x008
+	TCPAck TCPFlag = 0x010
+	TCPUrg TCPFlag = 0x020
+	TCPEce TCPFlag = 0x040
+	TCPCwr TCPFlag = 0x080
+	TCPNs  TCPFlag = 0x100
+)
+
+var tcpFlagNames = map[TCPFlag]string{TCPFin: "fin", TCPSyn: "syn", TCPRst: "rst", TCPPsh: "psh", TCPAck: "ack",
+	TCPUrg: "urg", TCPEce: "ece", TCPCwr: "cwr", TCPNs: "ns"}
+
+// FlagBit is one flag a ct_state or tcp_flags match requires set (+name) or clear (-name).
+type FlagBit struct {
+	bit  uint32
+	name string
+	set  bool
+}
+
+// Set requires the flag set (+name).
+func (f CTFlag) Set() FlagBit { return FlagBit{uint32(f), ctFlagNames[f], true} }
+
+// Unset requires the flag clear (-name).
+func (f CTFlag) Unset() FlagBit { return FlagBit{uint32(f), ctFlagNames[f], false} }
+
+// Set requires the flag set (+name).
+func (f TCPFlag) Set() FlagBit { return FlagBit{uint32(f), tcpFlagNames[f], true} }
+
+// Unset requires the flag clear (-name).
+func (f TCPFlag) Unset() FlagBit { return FlagBit{uint32(f), tcpFlagNames[f], false} }
+
+type flagsMatch struct {
+	f    Field
+	bits []FlagBit
+}
+
+// CTState matches ct_state flags, in the order given: ct_state=+trk+est-rpl.
+func CTState(bits ...FlagBit) Match { return flagsMatch{FieldCTState, bits} }
+
+// TCPFlags matches tcp_flags, in the order given: tcp_flags=+syn-ack.
+func TCPFlags(bits ...FlagBit) Match { return flagsMatch{FieldTCPFlags, bits} }
+
+func (m flagsMatch) Field() Field { return m.f }
+func (m flagsMatch) AppendText(b []byte) []byte {
+	b = append(b, m.f.String()...)
+	b = append(b, '=')
+	for _, fb := range m.bits {
+		if fb.set {
+			b = append(b, '+')
+		} else {
+			b = append(b, '-')
+		}
+		b = append(b, fb.name...)
+	}
+	return b
+}
+func (m flagsMatch) tlv(proto Protocol) (string, []byte, []byte, error) {
+	var v, mask uint32
+	for _, fb := range m.bits {
+		mask |= fb.bit
+		if fb.set {
+			v |= fb.bit
+		}
+	}
+	if m.f == FieldTCPFlags {
+		if proto != ProtoTCP {
+			return "", nil, nil, fmt.Errorf("tcp_flags without tcp")
+		}
+		return "NXM_NX_TCP_FLAGS", be16(uint16(v)), be16(uint16(mask)), nil
+	}
+	return "NXM_NX_CT_STATE", be32(v), be32(mask), nil
+}
+
+// Frag is a value of nw_frag (ovs-fields(7) "nw_frag").
+type Frag uint8
+
+// nw_frag values.
+const (
+	FragYes Frag = iota + 1 // every fragment, the first one included
+	FragNo                  // not a fragment
+	FragFirst
+	FragLater
+	FragNotLater
+)
+
+var fragInfos = map[Frag]struct {
+	name        string
+	value, mask byte
+}{FragYes: {"yes", 1, 1}, FragNo: {"no", 0, 1}, FragFirst: {"first", 1, 3}, FragLater: {"later", 3, 3},
+	FragNotLater: {"not_later", 0, 2}}
+
+type fragMatch Frag
+
+// IPFrag matches the fragment type (nw_frag=yes).
+func IPFrag(f Frag) Match { return fragMatch(f) }
+
+func (m fragMatch) Field() Field { return FieldIPFrag }
+func (m fragMatch) AppendText(b []byte) []byte {
+	return append(append(b, "nw_frag="...), fragInfos[Frag(m)].name...)
+}
+func (m fragMatch) tlv(proto Protocol) (string, []byte, []byte, error) {
+	fi := fragInfos[Frag(m)]
+	return "NXM_NX_IP_FRAG", []byte{fi.value}, []byte{fi.mask}, nil
+}
+
+type u32Match struct {
+	f       Field
+	v, mask uint32
+	masked  bool
+}
+
+// RegMatch matches register f (Reg(n)) against v under mask: reg0=0x1/0xf.
+func RegMatch(f Field, v, mask uint32) Match { return u32Match{f, v, mask, true} }
+
+// RegExact matches register f exactly: reg3=0xc0000232.
+func RegExact(f Field, v uint32) Match { return u32Match{f, v, 0, false} }
+
+// CTMark matches ct_mark against v under mask (ct_mark=0x00000002/0x0000000f; mask 0: exact).
+func CTMark(v, mask uint32) Match { return u32Match{FieldCTMark, v, mask, mask != 0} }
+
+func (m u32Match) Field() Field { return m.f }
+func (m u32Match) AppendText(b []byte) []byte {
+	b = append(b, m.f.String()...)
+	b = append(b, '=')
+	if m.f == FieldCTMark {
+		b = appendHexPad(b, uint64(m.v), 8)
+		if m.masked {
+			b = appendHexPad(append(b, '/'), uint64(m.mask), 8)
+		}
+		return b
+	}
+	b = appendHex(b, uint64(m.v))
+	if m.masked {
+		b = appendHex(append(b, '/'), uint64(m.mask))
+	}
+	return b
+}
+func (m u32Match) tlv(Protocol) (string, []byte, []byte, error) {
+	if !m.masked {
+		return m.f.info().oxm, be32(m.v), nil, nil
+	}
+	return m.f.info().oxm, be32(m.v), be32(m.mask), nil
+}
+
+// U128 is a 128-bit value (ct_label): Hi is bits 127..64, Lo bits 63..0.
+type U128 struct{ Hi, Lo uint64 }
+
+type labelMatch struct{ v, mask U128 }
+
+// CTLabel matches ct_label against v under mask: ct_label=0xc000020c/0xffffffff.
+func CTLabel(v, mask U128) Match { return labelMatch{v, mask} }
+
+func (m labelMatch) Field() Field { return FieldCTLabel }
+func (m labelMatch) AppendText(b []byte) []byte {
+	b = append(b, "ct_label="...)
+	b = appendHex128(b, m.v)
+	return appendHex128(append(b, '/'), m.mask)
+}
+func (m labelMatch) tlv(Protocol) (string, []byte, []byte, error) {
+	return "NXM_NX_CT_LABEL", append(be64(m.v.Hi), be64(m.v.Lo)...), append(be64(m.mask.Hi), be64(m.mask.Lo)...), nil
+}
+
+type tunIDMatch struct {
+	v, mask uint64
+	masked  bool
+}
+
+// TunID matches the tunnel id (Geneve VNI) exactly: tun_id=0x1.
+func TunID(v uint64) Match { return tunIDMatch{v: v} }
+
+// TunIDMasked matches the tunnel id under mask: tun_id=0x1/0xff.
+func TunIDMasked(v, mask uint64) Match { return tunIDMatch{v, mask, true} }
+
+func (m tunIDMatch) Field() Field { return FieldTunID }
+func (m tunIDMatch) AppendText(b []byte) []byte {
+	b = appendHex(append(b, "tun_id="...), m.v)
+	if m.masked {
+		b = appendHex(append(b, '/'), m.mask)
+	}
+	return b
+}
+func (m tunIDMatch) tlv(Protocol) (string, []byte, []byte, error) {
+	if !m.masked {
+		return "NXM_NX_TUN_ID", be64(m.v), nil, nil
+	}
+	return "NXM_NX_TUN_ID", be64(m.v), be64(m.mask), nil
+}
+
+// appendHex appends v as %#x does (0x0 for zero).
+func appendHex(b []byte, v uint64) []byte {
+	return strconv.AppendUint(append(b, "0x"...), v, 16)
+}
+
+// appendHexPad appends v as 0x%0Nx.
+func appendHexPad(b []byte, v uint64, n int) []byte {
+	b = append(b, "0x"...)
+	s := strconv.FormatUint(v, 16)
+	for i := len(s); i < n; i++ {
+		b = append(b, '0')
+	}
+	return append(b, s...)
+}
+
+// appendHex128 appends v in hex, 0x-prefixed, without leading zeros.
+func appendHex128(b []byte, v U128) []byte {
+	if v.Hi == 0 {
+		return appendHex(b, v.Lo)
+	}
+	b = appendHex(b, v.Hi)
+	s := strconv.FormatUint(v.Lo, 16)
+	for i := len(s); i < 16; i++ {
+		b = append(b, '0')
+	}
+	return append(b, s...)
+}
