@@ -7,7 +7,7 @@ GO    ?= go
 BIN   := $(CURDIR)/bin
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: all build deps check demo test test-unit test-e2e test-conformance conformance conformance-build golden bench bench-datapath bench-go bench-api vet fmt clean controlplane cluster
+.PHONY: all build deps check demo test test-unit test-e2e test-conformance conformance conformance-build golden bench bench-datapath bench-go bench-api vet fmt clean clean-labs controlplane cluster
 
 # Extra flags for the demo, e.g. `make demo DEMO_ARGS=--keep` keeps the lab up for poking.
 DEMO_ARGS ?=
@@ -108,7 +108,7 @@ test-conformance: deps build controlplane cluster
 test: deps vet build test-unit test-e2e test-conformance
 
 golden:
-	$(GO) test ./flows -update
+	$(GO) test ./flows -run "TestGolden|TestWireOracle" -update -update-wire
 
 # srcip-agent side by side with the OVS floor and kube-proxy (nftables) at 1k and 10k opted-in
 # Services x 10 endpoints over 50 nodes, through a live API server (test/perf; docs/performance.md).
@@ -140,3 +140,8 @@ bench-api: deps build controlplane
 
 clean:
 	rm -rf $(BIN)
+
+# Removes what labs of dead test runs left behind (netns, OVS daemons, kubelets, cgroups, /tmp
+# directories); labs whose owner is alive are left alone. Needs root.
+clean-labs:
+	$(GO) run ./test/cleanup

@@ -41,12 +41,19 @@ func BuildNode(st *State, n Node) (*FlowSet, error) {
 		// committed here with OriginNode and the node in CTLabelIngressNode, and its replies go
 		// back over Geneve to it (BuildGateway), where they are +est+rpl of the connection its
 		// gateway port committed (IntTunnelCT) and go out to its host. Through this node's host
-		// they would be conntrack-invalid there (it never saw the SYN) or masqueraded.
-		fs.Flows = append(fs.Flows,
-			flow(IntTunnelCT, prioHigh, of.ProtoIP, 0,
-				[]of.Match{tunSrc, of.IPv4Src(n.InternalIP), ctState(of.CTTracked.Set(), of.CTNew.Set())},
-				CT{Commit: true, Zone: ZonePod, Exec: []of.Action{OriginNode.Load(), CTLabelIngressNode.MoveFrom(nxmTunSrc)}},
-				Goto(IntL3Forwarding)))
+		// they would be conntrack-invalid there (it never saw the SYN) or masqueraded. Only a
+		// connection to this node's own pod CIDRs is committed: another destination (which that
+		// node has no business sending here) leaves no ZonePod entry and goes on uncommitted.
+		for _, c := range st.self().PodCIDRs {
+			if !c.Addr().Is4() {
+				continue
+			}
+			fs.Flows = append(fs.Flows,
+				flow(IntTunnelCT, prioHigh, of.ProtoIP, 0,
+					[]of.Match{tunSrc, of.IPv4Src(n.InternalIP), of.IPv4DstPrefix(c.Masked()), ctState(of.CTTracked.Set(), of.CTNew.Set())},
+					CT{Commit: true, Zone: ZonePod, Exec: []of.Action{OriginNode.Load(), CTLabelIngressNode.MoveFrom(nxmTunSrc)}},
+					Goto(IntL3Forwarding)))
+		}
 		// The host asks for that node's pods by ARP on the gateway port (it routes the cluster's
 		// pod CIDRs there): answered with this node's pod gateway MAC.
 		if gwMAC := selfGatewayMAC(st); gwMAC != nil {

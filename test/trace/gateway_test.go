@@ -94,3 +94,24 @@ func TestGatewayPodToOutsideAndSpoof(t *testing.T) {
 	out = w.trace(t, w.in, spoof)
 	require.Equal(t, []string{"drop"}, datapathActions(out), out)
 }
+
+// node2's host reaches node1's pod from its InternalIP over VNI 1: node1 commits the connection
+// with OriginNode (mark 8), so the pod's replies go back over Geneve to node2. The same packet
+// from node2's InternalIP to an address that is not one of node1's pods (node2 has no business
+// sending it here) leaves no conntrack entry: no commit, and nothing goes out srcip-gw0 or back.
+func TestNodeHostToPodCommitsOnlyLocalPods(t *testing.T) {
+	w := newGatewayNode(t)
+	syn := "in_port=2,tun_id=1,tun_src=192.0.2.12,tun_dst=192.0.2.11,tcp,nw_src=192.0.2.12,nw_dst=10.244.1.5,tp_src=40000,tp_dst=8080,tcp_flags=syn"
+	out := w.trace(t, w.in, syn, "trk,new")
+	require.Contains(t, out, "ct(commit,zone=64257,mark=0x8/0xf", out)
+	acts := datapathActions(out)
+	require.Contains(t, acts[len(acts)-1], "dst=0a:58:0a:f4:01:05", "delivered to the pod: %s", out)
+
+	for _, dst := range []string{"10.244.2.5", "198.51.100.10", "192.0.2.11"} {
+		stray := strings.Replace(syn, "nw_dst=10.244.1.5", "nw_dst="+dst, 1)
+		out := w.trace(t, w.in, stray, "trk,new")
+		require.NotContains(t, out, "commit", "%s: committed: %s", dst, out)
+		require.NotContains(t, out, "output:4", "%s: handed to the host: %s", dst, out)
+		require.NotContains(t, out, "output:2", "%s: sent back into the tunnel: %s", dst, out)
+	}
+}
