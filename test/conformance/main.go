@@ -31,11 +31,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/ovs-srcip/ovs-srcip/test/cluster"
@@ -66,10 +68,47 @@ func main() {
 	flag.BoolVar(&o.verbose, "v", false, "log every lab command")
 	flag.DurationVar(&o.hold, "hold", 0, "keep each lab up this long after its mode (debugging)")
 	flag.Parse()
-	if err := run(o); err != nil {
+	// SIGINT (Ctrl-C) and SIGTERM cancel the run: ginkgo gets SIGINT (it stops its processes),
+	// the lab is closed (netns, routes, OVS, kubelets, containers, cgroups), the temporary
+	// binaries removed; then the exit status is 130.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, o)
+	interrupted := ctx.Err() != nil
+	stop()
+	if interrupted {
+		fmt.Fprintln(os.Stderr, "conformance: interrupted; the lab is closed")
+		os.Exit(130)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "conformance:", err)
 		os.Exit(1)
 	}
+}
+
+// validate checks the flags before anything is built or started: the modes and both regular
+// expressions.
+func validate(o options) error {
+	if o.e2eDir == "" {
+		return errors.New("-e2e is required (hack/conformance/build.sh's last line)")
+	}
+	modes := strings.Split(o.modes, ",")
+	for _, m := range modes {
+		switch m {
+		case "plain", "all", "bridge":
+		default:
+			return fmt.Errorf("unknown mode %q in -modes %q (plain, all, bridge; comma-separated, no spaces)", m, o.modes)
+		}
+	}
+	if _, err := regexp.Compile(o.focus); err != nil {
+		return fmt.Errorf("-focus: %w", err)
+	}
+	if _, err := regexp.Compile(o.skip); err != nil {
+		return fmt.Errorf("-skip: %w", err)
+	}
+	if o.procs < 1 {
+		return fmt.Errorf("-procs %d: want at least 1", o.procs)
+	}
+	return nil
 }
 
 // result is one spec's outcome.
@@ -107,9 +146,9 @@ func (m modeRun) set(state string) map[string]bool {
 	return s
 }
 
-func run(o options) error {
-	if o.e2eDir == "" {
-		return errors.New("-e2e is required (hack/conformance/build.sh's last line)")
+func run(ctx context.Context, o options) error {
+	if err := validate(o); err != nil {
+		return err
 	}
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
@@ -140,6 +179,9 @@ func run(o options) error {
 	if err := cluster.CleanupStale("", logf); err != nil {
 		return fmt.Errorf("cleanup of stale labs: %w", err)
 	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
 	var runs []modeRun
 	modes := strings.Split(o.modes, ",")
 	var shared *cluster.Cluster
@@ -153,7 +195,7 @@ func run(o options) error {
 		switch mode {
 		case "plain", "all":
 			if shared == nil {
-				if shared, err = startLab(o, portmap, cluster.CNISrcip, images, coredns, logf); err != nil {
+				if shared, err = startLab(ctx, o, portmap, cluster.CNISrcip, images, coredns, logf); err != nil {
 					return fmt.Errorf("mode %s: %w", mode, err)
 				}
 			}
@@ -173,13 +215,19 @@ func run(o options) error {
 				_ = shared.Close()
 				shared = nil
 			}
-			if c, err = startLab(o, portmap, cluster.CNIBridge, images, coredns, logf); err != nil {
+			if c, err = startLab(ctx, o, portmap, cluster.CNIBridge, images, coredns, logf); err != nil {
 				return fmt.Errorf("mode %s: %w", mode, err)
 			}
 		default:
 			return fmt.Errorf("unknown mode %q (plain, all, bridge)", mode)
 		}
-		r, err := runMode(o, c, mode)
+		r, err := runMode(ctx, o, c, mode)
+		if ctx.Err() != nil {
+			if mode == "bridge" {
+				_ = c.Close()
+			}
+			return ctx.Err()
+		}
 		if o.hold > 0 {
 			fmt.Fprintf(os.Stderr, "holding the %s lab %s for %v (KUBECONFIG=%s)\n", mode, c.Lab.Prefix, o.hold, c.Kubeconfig)
 			time.Sleep(o.hold)
@@ -260,13 +308,13 @@ func e2eImages(dir string) (tars []string, coredns string, err error) {
 	return tars, coredns, nil
 }
 
-func startLab(o options, portmap, cni string, images []string, coredns string, logf func(string, ...any)) (*cluster.Cluster, error) {
+func startLab(ctx context.Context, o options, portmap, cni string, images []string, coredns string, logf func(string, ...any)) (*cluster.Cluster, error) {
 	t := time.Now()
 	nodes, err := nodesDir()
 	if err != nil {
 		return nil, err
 	}
-	c, err := cluster.Start(context.Background(), cluster.Config{
+	c, err := cluster.Start(ctx, cluster.Config{
 		Lab:         lab.Config{ManifestsDir: nodes, NoGateway: true, EchoBin: o.echo},
 		AgentBin:    o.agent,
 		EchoBin:     o.echo,
@@ -281,7 +329,7 @@ func startLab(o options, portmap, cni string, images []string, coredns string, l
 	if err != nil {
 		return nil, err
 	}
-	if err := c.DeployCoreDNS(context.Background(), coredns, 3*time.Minute); err != nil {
+	if err := c.DeployCoreDNS(ctx, coredns, 3*time.Minute); err != nil {
 		_ = c.Close()
 		return nil, err
 	}
@@ -334,7 +382,7 @@ func restartAgents(c *cluster.Cluster, args []string) error {
 	}, 2*time.Minute)
 }
 
-func runMode(o options, c *cluster.Cluster, mode string) (modeRun, error) {
+func runMode(ctx context.Context, o options, c *cluster.Cluster, mode string) (modeRun, error) {
 	t := time.Now()
 	dir := filepath.Join(o.out, mode)
 	_ = os.RemoveAll(dir)
@@ -367,7 +415,10 @@ func runMode(o options, c *cluster.Cluster, mode string) (modeRun, error) {
 		return modeRun{}, err
 	}
 	defer logFile.Close()
-	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	// On cancel ginkgo gets SIGINT, which it forwards to its parallel processes; SIGKILL after 30 s.
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 30 * time.Second
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig)

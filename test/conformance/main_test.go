@@ -90,3 +90,26 @@ func TestReadReportSkips(t *testing.T) {
 		}
 	}
 }
+
+// Bad flags are refused before anything is built or started.
+func TestValidate(t *testing.T) {
+	ok := options{e2eDir: "/x", modes: "plain,all,bridge", focus: `\[sig-network\]`, procs: 4}
+	if err := validate(ok); err != nil {
+		t.Fatal(err)
+	}
+	for name, mod := range map[string]func(*options){
+		"no e2e":            func(o *options) { o.e2eDir = "" },
+		"unknown mode last": func(o *options) { o.modes = "plain,bogus" },
+		"space after comma": func(o *options) { o.modes = "plain, all" },
+		"empty modes":       func(o *options) { o.modes = "" },
+		"bad focus":         func(o *options) { o.focus = "(" },
+		"bad skip":          func(o *options) { o.skip = "[" },
+		"no procs":          func(o *options) { o.procs = 0 },
+	} {
+		o := ok
+		mod(&o)
+		if err := validate(o); err == nil {
+			t.Errorf("%s: accepted %+v", name, o)
+		}
+	}
+}
