@@ -29,24 +29,9 @@ type BundlePreparer interface {
 	Prepare(lines []string)
 }
 
-// PodPort is a pod interface attached to br-int, as found through OVSDB Interface.external_ids.
-type PodPort struct {
-	Namespace, Name string
-	// Interface is the OVSDB Interface name.
-	Interface string
-	// MAC is external_ids:attached-mac.
-	MAC net.HardwareAddr
-	// OFPort is the interface's ofport on br-int.
-	OFPort int
-	// IPs are external_ids ip_addresses/ip, when present; the Pod object's status.podIPs is used
-	// otherwise.
-	IPs []netip.Addr
-	// UID is the pod's metadata.uid (external_ids pod-uid or iface-id-ver), empty when unknown.
-	UID string
-	// Chained: the port is srcip-cni's chained-mode egress interface (external_ids
-	// srcip-cni-mode=chained); IPs are the main CNI's addresses (flows.Pod.Chained).
-	Chained bool
-}
+// PodPort is a pod interface attached to br-int, as found through OVSDB Interface.external_ids
+// (the Dataplane's PodPorts): the one type ofctl returns and the agent reads.
+type PodPort = flows.PodPort
 
 // Dataplane is the node's OVSDB as the Reconciler needs it (implemented in cmd/srcip-agent on
 // top of ofctl.DB).

@@ -729,35 +729,11 @@ func (d *DB) NameTables(ctx context.Context, bridge string, names map[int]string
 	return nil
 }
 
-// PodPort is a pod's interface on the integration bridge, found through Interface.external_ids.
-type PodPort struct {
-	// Namespace and Name identify the pod: from external_ids iface-id=<namespace>_<pod>
-	// (OVN-Kubernetes; split at the first '_', which neither a namespace nor a pod name may
-	// contain) or pod-namespace and pod-name (Antrea).
-	Namespace, Name string
-	// Interface is the OVS interface name (Interface.name).
-	Interface string
-	// MAC is external_ids:attached-mac, the pod's own MAC address.
-	MAC net.HardwareAddr
-	// OFPort is the interface's OpenFlow port number on the bridge (Interface.ofport, > 0).
-	OFPort int
-	// IPs are the pod addresses from external_ids:ip_addresses (comma-separated, plain or CIDR)
-	// or external_ids:ip; empty when neither is set (use the Pod object's status.podIPs).
-	IPs []netip.Addr
-	// UID is the pod's metadata.uid from external_ids:pod-uid (srcip-cni) or iface-id-ver
-	// (OVN-Kubernetes); empty when neither is set. It tells a pod's port from the lingering port of
-	// a predecessor with the same namespace and name.
-	UID string
-	// Chained is true when external_ids:srcip-cni-mode is "chained" (ModeChained): the port is
-	// a chained pod's egress interface and IPs are its main CNI's addresses.
-	Chained bool
-}
-
 // PodPorts lists the pod interfaces on bridge brInt, sorted by namespace and name. Interfaces
 // without a recognised pod identity, without a parseable attached-mac or without an ofport
 // (> 0) are skipped; unparseable addresses are skipped. Error: ErrBridgeNotFound (wrapped).
-func (d *DB) PodPorts(ctx context.Context, brInt string) ([]PodPort, error) {
-	var out []PodPort
+func (d *DB) PodPorts(ctx context.Context, brInt string) ([]flows.PodPort, error) {
+	var out []flows.PodPort
 	err := d.eachInterface(ctx, brInt, func(_ *portRow, i *ifaceRow) bool {
 		if pp, ok := podPort(i); ok {
 			out = append(out, pp)
@@ -767,7 +743,7 @@ func (d *DB) PodPorts(ctx context.Context, brInt string) ([]PodPort, error) {
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(out, func(a, b PodPort) int {
+	slices.SortFunc(out, func(a, b flows.PodPort) int {
 		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
 			return c
 		}
@@ -813,23 +789,23 @@ func (d *DB) eachInterface(ctx context.Context, bridge string, visit func(p *por
 }
 
 // podPort extracts a PodPort from an interface row.
-func podPort(i *ifaceRow) (PodPort, bool) {
+func podPort(i *ifaceRow) (flows.PodPort, bool) {
 	ids := i.ExternalIDs
-	pp := PodPort{Interface: i.Name}
+	pp := flows.PodPort{Interface: i.Name}
 	if ns, name := ids["pod-namespace"], ids["pod-name"]; ns != "" && name != "" {
 		pp.Namespace, pp.Name = ns, name
 	} else if ns, name, ok := strings.Cut(ids["iface-id"], "_"); ok && ns != "" && name != "" {
 		pp.Namespace, pp.Name = ns, name
 	} else {
-		return PodPort{}, false
+		return flows.PodPort{}, false
 	}
 	if i.OFPort == nil || *i.OFPort <= 0 {
-		return PodPort{}, false
+		return flows.PodPort{}, false
 	}
 	pp.OFPort = *i.OFPort
 	mac, err := net.ParseMAC(ids["attached-mac"])
 	if err != nil {
-		return PodPort{}, false
+		return flows.PodPort{}, false
 	}
 	pp.MAC = mac
 	pp.UID = ids["pod-uid"]

@@ -171,7 +171,7 @@ func TestPodPorts(t *testing.T) {
 	add("nomac", "iface-id=ns-d_pod-4")
 	add("plain")
 
-	want := []ofctl.PodPort{
+	want := []flows.PodPort{
 		{Namespace: "ns-a", Name: "pod-1", Interface: "ovn1", MAC: mustMAC("0a:58:0a:f4:00:05"),
 			IPs: []netip.Addr{netip.MustParseAddr("10.244.0.5"), netip.MustParseAddr("fd00::5")}},
 		{Namespace: "ns-b", Name: "pod-2", Interface: "antrea1", MAC: mustMAC("0a:58:0a:f4:00:06"),
@@ -185,7 +185,7 @@ func TestPodPorts(t *testing.T) {
 		require.NoError(t, err)
 		want[i].OFPort = p
 	}
-	var got []ofctl.PodPort
+	var got []flows.PodPort
 	require.Eventually(t, func() bool {
 		got, err = db.PodPorts(ctx, "br-int")
 		require.NoError(t, err)

@@ -69,16 +69,9 @@ func (d *dataplane) EnsureIntegration(ctx context.Context) (flows.Ports, error) 
 	return ports, nil
 }
 
+// PodPorts lists the pod ports of br-int.
 func (d *dataplane) PodPorts(ctx context.Context) ([]agent.PodPort, error) {
-	pps, err := d.db.PodPorts(ctx, d.cfg.BrInt)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]agent.PodPort, 0, len(pps))
-	for _, p := range pps {
-		out = append(out, agent.PodPort{Namespace: p.Namespace, Name: p.Name, Interface: p.Interface, MAC: p.MAC, OFPort: p.OFPort, IPs: p.IPs, UID: p.UID, Chained: p.Chained})
-	}
-	return out, nil
+	return d.db.PodPorts(ctx, d.cfg.BrInt)
 }
 
 // Changes fires on every OVSDB change, including the repopulation after a reconnect, and on every
