@@ -41,8 +41,24 @@ type Dataplane interface {
 	EnsureIntegration(ctx context.Context) (flows.Ports, error)
 	// PodPorts lists the pod interfaces on br-int.
 	PodPorts(ctx context.Context) ([]PodPort, error)
-	// Changes is signalled (coalesced) after any relevant OVSDB change and after a reconnect.
+	// Changes is signalled (coalesced) after an OVSDB change that is more than pod ports (the
+	// bridges, the uplink, patch, tunnel and gateway ports, their ofports), after a reconnect and
+	// after an ovs-vswitchd restart: the agent makes a full sync.
 	Changes() <-chan struct{}
+	// PodPortChanges is signalled (coalesced) after OVSDB changes that may have added, changed
+	// or removed pod ports: the agent lists PodPorts again and makes a partial sync of the pods
+	// whose ports differ (podPortSource).
+	PodPortChanges() <-chan struct{}
+}
+
+// PodFlowAcker is optionally implemented by a Dataplane that records, for srcip-cni's ADD, that
+// a pod's flow set is in br-int (cmd/srcip-agent: ofctl.DB.AckPodFlows, external_ids
+// srcip-agent-flows on the pod's Interface; docs/architecture.md "A pod from CNI ADD to its
+// flows").
+type PodFlowAcker interface {
+	// AckPodFlows records, per pod Interface name (PodPort.Interface), the cookie of the pod flow
+	// set applied for it. Names that are gone are skipped.
+	AckPodFlows(ctx context.Context, acks map[string]flows.Cookie) error
 }
 
 // ConnectionChecker is optionally implemented by a Dataplane that knows whether its OVSDB

@@ -32,11 +32,14 @@ type PodPort struct {
 	// Chained: the port is srcip-cni's chained-mode egress interface (external_ids
 	// srcip-cni-mode=chained); IPs are the main CNI's addresses (Pod.Chained).
 	Chained bool
+	// Acked is external_ids:srcip-agent-flows, the cookie of the pod flow set the agent last
+	// acknowledged on this port for srcip-cni's ADD (0: none yet; ofctl.ExtIDAgentFlows).
+	Acked Cookie
 }
 
 // Equal reports whether p and o hold the same values.
 func (p *PodPort) Equal(o *PodPort) bool {
 	return p.Namespace == o.Namespace && p.Name == o.Name && p.Interface == o.Interface &&
 		slices.Equal(p.MAC, o.MAC) && p.OFPort == o.OFPort && slices.Equal(p.IPs, o.IPs) &&
-		p.UID == o.UID && p.Chained == o.Chained
+		p.UID == o.UID && p.Chained == o.Chained && p.Acked == o.Acked
 }

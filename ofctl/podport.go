@@ -79,7 +79,8 @@ func (d *DB) BridgeDatapathType(ctx context.Context, bridge string) (string, err
 // Interface.type "") to bridge as a Port with one Interface of the same name whose external_ids
 // are externalIDs, in one OVSDB transaction, then waits (at most wait, or until ctx ends) for
 // ovs-vswitchd to assign its ofport, and returns it (> 0). A port of that name already on
-// bridge gets externalIDs merged into its external_ids instead (a repeated call is harmless).
+// bridge gets externalIDs merged into its external_ids instead (a repeated call is harmless), less
+// the agent's acknowledgement ExtIDAgentFlows unless externalIDs carries it.
 // Errors: ErrBridgeNotFound (wrapped); the name is a port of another bridge; the transaction
 // error; ovs-vswitchd could not add the device (ofport -1, with Interface.error); the timeout.
 // On error the port is left in place: use DetachPort to remove it.
@@ -118,6 +119,9 @@ func (d *DB) AttachPort(ctx context.Context, bridge, name string, externalIDs ma
 			ids = map[string]string{}
 		}
 		maps.Copy(ids, externalIDs)
+		if _, ok := externalIDs[ExtIDAgentFlows]; !ok {
+			delete(ids, ExtIDAgentFlows) // a new attachment waits for a new acknowledgement
+		}
 		if !maps.Equal(ids, iface.ExternalIDs) {
 			iface.ExternalIDs = ids
 			if err := t.add(d.c.Where(iface).Update(iface, &iface.ExternalIDs)); err != nil {
