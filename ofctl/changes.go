@@ -47,6 +47,10 @@ func (d *DB) onEvent(table string, addOrDelete bool) {
 	d.wakeMu.Unlock()
 }
 
+// Wakeup returns a channel that is closed at the next change of any cached row: a waiter checks
+// its condition on the cache, then waits on the channel it took before (WaitExternalID).
+func (d *DB) Wakeup() <-chan struct{} { return d.wakeup() }
+
 // wakeup returns a channel that is closed at the next cache change.
 func (d *DB) wakeup() <-chan struct{} {
 	d.wakeMu.Lock()
