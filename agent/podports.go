@@ -66,11 +66,12 @@ func (r *Reconciler) OnPodPorts(name types.NamespacedName, prev, cur *[]PodPort)
 }
 
 // ackPodFlows tells srcip-cni which pods' flow sets are in br-int (PodFlowAcker), after a
-// successful sync: the Interface of every pod whose applied flow set's cookie differs from the
-// acknowledgement its port carries (PodPort.Acked; a re-created port carries none). The write
-// comes back as a pod-port change (Acked set), a partial sync of that pod that writes nothing.
-// Until that change arrives, later syncs ask again (ofctl's AckPodFlows skips what OVSDB holds).
-// A failed write is logged and retried after the next sync.
+// successful sync: the Interface of every pod whose applied flow set has flows (one that lost a
+// conflict has none: AllOrNothing) and a cookie other than the acknowledgement its port carries
+// (PodPort.Acked; a re-created port carries none). The write comes back as a pod-port change
+// (Acked set), a partial sync of that pod that writes nothing. Until that change arrives, later
+// syncs ask again (ofctl's AckPodFlows skips what OVSDB holds). A failed write is logged and
+// retried after the next sync.
 func (r *Reconciler) ackPodFlows(ctx context.Context) {
 	acker, ok := r.cfg.Dataplane.(PodFlowAcker)
 	if !ok {
@@ -80,7 +81,7 @@ func (r *Reconciler) ackPodFlows(ctx context.Context) {
 	var todo map[string]flows.Cookie
 	for k, pp := range r.model.podPortOf {
 		a, ok := applied[k]
-		if !ok || pp.Acked == a.Cookie {
+		if !ok || r.syncer.appliedSize[flows.BrInt][k] == 0 || pp.Acked == a.Cookie {
 			continue
 		}
 		if todo == nil {

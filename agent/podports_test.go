@@ -179,3 +179,17 @@ func TestAgentRunPodPortsPartialOtherChangesFull(t *testing.T) {
 	dp.changes <- struct{}{}
 	require.Eventually(t, func() bool { return dp.ensured.Load() > ensured }, 5*time.Second, 10*time.Millisecond, "an OVSDB change beyond pod ports is a full sync")
 }
+
+// A pod whose flow set lost its address to another pod (AllOrNothing: no flows) is not
+// acknowledged: srcip-cni's ADD keeps waiting, as it did for the pod-kind flows on its port.
+func TestPodPortLosingConflictIsNotAcknowledged(t *testing.T) {
+	f, src := podFixture(t)
+	thief := web1Port
+	thief.IPs = []netip.Addr{addr("10.244.1.5")} // web-0's address, confirmed by its Pod object
+	f.dp.podPorts = append(f.dp.podPorts, thief)
+	require.NoError(t, src.refresh(f.ctx))
+	require.NoError(t, f.sync())
+	assert.NotContains(t, strings.Join(f.in.Flows(), "\n"), "in_port=11", "the losing pod has no flows")
+	assert.Zero(t, f.dp.ack("veth2"), "and no acknowledgement")
+	assert.NotZero(t, f.dp.ack("veth1"))
+}
