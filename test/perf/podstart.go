@@ -103,7 +103,7 @@ func (b *bench) podStartPhase(ctx context.Context, r *Result, tmp string) error 
 
 	conf, err := json.Marshal(map[string]any{
 		"cniVersion": "1.1.0", "name": "ovs-srcip", "type": "srcip-cni",
-		"bridge": "br-int", "ovsdb": "unix:" + b.node.DBSock(), "mtu": 1450, "flowWait": "20s",
+		"bridge": "br-int", "ovsdb": "unix:" + b.node.DBSock(), "ovsRunDir": b.node.Dir, "mtu": 1450, "flowWait": "20s",
 		"ipam": map[string]any{
 			"type":    "host-local",
 			"ranges":  [][]map[string]string{{{"subnet": "10.244.1.0/24", "rangeStart": "10.244.1.180", "rangeEnd": "10.244.1.250", "gateway": "10.244.1.1"}}},
