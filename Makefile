@@ -108,7 +108,7 @@ test-conformance: deps build controlplane cluster
 test: deps vet build test-unit test-e2e test-conformance
 
 golden:
-	$(GO) test ./flows -run "TestGolden|TestWireOracle" -update -update-wire
+	$(GO) test ./flows -update -update-wire
 
 # srcip-agent side by side with the OVS floor and kube-proxy (nftables) at 1k and 10k opted-in
 # Services x 10 endpoints over 50 nodes, through a live API server (test/perf; docs/performance.md).
