@@ -85,17 +85,17 @@ func main() {
 	}
 }
 
+// modeNames are the modes -modes accepts.
+var modeNames = []string{"plain", "all", "bridge"}
+
 // validate checks the flags before anything is built or started: the modes and both regular
 // expressions.
 func validate(o options) error {
 	if o.e2eDir == "" {
 		return errors.New("-e2e is required (hack/conformance/build.sh's last line)")
 	}
-	modes := strings.Split(o.modes, ",")
-	for _, m := range modes {
-		switch m {
-		case "plain", "all", "bridge":
-		default:
+	for _, m := range strings.Split(o.modes, ",") {
+		if !slices.Contains(modeNames, m) {
 			return fmt.Errorf("unknown mode %q in -modes %q (plain, all, bridge; comma-separated, no spaces)", m, o.modes)
 		}
 	}
@@ -218,8 +218,8 @@ func run(ctx context.Context, o options) error {
 			if c, err = startLab(ctx, o, portmap, cluster.CNIBridge, images, coredns, logf); err != nil {
 				return fmt.Errorf("mode %s: %w", mode, err)
 			}
-		default:
-			return fmt.Errorf("unknown mode %q (plain, all, bridge)", mode)
+		default: // validate refused it
+			return fmt.Errorf("unknown mode %q", mode)
 		}
 		r, err := runMode(ctx, o, c, mode)
 		if ctx.Err() != nil {
