@@ -44,13 +44,18 @@ type model struct {
 	podChanges   *ChangeTracker[types.NamespacedName, corev1.Pod]
 	egwChanges   *ChangeTracker[string, egressv1.EgressGateway]
 	nsChanges    *ChangeTracker[string, corev1.Namespace]
+	// podPortChanges are the pod ports' changes by pod (podPortSource; OnPodPorts).
+	podPortChanges *ChangeTracker[types.NamespacedName, []PodPort]
 
-	nodes      map[string]*corev1.Node
-	services   map[types.NamespacedName]*corev1.Service
-	epSlices   map[types.NamespacedName]*discoveryv1.EndpointSlice
-	slicesOf   map[types.NamespacedName]map[types.NamespacedName]bool
-	pods       map[types.NamespacedName]*corev1.Pod
-	podPorts   map[types.NamespacedName][]PodPort // several while a predecessor's port lingers
+	nodes    map[string]*corev1.Node
+	services map[types.NamespacedName]*corev1.Service
+	epSlices map[types.NamespacedName]*discoveryv1.EndpointSlice
+	slicesOf map[types.NamespacedName]map[types.NamespacedName]bool
+	pods     map[types.NamespacedName]*corev1.Pod
+	podPorts map[types.NamespacedName][]PodPort // several while a predecessor's port lingers
+	// podPortOf are the ports st.Pods was built from (ChoosePodPort), by key: their Interfaces
+	// are the ones whose flows are acknowledged to srcip-cni (Reconciler.ackPodFlows).
+	podPortOf  map[flows.Key]PodPort
 	egws       map[string]*egressv1.EgressGateway
 	namespaces map[string]*corev1.Namespace
 
@@ -85,25 +90,29 @@ func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, nodePortRang
 		podChanges:   NewChangeTracker[types.NamespacedName](podEqual),
 		egwChanges:   NewChangeTracker[string](egressGatewayEqual),
 		nsChanges:    NewChangeTracker[string](namespaceEqual),
-		egws:         map[string]*egressv1.EgressGateway{},
-		namespaces:   map[string]*corev1.Namespace{},
-		podEgress:    map[flows.Key]*flows.PodEgress{},
-		nodes:        map[string]*corev1.Node{},
-		services:     map[types.NamespacedName]*corev1.Service{},
-		epSlices:     map[types.NamespacedName]*discoveryv1.EndpointSlice{},
-		slicesOf:     map[types.NamespacedName]map[types.NamespacedName]bool{},
-		pods:         map[types.NamespacedName]*corev1.Pod{},
-		podPorts:     map[types.NamespacedName][]PodPort{},
-		st:           flows.NewState(node, flows.Ports{}, nil, nil, nil, nil),
-		svcRaw:       map[types.NamespacedName][]flows.ServicePort{},
-		svcKeys:      map[types.NamespacedName][]flows.Key{},
-		claims:       newClaims(),
-		admit:        newAdmission(externalIPCIDRs, nodePortRange),
-		groups:       flows.NewGroupIDs(),
-		problems:     map[string]string{},
-		refused:      map[types.NamespacedName][]RefusedEntry{},
-		svcProblems:  map[types.NamespacedName][]string{},
-		conflicts:    map[types.NamespacedName][]string{},
+		podPortChanges: NewChangeTracker[types.NamespacedName](func(a, b *[]PodPort) bool {
+			return slices.EqualFunc(*a, *b, func(x, y PodPort) bool { return x.Equal(&y) })
+		}),
+		podPortOf:   map[flows.Key]PodPort{},
+		egws:        map[string]*egressv1.EgressGateway{},
+		namespaces:  map[string]*corev1.Namespace{},
+		podEgress:   map[flows.Key]*flows.PodEgress{},
+		nodes:       map[string]*corev1.Node{},
+		services:    map[types.NamespacedName]*corev1.Service{},
+		epSlices:    map[types.NamespacedName]*discoveryv1.EndpointSlice{},
+		slicesOf:    map[types.NamespacedName]map[types.NamespacedName]bool{},
+		pods:        map[types.NamespacedName]*corev1.Pod{},
+		podPorts:    map[types.NamespacedName][]PodPort{},
+		st:          flows.NewState(node, flows.Ports{}, nil, nil, nil, nil),
+		svcRaw:      map[types.NamespacedName][]flows.ServicePort{},
+		svcKeys:     map[types.NamespacedName][]flows.Key{},
+		claims:      newClaims(),
+		admit:       newAdmission(externalIPCIDRs, nodePortRange),
+		groups:      flows.NewGroupIDs(),
+		problems:    map[string]string{},
+		refused:     map[types.NamespacedName][]RefusedEntry{},
+		svcProblems: map[types.NamespacedName][]string{},
+		conflicts:   map[types.NamespacedName][]string{},
 	}
 }
 
@@ -231,6 +240,14 @@ func (m *model) checkout() (d dirtyObjects, nodeSelf bool) {
 		setOrDelete(m.pods, name, c.Current)
 		d.pods[name] = true
 	}
+	for name, c := range m.podPortChanges.Checkout() {
+		if c.Current == nil {
+			delete(m.podPorts, name)
+		} else {
+			m.podPorts[name] = *c.Current
+		}
+		d.pods[name] = true
+	}
 	for name, c := range m.egwChanges.Checkout() {
 		setOrDelete(m.egws, name, c.Current)
 	}
@@ -299,6 +316,7 @@ func (m *model) updatePods(logger klog.Logger, names map[types.NamespacedName]bo
 	for name := range names {
 		k := flows.Key{Kind: flows.KindPod, Namespace: name.Namespace, Name: name.Name}
 		delete(m.st.Pods, k)
+		delete(m.podPortOf, k)
 		markObject(touched, "Pod", name.Namespace, name.Name)
 		pod := m.pods[name]
 		pp, ok, ignored := ChoosePodPort(m.podPorts[name], pod)
@@ -328,6 +346,7 @@ func (m *model) updatePods(logger klog.Logger, names map[types.NamespacedName]bo
 			continue
 		}
 		m.st.Pods[k] = p
+		m.podPortOf[k] = pp
 	}
 }
 
