@@ -56,6 +56,10 @@ type model struct {
 	// podPortOf are the ports st.Pods was built from (ChoosePodPort), by key: their Interfaces
 	// are the ones whose flows are acknowledged to srcip-cni (Reconciler.ackPodFlows).
 	podPortOf  map[flows.Key]PodPort
+	// podAcked are the acknowledgements this agent wrote (ackPodFlows), by Interface: the echo
+	// of a write (PodPort.Acked set) is no change (podPortsEqual), so the model's PodPort may
+	// still show the Acked it had before.
+	podAcked map[string]flows.Cookie
 	egws       map[string]*egressv1.EgressGateway
 	namespaces map[string]*corev1.Namespace
 
@@ -90,10 +94,9 @@ func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, nodePortRang
 		podChanges:   NewChangeTracker[types.NamespacedName](podEqual),
 		egwChanges:   NewChangeTracker[string](egressGatewayEqual),
 		nsChanges:    NewChangeTracker[string](namespaceEqual),
-		podPortChanges: NewChangeTracker[types.NamespacedName](func(a, b *[]PodPort) bool {
-			return slices.EqualFunc(*a, *b, func(x, y PodPort) bool { return x.Equal(&y) })
-		}),
+		podPortChanges: NewChangeTracker[types.NamespacedName](podPortsEqual),
 		podPortOf:   map[flows.Key]PodPort{},
+		podAcked:    map[string]flows.Cookie{},
 		egws:        map[string]*egressv1.EgressGateway{},
 		namespaces:  map[string]*corev1.Namespace{},
 		podEgress:   map[flows.Key]*flows.PodEgress{},
@@ -347,6 +350,11 @@ func (m *model) updatePods(logger klog.Logger, names map[types.NamespacedName]bo
 		}
 		m.st.Pods[k] = p
 		m.podPortOf[k] = pp
+		if pp.Acked == 0 {
+			// A port without an acknowledgement (new, or re-created under the same name) gets
+			// one, whatever this agent wrote on its predecessor.
+			delete(m.podAcked, pp.Interface)
+		}
 	}
 }
 

@@ -65,29 +65,51 @@ func (r *Reconciler) OnPodPorts(name types.NamespacedName, prev, cur *[]PodPort)
 	}
 }
 
+// podPortsEqual reports whether two listings of one pod's ports are the same change-wise: equal
+// but for acknowledgements that arrived (PodPort.Acked going from one cookie, or none, to
+// another). An acknowledgement is the echo of the agent's own write (ackPodFlows); a sync for
+// it would write nothing and, 100 ms later at most (MinSyncInterval), hold back the next real
+// change. A port that lost its acknowledgement (Acked back to 0: the CNI re-created it) is a
+// change: its new port needs one.
+func podPortsEqual(prev, cur *[]PodPort) bool {
+	return slices.EqualFunc(*prev, *cur, func(x, y PodPort) bool {
+		if y.Acked != 0 || x.Acked == 0 {
+			y.Acked = x.Acked
+		}
+		return x.Equal(&y)
+	})
+}
+
 // ackPodFlows tells srcip-cni which pods' flow sets are in br-int (PodFlowAcker), after a
 // successful sync: the Interface of every pod whose applied flow set has flows (one that lost a
 // conflict has none: AllOrNothing) and a cookie other than the acknowledgement its port carries
-// (PodPort.Acked; a re-created port carries none). The write comes back as a pod-port change
-// (Acked set), a partial sync of that pod that writes nothing. Until that change arrives, later
-// syncs ask again (ofctl's AckPodFlows skips what OVSDB holds). A failed write is logged and
-// retried after the next sync.
+// (PodPort.Acked; a re-created port carries none) or this agent last wrote there (model.podAcked).
+// The write's echo through OVSDB is no change (podPortsEqual). A failed write is logged and
+// retried after the next sync (ofctl's AckPodFlows skips what OVSDB holds).
 func (r *Reconciler) ackPodFlows(ctx context.Context) {
 	acker, ok := r.cfg.Dataplane.(PodFlowAcker)
 	if !ok {
 		return
 	}
 	applied := r.syncer.applied[flows.BrInt]
+	acked := r.model.podAcked
+	live := make(map[string]bool, len(r.model.podPortOf))
 	var todo map[string]flows.Cookie
 	for k, pp := range r.model.podPortOf {
+		live[pp.Interface] = true
 		a, ok := applied[k]
-		if !ok || r.syncer.appliedSize[flows.BrInt][k] == 0 || pp.Acked == a.Cookie {
+		if !ok || r.syncer.appliedSize[flows.BrInt][k] == 0 || pp.Acked == a.Cookie || acked[pp.Interface] == a.Cookie {
 			continue
 		}
 		if todo == nil {
 			todo = map[string]flows.Cookie{}
 		}
 		todo[pp.Interface] = a.Cookie
+	}
+	for iface := range acked {
+		if !live[iface] {
+			delete(acked, iface)
+		}
 	}
 	if len(todo) == 0 {
 		return
@@ -96,4 +118,5 @@ func (r *Reconciler) ackPodFlows(ctx context.Context) {
 		klog.FromContext(ctx).Error(err, "Could not acknowledge pod flows in OVSDB; srcip-cni's ADD of these pods waits for the next sync", "interfaces", slices.Sorted(maps.Keys(todo)))
 		return
 	}
+	maps.Copy(acked, todo)
 }

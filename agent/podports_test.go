@@ -67,12 +67,13 @@ func TestPodPortAddIsPartialSyncOfThatPod(t *testing.T) {
 	require.NoError(t, src.refresh(f.ctx))
 	assert.Zero(t, f.r.model.podPortChanges.Pending())
 
-	// The acknowledgement comes back through OVSDB (Acked): a partial sync that writes nothing
-	// and acknowledges nothing again.
+	// The acknowledgement comes back through OVSDB (Acked): no change (no sync that would hold
+	// back the next real one by MinSyncInterval), and a later sync acknowledges nothing again.
 	for i := range f.dp.podPorts {
 		f.dp.podPorts[i].Acked = f.dp.ack(f.dp.podPorts[i].Interface)
 	}
 	require.NoError(t, src.refresh(f.ctx))
+	assert.Zero(t, f.r.model.podPortChanges.Pending(), "the echo of an acknowledgement is no change")
 	calls, inBundles := f.dp.ackCalls, inAfter
 	require.NoError(t, f.sync())
 	assert.Equal(t, calls, f.dp.ackCalls, "nothing to acknowledge")
@@ -194,4 +195,28 @@ func TestPodPortLosingConflictIsNotAcknowledged(t *testing.T) {
 	assert.NotContains(t, strings.Join(f.in.Flows(), "\n"), "in_port=11", "the losing pod has no flows")
 	assert.Zero(t, f.dp.ack("veth2"), "and no acknowledgement")
 	assert.NotZero(t, f.dp.ack("veth1"))
+}
+
+// An acknowledgement arriving (or changing) is the echo of the agent's own write: no change. A
+// port losing it (re-created) is one, as is any other field.
+func TestPodPortsEqualIgnoresArrivingAcknowledgements(t *testing.T) {
+	port := func(acked flows.Cookie, ofport int) []PodPort {
+		p := web1Port
+		p.Acked, p.OFPort = acked, ofport
+		return []PodPort{p}
+	}
+	for _, c := range []struct {
+		name      string
+		prev, cur []PodPort
+		want      bool
+	}{
+		{"same", port(7, 11), port(7, 11), true},
+		{"acknowledged", port(0, 11), port(7, 11), true},
+		{"acknowledged again", port(7, 11), port(9, 11), true},
+		{"acknowledgement lost", port(7, 11), port(0, 11), false},
+		{"ofport", port(7, 11), port(7, 12), false},
+		{"a port more", port(0, 11), append(port(0, 11), port(0, 12)...), false},
+	} {
+		assert.Equal(t, c.want, podPortsEqual(&c.prev, &c.cur), c.name)
+	}
 }
