@@ -55,11 +55,11 @@ type model struct {
 	podPorts map[types.NamespacedName][]PodPort // several while a predecessor's port lingers
 	// podPortOf are the ports st.Pods was built from (ChoosePodPort), by key: their Interfaces
 	// are the ones whose flows are acknowledged to srcip-cni (Reconciler.ackPodFlows).
-	podPortOf  map[flows.Key]PodPort
+	podPortOf map[flows.Key]PodPort
 	// podAcked are the acknowledgements this agent wrote (ackPodFlows), by Interface: the echo
 	// of a write (PodPort.Acked set) is no change (podPortsEqual), so the model's PodPort may
 	// still show the Acked it had before.
-	podAcked map[string]flows.Cookie
+	podAcked   map[string]flows.Cookie
 	egws       map[string]*egressv1.EgressGateway
 	namespaces map[string]*corev1.Namespace
 
@@ -88,34 +88,34 @@ type model struct {
 func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, nodePortRange [2]uint16, mode PreserveMode, events EventSink) *model {
 	return &model{
 		node: node, npCIDRs: npCIDRs, events: events, sel: Selector{Mode: mode, ExternalIPCIDRs: externalIPCIDRs},
-		nodeChanges:  NewChangeTracker[string](nodeEqual),
-		svcChanges:   NewChangeTracker[types.NamespacedName](serviceEqual),
-		sliceChanges: NewChangeTracker[types.NamespacedName](sliceEqual),
-		podChanges:   NewChangeTracker[types.NamespacedName](podEqual),
-		egwChanges:   NewChangeTracker[string](egressGatewayEqual),
-		nsChanges:    NewChangeTracker[string](namespaceEqual),
+		nodeChanges:    NewChangeTracker[string](nodeEqual),
+		svcChanges:     NewChangeTracker[types.NamespacedName](serviceEqual),
+		sliceChanges:   NewChangeTracker[types.NamespacedName](sliceEqual),
+		podChanges:     NewChangeTracker[types.NamespacedName](podEqual),
+		egwChanges:     NewChangeTracker[string](egressGatewayEqual),
+		nsChanges:      NewChangeTracker[string](namespaceEqual),
 		podPortChanges: NewChangeTracker[types.NamespacedName](podPortsEqual),
-		podPortOf:   map[flows.Key]PodPort{},
-		podAcked:    map[string]flows.Cookie{},
-		egws:        map[string]*egressv1.EgressGateway{},
-		namespaces:  map[string]*corev1.Namespace{},
-		podEgress:   map[flows.Key]*flows.PodEgress{},
-		nodes:       map[string]*corev1.Node{},
-		services:    map[types.NamespacedName]*corev1.Service{},
-		epSlices:    map[types.NamespacedName]*discoveryv1.EndpointSlice{},
-		slicesOf:    map[types.NamespacedName]map[types.NamespacedName]bool{},
-		pods:        map[types.NamespacedName]*corev1.Pod{},
-		podPorts:    map[types.NamespacedName][]PodPort{},
-		st:          flows.NewState(node, flows.Ports{}, nil, nil, nil, nil),
-		svcRaw:      map[types.NamespacedName][]flows.ServicePort{},
-		svcKeys:     map[types.NamespacedName][]flows.Key{},
-		claims:      newClaims(),
-		admit:       newAdmission(externalIPCIDRs, nodePortRange),
-		groups:      flows.NewGroupIDs(),
-		problems:    map[string]string{},
-		refused:     map[types.NamespacedName][]RefusedEntry{},
-		svcProblems: map[types.NamespacedName][]string{},
-		conflicts:   map[types.NamespacedName][]string{},
+		podPortOf:      map[flows.Key]PodPort{},
+		podAcked:       map[string]flows.Cookie{},
+		egws:           map[string]*egressv1.EgressGateway{},
+		namespaces:     map[string]*corev1.Namespace{},
+		podEgress:      map[flows.Key]*flows.PodEgress{},
+		nodes:          map[string]*corev1.Node{},
+		services:       map[types.NamespacedName]*corev1.Service{},
+		epSlices:       map[types.NamespacedName]*discoveryv1.EndpointSlice{},
+		slicesOf:       map[types.NamespacedName]map[types.NamespacedName]bool{},
+		pods:           map[types.NamespacedName]*corev1.Pod{},
+		podPorts:       map[types.NamespacedName][]PodPort{},
+		st:             flows.NewState(node, flows.Ports{}, nil, nil, nil, nil),
+		svcRaw:         map[types.NamespacedName][]flows.ServicePort{},
+		svcKeys:        map[types.NamespacedName][]flows.Key{},
+		claims:         newClaims(),
+		admit:          newAdmission(externalIPCIDRs, nodePortRange),
+		groups:         flows.NewGroupIDs(),
+		problems:       map[string]string{},
+		refused:        map[types.NamespacedName][]RefusedEntry{},
+		svcProblems:    map[types.NamespacedName][]string{},
+		conflicts:      map[types.NamespacedName][]string{},
 	}
 }
 
