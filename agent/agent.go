@@ -132,6 +132,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer close(done)
 		a.runner.Loop(ctx)
 	}()
+	// Pod ports are tracked like API objects (podPortSource): their baseline is what OVSDB
+	// holds now, which the first full sync reads as well.
+	pods := &podPortSource{dp: a.cfg.Dataplane, rec: a.rec}
+	if err := pods.refresh(ctx); err != nil {
+		logger.Error(err, "Pod ports not listed; the full sync retries")
+	}
 	a.rec.RequestFullSync()
 	tick := time.NewTicker(a.cfg.FullSyncPeriod)
 	defer tick.Stop()
@@ -148,8 +154,13 @@ func (a *Agent) Run(ctx context.Context) error {
 			logger.Info("Stopped; flows are left in place")
 			return nil
 		case <-a.cfg.Dataplane.Changes():
-			logger.V(4).Info("OVSDB changed; requesting a full sync")
+			logger.V(4).Info("OVSDB changed beyond pod ports; requesting a full sync")
 			a.rec.RequestFullSync()
+		case <-a.cfg.Dataplane.PodPortChanges():
+			if err := pods.refresh(ctx); err != nil {
+				logger.Error(err, "Pod ports not listed; requesting a full sync")
+				a.rec.RequestFullSync()
+			}
 		case <-tick.C:
 			a.rec.RequestFullSync()
 		}

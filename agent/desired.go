@@ -166,6 +166,7 @@ func (d *staticDataplane) EnsureIntegration(context.Context) (flows.Ports, error
 }
 func (d *staticDataplane) PodPorts(context.Context) ([]PodPort, error) { return d.podPorts, nil }
 func (d *staticDataplane) Changes() <-chan struct{}                    { return nil }
+func (d *staticDataplane) PodPortChanges() <-chan struct{}             { return nil }
 
 type captureBridge struct{ lines func([]string) }
 

@@ -8,9 +8,12 @@
 //
 // The control loop follows kube-proxy: Source handlers only record {previous, current} pairs in
 // ChangeTrackers and request a sync; the Reconciler checks the trackers out, rebuilds only the
-// dirty flow sets (partial sync) and writes one ovs-ofctl bundle per bridge. A full sync (dump
-// the bridge's inventory, flows.FullDiff, repair drift) runs at start, after any failed write,
-// after an OVSDB change notification, and periodically. Nothing is written before the Source has
+// dirty flow sets (partial sync) and writes one ovs-ofctl bundle per bridge. Pod ports in OVSDB
+// are such an input too (podPortSource: a CNI ADD or DEL is a partial sync of that pod). A full
+// sync (re-read OVSDB, dump the bridge's inventory, flows.FullDiff, repair drift) runs at start,
+// after any failed write, after an OVSDB change beyond pod ports (a bridge, the uplink, the
+// patch, tunnel or gateway port, their ofports; a reconnect; an ovs-vswitchd restart), and
+// periodically. Nothing is written before the Source has
 // synced: a sync on partial data would delete live flows.
 //
 // No flow logic lives here; the package never formats a flow.

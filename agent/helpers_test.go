@@ -2,9 +2,11 @@ package agent
 
 import (
 	"context"
+	"maps"
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
@@ -86,21 +88,30 @@ func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
 
 // fakeDataplane is an in-memory Dataplane.
 type fakeDataplane struct {
-	ports    flows.Ports
-	podPorts []PodPort
-	changes  chan struct{}
-	fail     atomic.Bool
+	ports      flows.Ports
+	podPorts   []PodPort
+	changes    chan struct{}
+	podChanges chan struct{}
+	fail       atomic.Bool
+	// ensured counts EnsureIntegration calls (one per full sync's OVSDB read).
+	ensured atomic.Int32
+	// acks are the AckPodFlows calls' acknowledgements, merged (interface -> cookie).
+	ackMu    sync.Mutex
+	acks     map[string]flows.Cookie
+	ackCalls int
 }
 
 func newFakeDataplane() *fakeDataplane {
 	return &fakeDataplane{
 		ports: flows.Ports{ExUplink: 1, ExPatch: 2, IntPatch: 1, IntTunnel: 2,
 			ExMAC: net.HardwareAddr{0x02, 0, 0, 0, 0, 0x01}},
-		changes: make(chan struct{}, 1),
+		changes: make(chan struct{}, 1), podChanges: make(chan struct{}, 1),
+		acks: map[string]flows.Cookie{},
 	}
 }
 
 func (d *fakeDataplane) EnsureIntegration(context.Context) (flows.Ports, error) {
+	d.ensured.Add(1)
 	if d.fail.Load() {
 		return flows.Ports{}, errFakeDataplane
 	}
@@ -109,6 +120,22 @@ func (d *fakeDataplane) EnsureIntegration(context.Context) (flows.Ports, error) 
 
 func (d *fakeDataplane) PodPorts(context.Context) ([]PodPort, error) { return d.podPorts, nil }
 func (d *fakeDataplane) Changes() <-chan struct{}                    { return d.changes }
+func (d *fakeDataplane) PodPortChanges() <-chan struct{}             { return d.podChanges }
+
+func (d *fakeDataplane) AckPodFlows(_ context.Context, acks map[string]flows.Cookie) error {
+	d.ackMu.Lock()
+	defer d.ackMu.Unlock()
+	maps.Copy(d.acks, acks)
+	d.ackCalls++
+	return nil
+}
+
+// ack returns the acknowledged cookie of interface name (0: none).
+func (d *fakeDataplane) ack(name string) flows.Cookie {
+	d.ackMu.Lock()
+	defer d.ackMu.Unlock()
+	return d.acks[name]
+}
 
 var errFakeDataplane = &net.OpError{Op: "dial", Err: net.UnknownNetworkError("fake")}
 

@@ -30,24 +30,9 @@ type EncodedBundler interface {
 	BundleEncoded(ctx context.Context, e *openflow.Encoded) error
 }
 
-// PodPort is a pod interface attached to br-int, as found through OVSDB Interface.external_ids.
-type PodPort struct {
-	Namespace, Name string
-	// Interface is the OVSDB Interface name.
-	Interface string
-	// MAC is external_ids:attached-mac.
-	MAC net.HardwareAddr
-	// OFPort is the interface's ofport on br-int.
-	OFPort int
-	// IPs are external_ids ip_addresses/ip, when present; the Pod object's status.podIPs is used
-	// otherwise.
-	IPs []netip.Addr
-	// UID is the pod's metadata.uid (external_ids pod-uid or iface-id-ver), empty when unknown.
-	UID string
-	// Chained: the port is srcip-cni's chained-mode egress interface (external_ids
-	// srcip-cni-mode=chained); IPs are the main CNI's addresses (flows.Pod.Chained).
-	Chained bool
-}
+// PodPort is a pod interface attached to br-int, as found through OVSDB Interface.external_ids
+// (the Dataplane's PodPorts): the one type ofctl returns and the agent reads.
+type PodPort = flows.PodPort
 
 // Dataplane is the node's OVSDB as the Reconciler needs it (implemented in cmd/srcip-agent on
 // top of ofctl.DB).
@@ -57,8 +42,24 @@ type Dataplane interface {
 	EnsureIntegration(ctx context.Context) (flows.Ports, error)
 	// PodPorts lists the pod interfaces on br-int.
 	PodPorts(ctx context.Context) ([]PodPort, error)
-	// Changes is signalled (coalesced) after any relevant OVSDB change and after a reconnect.
+	// Changes is signalled (coalesced) after an OVSDB change that is more than pod ports (the
+	// bridges, the uplink, patch, tunnel and gateway ports, their ofports), after a reconnect and
+	// after an ovs-vswitchd restart: the agent makes a full sync.
 	Changes() <-chan struct{}
+	// PodPortChanges is signalled (coalesced) after OVSDB changes that may have added, changed
+	// or removed pod ports: the agent lists PodPorts again and makes a partial sync of the pods
+	// whose ports differ (podPortSource).
+	PodPortChanges() <-chan struct{}
+}
+
+// PodFlowAcker is optionally implemented by a Dataplane that records, for srcip-cni's ADD, that
+// a pod's flow set is in br-int (cmd/srcip-agent: ofctl.DB.AckPodFlows, external_ids
+// srcip-agent-flows on the pod's Interface; docs/architecture.md "A pod from CNI ADD to its
+// flows").
+type PodFlowAcker interface {
+	// AckPodFlows records, per pod Interface name (PodPort.Interface), the cookie of the pod flow
+	// set applied for it. Names that are gone are skipped.
+	AckPodFlows(ctx context.Context, acks map[string]flows.Cookie) error
 }
 
 // ConnectionChecker is optionally implemented by a Dataplane that knows whether its OVSDB

@@ -44,13 +44,22 @@ type model struct {
 	podChanges   *ChangeTracker[types.NamespacedName, corev1.Pod]
 	egwChanges   *ChangeTracker[string, egressv1.EgressGateway]
 	nsChanges    *ChangeTracker[string, corev1.Namespace]
+	// podPortChanges are the pod ports' changes by pod (podPortSource; OnPodPorts).
+	podPortChanges *ChangeTracker[types.NamespacedName, []PodPort]
 
-	nodes      map[string]*corev1.Node
-	services   map[types.NamespacedName]*corev1.Service
-	epSlices   map[types.NamespacedName]*discoveryv1.EndpointSlice
-	slicesOf   map[types.NamespacedName]map[types.NamespacedName]bool
-	pods       map[types.NamespacedName]*corev1.Pod
-	podPorts   map[types.NamespacedName][]PodPort // several while a predecessor's port lingers
+	nodes    map[string]*corev1.Node
+	services map[types.NamespacedName]*corev1.Service
+	epSlices map[types.NamespacedName]*discoveryv1.EndpointSlice
+	slicesOf map[types.NamespacedName]map[types.NamespacedName]bool
+	pods     map[types.NamespacedName]*corev1.Pod
+	podPorts map[types.NamespacedName][]PodPort // several while a predecessor's port lingers
+	// podPortOf are the ports st.Pods was built from (ChoosePodPort), by key: their Interfaces
+	// are the ones whose flows are acknowledged to srcip-cni (Reconciler.ackPodFlows).
+	podPortOf map[flows.Key]PodPort
+	// podAcked are the acknowledgements this agent wrote (ackPodFlows), by Interface: the echo
+	// of a write (PodPort.Acked set) is no change (podPortsEqual), so the model's PodPort may
+	// still show the Acked it had before.
+	podAcked   map[string]flows.Cookie
 	egws       map[string]*egressv1.EgressGateway
 	namespaces map[string]*corev1.Namespace
 
@@ -79,31 +88,34 @@ type model struct {
 func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, nodePortRange [2]uint16, mode PreserveMode, events EventSink) *model {
 	return &model{
 		node: node, npCIDRs: npCIDRs, events: events, sel: Selector{Mode: mode, ExternalIPCIDRs: externalIPCIDRs},
-		nodeChanges:  NewChangeTracker[string](nodeEqual),
-		svcChanges:   NewChangeTracker[types.NamespacedName](serviceEqual),
-		sliceChanges: NewChangeTracker[types.NamespacedName](sliceEqual),
-		podChanges:   NewChangeTracker[types.NamespacedName](podEqual),
-		egwChanges:   NewChangeTracker[string](egressGatewayEqual),
-		nsChanges:    NewChangeTracker[string](namespaceEqual),
-		egws:         map[string]*egressv1.EgressGateway{},
-		namespaces:   map[string]*corev1.Namespace{},
-		podEgress:    map[flows.Key]*flows.PodEgress{},
-		nodes:        map[string]*corev1.Node{},
-		services:     map[types.NamespacedName]*corev1.Service{},
-		epSlices:     map[types.NamespacedName]*discoveryv1.EndpointSlice{},
-		slicesOf:     map[types.NamespacedName]map[types.NamespacedName]bool{},
-		pods:         map[types.NamespacedName]*corev1.Pod{},
-		podPorts:     map[types.NamespacedName][]PodPort{},
-		st:           flows.NewState(node, flows.Ports{}, nil, nil, nil, nil),
-		svcRaw:       map[types.NamespacedName][]flows.ServicePort{},
-		svcKeys:      map[types.NamespacedName][]flows.Key{},
-		claims:       newClaims(),
-		admit:        newAdmission(externalIPCIDRs, nodePortRange),
-		groups:       flows.NewGroupIDs(),
-		problems:     map[string]string{},
-		refused:      map[types.NamespacedName][]RefusedEntry{},
-		svcProblems:  map[types.NamespacedName][]string{},
-		conflicts:    map[types.NamespacedName][]string{},
+		nodeChanges:    NewChangeTracker[string](nodeEqual),
+		svcChanges:     NewChangeTracker[types.NamespacedName](serviceEqual),
+		sliceChanges:   NewChangeTracker[types.NamespacedName](sliceEqual),
+		podChanges:     NewChangeTracker[types.NamespacedName](podEqual),
+		egwChanges:     NewChangeTracker[string](egressGatewayEqual),
+		nsChanges:      NewChangeTracker[string](namespaceEqual),
+		podPortChanges: NewChangeTracker[types.NamespacedName](podPortsEqual),
+		podPortOf:      map[flows.Key]PodPort{},
+		podAcked:       map[string]flows.Cookie{},
+		egws:           map[string]*egressv1.EgressGateway{},
+		namespaces:     map[string]*corev1.Namespace{},
+		podEgress:      map[flows.Key]*flows.PodEgress{},
+		nodes:          map[string]*corev1.Node{},
+		services:       map[types.NamespacedName]*corev1.Service{},
+		epSlices:       map[types.NamespacedName]*discoveryv1.EndpointSlice{},
+		slicesOf:       map[types.NamespacedName]map[types.NamespacedName]bool{},
+		pods:           map[types.NamespacedName]*corev1.Pod{},
+		podPorts:       map[types.NamespacedName][]PodPort{},
+		st:             flows.NewState(node, flows.Ports{}, nil, nil, nil, nil),
+		svcRaw:         map[types.NamespacedName][]flows.ServicePort{},
+		svcKeys:        map[types.NamespacedName][]flows.Key{},
+		claims:         newClaims(),
+		admit:          newAdmission(externalIPCIDRs, nodePortRange),
+		groups:         flows.NewGroupIDs(),
+		problems:       map[string]string{},
+		refused:        map[types.NamespacedName][]RefusedEntry{},
+		svcProblems:    map[types.NamespacedName][]string{},
+		conflicts:      map[types.NamespacedName][]string{},
 	}
 }
 
@@ -231,6 +243,14 @@ func (m *model) checkout() (d dirtyObjects, nodeSelf bool) {
 		setOrDelete(m.pods, name, c.Current)
 		d.pods[name] = true
 	}
+	for name, c := range m.podPortChanges.Checkout() {
+		if c.Current == nil {
+			delete(m.podPorts, name)
+		} else {
+			m.podPorts[name] = *c.Current
+		}
+		d.pods[name] = true
+	}
 	for name, c := range m.egwChanges.Checkout() {
 		setOrDelete(m.egws, name, c.Current)
 	}
@@ -299,6 +319,7 @@ func (m *model) updatePods(logger klog.Logger, names map[types.NamespacedName]bo
 	for name := range names {
 		k := flows.Key{Kind: flows.KindPod, Namespace: name.Namespace, Name: name.Name}
 		delete(m.st.Pods, k)
+		delete(m.podPortOf, k)
 		markObject(touched, "Pod", name.Namespace, name.Name)
 		pod := m.pods[name]
 		pp, ok, ignored := ChoosePodPort(m.podPorts[name], pod)
@@ -328,6 +349,12 @@ func (m *model) updatePods(logger klog.Logger, names map[types.NamespacedName]bo
 			continue
 		}
 		m.st.Pods[k] = p
+		m.podPortOf[k] = pp
+		if pp.Acked == 0 {
+			// A port without an acknowledgement (new, or re-created under the same name) gets
+			// one, whatever this agent wrote on its predecessor.
+			delete(m.podAcked, pp.Interface)
+		}
 	}
 }
 

@@ -436,7 +436,7 @@ func (r *Reconciler) sync(ctx context.Context, full bool) (bool, error) {
 
 // afterSync runs after every successful sync: a gratuitous ARP for each egress IP this node
 // has just become the gateway of (its ARP answer is installed now, C25) or whose uplink changed
-// (C38), the election's
+// (C38), the acknowledgement of the pods whose flows are in (ackPodFlows), the election's
 // Synced (Leases given up are released now that the answers are gone), and the policies to the
 // status writer.
 func (r *Reconciler) afterSync(ctx context.Context) {
@@ -465,6 +465,7 @@ func (r *Reconciler) afterSync(ctx context.Context) {
 		}
 		logger.Info("Egress gateway: announced the egress IP (gratuitous ARP)", "mac", st.Ports.ExMAC.String())
 	}
+	r.ackPodFlows(ctx)
 	if r.cfg.Election != nil {
 		r.cfg.Election.Synced()
 	}

@@ -28,7 +28,12 @@ func TestEnsureBridgeAndDeleteBridge(t *testing.T) {
 	assert.Len(t, changes, 3, "%v", changes)
 	_, mac, err := db.WaitInterface(ctx, "br-x", true, 10*time.Second)
 	require.NoError(t, err)
-	assert.Equal(t, "02:00:00:00:00:42", mac.String())
+	require.NotNil(t, mac)
+	// ovs-vswitchd may report the bridge's first, random MAC before other_config:hwaddr takes
+	// effect: mac_in_use converges to the one asked for.
+	require.Eventually(t, func() bool {
+		return vsGet(t, sb, "Interface", "br-x", "mac_in_use") == "02:00:00:00:00:42"
+	}, 10*time.Second, 20*time.Millisecond, "mac_in_use of br-x")
 	ofport, _, err := db.WaitInterface(ctx, "gw0", false, 10*time.Second)
 	require.NoError(t, err)
 	assert.Positive(t, ofport)

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -55,8 +56,18 @@ const defaultPortWait = 30 * time.Second
 // kept current by an OVSDB monitor. It reconnects by itself when ovsdb-server restarts.
 // Its methods are safe for concurrent use.
 type DB struct {
-	c       client.Client
-	changes chan struct{}
+	c client.Client
+	// changes and podChanges are Changes and PodPortChanges (filled by classify).
+	changes, podChanges chan struct{}
+	// wake is closed and replaced at every cache change (onEvent; wakeup).
+	wakeMu sync.Mutex
+	wake   chan struct{}
+	// forceFull: the next classification is a full change (a reconnect).
+	forceFull    atomic.Bool
+	classifyOnce sync.Once
+	done         chan struct{}
+	closeOnce    sync.Once
+	logger       klog.Logger // Connect's
 	// warnedFailMode is br-ex's fail mode EnsureIntegration last warned about ("" = none), so
 	// that the warning is logged once per change, not at every sync.
 	warnedFailMode atomic.Value
@@ -106,11 +117,12 @@ func Connect(ctx context.Context, endpoint string) (*DB, error) {
 	if err := c.Connect(ctx); err != nil {
 		return nil, fmt.Errorf("connect to ovsdb %s: %w%s", endpoint, err, connectHint(endpoint))
 	}
-	d := &DB{c: c, changes: make(chan struct{}, 1)}
+	d := &DB{c: c, changes: make(chan struct{}, 1), podChanges: make(chan struct{}, 1),
+		wake: make(chan struct{}), done: make(chan struct{}), logger: klog.FromContext(ctx)}
 	c.Cache().AddEventHandler(&cache.EventHandlerFuncs{
-		AddFunc:    func(string, model.Model) { notify(d.changes) },
-		UpdateFunc: func(string, model.Model, model.Model) { notify(d.changes) },
-		DeleteFunc: func(string, model.Model) { notify(d.changes) },
+		AddFunc:    func(table string, _ model.Model) { d.onEvent(table, true) },
+		UpdateFunc: func(table string, _, _ model.Model) { d.onEvent(table, false) },
+		DeleteFunc: func(table string, _ model.Model) { d.onEvent(table, true) },
 	})
 	// Monitor only the columns of the models: Interface statistics and status change every few
 	// seconds and must not wake the agent.
@@ -168,18 +180,27 @@ func notify(ch chan struct{}) {
 }
 
 // Close closes the connection; the DB must not be used afterwards.
-func (d *DB) Close() { d.c.Close() }
+func (d *DB) Close() {
+	d.closeOnce.Do(func() { close(d.done) })
+	d.c.Close()
+}
 
 // Connected reports whether the OVSDB connection is up right now (libovsdb reconnects in the
 // background after a loss; the agent's /healthz reports false meanwhile).
 func (d *DB) Connected() bool { return d.c.Connected() }
 
 // Changes returns a channel that receives (coalesced: capacity 1, never blocks the sender) after
-// any change of a cached Open_vSwitch, Bridge, Port, Interface or Flow_Table row, including the
-// initial population and the repopulation after a reconnect. A receive means "look again", not
-// what changed. A restart of ovs-vswitchd alone (which loses every OpenFlow flow) is not visible
-// in OVSDB: see WatchVswitchd.
-func (d *DB) Changes() <-chan struct{} { return d.changes }
+// a change of a cached Open_vSwitch, Bridge, Port, Interface or Flow_Table row other than a pod
+// port's (bridges, their uplink, patch, tunnel and gateway ports, ofports: what
+// EnsureIntegration reads), after the initial population and after a reconnect. A receive means
+// "look again", not what changed. Changes of pod ports alone (Interfaces whose external_ids name
+// a pod, their Ports, those Ports in Bridge.ports) go to PodPortChanges only. A restart of
+// ovs-vswitchd alone (which loses every OpenFlow flow) is not visible in OVSDB: see
+// WatchVswitchd.
+func (d *DB) Changes() <-chan struct{} {
+	d.startClassifier()
+	return d.changes
+}
 
 // IntegrationConfig names the objects EnsureIntegration creates or checks. Zero values take the
 // Default* constants.
@@ -729,35 +750,11 @@ func (d *DB) NameTables(ctx context.Context, bridge string, names map[int]string
 	return nil
 }
 
-// PodPort is a pod's interface on the integration bridge, found through Interface.external_ids.
-type PodPort struct {
-	// Namespace and Name identify the pod: from external_ids iface-id=<namespace>_<pod>
-	// (OVN-Kubernetes; split at the first '_', which neither a namespace nor a pod name may
-	// contain) or pod-namespace and pod-name (Antrea).
-	Namespace, Name string
-	// Interface is the OVS interface name (Interface.name).
-	Interface string
-	// MAC is external_ids:attached-mac, the pod's own MAC address.
-	MAC net.HardwareAddr
-	// OFPort is the interface's OpenFlow port number on the bridge (Interface.ofport, > 0).
-	OFPort int
-	// IPs are the pod addresses from external_ids:ip_addresses (comma-separated, plain or CIDR)
-	// or external_ids:ip; empty when neither is set (use the Pod object's status.podIPs).
-	IPs []netip.Addr
-	// UID is the pod's metadata.uid from external_ids:pod-uid (srcip-cni) or iface-id-ver
-	// (OVN-Kubernetes); empty when neither is set. It tells a pod's port from the lingering port of
-	// a predecessor with the same namespace and name.
-	UID string
-	// Chained is true when external_ids:srcip-cni-mode is "chained" (ModeChained): the port is
-	// a chained pod's egress interface and IPs are its main CNI's addresses.
-	Chained bool
-}
-
 // PodPorts lists the pod interfaces on bridge brInt, sorted by namespace and name. Interfaces
 // without a recognised pod identity, without a parseable attached-mac or without an ofport
 // (> 0) are skipped; unparseable addresses are skipped. Error: ErrBridgeNotFound (wrapped).
-func (d *DB) PodPorts(ctx context.Context, brInt string) ([]PodPort, error) {
-	var out []PodPort
+func (d *DB) PodPorts(ctx context.Context, brInt string) ([]flows.PodPort, error) {
+	var out []flows.PodPort
 	err := d.eachInterface(ctx, brInt, func(_ *portRow, i *ifaceRow) bool {
 		if pp, ok := podPort(i); ok {
 			out = append(out, pp)
@@ -767,7 +764,7 @@ func (d *DB) PodPorts(ctx context.Context, brInt string) ([]PodPort, error) {
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(out, func(a, b PodPort) int {
+	slices.SortFunc(out, func(a, b flows.PodPort) int {
 		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
 			return c
 		}
@@ -813,23 +810,20 @@ func (d *DB) eachInterface(ctx context.Context, bridge string, visit func(p *por
 }
 
 // podPort extracts a PodPort from an interface row.
-func podPort(i *ifaceRow) (PodPort, bool) {
+func podPort(i *ifaceRow) (flows.PodPort, bool) {
 	ids := i.ExternalIDs
-	pp := PodPort{Interface: i.Name}
-	if ns, name := ids["pod-namespace"], ids["pod-name"]; ns != "" && name != "" {
-		pp.Namespace, pp.Name = ns, name
-	} else if ns, name, ok := strings.Cut(ids["iface-id"], "_"); ok && ns != "" && name != "" {
-		pp.Namespace, pp.Name = ns, name
-	} else {
-		return PodPort{}, false
+	pp := flows.PodPort{Interface: i.Name}
+	var ok bool
+	if pp.Namespace, pp.Name, ok = podIdentity(ids); !ok {
+		return flows.PodPort{}, false
 	}
 	if i.OFPort == nil || *i.OFPort <= 0 {
-		return PodPort{}, false
+		return flows.PodPort{}, false
 	}
 	pp.OFPort = *i.OFPort
 	mac, err := net.ParseMAC(ids["attached-mac"])
 	if err != nil {
-		return PodPort{}, false
+		return flows.PodPort{}, false
 	}
 	pp.MAC = mac
 	pp.UID = ids["pod-uid"]
@@ -837,6 +831,9 @@ func podPort(i *ifaceRow) (PodPort, bool) {
 		pp.UID = ids["iface-id-ver"]
 	}
 	pp.Chained = ids[ExtIDMode] == ModeChained
+	if c, err := strconv.ParseUint(ids[ExtIDAgentFlows], 0, 64); err == nil {
+		pp.Acked = flows.Cookie(c)
+	}
 	raw := ids["ip_addresses"]
 	if raw == "" {
 		raw = ids["ip"]

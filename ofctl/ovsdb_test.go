@@ -171,7 +171,7 @@ func TestPodPorts(t *testing.T) {
 	add("nomac", "iface-id=ns-d_pod-4")
 	add("plain")
 
-	want := []ofctl.PodPort{
+	want := []flows.PodPort{
 		{Namespace: "ns-a", Name: "pod-1", Interface: "ovn1", MAC: mustMAC("0a:58:0a:f4:00:05"),
 			IPs: []netip.Addr{netip.MustParseAddr("10.244.0.5"), netip.MustParseAddr("fd00::5")}},
 		{Namespace: "ns-b", Name: "pod-2", Interface: "antrea1", MAC: mustMAC("0a:58:0a:f4:00:06"),
@@ -185,7 +185,7 @@ func TestPodPorts(t *testing.T) {
 		require.NoError(t, err)
 		want[i].OFPort = p
 	}
-	var got []ofctl.PodPort
+	var got []flows.PodPort
 	require.Eventually(t, func() bool {
 		got, err = db.PodPorts(ctx, "br-int")
 		require.NoError(t, err)
@@ -383,4 +383,73 @@ func TestEndpointErrorsSayWhatToDo(t *testing.T) {
 	assert.ErrorContains(t, err, "is Open vSwitch running on this node?")
 	_, err = ofctl.Connect(ctx, "db.sock")
 	assert.ErrorContains(t, err, "want unix:PATH")
+}
+
+// A pod port's add, acknowledgement and delete are PodPortChanges only; a port without a pod
+// identity is a Changes (a full sync in the agent).
+func TestPodPortChangesAreNotFullChanges(t *testing.T) {
+	ctx, sb, db := startNode(t)
+	_, err := db.EnsureIntegration(ctx, integration)
+	require.NoError(t, err)
+	full, pods := db.Changes(), db.PodPortChanges()
+	time.Sleep(300 * time.Millisecond)
+	drain(full)
+	drain(pods)
+	expect := func(what string, ch <-chan struct{}) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no notification after %s", what)
+		}
+	}
+	none := func(what string, ch <-chan struct{}) {
+		t.Helper()
+		select {
+		case <-ch:
+			t.Fatalf("full change notification after %s", what)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+
+	sb.Vsctl(t, "add-port", "br-int", "pod1", "--", "set", "Interface", "pod1", "type=dummy",
+		"external_ids:pod-namespace=ns1", "external_ids:pod-name=web-0", "external_ids:attached-mac=02:00:00:00:00:01")
+	expect("a pod port's add", pods)
+	none("a pod port's add", full)
+	require.Eventually(t, func() bool {
+		pps, err := db.PodPorts(ctx, "br-int")
+		require.NoError(t, err)
+		return len(pps) == 1
+	}, 5*time.Second, 20*time.Millisecond, "the pod port gets its ofport")
+	none("the pod port's ofport", full)
+	drain(pods)
+
+	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err = db.WaitExternalID(wctx, "pod1", ofctl.ExtIDAgentFlows)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Contains(t, err.Error(), "interface pod1 has no external_ids:"+ofctl.ExtIDAgentFlows)
+	got := make(chan string, 1)
+	go func() {
+		v, err := db.WaitExternalID(ctx, "pod1", ofctl.ExtIDAgentFlows)
+		assert.NoError(t, err)
+		got <- v
+	}()
+	require.NoError(t, db.AckPodFlows(ctx, map[string]flows.Cookie{"pod1": 0x5c04000000000001, "gone": 1}))
+	select {
+	case v := <-got:
+		assert.Equal(t, "0x5c04000000000001", v)
+	case <-time.After(5 * time.Second):
+		t.Fatal("WaitExternalID did not see the acknowledgement")
+	}
+	assert.Equal(t, "0x5c04000000000001", vsGet(t, sb, "Interface", "pod1", "external_ids:"+ofctl.ExtIDAgentFlows))
+	expect("the acknowledgement", pods)
+	none("the acknowledgement", full)
+
+	sb.Vsctl(t, "del-port", "br-int", "pod1")
+	expect("a pod port's delete", pods)
+	none("a pod port's delete", full)
+
+	sb.Vsctl(t, "add-port", "br-int", "other0", "--", "set", "Interface", "other0", "type=dummy")
+	expect("a port without a pod identity", full)
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -14,8 +13,6 @@ import (
 	"github.com/ovn-org/libovsdb/model"
 	"github.com/ovn-org/libovsdb/ovsdb"
 	"k8s.io/klog/v2"
-
-	"github.com/ovs-srcip/ovs-srcip/flows"
 )
 
 // Interface.external_ids keys that srcip-cni writes on a pod's port (ovs-vswitchd.conf.db(5),
@@ -79,7 +76,8 @@ func (d *DB) BridgeDatapathType(ctx context.Context, bridge string) (string, err
 // Interface.type "") to bridge as a Port with one Interface of the same name whose external_ids
 // are externalIDs, in one OVSDB transaction, then waits (at most wait, or until ctx ends) for
 // ovs-vswitchd to assign its ofport, and returns it (> 0). A port of that name already on
-// bridge gets externalIDs merged into its external_ids instead (a repeated call is harmless).
+// bridge gets externalIDs merged into its external_ids instead (a repeated call is harmless), less
+// the agent's acknowledgement ExtIDAgentFlows unless externalIDs carries it.
 // Errors: ErrBridgeNotFound (wrapped); the name is a port of another bridge; the transaction
 // error; ovs-vswitchd could not add the device (ofport -1, with Interface.error); the timeout.
 // On error the port is left in place: use DetachPort to remove it.
@@ -118,6 +116,9 @@ func (d *DB) AttachPort(ctx context.Context, bridge, name string, externalIDs ma
 			ids = map[string]string{}
 		}
 		maps.Copy(ids, externalIDs)
+		if _, ok := externalIDs[ExtIDAgentFlows]; !ok {
+			delete(ids, ExtIDAgentFlows) // a new attachment waits for a new acknowledgement
+		}
 		if !maps.Equal(ids, iface.ExternalIDs) {
 			iface.ExternalIDs = ids
 			if err := t.add(d.c.Where(iface).Update(iface, &iface.ExternalIDs)); err != nil {
@@ -251,56 +252,4 @@ func (d *DB) DetachPorts(ctx context.Context, bridge string, names ...string) er
 	}
 	klog.FromContext(ctx).V(2).Info("Removed ports", "bridge", bridge, "ports", names)
 	return nil
-}
-
-// podCookieFilter matches the flows of flow sets of kind flows.KindPod (owner and kind bytes).
-var podCookieFilter = fmt.Sprintf("cookie=%#x/%#x", uint64(flows.NewCookie(flows.KindPod, 0)), uint64(0xffff000000000000))
-
-// FlowCount returns the number of the bridge's flows that match filter (an ovs-ofctl(8) flow
-// match, e.g. "cookie=0x5c04000000000000/0xffff000000000000,in_port=7"), from `ovs-ofctl -O
-// OpenFlow15 --no-names dump-aggregate TARGET FILTER` ("flow_count=N"). Errors are *Error.
-func (o *OpenFlow) FlowCount(ctx context.Context, filter string) (int, error) {
-	out, err := o.output(ctx, o.ofctl("--no-names", "dump-aggregate", o.Target, filter))
-	if err != nil {
-		return 0, err
-	}
-	_, rest, ok := strings.Cut(out, "flow_count=")
-	if !ok {
-		return 0, fmt.Errorf("dump-aggregate %s: no flow_count in %q", o.Bridge, strings.TrimSpace(out))
-	}
-	n, err := strconv.Atoi(strings.TrimFunc(strings.Fields(rest)[0], func(r rune) bool { return r < '0' || r > '9' }))
-	if err != nil {
-		return 0, fmt.Errorf("dump-aggregate %s: bad flow_count in %q: %w", o.Bridge, strings.TrimSpace(out), err)
-	}
-	return n, nil
-}
-
-// PodFlowFilter is the FlowCount filter for the pod-kind flows (flows.KindPod, the spoof guard)
-// that match packets from ofport.
-func PodFlowFilter(ofport int) string { return podCookieFilter + ",in_port=" + strconv.Itoa(ofport) }
-
-// WaitPodFlows polls FlowCount(PodFlowFilter(ofport)) every interval (0: 100 ms) until the
-// agent has programmed the pod on that port (count > 0; returns nil) or ctx ends (returns the
-// context's error joined with the last ovs-ofctl error, if any).
-func (o *OpenFlow) WaitPodFlows(ctx context.Context, ofport int, interval time.Duration) error {
-	if interval <= 0 {
-		interval = 100 * time.Millisecond
-	}
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	var last error
-	for {
-		n, err := o.FlowCount(ctx, PodFlowFilter(ofport))
-		if err == nil && n > 0 {
-			return nil
-		}
-		if err != nil && ctx.Err() == nil {
-			last = err
-		}
-		select {
-		case <-ctx.Done():
-			return errors.Join(ctx.Err(), last)
-		case <-tick.C:
-		}
-	}
 }

@@ -3,7 +3,7 @@ package ofctl_test
 import (
 	"context"
 	"errors"
-	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,25 +66,29 @@ func TestAttachDetachContainerPort(t *testing.T) {
 	assert.Equal(t, ofport, ports[0].OFPort)
 	assert.Equal(t, "ctr2", ports[1].ContainerID)
 
-	// The pod flow wait: times out without a pod-kind flow on the port, returns once there is one.
-	of := ofctl.NewOpenFlow("br-int", sb.MgmtTarget("br-int"))
-	n, err := of.FlowCount(ctx, ofctl.PodFlowFilter(ofport))
-	require.NoError(t, err)
-	assert.Zero(t, n)
+	// The agent's acknowledgement: srcip-cni waits for it; a new attachment of the same port
+	// drops it (it waits for a new one).
 	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	err = of.WaitPodFlows(wctx, ofport, 50*time.Millisecond)
+	_, err = db.WaitExternalID(wctx, "srcipaaaa", ofctl.ExtIDAgentFlows)
 	cancel()
 	assert.True(t, errors.Is(err, context.DeadlineExceeded), "%v", err)
-	other := flows.NewCookie(flows.KindNode, 1)
-	require.NoError(t, of.BundleText(ctx, []string{"flow add cookie=" + other.String() + ",table=0,priority=5,in_port=" + strconv.Itoa(ofport) + ",actions=drop"}))
-	n, err = of.FlowCount(ctx, ofctl.PodFlowFilter(ofport))
-	require.NoError(t, err)
-	assert.Zero(t, n, "another kind's flow on the port does not count")
 	pod := flows.NewCookie(flows.KindPod, 7)
-	require.NoError(t, of.BundleText(ctx, []string{"flow add cookie=" + pod.String() + ",table=0,priority=10,in_port=" + strconv.Itoa(ofport) + ",actions=drop"}))
+	require.NoError(t, db.AckPodFlows(ctx, map[string]flows.Cookie{"srcipaaaa": pod}))
 	wctx, cancel = context.WithTimeout(ctx, 5*time.Second)
-	assert.NoError(t, of.WaitPodFlows(wctx, ofport, 50*time.Millisecond))
+	v, err := db.WaitExternalID(wctx, "srcipaaaa", ofctl.ExtIDAgentFlows)
 	cancel()
+	require.NoError(t, err)
+	assert.Equal(t, pod.String(), v)
+	require.Eventually(t, func() bool {
+		pps, err := db.PodPorts(ctx, "br-int")
+		require.NoError(t, err)
+		return len(pps) == 1 && pps[0].Acked == pod
+	}, 5*time.Second, 10*time.Millisecond, "PodPort.Acked")
+	_, err = db.AttachPort(ctx, "br-int", "srcipaaaa", ids, 10*time.Second)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return !strings.Contains(sb.Vsctl(t, "get", "Interface", "srcipaaaa", "external_ids"), ofctl.ExtIDAgentFlows)
+	}, 5*time.Second, 10*time.Millisecond, "a new attachment drops the acknowledgement")
 
 	// Detach by container id; again is a no-op; a missing bridge is no error.
 	names, err := db.DetachContainer(ctx, "br-int", "ctr1", "eth0")

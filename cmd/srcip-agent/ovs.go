@@ -45,6 +45,7 @@ func mergeChanges(ctx context.Context, db, restarts <-chan struct{}) <-chan stru
 var (
 	_ agent.Dataplane         = (*dataplane)(nil)
 	_ agent.ConnectionChecker = (*dataplane)(nil)
+	_ agent.PodFlowAcker      = (*dataplane)(nil)
 )
 
 // Connected reports whether the OVSDB connection is up (for /healthz).
@@ -69,20 +70,22 @@ func (d *dataplane) EnsureIntegration(ctx context.Context) (flows.Ports, error) 
 	return ports, nil
 }
 
+// PodPorts lists the pod ports of br-int.
 func (d *dataplane) PodPorts(ctx context.Context) ([]agent.PodPort, error) {
-	pps, err := d.db.PodPorts(ctx, d.cfg.BrInt)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]agent.PodPort, 0, len(pps))
-	for _, p := range pps {
-		out = append(out, agent.PodPort{Namespace: p.Namespace, Name: p.Name, Interface: p.Interface, MAC: p.MAC, OFPort: p.OFPort, IPs: p.IPs, UID: p.UID, Chained: p.Chained})
-	}
-	return out, nil
+	return d.db.PodPorts(ctx, d.cfg.BrInt)
 }
 
-// Changes fires on every OVSDB change, including the repopulation after a reconnect, and on every
-// ovs-vswitchd restart.
+// PodPortChanges fires after OVSDB changes that may be pod ports' (ofctl.DB.PodPortChanges).
+func (d *dataplane) PodPortChanges() <-chan struct{} { return d.db.PodPortChanges() }
+
+// AckPodFlows writes external_ids:srcip-agent-flows on the pods' Interfaces, which srcip-cni's
+// ADD waits for (ofctl.DB.AckPodFlows).
+func (d *dataplane) AckPodFlows(ctx context.Context, acks map[string]flows.Cookie) error {
+	return d.db.AckPodFlows(ctx, acks)
+}
+
+// Changes fires on every OVSDB change other than of pod ports, including the repopulation after a
+// reconnect, and on every ovs-vswitchd restart.
 func (d *dataplane) Changes() <-chan struct{} {
 	if d.changes != nil {
 		return d.changes

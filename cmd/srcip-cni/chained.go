@@ -154,7 +154,7 @@ func chainedAdd(args *skel.CmdArgs, conf *NetConf) (err error) {
 	if err != nil {
 		return fmt.Errorf("srcip-cni: attach %s to %s: %w", hostName, conf.Bridge, err)
 	}
-	if werr := waitPodFlows(ctx, conf, ofport); werr != nil {
+	if werr := waitPodFlows(ctx, db, conf, hostName); werr != nil {
 		return fmt.Errorf("srcip-cni: srcip-agent did not program chained pod %s (port %s, ofport %d on %s) within %s: is srcip-agent running on this node? see its log: %w",
 			pod, hostName, ofport, conf.Bridge, conf.FlowWait, werr)
 	}

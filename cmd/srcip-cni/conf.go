@@ -42,7 +42,9 @@ type NetConf struct {
 	// OVSDB is the ovsdb-server endpoint, "unix:PATH", a bare absolute PATH (taken as unix:PATH),
 	// "tcp:IP:PORT" or "ssl:IP:PORT" (default DefaultOVSDB).
 	OVSDB string `json:"ovsdb,omitempty"`
-	// OVSRunDir is OVS_RUNDIR, where <bridge>.mgmt is (default DefaultOVSRunDir).
+	// OVSRunDir is OVS_RUNDIR (default DefaultOVSRunDir). srcip-cni no longer reads it (ADD waits
+	// for the agent through OVSDB, not through <bridge>.mgmt); it is accepted for the conflists that
+	// set it.
 	OVSRunDir string `json:"ovsRunDir,omitempty"`
 	// MTU of the pod's interface and the host end, in bytes: at most the underlay MTU - 50
 	// (Geneve). Default DefaultMTU.

@@ -171,7 +171,7 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	}
 
 	// 4. Wait for srcip-agent.
-	if werr := waitPodFlows(ctx, conf, ofport); werr != nil {
+	if werr := waitPodFlows(ctx, db, conf, hostName); werr != nil {
 		return fmt.Errorf("srcip-cni: srcip-agent did not program pod %s (port %s, ofport %d on %s) within %s: is srcip-agent running on this node? see its log (does it see the Pod, and is %s inside this node's pod CIDR?): %w",
 			pod, hostName, ofport, conf.Bridge, conf.FlowWait, ipAddresses(result), werr)
 	}
@@ -456,11 +456,13 @@ func podExternalIDs(args *skel.CmdArgs, kargs *K8sArgs, mac, ips string) map[str
 	return ids
 }
 
-// waitPodFlows waits, at most conf.FlowWait, until srcip-agent has programmed the port ofport on
-// conf.Bridge (a flow with the pod kind's cookie for that in_port).
-func waitPodFlows(ctx context.Context, conf *NetConf, ofport int) error {
-	of := ofctl.NewOpenFlow(conf.Bridge, ofctl.MgmtTarget(conf.OVSRunDir, conf.Bridge))
+// waitPodFlows waits, at most conf.FlowWait, until srcip-agent has acknowledged that the pod's
+// flow set for the port name is in the bridge: external_ids:srcip-agent-flows (the flow set's
+// cookie) on its Interface, which the agent writes after the sync that applied it. It watches
+// db's cache (an OVSDB monitor): no ovs-ofctl, no polling of the switch.
+func waitPodFlows(ctx context.Context, db *ofctl.DB, conf *NetConf, name string) error {
 	wctx, cancel := context.WithTimeout(ctx, conf.FlowWait)
 	defer cancel()
-	return of.WaitPodFlows(wctx, ofport, 100*time.Millisecond)
+	_, err := db.WaitExternalID(wctx, name, ofctl.ExtIDAgentFlows)
+	return err
 }

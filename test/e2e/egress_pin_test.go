@@ -68,6 +68,7 @@ func TestEgressConnectionKeepsItsSource(t *testing.T) {
 	writeManifest(t, "egress.yaml", egressPolicy("job", egressIP, "node3",
 		fmt.Sprintf("  excludedDestinations: [%s/32]\n", clientIP)))
 	newConnSource("192.0.2.12", "policy changed (server excluded)")
+	require.Contains(t, podNodeFlows(t), "nw_dst="+clientIP, "node2's br-int keeps the excluded server on the host path")
 	mustSee(b, egressIP, "B after the policy changed")
 	mustSee(a, "192.0.2.12", "A after the policy changed")
 
@@ -79,6 +80,11 @@ func TestEgressConnectionKeepsItsSource(t *testing.T) {
 		if strings.Contains(egressFlows(t, "node3"), "arp_tpa="+egressIP) {
 			return fmt.Errorf("node3 still answers ARP for %s", egressIP)
 		}
+		// Until node2 has the new policy too, the old one's exclusion rightly sends the server's
+		// traffic on the host path (masqueraded).
+		if strings.Contains(podNodeFlows(t), "nw_dst="+clientIP) {
+			return fmt.Errorf("node2 still excludes %s from the egress path", clientIP)
+		}
 		return nil
 	}, 20*time.Second))
 	for i := 0; i < 3; i++ {
@@ -87,4 +93,12 @@ func TestEgressConnectionKeepsItsSource(t *testing.T) {
 	}
 	t.Logf("no gateway: 3 of 3 new connections from echo-a got no answer")
 	mustSee(a, "192.0.2.12", "A with the policy's gateway gone")
+}
+
+// podNodeFlows dumps br-int of node2, echo-a's node.
+func podNodeFlows(t *testing.T) string {
+	t.Helper()
+	out, err := theLab.DumpFlows("node2", "br-int")
+	require.NoError(t, err)
+	return out
 }

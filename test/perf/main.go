@@ -33,6 +33,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -68,7 +69,7 @@ var (
 	coldRuns     = flag.Int("cold-runs", 3, "cold starts of the agent at each size; the figure is their median")
 	agentEnv     = flag.String("agent-env", "", "environment of the srcip-agent process only, space-separated NAME=VALUE (e.g. GOMEMLIMIT=200MiB, as deploy/ sets it from the container's memory limit)")
 	outFile      = flag.String("out", "bin/bench/results.json", "figures as JSON")
-	only         = flag.String("only", "", "run one phase alone: datapath")
+	only         = flag.String("only", "", "run one phase alone: datapath, or podstart (the agent's cold start at the largest of -sizes, then the pod starts; no changes, floor or kube-proxy)")
 )
 
 const nodePortRange = "20000-32767" // 10k NodePorts do not fit the default range
@@ -111,6 +112,9 @@ type Result struct {
 	KubeProxyAtSync   usage
 	KubeProxyChange   latencyStats
 	KubeProxySyncMetS float64 // its own sync duration metric (first sync)
+
+	// PodStart is the pod-start phase (-pods, at the largest size).
+	PodStart *PodStartResult `json:",omitempty"`
 }
 
 func main() {
@@ -146,6 +150,7 @@ type bench struct {
 	apiIP    string // the API server's address (root namespace)
 	results  []*Result
 	datapath *DatapathResult
+	tmp      string
 }
 
 // Results is what -out holds: the data-path phase and one Result per cluster size.
@@ -160,8 +165,13 @@ func mainErr() error {
 	case "":
 	case "datapath":
 		*dpEnabled = true
+	case "podstart":
+		*dpEnabled, *kubeProxyBin, *coldRuns, *changes, *smallChanges, *burst = false, "", 1, 0, 0, 0
+		if *podStarts <= 0 {
+			return errors.New("-only=podstart needs -pods > 0")
+		}
 	default:
-		return fmt.Errorf("-only: unknown phase %q (datapath)", *only)
+		return fmt.Errorf("-only: unknown phase %q (datapath, podstart)", *only)
 	}
 	if *dpEnabled {
 		if err := checkDatapathFlags(); err != nil {
@@ -175,6 +185,9 @@ func mainErr() error {
 		}
 		sizes = append(sizes, n)
 	}
+	if *only == "podstart" {
+		sizes = sizes[len(sizes)-1:]
+	}
 	agent, err := filepath.Abs(*agentBin)
 	if err != nil {
 		return err
@@ -187,7 +200,7 @@ func mainErr() error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	b := &bench{nextPort: 40000}
+	b := &bench{nextPort: 40000, tmp: tmp}
 	rb := make([]byte, 2)
 	_, _ = rand.Read(rb)
 	prefix := "pf" + hex.EncodeToString(rb)
@@ -276,6 +289,13 @@ func mainErr() error {
 		waitQuiet()
 		if err := b.agentPhase(ctx, r, largest); err != nil {
 			return fmt.Errorf("srcip-agent at %d Services: %w", n, err)
+		}
+		if *only == "podstart" {
+			if err := b.writeResults(); err != nil {
+				return err
+			}
+			printPodStart(r)
+			return nil
 		}
 		if err := b.floorPhase(ctx, r, tmp); err != nil {
 			return fmt.Errorf("floor at %d Services: %w", n, err)

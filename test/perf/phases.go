@@ -178,12 +178,20 @@ func (b *bench) agentPhase(ctx context.Context, r *Result, largest bool) error {
 	if largest {
 		n = *changes
 	}
-	if err := b.agentChanges(ctx, r, n); err != nil {
-		return err
+	if n > 0 {
+		if err := b.agentChanges(ctx, r, n); err != nil {
+			return err
+		}
 	}
 	if largest && *burst > 0 {
 		if err := b.agentBurst(ctx, r, *burst); err != nil {
 			return err
+		}
+	}
+	if largest && *podStarts > 0 {
+		waitQuiet()
+		if err := b.podStartPhase(ctx, r, b.tmp); err != nil {
+			return fmt.Errorf("pod start: %w", err)
 		}
 	}
 	r.AgentAfter, err = procUsage(pid)
@@ -685,6 +693,7 @@ func printTable(rs []*Result) {
 		}
 		return fmt.Sprintf("%.2f [%d]", r.BurstS, r.BurstN)
 	})
+	podStartRows(row)
 	if rs[0].KubeProxySyncS > 0 {
 		row("kube-proxy nftables: initial sync (s)", func(r *Result) string { return f2(r.KubeProxySyncS) })
 		row("kube-proxy: service chains", func(r *Result) string { return strconv.Itoa(r.KubeProxyRules) })
