@@ -27,6 +27,17 @@ import (
 // cannot reach) is declined (docs/field-cases.md#c34): the flow set has no flow and no group,
 // FlowSet.Declined says why, and the host (kube-proxy) serves the port, without source IP
 // preservation. A group that misses a ready endpoint is never installed.
+//
+// A port without usable endpoints sends its new connections (those the group would take) to
+// the host untouched and uncommitted: kube-proxy, which keeps its rules for every Service,
+// rejects them there (TCP RST, ICMP port unreachable) from the address the client dialled.
+//
+// With sp.AffinitySeconds (sessionAffinity: ClientIP) the group hashes the client IP alone, so
+// every node picks the same endpoint for a client while the endpoint set is the same; the new
+// connection first looks up the client's learned choice (ExServiceCT loads RegAffinityPort,
+// resubmits to ExServiceAffinity, goes to ExServiceAffinityOut), which the bucket learns
+// (AffinityLearn) with an idle timeout of AffinitySeconds; a learned endpoint that is no longer
+// one of the port's has no ExServiceAffinityOut flow and the group picks again.
 func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 	fs := &FlowSet{Key: sp.Key(), Bridge: BrEx}
 	var proto of.Protocol
@@ -38,6 +49,11 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 		proto, fields = of.ProtoUDP, []of.Field{of.FieldIPv4Src, of.FieldUDPSrc}
 	default:
 		return nil, fmt.Errorf("service port %s: protocol %q not supported", sp.Key(), sp.Protocol)
+	}
+	affinity := sp.AffinitySeconds > 0
+	if affinity {
+		// The client IP alone: one client, one endpoint, the same on every node.
+		fields = []of.Field{of.FieldIPv4Src}
 	}
 	if !OwnedGroup(sp.GroupID) {
 		return nil, fmt.Errorf("service port %s: group id %#x outside the agent's range", sp.Key(), sp.GroupID)
@@ -63,6 +79,16 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 		newConn = append(slices.Clip(anyNew), of.TCPFlags(of.TCPSyn.Set(), of.TCPAck.Unset()))
 	}
 	ranges, filter := sourceRanges(sp)
+	eps := usableEndpoints(sp)
+	// What a new connection that may be served does: the group, the affinity lookup, or (no
+	// usable endpoint) the host, which rejects it (kube-proxy).
+	toEndpoint := []of.Action{Group(sp.GroupID)}
+	switch {
+	case len(eps) == 0:
+		toEndpoint = []of.Action{outputLocal}
+	case affinity:
+		toEndpoint = []of.Action{RegAffinityPort.Load(sp.GroupID), of.Resubmit{Table: uint8(ExServiceAffinity)}, Goto(ExServiceAffinityOut)}
+	}
 	for _, e := range sp.EntryPoints(st.NodePortAddresses) {
 		nc := newConn
 		if sp.Protocol == TCP && !st.hostAddr(e.Addr.Addr()) {
@@ -86,48 +112,114 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 		if filter && sp.sourceFiltered(e) {
 			for _, r := range ranges {
 				m := append(append(slices.Clone(nc), of.IPv4SrcPrefix(r)), entryMatch(e)...)
-				ct = append(ct, flow(ExServiceCT, prioEntry, proto, 0, m, Group(sp.GroupID)))
+				ct = append(ct, flow(ExServiceCT, prioEntry, proto, 0, m, toEndpoint...))
 			}
 			ct = append(ct, flow(ExServiceCT, prioSourceDeny, proto, 0, append(slices.Clone(nc), entryMatch(e)...), DropFor(DropSourceRange)))
 		} else {
-			ct = append(ct, flow(ExServiceCT, prioEntry, proto, 0, append(slices.Clone(nc), entryMatch(e)...), Group(sp.GroupID)))
+			ct = append(ct, flow(ExServiceCT, prioEntry, proto, 0, append(slices.Clone(nc), entryMatch(e)...), toEndpoint...))
 		}
 		fs.entryFlow(e, append([]of.Flow{lb}, ct...)...)
 		fs.Flows = append(append(fs.Flows, lb), ct...)
 	}
 	g := OFGroup{ID: sp.GroupID, Type: of.GroupSelect, SelectionFields: fields}
-	var eps []netip.AddrPort
-	for _, ep := range sp.Endpoints {
-		if !ep.IP.Is4() || ep.Port == 0 {
-			continue
-		}
-		eps = append(eps, netip.AddrPortFrom(ep.IP, ep.Port))
-	}
 	// Bucket ids are a function of the endpoint (BucketIDs), and the buckets are ordered by id:
 	// OVS's choice for a connection then depends only on the set of endpoints, never on their
 	// order or on the positions of other endpoints.
 	ids := BucketIDs(eps)
 	slices.SortFunc(eps, func(a, b netip.AddrPort) int { return cmp.Compare(ids[a], ids[b]) })
-	eps = slices.Compact(eps)
 	if len(eps) > MaxGroupBuckets {
 		fs.Warnings = append(fs.Warnings, fmt.Sprintf("%d usable endpoints, more than the %d a select group can hold: the %d with the lowest bucket ids are used", len(eps), MaxGroupBuckets, MaxGroupBuckets))
 		eps = eps[:MaxGroupBuckets]
+	}
+	idle := uint16(min(sp.AffinitySeconds, MaxAffinitySeconds))
+	if affinity && sp.AffinitySeconds > MaxAffinitySeconds {
+		fs.Warnings = append(fs.Warnings, fmt.Sprintf("sessionAffinity timeoutSeconds %d is more than the %d s idle timeout of an Open vSwitch flow: a client's learned endpoint is forgotten after %d s without a new connection (its next one still hashes to the same endpoint while the endpoints do not change)", sp.AffinitySeconds, MaxAffinitySeconds, MaxAffinitySeconds))
 	}
 	for _, ep := range eps {
 		if sp.Protocol == UDP {
 			fs.Endpoints = append(fs.Endpoints, ep)
 		}
-		g.Buckets = append(g.Buckets, Bucket{ID: ids[ep], Weight: 100, Actions: []of.Action{
-			CT{Commit: true, Zone: ZoneService, Table: uint8(ExServiceOut), HasTable: true,
-				NAT:  &NAT{Dst: ep},
-				Exec: []of.Action{CTLabelClientMAC.MoveFrom(nxmEthSrc)}},
-		}})
+		commit := CT{Commit: true, Zone: ZoneService, Table: uint8(ExServiceOut), HasTable: true,
+			NAT:  &NAT{Dst: ep},
+			Exec: []of.Action{CTLabelClientMAC.MoveFrom(nxmEthSrc)}}
+		acts := []of.Action{commit}
+		if affinity {
+			c := AffinityCookie(sp.Key(), sp.AffinitySeconds, ep)
+			fs.Learned = append(fs.Learned, c)
+			acts = []of.Action{AffinityLearn(idle, c, ep), commit}
+			// A client whose learned endpoint is still one of the port's goes there.
+			m := []of.Match{RegAffinityPort.MatchValue(sp.GroupID), RegAffinityEndpoint.MatchValue(uint32(ipv4Value(ep.Addr()))),
+				RegAffinityEndpointPort.MatchValue(uint32(ep.Port()))}
+			fs.Flows = append(fs.Flows, flow(ExServiceAffinityOut, prioEntry, proto, 0, m, commit))
+		}
+		g.Buckets = append(g.Buckets, Bucket{ID: ids[ep], Weight: 100, Actions: acts})
 	}
+	if affinity && len(eps) > 0 {
+		fs.Flows = append(fs.Flows, flow(ExServiceAffinityOut, prioAffinityMiss, proto, 0,
+			[]of.Match{RegAffinityPort.MatchValue(sp.GroupID)}, Group(sp.GroupID)))
+	}
+	slices.Sort(fs.Learned)
 	fs.Groups = []OFGroup{g}
 	sortEntryPoints(fs.EntryPoints)
 	slices.SortFunc(fs.Endpoints, func(a, b netip.AddrPort) int { return a.Compare(b) })
 	fs.Endpoints = slices.Compact(fs.Endpoints)
 	return fs, fs.Finish()
+}
+
+// usableEndpoints returns the endpoints of sp a bucket can DNAT to (IPv4 with a port), without
+// duplicates.
+func usableEndpoints(sp *ServicePort) []netip.AddrPort {
+	var eps []netip.AddrPort
+	for _, ep := range sp.Endpoints {
+		if !ep.IP.Is4() || ep.Port == 0 {
+			continue
+		}
+		ap := netip.AddrPortFrom(ep.IP, ep.Port)
+		if !slices.Contains(eps, ap) {
+			eps = append(eps, ap)
+		}
+	}
+	return eps
+}
+
+// MaxAffinitySeconds is the longest idle timeout a learned affinity flow can have: an OpenFlow
+// idle_timeout is 16 bits of seconds (Kubernetes allows timeoutSeconds up to 86400).
+const MaxAffinitySeconds = 65535
+
+// AffinityCookie is the cookie (KindLearnedAffinity) of the flows that Service port k's bucket
+// for endpoint ep learns with timeout seconds: FNV-1a of the three, so that an endpoint that
+// leaves, a changed timeout and affinity turned off each drop exactly the learned flows they
+// invalidate (Plan.Replace, FullDiff).
+func AffinityCookie(k Key, seconds uint32, ep netip.AddrPort) Cookie {
+	h := newFNV64a()
+	fmt.Fprintf(h, "%s|%d|%s", k, seconds, ep)
+	return NewCookie(KindLearnedAffinity, h.Sum64())
+}
+
+// AffinityLearn is the learn action (ovs-actions(7) "The learn action") of a sessionAffinity
+// Service port's bucket for endpoint ep: it records the client's choice in ExServiceAffinity,
+//
+//	table=ExServiceAffinity, priority=prioEntry, idle_timeout=idle (seconds), cookie=cookie
+//	ip, reg4=<RegAffinityPort of this packet>, nw_src=<this packet's nw_src>
+//	actions: load ep's address -> RegAffinityEndpoint, ep's port -> RegAffinityEndpointPort
+//
+// replacing the client's earlier choice (same match and priority). Only new connections look
+// it up, so its idle timer restarts at each new connection of the client, as kube-proxy's
+// affinity timeout does.
+func AffinityLearn(idle uint16, cookie Cookie, ep netip.AddrPort) of.Action {
+	return of.Learn{
+		Table:       uint8(ExServiceAffinity),
+		Priority:    prioEntry,
+		IdleTimeout: idle,
+		Cookie:      uint64(cookie),
+		Specs: []of.LearnSpec{
+			{Kind: of.LearnMatch, Dst: of.Ref(of.FieldEthType), Value: 0x800},
+			{Kind: of.LearnMatch, Dst: RegAffinityPort.ref(), Src: RegAffinityPort.ref(), FromField: true},
+			{Kind: of.LearnMatch, Dst: of.Ref(of.FieldIPv4Src), Src: of.Ref(of.FieldIPv4Src), FromField: true},
+			{Kind: of.LearnLoad, Dst: RegAffinityEndpoint.ref(), Value: ipv4Value(ep.Addr())},
+			{Kind: of.LearnLoad, Dst: RegAffinityEndpointPort.ref(), Value: uint64(ep.Port())},
+		},
+	}
 }
 
 // hostAddr reports whether a is an address of this node's host stack: its InternalIP or a

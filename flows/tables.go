@@ -27,6 +27,16 @@ const (
 	ExServiceCT Table = 41
 	// ExServiceOut receives the packet after the bucket's ct(commit,nat) and sends it to br-int.
 	ExServiceOut Table = 42
+	// ExServiceAffinity holds only learned flows (KindLearnedAffinity): per sessionAffinity
+	// Service port (RegAffinityPort) and client IP, the endpoint its bucket chose last
+	// (RegAffinityEndpoint, RegAffinityEndpointPort), with the Service's timeoutSeconds as idle
+	// timeout. ExServiceCT resubmits a new connection of such a port here; a miss loads nothing.
+	ExServiceAffinity Table = 43
+	// ExServiceAffinityOut sends a new connection of a sessionAffinity port to the endpoint
+	// ExServiceAffinity loaded, while that endpoint is one of the port's (ct(commit,nat) as its
+	// bucket would, to ExServiceOut); anything else (no learned choice, or an endpoint that left:
+	// gone, not ready, terminating) to the port's select group, whose bucket learns again.
+	ExServiceAffinityOut Table = 44
 	// ExFromInt takes packets coming from br-int (service replies) through ct(zone=ZoneService,nat).
 	ExFromInt Table = 45
 	// ExServiceReply sends un-DNATed replies (+est+rpl in ZoneService, or +inv+snat: invalid
@@ -114,7 +124,8 @@ var tableNames = map[Bridge][]struct {
 	name string
 }{
 	BrEx: {{ExClassifier, "ExClassifier"}, {ExServiceLB, "ExServiceLB"}, {ExServiceCT, "ExServiceCT"},
-		{ExServiceOut, "ExServiceOut"}, {ExFromInt, "ExFromInt"}, {ExServiceReply, "ExServiceReply"}},
+		{ExServiceOut, "ExServiceOut"}, {ExServiceAffinity, "ExServiceAffinity"}, {ExServiceAffinityOut, "ExServiceAffinityOut"},
+		{ExFromInt, "ExFromInt"}, {ExServiceReply, "ExServiceReply"}},
 	BrInt: {{IntClassifier, "IntClassifier"}, {IntPodEgressCT, "IntPodEgressCT"}, {IntTunnelCT, "IntTunnelCT"},
 		{IntGatewayCT, "IntGatewayCT"}, {IntEgressReplyCT, "IntEgressReplyCT"}, {IntARPResponder, "IntARPResponder"},
 		{IntL3Forwarding, "IntL3Forwarding"}, {IntPodIngress, "IntPodIngress"},
