@@ -199,6 +199,10 @@ func (t *pathTracer) run(ctx context.Context, proto string, client, entry netip.
 	switch {
 	case r.Dropped():
 		return dropVerdict(in.name, r), nil
+	case svc != "" && last.Bridge == flows.BrEx && last.Table == flows.ExServiceCT && last.Has("LOCAL"):
+		// An entry point whose port has no usable endpoint: the host's kube-proxy rejects it.
+		info, _ := flows.DropInfoOf(flows.DropNoEndpoints)
+		return fmt.Sprintf("rejected at %s br-ex ExServiceCT: %s (%s)", in.name, info.Reason, info.Doc), nil
 	case last.Bridge == flows.BrEx && last.Has("LOCAL"):
 		return fmt.Sprintf("not handled by ovs-srcip: %s hands %s to its host stack (kube-proxy serves it without source IP preservation, or nothing listens): %s", in.name, entry, why), nil
 	case r.NATDst == "":

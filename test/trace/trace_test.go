@@ -204,13 +204,16 @@ func TestNonEntryPointGoesToHost(t *testing.T) {
 	require.Contains(t, out, "LOCAL")
 }
 
-// No endpoints: the select group has no bucket; the SYN is dropped and nothing is committed.
-func TestNoEndpointsDrops(t *testing.T) {
+// No endpoints: the SYN goes to the host untouched (kube-proxy rejects it there) and nothing is
+// committed.
+func TestNoEndpointsToHost(t *testing.T) {
 	w := newNode(t, "node1", "10.244.1.5", web())
 	out := w.trace(t, w.ex, synToNodePort, "trk,new")
 	acts := datapathActions(out)
 	require.Len(t, acts, 2, out)
-	require.Equal(t, "drop", acts[1], out)
+	require.NotContains(t, out, "commit", out)
+	require.NotContains(t, acts[1], "ct(", out)
+	require.Contains(t, out, "LOCAL", out)
 }
 
 // Only nodes may tunnel (br-int): Geneve from a source that is not a known node's InternalIP is
