@@ -30,7 +30,7 @@ import (
 //
 // A port without usable endpoints sends its new connections (those the group would take) to
 // the host untouched and uncommitted: kube-proxy, which keeps its rules for every Service,
-// rejects them there (TCP RST, ICMP port unreachable) from the address the client dialled.
+// rejects them there (ICMP port unreachable, from the address the client dialled).
 //
 // With sp.AffinitySeconds (sessionAffinity: ClientIP) the group hashes the client IP alone, so
 // every node picks the same endpoint for a client while the endpoint set is the same; the new
@@ -127,6 +127,7 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 	// order or on the positions of other endpoints.
 	ids := BucketIDs(eps)
 	slices.SortFunc(eps, func(a, b netip.AddrPort) int { return cmp.Compare(ids[a], ids[b]) })
+	eps = slices.Compact(eps)
 	if len(eps) > MaxGroupBuckets {
 		fs.Warnings = append(fs.Warnings, fmt.Sprintf("%d usable endpoints, more than the %d a select group can hold: the %d with the lowest bucket ids are used", len(eps), MaxGroupBuckets, MaxGroupBuckets))
 		eps = eps[:MaxGroupBuckets]
@@ -166,17 +167,13 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 	return fs, fs.Finish()
 }
 
-// usableEndpoints returns the endpoints of sp a bucket can DNAT to (IPv4 with a port), without
-// duplicates.
+// usableEndpoints returns the endpoints of sp a bucket can DNAT to (IPv4 with a port), possibly
+// with duplicates (BuildServicePort compacts them once sorted by bucket id).
 func usableEndpoints(sp *ServicePort) []netip.AddrPort {
 	var eps []netip.AddrPort
 	for _, ep := range sp.Endpoints {
-		if !ep.IP.Is4() || ep.Port == 0 {
-			continue
-		}
-		ap := netip.AddrPortFrom(ep.IP, ep.Port)
-		if !slices.Contains(eps, ap) {
-			eps = append(eps, ap)
+		if ep.IP.Is4() && ep.Port != 0 {
+			eps = append(eps, netip.AddrPortFrom(ep.IP, ep.Port))
 		}
 	}
 	return eps
