@@ -280,6 +280,9 @@ func TestNoEndpointsRejected(t *testing.T) {
 		{"tcp", "192.0.2.11:30510"}, {"tcp", lbIP + ":80"}, {"tcp", eIP + ":80"},
 		{"udp", "192.0.2.11:30511"}, {"udp", lbIP + ":53"}, {"udp", eIP + ":53"},
 	} {
+		// The host's ICMP errors to one peer are rate limited (icmp_ratelimit, a burst of 6):
+		// one probe per second stays inside it.
+		time.Sleep(time.Second)
 		r := probe(t, c.proto, c.addr)
 		t.Logf("%s %s: %s after %d ms (%s)", c.proto, c.addr, r.Result, r.MS, r.Error)
 		assert.Equal(t, "refused", r.Result, "%s %s", c.proto, c.addr)
