@@ -35,9 +35,11 @@ import (
 // With sp.AffinitySeconds (sessionAffinity: ClientIP) the group hashes the client IP alone, so
 // every node picks the same endpoint for a client while the endpoint set is the same; the new
 // connection first looks up the client's learned choice (ExServiceCT loads RegAffinityPort,
-// resubmits to ExServiceAffinity, goes to ExServiceAffinityOut), which the bucket learns
-// (AffinityLearn) with an idle timeout of AffinitySeconds; a learned endpoint that is no longer
-// one of the port's has no ExServiceAffinityOut flow and the group picks again.
+// resubmits to ExServiceAffinity, goes to ExServiceAffinityOut). ExServiceAffinityOut has one
+// flow per endpoint, which learns the choice (AffinityLearn, idle timeout AffinitySeconds) and
+// commits the DNAT, and below them the group, whose bucket names its endpoint in the registers
+// and resubmits there; a learned endpoint that is no longer one of the port's has no flow and
+// the group picks again.
 func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 	fs := &FlowSet{Key: sp.Key(), Bridge: BrEx}
 	var proto of.Protocol
@@ -145,13 +147,17 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 			Exec: []of.Action{CTLabelClientMAC.MoveFrom(nxmEthSrc)}}
 		acts := []of.Action{commit}
 		if affinity {
+			// Open vSwitch runs a bucket's actions as an OpenFlow action set: only set-field
+			// and move, then one of group, output, resubmit or ct; a learn would be left out.
+			// The bucket names its endpoint in the registers and resubmits to
+			// ExServiceAffinityOut, whose flow for that endpoint learns and commits, as it does
+			// for a client whose learned flow named the endpoint.
+			epIP, epPort := uint32(ipv4Value(ep.Addr())), uint32(ep.Port())
+			acts = []of.Action{RegAffinityEndpoint.Load(epIP), RegAffinityEndpointPort.Load(epPort), of.Resubmit{Table: uint8(ExServiceAffinityOut)}}
 			c := AffinityCookie(sp.Key(), sp.AffinitySeconds, ep)
 			fs.Learned = append(fs.Learned, c)
-			acts = []of.Action{AffinityLearn(idle, c, ep), commit}
-			// A client whose learned endpoint is still one of the port's goes there.
-			m := []of.Match{RegAffinityPort.MatchValue(sp.GroupID), RegAffinityEndpoint.MatchValue(uint32(ipv4Value(ep.Addr()))),
-				RegAffinityEndpointPort.MatchValue(uint32(ep.Port()))}
-			fs.Flows = append(fs.Flows, flow(ExServiceAffinityOut, prioEntry, proto, 0, m, commit))
+			m := []of.Match{RegAffinityPort.MatchValue(sp.GroupID), RegAffinityEndpoint.MatchValue(epIP), RegAffinityEndpointPort.MatchValue(epPort)}
+			fs.Flows = append(fs.Flows, flow(ExServiceAffinityOut, prioEntry, proto, 0, m, AffinityLearn(idle, c, ep), commit))
 		}
 		g.Buckets = append(g.Buckets, Bucket{ID: ids[ep], Weight: 100, Actions: acts})
 	}
@@ -194,15 +200,16 @@ func AffinityCookie(k Key, seconds uint32, ep netip.AddrPort) Cookie {
 }
 
 // AffinityLearn is the learn action (ovs-actions(7) "The learn action") of a sessionAffinity
-// Service port's bucket for endpoint ep: it records the client's choice in ExServiceAffinity,
+// Service port's ExServiceAffinityOut flow for endpoint ep: it records the client's choice in
+// ExServiceAffinity,
 //
 //	table=ExServiceAffinity, priority=prioEntry, idle_timeout=idle (seconds), cookie=cookie
 //	ip, reg4=<RegAffinityPort of this packet>, nw_src=<this packet's nw_src>
 //	actions: load ep's address -> RegAffinityEndpoint, ep's port -> RegAffinityEndpointPort
 //
-// replacing the client's earlier choice (same match and priority). Only new connections look
-// it up, so its idle timer restarts at each new connection of the client, as kube-proxy's
-// affinity timeout does.
+// replacing the client's earlier choice (same match and priority) or refreshing it. Only new
+// connections run it, so its idle timer restarts at each new connection of the client, as
+// kube-proxy's affinity timeout does.
 func AffinityLearn(idle uint16, cookie Cookie, ep netip.AddrPort) of.Action {
 	return of.Learn{
 		Table:       uint8(ExServiceAffinity),
