@@ -262,6 +262,13 @@ var (
 	RegAffinityEndpoint = NewRegField("RegAffinityEndpoint", 5, 0, 31)
 	// RegAffinityEndpointPort is reg6[0..15] on br-ex: that endpoint's port.
 	RegAffinityEndpointPort = NewRegField("RegAffinityEndpointPort", 6, 0, 15)
+	// RegAffinityClientPort is reg7[0..15] on br-ex: the client's source port, copied by
+	// ExServiceCT only so that the datapath flow of a new connection of a sessionAffinity port
+	// matches it: every new connection is then translated in the slow path (an upcall), where
+	// the learn of its choice takes effect at once; a datapath flow shared by the client's
+	// connections would run it only when its statistics are pushed, and a flow table change in
+	// between could pick again.
+	RegAffinityClientPort = NewRegField("RegAffinityClientPort", 7, 0, 15)
 )
 
 // RegSource values.
@@ -408,6 +415,7 @@ func Fields() []FieldDoc {
 		{fmt.Sprintf("`%s` `%s` (br-ex)", RegAffinityPort.name, RegAffinityPort.Ref()), "group id", "the sessionAffinity Service port of a new connection (ExServiceCT -> ExServiceAffinity, ExServiceAffinityOut)"},
 		{fmt.Sprintf("`%s` `%s` (br-ex)", RegAffinityEndpoint.name, RegAffinityEndpoint.Ref()), "IPv4", "the endpoint a learned affinity flow recorded for the client (0: none)"},
 		{fmt.Sprintf("`%s` `%s` (br-ex)", RegAffinityEndpointPort.name, RegAffinityEndpointPort.Ref()), "port", "that endpoint's port"},
+		{fmt.Sprintf("`%s` `%s` (br-ex)", RegAffinityClientPort.name, RegAffinityClientPort.Ref()), "port", "the client's source port, copied so that each new connection of a sessionAffinity port is an upcall (its learn takes effect at once)"},
 		{"Geneve VNI `VNIPod`", fmt.Sprint(VNIPod), "pod to pod (P3)"},
 		{"Geneve VNI `VNIService`", fmt.Sprint(VNIService), "DNATed external traffic, ingress node -> backend node (P1)"},
 		{"Geneve VNI `VNIServiceReply`", fmt.Sprint(VNIServiceReply), "backend node -> ingress node (P1)"},

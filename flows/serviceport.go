@@ -89,7 +89,14 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 	case len(eps) == 0:
 		toEndpoint = []of.Action{outputLocal}
 	case affinity:
-		toEndpoint = []of.Action{RegAffinityPort.Load(sp.GroupID), of.Resubmit{Table: uint8(ExServiceAffinity)}, Goto(ExServiceAffinityOut)}
+		srcPort := of.Ref(of.FieldTCPSrc)
+		if sp.Protocol == UDP {
+			srcPort = of.Ref(of.FieldUDPSrc)
+		}
+		// RegAffinityClientPort: one datapath flow per connection, so that each new connection's
+		// learn runs in its upcall, before the next one is chosen.
+		toEndpoint = []of.Action{RegAffinityPort.Load(sp.GroupID), RegAffinityClientPort.MoveFrom(srcPort),
+			of.Resubmit{Table: uint8(ExServiceAffinity)}, Goto(ExServiceAffinityOut)}
 	}
 	for _, e := range sp.EntryPoints(st.NodePortAddresses) {
 		nc := newConn

@@ -157,14 +157,12 @@ func TestSessionAffinity(t *testing.T) {
 	moved := only(t, backends(t, "client", "tcp", np, 20), "after the endpoint left")
 	assert.NotEqual(t, stuck, moved)
 	t.Logf("endpoint %s removed: the client moved to %s", stuck, moved)
-	// It comes back. The client's learned flow names its new endpoint (the hash alone picks the old
-	// one); whether it survives is per node and best effort: Open vSwitch's flow cache may
-	// re-install an earlier learned flow of the client (docs/pipeline.md, "Session affinity").
-	// Logged, not asserted: one backend is.
+	// It comes back: the client keeps its learned endpoint (the hash alone would pick the old one).
 	t.Logf("node1 learned before the endpoint came back:\n%s", learned("node1"))
 	apply(10800, all)
 	back := only(t, backends(t, "client", "tcp", np, 10), "after the endpoint came back")
 	t.Logf("endpoint %s back: the client went to %s (learned %s, hash %s)", stuck, back, moved, stuck)
+	assert.Equal(t, moved, back, "the learned choice survives an endpoint added")
 
 	// A shorter timeout takes effect: the learned flows of the old timeout are deleted (the hash
 	// picks the old endpoint again), the new ones idle out after it.
