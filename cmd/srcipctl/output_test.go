@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/ovs-srcip/ovs-srcip/agent"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
+
+// golden compares got with testdata/name (rewritten under -update).
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "run go test ./cmd/srcipctl -update")
+	assert.Equal(t, string(want), got, "testdata/%s (go test ./cmd/srcipctl -run %s -update rewrites it)", name, t.Name())
+}
+
+// demoReport is the report of node1 of the demo's manifests, as its agent (the lab's flags:
+// --external-ip-cidrs=203.0.113.0/24) makes it after its first full sync, at a fixed time.
+func demoReport(t *testing.T, extra ...runtime.Object) *agent.Report {
+	objs, err := agent.ReadManifestDir("../../test/manifests/demo")
+	require.NoError(t, err)
+	objs = append(objs, extra...)
+	cidrs, err := agent.ParseCIDRs([]string{"203.0.113.0/24"})
+	require.NoError(t, err)
+	_, rep, err := agent.Desired(context.Background(), "node1", objs, agent.DesiredOptions{ExternalIPCIDRs: cidrs})
+	require.NoError(t, err)
+	now := time.Date(2026, 12, 1, 12, 0, 30, 0, time.UTC)
+	rep.Time, rep.LastSync, rep.LastFullSync = now, now.Add(-30*time.Second), now.Add(-30*time.Second)
+	return &rep
+}
+
+// The default get services fits 100 columns (the first entry point and +N, the number of
+// endpoints, the notes cut); -o wide prints everything.
+func TestGetServicesGolden(t *testing.T) {
+	typo := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "typo",
+		Annotations: map[string]string{agent.AnnotationPreserveSourceIP: "yes"}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{{Name: "http", Port: 80, NodePort: 30092}}}}
+	local := typo.DeepCopy()
+	local.Name, local.Annotations[agent.AnnotationPreserveSourceIP] = "local", "true"
+	local.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	rep := demoReport(t, typo, local)
+	var narrow, wide bytes.Buffer
+	writeServices(&narrow, rep, false)
+	writeServices(&wide, rep, true)
+	golden(t, "get-services.golden", narrow.String())
+	golden(t, "get-services-wide.golden", wide.String())
+	for _, l := range strings.Split(strings.TrimRight(narrow.String(), "\n"), "\n") {
+		assert.LessOrEqual(t, len(l), narrowWidth, l)
+	}
+	assert.Contains(t, wide.String(), "BUCKETS")
+	assert.NotContains(t, narrow.String(), "BUCKETS")
+}
+
+// writeTable cuts only the last column, to the width, and keeps at least 12 characters of it.
+func TestWriteTable(t *testing.T) {
+	rows := [][]string{{"A", "BB", "NOTES"}, {"aaaa", "b", strings.Repeat("x", 40)}}
+	var out bytes.Buffer
+	assert.Equal(t, 1, writeTable(&out, rows, 30))
+	assert.Equal(t, "A     BB  NOTES\naaaa  b   xxxxxxxxxxxxxxxxx...\n", out.String())
+	out.Reset()
+	assert.Equal(t, 0, writeTable(&out, rows, 0))
+	assert.Equal(t, "A     BB  NOTES\naaaa  b   "+strings.Repeat("x", 40)+"\n", out.String())
+	out.Reset()
+	writeTable(&out, rows, 5)
+	assert.Equal(t, "A     BB  NOTES\naaaa  b   xxxxxxxxx...\n", out.String())
+}
+
+// status prints the per Service port counters of /metrics under each port (testdata/metrics-node1.txt,
+// in the agent's format with the demo's request counts), and no counter line without them.
+func TestStatusCountersGolden(t *testing.T) {
+	f, err := os.Open("testdata/metrics-node1.txt")
+	require.NoError(t, err)
+	defer f.Close()
+	counters, err := parseServiceCounters(f)
+	require.NoError(t, err)
+	require.Contains(t, counters, counterKey{"demo", "web", "http", "TCP"})
+	var out bytes.Buffer
+	writeStatus(&out, demoReport(t), counters)
+	golden(t, "status.golden", out.String())
+
+	out.Reset()
+	writeStatus(&out, demoReport(t), nil)
+	assert.NotContains(t, out.String(), "counters:")
+}
+
+func TestParseServiceCounters(t *testing.T) {
+	got, err := parseServiceCounters(strings.NewReader(`# TYPE srcip_agent_service_packets_total counter
+srcip_agent_service_packets_total{namespace="demo",port="http",protocol="TCP",service="web"} 16
+# TYPE srcip_agent_service_new_connections_total counter
+srcip_agent_service_new_connections_total{namespace="demo",port="http",protocol="TCP",service="web"} 9
+# TYPE srcip_agent_service_dropped_packets_total counter
+srcip_agent_service_dropped_packets_total{namespace="demo",port="http",protocol="TCP",reason="outside-source-ranges",service="web"} 2
+srcip_agent_service_dropped_packets_total{namespace="demo",port="http",protocol="TCP",reason="no-endpoints",service="web"} 1
+# TYPE other_total counter
+other_total 3
+`))
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	c := got[counterKey{"demo", "web", "http", "TCP"}]
+	require.NotNil(t, c)
+	assert.Equal(t, "16 packets, 9 new connections, dropped packets: no-endpoints 1, outside-source-ranges 2", c.String())
+	_, err = parseServiceCounters(strings.NewReader("not { metrics"))
+	assert.Error(t, err)
+}
