@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/ovs-srcip/ovs-srcip/agent"
+	"github.com/ovs-srcip/ovs-srcip/flows"
+	"github.com/ovs-srcip/ovs-srcip/ofctl"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
@@ -120,4 +122,41 @@ other_total 3
 	assert.Equal(t, "16 packets, 9 new connections, dropped packets: no-endpoints 1, outside-source-ranges 2", c.String())
 	_, err = parseServiceCounters(strings.NewReader("not { metrics"))
 	assert.Error(t, err)
+}
+
+// groups maps the counters of dump-group-stats (by bucket position) through the bucket order of
+// dump-groups to bucket ids and, from the agent, to endpoints, pods and nodes; a group whose
+// description was not read is printed by position; an empty group says it drops.
+func TestGroupsGolden(t *testing.T) {
+	rep := demoReport(t)
+	n := newNames(rep)
+	var http *agent.ServicePortReport
+	for i := range rep.Services[0].Ports {
+		if p := &rep.Services[0].Ports[i]; p.Protocol == "TCP" {
+			http = p
+		}
+	}
+	require.NotNil(t, http)
+	require.Len(t, http.Endpoints, 3)
+	// OVS's order of the buckets need not be the agent's: dump-groups says which is which.
+	order := []ofctl.GroupBucket{
+		{ID: http.Endpoints[2].Bucket, NATDst: http.Endpoints[2].Addr},
+		{ID: http.Endpoints[0].Bucket, NATDst: http.Endpoints[0].Addr},
+		{ID: http.Endpoints[1].Bucket, NATDst: http.Endpoints[1].Addr},
+	}
+	stats := []ofctl.GroupStats{
+		{ID: http.Group, Packets: 27, Bytes: 1998, Buckets: []ofctl.BucketCounter{{Packets: 10, Bytes: 740}, {Packets: 9, Bytes: 666}, {Packets: 8, Bytes: 592}}},
+		{ID: 1543503873, Packets: 2, Bytes: 148, Buckets: []ofctl.BucketCounter{{Packets: 2, Bytes: 148}}},
+		{ID: 1543503999},
+		{ID: 7, Buckets: []ofctl.BucketCounter{{Packets: 1, Bytes: 1}}}, // not the agent's
+	}
+	var out bytes.Buffer
+	writeGroups(&out, flows.BrEx, stats, map[uint32][]ofctl.GroupBucket{http.Group: order}, n)
+	golden(t, "groups.golden", out.String())
+	assert.Regexp(t, `\s`+http.Endpoints[2].Addr+`\s+demo/echo-a\s+node2\s+10\s+740`, out.String())
+	assert.NotContains(t, out.String(), "group 7 ")
+
+	out.Reset()
+	writeGroups(&out, flows.BrInt, stats[3:], nil, nil)
+	assert.Equal(t, "br-int: no group of the agent\n", out.String())
 }
