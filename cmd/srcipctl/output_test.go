@@ -86,8 +86,11 @@ func TestWriteTable(t *testing.T) {
 	assert.Equal(t, "A     BB  NOTES\naaaa  b   xxxxxxxxx...\n", out.String())
 }
 
-// status prints the per Service port counters of /metrics under each port (testdata/metrics-node1.txt,
-// in the agent's format with the demo's request counts), and no counter line without them.
+// status prints the per Service port counters of /metrics under each port, "counters: none" for
+// a port the scrape does not have, and no counter line without a scrape. testdata/metrics-node1.txt
+// is the srcip_agent_service_ lines of node1's /metrics on a kept demo lab (make demo
+// DEMO_ARGS=--keep) after its requests, with demo/empty (NodePort 30090, no endpoints) added to
+// the lab's manifests and one TCP connection attempt to it (a SYN and two retransmits).
 func TestStatusCountersGolden(t *testing.T) {
 	f, err := os.Open("testdata/metrics-node1.txt")
 	require.NoError(t, err)
@@ -95,9 +98,17 @@ func TestStatusCountersGolden(t *testing.T) {
 	counters, err := parseServiceCounters(f)
 	require.NoError(t, err)
 	require.Contains(t, counters, counterKey{"demo", "web", "http", "TCP"})
+	empty := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "empty",
+		Annotations: map[string]string{agent.AnnotationPreserveSourceIP: "true"}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app": "nothing"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, NodePort: 30090}}}}
+	unscraped := empty.DeepCopy()
+	unscraped.Name, unscraped.Spec.Ports[0].NodePort = "new", 30091
 	var out bytes.Buffer
-	writeStatus(&out, demoReport(t), counters)
+	writeStatus(&out, demoReport(t, empty, unscraped), counters)
 	golden(t, "status.golden", out.String())
+	assert.Contains(t, out.String(), "counters: 3 packets, 0 new connections, dropped packets: no-endpoints 3")
+	assert.Contains(t, out.String(), "counters: none")
 
 	out.Reset()
 	writeStatus(&out, demoReport(t), nil)
