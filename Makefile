@@ -28,7 +28,7 @@ build:
 
 demo: deps build
 	$(GO) build -o $(BIN)/demo ./test/demo
-	$(BIN)/demo --agent $(BIN)/srcip-agent --echo $(BIN)/echo --manifests test/manifests/demo $(DEMO_ARGS)
+	$(BIN)/demo --agent $(BIN)/srcip-agent --echo $(BIN)/echo --srcipctl $(BIN)/srcipctl --manifests test/manifests/demo $(DEMO_ARGS)
 
 # The loop to run while editing: go vet, gofmt and the tiers that need no Open vSwitch, no root,
 # no apt-get and no network (golden files, flows/, agent/ with the fakes, the pure tests of ofctl/,

@@ -1,10 +1,12 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,6 +45,33 @@ type admission struct {
 
 // DefaultNodePortRange is Kubernetes' default --service-node-port-range.
 var DefaultNodePortRange = [2]uint16{30000, 32767}
+
+// ParsePortRange parses a --service-node-port-range value "FIRST-LAST" (inclusive, 1..65535,
+// FIRST <= LAST); "" (or blanks) is the zero range, DefaultNodePortRange to the Reconciler.
+// Errors: no "-", a bound that is not a 16-bit number, FIRST 0 or above LAST.
+func ParsePortRange(s string) ([2]uint16, error) {
+	if strings.TrimSpace(s) == "" {
+		return [2]uint16{}, nil
+	}
+	a, b, ok := strings.Cut(strings.TrimSpace(s), "-")
+	if !ok {
+		return [2]uint16{}, fmt.Errorf("%q: want FIRST-LAST", s)
+	}
+	lo, err1 := strconv.ParseUint(a, 10, 16)
+	hi, err2 := strconv.ParseUint(b, 10, 16)
+	if err := errors.Join(err1, err2); err != nil {
+		return [2]uint16{}, fmt.Errorf("%q: %w", s, err)
+	}
+	if lo == 0 || lo > hi {
+		return [2]uint16{}, fmt.Errorf("%q: want 1 <= FIRST <= LAST", s)
+	}
+	return [2]uint16{uint16(lo), uint16(hi)}, nil
+}
+
+// FormatPortRange renders r as ParsePortRange reads it: "FIRST-LAST".
+func FormatPortRange(r [2]uint16) string {
+	return fmt.Sprintf("%d-%d", r[0], r[1])
+}
 
 func newAdmission(externalCIDRs []netip.Prefix, nodePortRange [2]uint16) *admission {
 	if nodePortRange == [2]uint16{} {

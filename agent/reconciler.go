@@ -70,6 +70,9 @@ type ReconcilerConfig struct {
 	// NodePortRange is the cluster's NodePort range, inclusive (--service-node-port-range);
 	// zero: DefaultNodePortRange. NodePorts outside it are refused (see admission).
 	NodePortRange [2]uint16
+	// Manifests is the agent's --manifests directory, only reported (Report.Flags); "" with the
+	// Kubernetes API.
+	Manifests string
 	// HasSynced reports whether the Source has synced (Source.HasSynced).
 	HasSynced func() bool
 	// Events receives problems with objects; nil: log only.

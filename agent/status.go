@@ -54,6 +54,25 @@ type Report struct {
 	Ports PortsReport `json:"ports"`
 	// Egress are the EgressGateways as the last sync converted them, oldest first.
 	Egress []EgressReport `json:"egress"`
+	// Flags are the agent's flags that decide which flows it writes (srcipctl diff renders the
+	// desired flows with them); nil from an agent older than this field.
+	Flags *FlagsReport `json:"flags,omitempty"`
+}
+
+// FlagsReport are the srcip-agent flags that change the flows it writes, as it runs with them
+// (CIDRs masked, the port range FIRST-LAST).
+type FlagsReport struct {
+	// Manifests is --manifests ("" : the agent reads the Kubernetes API).
+	Manifests string `json:"manifests,omitempty"`
+	// NodePortAddresses, ExternalIPCIDRs and EgressClusterCIDRs are --nodeport-addresses,
+	// --external-ip-cidrs and --egress-cluster-cidrs (empty: not set).
+	NodePortAddresses  []string `json:"nodePortAddresses"`
+	ExternalIPCIDRs    []string `json:"externalIPCIDRs"`
+	EgressClusterCIDRs []string `json:"egressClusterCIDRs"`
+	// PreserveSourceIP is --preserve-source-ip (annotated or all).
+	PreserveSourceIP string `json:"preserveSourceIP"`
+	// ServiceNodePortRange is --service-node-port-range, FIRST-LAST.
+	ServiceNodePortRange string `json:"serviceNodePortRange"`
 }
 
 // EgressReport is one EgressGateway as this node's agent sees it (srcipctl get egress).
@@ -320,6 +339,7 @@ func (r *Reconciler) Report() Report {
 	if rep.PreserveSourceIP == "" {
 		rep.PreserveSourceIP = string(PreserveAnnotated)
 	}
+	rep.Flags = r.flagsReport(rep.PreserveSourceIP)
 	for name, svc := range m.services {
 		_, set := svc.Annotations[AnnotationPreserveSourceIP]
 		if !set && (m.sel.Mode != PreserveAll || !Eligible(svc, m.sel.ExternalIPCIDRs)) {
@@ -331,6 +351,25 @@ func (r *Reconciler) Report() Report {
 		return cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	})
 	return rep
+}
+
+// flagsReport renders the flags of r's configuration that change the flows it writes.
+func (r *Reconciler) flagsReport(mode string) *FlagsReport {
+	npr := r.cfg.NodePortRange
+	if npr == [2]uint16{} {
+		npr = DefaultNodePortRange
+	}
+	return &FlagsReport{Manifests: r.cfg.Manifests, NodePortAddresses: prefixStrings(r.cfg.NodePortCIDRs),
+		ExternalIPCIDRs: prefixStrings(r.cfg.ExternalIPCIDRs), EgressClusterCIDRs: prefixStrings(r.cfg.EgressClusterCIDRs),
+		PreserveSourceIP: mode, ServiceNodePortRange: FormatPortRange(npr)}
+}
+
+func prefixStrings(ps []netip.Prefix) []string {
+	out := []string{}
+	for _, p := range ps {
+		out = append(out, p.String())
+	}
+	return out
 }
 
 func (r *Reconciler) serviceReport(name types.NamespacedName, svc *corev1.Service) ServiceReport {

@@ -15,8 +15,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -161,7 +159,7 @@ func run(ctx context.Context, o options) error {
 	if o.openflow != "native" && o.openflow != "ovs-ofctl" {
 		return fmt.Errorf("--openflow %q: want native or ovs-ofctl", o.openflow)
 	}
-	npRange, err := parsePortRange(o.nodePortRange)
+	npRange, err := agent.ParsePortRange(o.nodePortRange)
 	if err != nil {
 		return fmt.Errorf("--service-node-port-range: %w", err)
 	}
@@ -268,6 +266,7 @@ func run(ctx context.Context, o options) error {
 			PreserveSourceIP:   mode,
 			Announcer:          brEx,
 			NodePortRange:      npRange,
+			Manifests:          absOrEmpty(o.manifests),
 			ZoneLimitPercent:   o.zoneLimitPercent,
 			Metrics:            agent.NewMetrics(reg),
 			Conntrack:          brEx,
@@ -435,25 +434,16 @@ func envOr(name, def string) string {
 	return def
 }
 
-// parsePortRange parses "FIRST-LAST" (inclusive, 1..65535, FIRST <= LAST); "" is the zero
-// range (agent.DefaultNodePortRange).
-func parsePortRange(s string) ([2]uint16, error) {
-	if strings.TrimSpace(s) == "" {
-		return [2]uint16{}, nil
+// absOrEmpty returns the absolute form of path ("" stays "", a path Abs cannot resolve stays
+// as given): the --manifests the status socket reports, for srcipctl diff run from elsewhere.
+func absOrEmpty(path string) string {
+	if path == "" {
+		return ""
 	}
-	a, b, ok := strings.Cut(strings.TrimSpace(s), "-")
-	if !ok {
-		return [2]uint16{}, fmt.Errorf("%q: want FIRST-LAST", s)
+	if a, err := filepath.Abs(path); err == nil {
+		return a
 	}
-	lo, err1 := strconv.ParseUint(a, 10, 16)
-	hi, err2 := strconv.ParseUint(b, 10, 16)
-	if err := errors.Join(err1, err2); err != nil {
-		return [2]uint16{}, fmt.Errorf("%q: %w", s, err)
-	}
-	if lo == 0 || lo > hi {
-		return [2]uint16{}, fmt.Errorf("%q: want 1 <= FIRST <= LAST", s)
-	}
-	return [2]uint16{uint16(lo), uint16(hi)}, nil
+	return path
 }
 
 // The cold start's full sync encodes its next bundle while the switch commits the current one.

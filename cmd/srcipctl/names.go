@@ -108,6 +108,22 @@ func (n *names) bucket(id, b uint32) string {
 	return ""
 }
 
+// bucketEndpoint returns the endpoint of bucket b of group id, false when the agent does not
+// know it (n nil, another group or bucket).
+func (n *names) bucketEndpoint(id, b uint32) (agent.EndpointReport, bool) {
+	if n == nil {
+		return agent.EndpointReport{}, false
+	}
+	if p, ok := n.groups[id]; ok {
+		for _, e := range p.Endpoints {
+			if e.Bucket == b {
+				return e, true
+			}
+		}
+	}
+	return agent.EndpointReport{}, false
+}
+
 // endpoint names an endpoint address ip:port.
 func (n *names) endpoint(addr string) string {
 	if n != nil {
