@@ -30,13 +30,9 @@ to that endpoint. A group of more than 700 buckets is printed by position only (
 cannot print it on OVS 3.1).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b := flows.BrEx
-			switch bridge {
-			case "br-ex":
-			case "br-int":
-				b = flows.BrInt
-			default:
-				return fmt.Errorf("--bridge %q: br-ex or br-int", bridge)
+			b, err := parseBridge(bridge)
+			if err != nil {
+				return err
 			}
 			of := ofctl.NewOpenFlow(bridge, ofctl.MgmtTarget(runDir, bridge))
 			stats, err := of.GroupStats(cmd.Context())

@@ -129,13 +129,9 @@ func flowsCommand(out io.Writer) *cobra.Command {
 		Short: "Dump the agent's flows of one bridge (dump-flows filtered by the owner byte), each annotated with its table name, the object it serves and the reason of a drop",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b := flows.BrEx
-			switch bridge {
-			case "br-ex":
-			case "br-int":
-				b = flows.BrInt
-			default:
-				return fmt.Errorf("--bridge %q: br-ex or br-int", bridge)
+			b, err := parseBridge(bridge)
+			if err != nil {
+				return err
 			}
 			filter := fmt.Sprintf("cookie=%#x/%#x", uint64(flows.NewCookie(0, 0)), uint64(flows.OwnerMask))
 			if kind != "" {
@@ -493,4 +489,15 @@ func (e *eventList) Warn(obj runtime.Object, reason, message string) {
 		name = m.GetNamespace() + "/" + m.GetName() + " "
 	}
 	e.lines = append(e.lines, name+reason+": "+message)
+}
+
+// parseBridge returns the bridge a --bridge flag names: br-ex or br-int.
+func parseBridge(name string) (flows.Bridge, error) {
+	switch name {
+	case "br-ex":
+		return flows.BrEx, nil
+	case "br-int":
+		return flows.BrInt, nil
+	}
+	return 0, fmt.Errorf("--bridge %q: br-ex or br-int", name)
 }
