@@ -183,8 +183,9 @@ func TestVswitchdRestartWithoutAgentRestoresSnapshot(t *testing.T) {
 	}
 }
 
-// flow-restore --watch (the DaemonSet's flow-restore container) never loads a snapshot that
-// is corrupt, stale or refused by Open vSwitch: br-ex then gets only the base flow, the node
+// flow-restore --watch (the DaemonSet's flow-restore container) replays a good snapshot after a
+// restart with the agent down, and never loads one that is corrupt, stale or refused by Open
+// vSwitch: br-ex then gets only the base flow, the node
 // keeps its own network (uplink peer reachable), nothing half-written is left in br-int, and
 // the agent started afterwards brings the pipeline back. With the agent running, the watcher
 // leaves the replay to it.
@@ -208,6 +209,34 @@ func TestFlowRestoreWatchFallsBackToBaseFlow(t *testing.T) {
 		b, _ := os.ReadFile(watchLog)
 		return string(b[min(off, len(b)):])
 	}
+
+	t.Run("good snapshot: replayed", func(t *testing.T) {
+		require.NoError(t, theLab.StopAgent(survivor))
+		b, _ := os.ReadFile(watchLog)
+		off := len(b)
+		start := time.Now()
+		require.NoError(t, theLab.RestartVswitchd(survivor))
+		require.NoError(t, lab.WaitFor(func() error {
+			if !strings.Contains(watchSince(off), `bridge="br-ex" action="restored"`) {
+				return fmt.Errorf("not restored yet:\n%s", watchSince(off))
+			}
+			return nil
+		}, 15*time.Second))
+		t.Logf("restored %v after the restart began", time.Since(start).Round(time.Millisecond))
+		assert.Contains(t, watchSince(off), `bridge="br-int" action="restored"`)
+		require.NoError(t, reaches(routerIP), "the uplink peer (the way to the API server)")
+		r, err := theLab.RequestWith("", "tcp", "192.0.2.11:30100", lab.RequestOpts{Timeout: "2s"})
+		if assert.NoError(t, err, "the pod on the node through node1 and Geneve, agent down") {
+			checkReply(t, r, "192.0.2.11:30100", "echo-a")
+		}
+		after := snapshot(t, survivor)
+		for _, br := range []string{"br-ex", "br-int"} {
+			assert.Equal(t, stable(before[br]).Flows, stable(after[br]).Flows, "%s flows restored", br)
+			assert.Equal(t, stable(before[br]).Groups, stable(after[br]).Groups, "%s groups restored", br)
+		}
+		startAgentAndWaitSyncs(t)
+		waitSnapshot(t, path, start)
+	})
 
 	for _, tc := range []struct {
 		name   string
