@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -86,5 +87,43 @@ func TestFlowSnapshotFollowsApplied(t *testing.T) {
 	assert.Equal(t, flowsnap.ReadBootID(), got.BootID)
 	for i := range want.Bridges {
 		assert.Equal(t, want.Bridges[i].Lines, got.Bridges[i].Lines, "the last write after stop has the last sync")
+	}
+}
+
+// BenchmarkColdFullSyncSnapshot is the first full sync of 10k Service ports (10 endpoints, 50
+// nodes) without and with the flow snapshot (FlowSnapshotConfig): what rendering every applied
+// flow set's lines adds to the sync, and how large the file is.
+func BenchmarkColdFullSyncSnapshot(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		b.Run(fmt.Sprintf("snapshot=%v", on), func(b *testing.B) {
+			var size int
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				f := newFixture(b)
+				f.r = f.newReconcilerWith(func(c *ReconcilerConfig) {
+					c.Bridges = map[flows.Bridge]FlowBridge{flows.BrEx: &nullBridge{}, flows.BrInt: &nullBridge{}}
+					c.NodePortRange = [2]uint16{20000, 32767}
+					if on {
+						c.FlowSnapshot = &FlowSnapshotConfig{Path: filepath.Join(b.TempDir(), "s"),
+							BridgeNames: map[flows.Bridge]string{flows.BrEx: "br-ex", flows.BrInt: "br-int"}}
+					}
+				})
+				seedLarge(f.r, 10000, 10, 50)
+				b.StartTimer()
+				require.NoError(b, f.sync())
+				b.StopTimer()
+				if on {
+					start := time.Now()
+					s, _ := f.r.syncer.snap.snapshot()
+					data := flowsnap.Encode(s)
+					size = len(data)
+					b.ReportMetric(float64(time.Since(start).Milliseconds()), "encode-ms")
+					b.ReportMetric(float64(s.Lines()), "lines")
+				}
+			}
+			if on {
+				b.ReportMetric(float64(size)/1e6, "file-MB")
+			}
+		})
 	}
 }
