@@ -198,11 +198,16 @@ func TestRestore(t *testing.T) {
 		assert.Equal(t, "none", outs[0].Action)
 		assert.Contains(t, outs[1].Reason, "rejected")
 	})
-	t.Run("an unreachable switch is an error (retry)", func(t *testing.T) {
+	t.Run("an unreachable bridge is an error (retry), the others are restored", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "s")
 		require.NoError(t, os.WriteFile(path, good, 0o600))
-		_, err := Restore(context.Background(), RestoreConfig{Path: path, BaseBridge: "br-ex",
-			Bridges: []NamedTarget{{"br-int", &fakeBridge{down: true}}}})
+		ex := &fakeBridge{}
+		outs, err := Restore(context.Background(), RestoreConfig{Path: path, BaseBridge: "br-ex",
+			Bridges: []NamedTarget{{"br-int", &fakeBridge{down: true}}, {"br-ex", ex}}})
 		require.Error(t, err)
+		assert.Contains(t, err.Error(), "br-int")
+		require.Len(t, outs, 1)
+		assert.Equal(t, "restored", outs[0].Action)
+		assert.Equal(t, [][]string{sample().Bridges[1].Lines}, ex.bundles)
 	})
 }

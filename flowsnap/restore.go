@@ -78,8 +78,8 @@ func (o Outcome) String() string {
 // A missing, corrupt (Decode) or stale (Check) snapshot, or a bridge part that Open vSwitch
 // rejects, is never half applied: each bridge's part is one atomic bundle, and the external
 // bridge then gets BaseFlow, which carries the node's own traffic, so that the node reaches its
-// API server and the agent can start and sync. The error is for an Open vSwitch that cannot be
-// reached (retry later); refusals are in the outcomes.
+// API server and the agent can start and sync. The error is for bridges that cannot be reached
+// (retry later; the others are restored all the same); refusals are in the outcomes.
 func Restore(ctx context.Context, cfg RestoreConfig) ([]Outcome, error) {
 	snap, reason := load(cfg)
 	rejected := cfg.Rejected
@@ -87,42 +87,51 @@ func Restore(ctx context.Context, cfg RestoreConfig) ([]Outcome, error) {
 		rejected = func(error) bool { return true }
 	}
 	var out []Outcome
+	var errs []error
 	for _, br := range cfg.Bridges {
-		n, err := br.OwnedFlows(ctx)
+		o, err := restoreBridge(ctx, cfg, br, snap, reason, rejected)
 		if err != nil {
-			return out, fmt.Errorf("%s: count the agent's flows: %w", br.Name, err)
-		}
-		if n > 0 {
-			out = append(out, Outcome{Bridge: br.Name, Action: "skipped", Reason: fmt.Sprintf("holds %d flows of the agent", n)})
+			// The other bridges still get theirs: br-ex's base flow must not wait for br-int.
+			errs = append(errs, err)
 			continue
 		}
-		why := reason
-		if snap != nil {
-			part := snap.bridge(br.Name)
-			if part == nil {
-				why = "the snapshot has no part for this bridge"
-			} else {
-				err := br.BundleText(ctx, part.Lines)
-				if err == nil {
-					out = append(out, Outcome{Bridge: br.Name, Action: "restored", Lines: len(part.Lines)})
-					continue
-				}
-				if !rejected(err) {
-					return out, fmt.Errorf("%s: replay the snapshot: %w", br.Name, err)
-				}
-				why = "Open vSwitch rejected the snapshot's bundle: " + firstLine(err.Error())
-			}
-		}
-		if br.Name != cfg.BaseBridge {
-			out = append(out, Outcome{Bridge: br.Name, Action: "none", Reason: why})
-			continue
-		}
-		if err := br.BundleText(ctx, []string{BaseFlow}); err != nil {
-			return out, fmt.Errorf("%s: base flow: %w", br.Name, err)
-		}
-		out = append(out, Outcome{Bridge: br.Name, Action: "base", Lines: 1, Reason: why})
+		out = append(out, o)
 	}
-	return out, nil
+	return out, errors.Join(errs...)
+}
+
+// restoreBridge is Restore for one bridge.
+func restoreBridge(ctx context.Context, cfg RestoreConfig, br NamedTarget, snap *Snapshot, reason string, rejected func(error) bool) (Outcome, error) {
+	n, err := br.OwnedFlows(ctx)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("%s: count the agent's flows: %w", br.Name, err)
+	}
+	if n > 0 {
+		return Outcome{Bridge: br.Name, Action: "skipped", Reason: fmt.Sprintf("holds %d flows of the agent", n)}, nil
+	}
+	why := reason
+	if snap != nil {
+		part := snap.bridge(br.Name)
+		if part == nil {
+			why = "the snapshot has no part for this bridge"
+		} else {
+			err = br.BundleText(ctx, part.Lines)
+			if err == nil {
+				return Outcome{Bridge: br.Name, Action: "restored", Lines: len(part.Lines)}, nil
+			}
+			if !rejected(err) {
+				return Outcome{}, fmt.Errorf("%s: replay the snapshot: %w", br.Name, err)
+			}
+			why = "Open vSwitch rejected the snapshot's bundle: " + firstLine(err.Error())
+		}
+	}
+	if br.Name != cfg.BaseBridge {
+		return Outcome{Bridge: br.Name, Action: "none", Reason: why}, nil
+	}
+	if err := br.BundleText(ctx, []string{BaseFlow}); err != nil {
+		return Outcome{}, fmt.Errorf("%s: base flow: %w", br.Name, err)
+	}
+	return Outcome{Bridge: br.Name, Action: "base", Lines: 1, Reason: why}, nil
 }
 
 // load reads and checks cfg's snapshot; nil and the reason when it may not be replayed.
