@@ -18,6 +18,10 @@ import (
 // apply writes each bridge's plan as one bundle, records what is now applied, and runs the
 // conntrack flushes once br-ex no longer sends to the removed endpoints.
 func (s *syncer) apply(ctx context.Context, p *pass) error {
+	if s.snap != nil {
+		// What is recorded as applied is what the bridges hold, also after a failed bundle.
+		defer s.snap.changed()
+	}
 	for _, b := range applyOrder {
 		plan := p.plans[b]
 		write := s.write
@@ -365,6 +369,9 @@ func (s *syncer) reportWarnings(logger klog.Logger, fs *flows.FlowSet) {
 
 // setApplied records fs (nil: nothing) as applied for k on b and keeps the metrics current.
 func (s *syncer) setApplied(b flows.Bridge, k flows.Key, fs *flows.FlowSet) {
+	if s.snap != nil {
+		s.snap.set(b, k, fs)
+	}
 	bl := b.String()
 	if old, ok := s.applied[b][k]; ok {
 		if k.Kind == flows.KindServicePort {

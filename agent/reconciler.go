@@ -104,6 +104,9 @@ type ReconcilerConfig struct {
 	// operating system (runtime/debug.FreeOSMemory) as soon as that sync is done, on another
 	// goroutine (the process's memory, not a test's).
 	ReleaseMemory bool
+	// FlowSnapshot, when set, keeps a flow snapshot of what is applied (FlowSnapshotConfig;
+	// written by Agent.Run's goroutine). nil: none.
+	FlowSnapshot *FlowSnapshotConfig
 }
 
 // DefaultDrainPeriod is the default ReconcilerConfig.DrainPeriod.

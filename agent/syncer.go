@@ -58,6 +58,8 @@ type syncer struct {
 	// planned, when set, receives every full sync's desired flow sets of each bridge, the ones
 	// flows.FullDiff compared with the bridge's inventory (Desired reads them; nil in the agent).
 	planned func(b flows.Bridge, desired []*flows.FlowSet)
+	// snap, when set, keeps the flow snapshot of what is applied (ReconcilerConfig.FlowSnapshot).
+	snap *snapshotter
 }
 
 // stepTime is one step of a sync and how long it took.
@@ -92,6 +94,9 @@ func newSyncer(cfg ReconcilerConfig, m *Metrics) *syncer {
 		declined:      map[flows.Key]bool{},
 		drains:        map[flows.EntryPoint]time.Time{},
 		rejected:      map[flows.Bridge]map[flows.Key]flows.Cookie{},
+	}
+	if cfg.FlowSnapshot != nil {
+		s.snap = newSnapshotter(*cfg.FlowSnapshot, cfg.NodeName, cfg.BucketsPerMessage)
 	}
 	for _, b := range applyOrder {
 		s.rejected[b] = map[flows.Key]flows.Cookie{}

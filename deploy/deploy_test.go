@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -161,8 +162,8 @@ func TestManifests(t *testing.T) {
 		u.RollingUpdate == nil || u.RollingUpdate.MaxUnavailable == nil || u.RollingUpdate.MaxUnavailable.IntValue() != 1 {
 		t.Errorf("updateStrategy %+v", u)
 	}
-	if len(ps.Containers) != 1 {
-		t.Fatalf("%d containers", len(ps.Containers))
+	if len(ps.Containers) != 2 || ps.Containers[0].Name != "srcip-agent" || ps.Containers[1].Name != "flow-restore" {
+		t.Fatalf("%d containers, want srcip-agent and flow-restore", len(ps.Containers))
 	}
 	c := ps.Containers[0]
 	if c.Image != image {
@@ -183,6 +184,7 @@ func TestManifests(t *testing.T) {
 		"ovs-rundir":           "/var/run/openvswitch",
 		"metrics-bind-address": ":9464",
 		"preserve-source-ip":   "$(PRESERVE_SOURCE_IP)",
+		"flow-snapshot":        "/run/ovs-srcip/flows.snapshot",
 	}
 	for k, v := range wantArgs {
 		if args[k] != v {
@@ -248,6 +250,7 @@ func TestManifests(t *testing.T) {
 		"/opt/cni/bin":         corev1.HostPathDirectoryOrCreate,
 		"/etc/cni/net.d":       corev1.HostPathDirectoryOrCreate,
 		"/var/lib/cni":         corev1.HostPathDirectoryOrCreate,
+		"/run/ovs-srcip":       corev1.HostPathDirectoryOrCreate,
 	}
 	volPath := map[string]string{}
 	for _, v := range ps.Volumes {
@@ -260,15 +263,18 @@ func TestManifests(t *testing.T) {
 		}
 		volPath[v.Name] = v.HostPath.Path
 	}
-	// The agent mounts only OVS's run directory, read-only, at the same path.
+	// The agent mounts OVS's run directory read-only and the flow snapshot's directory, each at
+	// the same path; nothing else of the node.
 	for _, m := range c.VolumeMounts {
-		if p, ok := volPath[m.Name]; ok && (p != "/var/run/openvswitch" || m.MountPath != p || !m.ReadOnly) {
+		if p, ok := volPath[m.Name]; ok && (m.MountPath != p || !(p == "/var/run/openvswitch" && m.ReadOnly || p == "/run/ovs-srcip")) {
 			t.Errorf("agent mounts hostPath %s at %s (readOnly %v)", p, m.MountPath, m.ReadOnly)
 		}
 	}
+	checkFlowRestore(t, ps.Containers[1], c, volPath)
 	if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return volPath[m.Name] == "/var/run/openvswitch" }) {
 		t.Error("no hostPath /var/run/openvswitch mounted at /var/run/openvswitch")
 	}
+	delete(hostPaths, "/run/ovs-srcip") // the agent's and flow-restore's, not node-setup's
 	checkNodeSetup(t, ps, volPath, hostPaths, setupCM)
 
 	// RBAC: no wildcard, no Secrets or ConfigMaps, no write verb outside the allowed ones.
@@ -313,6 +319,48 @@ func TestManifests(t *testing.T) {
 		if len(subjects) != 1 || subjects[0].Kind != "ServiceAccount" || subjects[0].Name != serviceAccount || subjects[0].Namespace != namespace {
 			t.Errorf("%s subjects %+v", kind, subjects)
 		}
+	}
+}
+
+// checkFlowRestore: the flow-restore container runs `srcip-agent flow-restore --watch` on the
+// agent's snapshot, with the agent's image and security context, and mounts OVS's run directory
+// and the snapshot's directory read-only.
+func checkFlowRestore(t *testing.T, fr, agent corev1.Container, volPath map[string]string) {
+	t.Helper()
+	if fr.Image != agent.Image || len(fr.Args) == 0 || fr.Args[0] != "flow-restore" {
+		t.Errorf("flow-restore image %q args %v", fr.Image, fr.Args)
+		return
+	}
+	flags := agentFlags(t, "flow-restore")
+	args := map[string]string{}
+	for _, a := range fr.Args[1:] {
+		name, val, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if !strings.HasPrefix(a, "--") || !flags[name] {
+			t.Errorf("argument %q is not a flow-restore flag", a)
+		}
+		args[name] = val
+	}
+	for k, v := range map[string]string{"watch": "", "snapshot": "/run/ovs-srcip/flows.snapshot", "ovs-rundir": "/var/run/openvswitch", "node-name": "$(NODE_NAME)"} {
+		if got, ok := args[k]; !ok || got != v {
+			t.Errorf("flow-restore --%s=%q, want %q", k, got, v)
+		}
+	}
+	if !reflect.DeepEqual(fr.SecurityContext, agent.SecurityContext) {
+		t.Errorf("flow-restore securityContext %+v, want the agent's", fr.SecurityContext)
+	}
+	mounts := map[string]bool{}
+	for _, m := range fr.VolumeMounts {
+		p, ok := volPath[m.Name]
+		if !ok || m.MountPath != p || !m.ReadOnly {
+			t.Errorf("flow-restore mounts %s (hostPath %q) at %s (readOnly %v)", m.Name, p, m.MountPath, m.ReadOnly)
+		}
+		mounts[p] = true
+	}
+	if !mounts["/var/run/openvswitch"] || !mounts["/run/ovs-srcip"] {
+		t.Errorf("flow-restore mounts %v, want /var/run/openvswitch and /run/ovs-srcip", mounts)
+	}
+	if fr.Resources.Requests.Memory().IsZero() || fr.Resources.Limits.Memory().IsZero() {
+		t.Errorf("flow-restore resources %+v", fr.Resources)
 	}
 }
 

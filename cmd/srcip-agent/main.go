@@ -64,6 +64,8 @@ type options struct {
 	leaseDuration      time.Duration
 	renewDeadline      time.Duration
 	retryPeriod        time.Duration
+	flowSnapshot       string
+	snapshotInterval   time.Duration
 }
 
 func main() {
@@ -126,7 +128,9 @@ flow in place.`,
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:9464", `address of the HTTP server for /metrics, /healthz (process up, OVSDB reachable) and /readyz (first full sync done, syncs not failing); "0" disables it`)
 	f.StringVar(&o.statusSocket, "status-socket", "", `unix socket serving the endpoints of --metrics-bind-address plus /status (JSON) and /trace (ofproto/trace on this node), for srcipctl on the node; default <ovs-rundir>/srcip-agent.sock; "-" disables it (a socket that cannot be created is logged, not fatal)`)
 	f.StringVar(&o.debugAddr, "debug-bind-address", "", `address of an HTTP server with the status socket's endpoints (/status, /trace, ...) for srcipctl from elsewhere, e.g. 127.0.0.1:9465 behind kubectl port-forward; empty (default): none. /trace costs ovs-vswitchd CPU: never bind it where untrusted clients reach it`)
-	cmd.AddCommand(newNodeSetupCommand(), newNodeTeardownCommand())
+	f.StringVar(&o.flowSnapshot, "flow-snapshot", "", "file to keep the flow snapshot in: the flows and groups the agent has applied, written atomically after the syncs that changed them (at most every --flow-snapshot-interval) and when it stops, for srcip-agent flow-restore to replay into an ovs-vswitchd that restarted while no agent runs (docs/node-recovery.md; the DaemonSet uses "+DefaultFlowSnapshot+"); empty (default): none")
+	f.DurationVar(&o.snapshotInterval, "flow-snapshot-interval", agent.DefaultSnapshotInterval, "shortest time between two writes of --flow-snapshot (each write encodes the whole file: about 20 MB for 10k Service ports with 10 endpoints each)")
+	cmd.AddCommand(newNodeSetupCommand(), newNodeTeardownCommand(), newFlowRestoreCommand())
 	addKlogFlags(f)
 	return cmd
 }
@@ -274,6 +278,7 @@ func run(ctx context.Context, o options) error {
 			RepairPeriod:       o.repairPeriod,
 			BucketsPerMessage:  o.bucketsPerMessage,
 			ReleaseMemory:      true,
+			FlowSnapshot:       snapshotConfig(o),
 		},
 		Source:         src,
 		Election:       election,
@@ -335,8 +340,20 @@ func run(ctx context.Context, o options) error {
 			}
 		}()
 	}
-	logger.Info("Starting", "preserveSourceIP", mode, "openflow", o.openflow, "ovsdb", o.ovsdb, "bridgeEx", o.bridgeEx, "bridgeInt", o.bridgeInt, "manifests", o.manifests)
+	logger.Info("Starting", "preserveSourceIP", mode, "openflow", o.openflow, "ovsdb", o.ovsdb, "bridgeEx", o.bridgeEx, "bridgeInt", o.bridgeInt, "manifests", o.manifests, "flowSnapshot", o.flowSnapshot)
 	return a.Run(ctx)
+}
+
+// snapshotConfig is the agent's FlowSnapshotConfig of --flow-snapshot (nil: none).
+func snapshotConfig(o options) *agent.FlowSnapshotConfig {
+	if o.flowSnapshot == "" {
+		return nil
+	}
+	return &agent.FlowSnapshotConfig{
+		Path:        o.flowSnapshot,
+		BridgeNames: map[flows.Bridge]string{flows.BrEx: o.bridgeEx, flows.BrInt: o.bridgeInt},
+		MinInterval: o.snapshotInterval,
+	}
 }
 
 func kubeConfig(path string) (*rest.Config, error) {

@@ -31,6 +31,7 @@ var nodeMounts = []struct{ sub, target string }{
 	{"varlog", "/var/log"},                // /var/log/containers, /var/log/pods
 	{"cni-conf", "/etc/cni/net.d"},        // the conflist (written in place)
 	{"cni-bin", "/opt/cni/bin"},           // plugins
+	{"run-ovs-srcip", "/run/ovs-srcip"},   // the DaemonSet agent's flow snapshot
 }
 
 // sysctls kubelet would set host-wide; bind-mounted files with these values make it find them set.
@@ -88,7 +89,7 @@ func (kn *KNode) path(p ...string) string { return filepath.Join(append([]string
 func (kn *KNode) up(ctx context.Context) error {
 	c := kn.c
 	for _, d := range []string{"kubelet", "cni-cache", "run-containerd", "varlog", "cni-conf", "cni-bin", "ovs-srcip",
-		"sysctl", "containerd/root", "containerd/state", "runc", "pod-logs", "opt"} {
+		"run-ovs-srcip", "sysctl", "containerd/root", "containerd/state", "runc", "pod-logs", "opt"} {
 		if err := os.MkdirAll(kn.path(d), 0o755); err != nil {
 			return err
 		}
