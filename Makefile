@@ -35,7 +35,7 @@ demo: deps build
 # cmd/ and nodesetup/). -short makes ovstest.StartDummy skip the tests that need a private OVS;
 # `make test-unit` runs them. Also the lab's program tables (hack/deps.sh against test/lab) and the
 # conformance runner's report logic. No deps: nothing is installed.
-PURE := ./openflow/... ./flows/... ./agent/... ./ofctl/... ./cmd/... ./nodesetup/...
+PURE := ./openflow/... ./flows/... ./agent/... ./ofctl/... ./cmd/... ./nodesetup/... ./flowsnap/...
 check:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -50,7 +50,7 @@ vet:
 
 # Pure and OVS-sandbox tiers (golden files, ofproto/trace on a dummy datapath, fakes).
 test-unit: deps
-	$(GO) test -count=1 ./openflow/... ./flows/... ./ofctl/... ./agent/... ./cmd/... ./nodesetup/...
+	$(GO) test -count=1 ./openflow/... ./flows/... ./ofctl/... ./agent/... ./cmd/... ./nodesetup/... ./flowsnap/...
 
 # kube-apiserver, kube-controller-manager and etcd for the tests (test/kube), built from the Go
 # module proxy by the nested module hack/controlplane; cached, a cache hit takes milliseconds.
