@@ -96,7 +96,7 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 		fs.Flows = append(append(fs.Flows, lb), ct...)
 	}
 	g := OFGroup{ID: sp.GroupID, Type: of.GroupSelect, SelectionFields: fields}
-	var eps []netip.AddrPort
+	eps := make([]netip.AddrPort, 0, len(sp.Endpoints))
 	for _, ep := range sp.Endpoints {
 		if !ep.IP.Is4() || ep.Port == 0 {
 			continue
@@ -113,15 +113,19 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 		fs.Warnings = append(fs.Warnings, fmt.Sprintf("%d usable endpoints, more than the %d a select group can hold: the %d with the lowest bucket ids are used", len(eps), MaxGroupBuckets, MaxGroupBuckets))
 		eps = eps[:MaxGroupBuckets]
 	}
-	for _, ep := range eps {
+	// A full sync holds every group at once: the buckets, their action lists and their NATs
+	// are allocated once per group, and every bucket shares one exec list (never modified).
+	g.Buckets = make([]Bucket, len(eps))
+	acts := make([]of.Action, len(eps))
+	nats := make([]NAT, len(eps))
+	for i, ep := range eps {
 		if sp.Protocol == UDP {
 			fs.Endpoints = append(fs.Endpoints, ep)
 		}
-		g.Buckets = append(g.Buckets, Bucket{ID: ids[ep], Weight: 100, Actions: []of.Action{
-			CT{Commit: true, Zone: ZoneService, Table: uint8(ExServiceOut), HasTable: true,
-				NAT:  &NAT{Dst: ep},
-				Exec: []of.Action{CTLabelClientMAC.MoveFrom(nxmEthSrc)}},
-		}})
+		nats[i] = NAT{Dst: ep}
+		acts[i] = CT{Commit: true, Zone: ZoneService, Table: uint8(ExServiceOut), HasTable: true,
+			NAT: &nats[i], Exec: clientMACExec}
+		g.Buckets[i] = Bucket{ID: ids[ep], Weight: 100, Actions: acts[i : i+1 : i+1]}
 	}
 	fs.Groups = []OFGroup{g}
 	sortEntryPoints(fs.EntryPoints)
@@ -129,6 +133,10 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 	fs.Endpoints = slices.Compact(fs.Endpoints)
 	return fs, fs.Finish()
 }
+
+// clientMACExec is the exec list of every Service bucket's ct: the client's MAC into
+// CTLabelClientMAC. Shared by every bucket (its capacity is its length: an append copies).
+var clientMACExec = []of.Action{CTLabelClientMAC.MoveFrom(nxmEthSrc)}[:1:1]
 
 // hostAddr reports whether a is an address of this node's host stack: its InternalIP or a
 // NodePort address.
