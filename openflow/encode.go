@@ -166,22 +166,6 @@ func matchRank(f Field) int {
 	return 100
 }
 
-func newField(name string, value, mask []byte) (of13.MatchField, error) {
-	h, err := of13.FindFieldHeaderByName(name, mask != nil)
-	if err != nil {
-		return of13.MatchField{}, err
-	}
-	f := *h
-	f.Value = &of13.ByteArrayField{Data: value, Length: uint8(len(value))}
-	if mask != nil {
-		f.Mask = &of13.ByteArrayField{Data: mask, Length: uint8(len(mask))}
-	}
-	if int(f.Length) != len(value)+len(mask) {
-		return of13.MatchField{}, fmt.Errorf("field %s is %d bytes, not %d", name, f.Length, len(value)+len(mask))
-	}
-	return f, nil
-}
-
 // Encode implements Message: an OFPT_FLOW_MOD. As ovs-ofctl does in OpenFlow 1.1+, an add
 // carries the new flow's cookie, while a modify_strict carries cookie 0 and cookie mask 0 (it
 // matches the flow whatever its cookie and leaves the cookie as it is).
@@ -591,22 +575,22 @@ func encodeLearn(l Learn) (of13.Action, error) {
 }
 
 // finishGroupMod fills in the 16-byte ofp15_group_mod header at the start of b, which holds the
-// header's room and then the buckets, and appends the properties.
-func finishGroupMod(b []byte, cmd uint16, typ uint8, id, cmdBucket uint32, props []byte) []byte {
+// header's room and then the buckets (the properties are appended after it).
+func finishGroupMod(b []byte, cmd uint16, typ uint8, id, cmdBucket uint32) []byte {
 	bucketsLen := len(b) - 16
 	binary.BigEndian.PutUint16(b[0:], cmd)
 	b[2] = typ
 	binary.BigEndian.PutUint32(b[4:], id)
 	binary.BigEndian.PutUint16(b[8:], uint16(bucketsLen))
 	binary.BigEndian.PutUint32(b[12:], cmdBucket)
-	return append(b, props...)
+	return b
 }
 
 // Encode implements Message: an OFPT_GROUP_MOD of OpenFlow 1.5 (ofp15_group_mod, its buckets,
 // and for a select group with SelectionFields the Netronome selection-method property).
 func (m GroupMod) Encode() (uint8, []byte, error) {
 	g := m.Group
-	body := make([]byte, 16, 16+len(m.Buckets)*96)
+	body := make([]byte, 16, 16+len(m.Buckets)*96+64)
 	var err error
 	for i := range m.Buckets {
 		if body, err = appendBucket(body, &m.Buckets[i]); err != nil {
@@ -616,22 +600,21 @@ func (m GroupMod) Encode() (uint8, []byte, error) {
 	var out []byte
 	switch m.Command {
 	case GroupInsertBuckets:
-		out = finishGroupMod(body, ofpgc15InsertBucket, 0, g.ID, ofpg15BucketLast, nil)
+		out = finishGroupMod(body, ofpgc15InsertBucket, 0, g.ID, ofpg15BucketLast)
 	case GroupAdd, GroupAddOrMod:
 		cmd := uint16(ofpgc15Add)
 		if m.Command == GroupAddOrMod {
 			cmd = ofpgc15AddOrMod
 		}
-		var props []byte
+		out = finishGroupMod(body, cmd, uint8(g.Type), g.ID, ofpg15BucketAll)
 		if len(g.SelectionFields) > 0 {
 			if g.Type != GroupSelect {
 				return 0, nil, fmt.Errorf("group %d: selection fields on a non-select group", g.ID)
 			}
-			if props, err = selectionMethodProp("hash", g.SelectionFields); err != nil {
+			if out, err = appendSelectionMethodProp(out, "hash", g.SelectionFields); err != nil {
 				return 0, nil, err
 			}
 		}
-		out = finishGroupMod(body, cmd, uint8(g.Type), g.ID, ofpg15BucketAll, props)
 	default:
 		return 0, nil, fmt.Errorf("group mod command %d", m.Command)
 	}
@@ -644,40 +627,40 @@ func (m GroupMod) Encode() (uint8, []byte, error) {
 
 // Encode implements Message: OFPGC15_DELETE of one group.
 func (m DeleteGroup) Encode() (uint8, []byte, error) {
-	return TypeGroupMod, finishGroupMod(make([]byte, 16), ofpgc15Delete, 0, m.ID, ofpg15BucketAll, nil), nil
+	return TypeGroupMod, finishGroupMod(make([]byte, 16), ofpgc15Delete, 0, m.ID, ofpg15BucketAll), nil
 }
 
-// hashField is one field of a select group's fields(...): an OXM TLV whose value is the mask of
-// the bits hashed, all ones here (OVS's ntr_group_prop_selection_method).
-func hashField(f Field) (of13.MatchField, error) {
+// appendHashField appends one field of a select group's fields(...): an OXM TLV whose value is
+// the mask of the bits hashed, all ones here (OVS's ntr_group_prop_selection_method).
+func appendHashField(b []byte, f Field) ([]byte, error) {
 	switch f {
 	case FieldIPv4Src, FieldIPv4Dst:
-		return newField(f.info().oxm, []byte{0xff, 0xff, 0xff, 0xff}, nil)
+		return appendTLV(b, f.info().oxm, []byte{0xff, 0xff, 0xff, 0xff}, nil)
 	case FieldTCPSrc, FieldTCPDst, FieldUDPSrc, FieldUDPDst:
-		return newField(f.info().oxm, []byte{0xff, 0xff}, nil)
+		return appendTLV(b, f.info().oxm, []byte{0xff, 0xff}, nil)
 	}
-	return of13.MatchField{}, fmt.Errorf("hash field %s not encoded", f)
+	return nil, fmt.Errorf("hash field %s not encoded", f)
 }
 
-// selectionMethodProp is the Netronome selection-method group property (OVS
+// appendSelectionMethodProp appends the Netronome selection-method group property (OVS
 // Documentation/group-selection-method-property.txt): 40 bytes, then the field TLVs, padded to
 // a multiple of 8; its length excludes the padding.
-func selectionMethodProp(method string, fields []Field) ([]byte, error) {
-	b := make([]byte, 40)
-	binary.BigEndian.PutUint16(b[0:], ofpgpt15Experimenter)
-	binary.BigEndian.PutUint32(b[4:], ntrVendorID)
-	binary.BigEndian.PutUint32(b[8:], ntrtSelectionMethod)
-	copy(b[16:16+ntrMaxSelectionMethod], method)
-	for _, name := range fields {
-		f, err := hashField(name)
-		if err != nil {
+func appendSelectionMethodProp(b []byte, method string, fields []Field) ([]byte, error) {
+	start := len(b)
+	b = append(b, make([]byte, 40)...)
+	p := b[start:]
+	binary.BigEndian.PutUint16(p[0:], ofpgpt15Experimenter)
+	binary.BigEndian.PutUint32(p[4:], ntrVendorID)
+	binary.BigEndian.PutUint32(p[8:], ntrtSelectionMethod)
+	copy(p[16:16+ntrMaxSelectionMethod], method)
+	for _, f := range fields {
+		var err error
+		if b, err = appendHashField(b, f); err != nil {
 			return nil, err
 		}
-		fb, _ := f.MarshalBinary()
-		b = append(b, fb...)
 	}
-	binary.BigEndian.PutUint16(b[2:], uint16(len(b)))
-	for len(b)%8 != 0 {
+	binary.BigEndian.PutUint16(b[start+2:], uint16(len(b)-start))
+	for (len(b)-start)%8 != 0 {
 		b = append(b, 0)
 	}
 	return b, nil
