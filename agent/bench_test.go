@@ -80,7 +80,8 @@ func BenchmarkPartialSync(b *testing.B) {
 // /memory/classes/heap/objects:bytes after a GC) before and after it and when br-ex's first
 // bundle is written (every flow set is built then); and peak-heap-MB, the largest heap (live and
 // not yet collected objects, sampled every millisecond) during it. The timed sync includes the
-// forced GC at br-ex's first bundle.
+// forced GC at br-ex's first bundle. model-ms, build-ms, resolve-ms and apply-ms are the mean
+// times of those steps (the forced GC is in apply's).
 //
 // bridge=null takes the messages as they are; bridge=encoding (encodingBridge) also encodes
 // them into OpenFlow, the agent's cost on the native path.
@@ -92,6 +93,7 @@ func BenchmarkColdFullSync(b *testing.B) {
 		n := bc.n
 		b.Run(fmt.Sprintf("bridge=%s/services=%d", bc.name, n), func(b *testing.B) {
 			var peak, base, after, mid uint64
+			steps, runs := map[string]time.Duration{}, map[string]int{}
 			heap := func() uint64 {
 				runtime.GC()
 				s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
@@ -138,6 +140,10 @@ func BenchmarkColdFullSync(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.StopTimer()
+				for _, st := range f.r.syncer.steps {
+					steps[st.name] += st.d
+					runs[st.name]++
+				}
 				close(done)
 				peak = maxU(peak, <-sampled)
 				after = heap()
@@ -147,6 +153,9 @@ func BenchmarkColdFullSync(b *testing.B) {
 			b.ReportMetric(float64(peak)/1e6, "peak-heap-MB")
 			b.ReportMetric(float64(mid)/1e6, "at-first-br-ex-bundle-MB")
 			b.ReportMetric(float64(after)/1e6, "after-MB")
+			for _, step := range []string{"model", "build", "resolve", "apply"} {
+				b.ReportMetric(float64(steps[step].Microseconds())/1e3/float64(max(runs[step], 1)), step+"-ms")
+			}
 		})
 	}
 }

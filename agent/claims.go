@@ -47,6 +47,11 @@ func newClaims() *claims {
 	}
 }
 
+// reserve makes room for n Services when none claims anything yet (a first full sync).
+func (c *claims) reserve(n int) {
+	c.bySvc, c.rank, c.owners = grown(c.bySvc, n), grown(c.rank, n), grown(c.owners, n)
+}
+
 // entryPoints returns the claim keys of a Service's ports.
 func (c *claims) entryPoints(sps []flows.ServicePort) []flows.EntryPoint {
 	var out []flows.EntryPoint

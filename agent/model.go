@@ -164,6 +164,7 @@ func (m *model) update(ctx context.Context, dp Dataplane, full bool) (changes, e
 			d.pods[nn(k.Namespace, k.Name)] = true
 		}
 	}
+	ch.keys = grown(ch.keys, len(d.services))
 	ch.podCIDRs = m.updateNodes(logger, d.nodes, ch.keys)
 	m.updatePods(logger, d.pods, ch.keys)
 	m.updateServices(logger, d.services, ch.keys)
@@ -204,11 +205,14 @@ func (m *model) checkout() (d dirtyObjects, nodeSelf bool) {
 		nodeSelf = nodeSelf || name == m.node
 		d.nodes[name] = true
 	}
-	for name, c := range m.svcChanges.Checkout() {
+	svcs, sls := m.svcChanges.Checkout(), m.sliceChanges.Checkout()
+	m.services, m.epSlices, m.slicesOf = grown(m.services, len(svcs)), grown(m.epSlices, len(sls)), grown(m.slicesOf, len(sls))
+	d.services = grown(d.services, len(svcs)+len(sls))
+	for name, c := range svcs {
 		setOrDelete(m.services, name, c.Current)
 		d.services[name] = true
 	}
-	for name, c := range m.sliceChanges.Checkout() {
+	for name, c := range sls {
 		if old := m.epSlices[name]; old != nil {
 			if s := sliceService(old); s.Name != "" {
 				delete(m.slicesOf[s], name)
@@ -238,6 +242,15 @@ func (m *model) checkout() (d dirtyObjects, nodeSelf bool) {
 		setOrDelete(m.namespaces, name, c.Current)
 	}
 	return d, nodeSelf
+}
+
+// grown returns m, or when m is empty a map with room for n entries: a first sync fills the
+// model's maps with every object at once, and a map grown step by step rehashes ~log2(n) times.
+func grown[K comparable, V any](m map[K]V, n int) map[K]V {
+	if len(m) == 0 && n > len(m) {
+		return make(map[K]V, n)
+	}
+	return m
 }
 
 func setOrDelete[K comparable, V any](m map[K]*V, k K, v *V) {
@@ -389,8 +402,12 @@ func (m *model) convertServices(names map[types.NamespacedName]bool) map[types.N
 // updateServices reconverts the named Services, re-resolves the entry-point claims of every
 // Service they compete with, assigns group ids and marks the keys of every port that changed.
 func (m *model) updateServices(logger klog.Logger, names map[types.NamespacedName]bool, touched map[flows.Key]bool) {
-	convProblems := map[types.NamespacedName][]string{}
-	resolveSet := map[types.NamespacedName]bool{}
+	convProblems := make(map[types.NamespacedName][]string, len(names))
+	resolveSet := make(map[types.NamespacedName]bool, len(names))
+	m.svcRaw, m.svcKeys = grown(m.svcRaw, len(names)), grown(m.svcKeys, len(names))
+	m.claims.reserve(len(names))
+	m.groups.Reserve(len(names))
+	m.st.ReserveServices(len(names))
 	converted := m.convertServices(names)
 	for name := range names {
 		svc := m.services[name]

@@ -41,6 +41,14 @@ func NewGroupIDs() *GroupIDs {
 	return &GroupIDs{byKey: map[Key]uint32{}, used: map[uint32]Key{}}
 }
 
+// Reserve makes room for n ids when none is held (a first full sync hands out one per Service
+// port at once).
+func (g *GroupIDs) Reserve(n int) {
+	if len(g.byKey) == 0 && len(g.used) == 0 {
+		g.byKey, g.used = make(map[Key]uint32, n), make(map[uint32]Key, n)
+	}
+}
+
 // ID returns the group id of k, allocating one on first use.
 func (g *GroupIDs) ID(k Key) uint32 {
 	if id, ok := g.byKey[k]; ok {
