@@ -29,7 +29,7 @@ func bucketHash(ep netip.AddrPort) uint32 {
 // while others come and go; only the rare endpoint that collided can move when the endpoint it
 // collided with goes.
 func BucketIDs(eps []netip.AddrPort) map[netip.AddrPort]uint32 {
-	list := bucketIDs(eps)
+	list := bucketIDs(slices.Clone(eps))
 	out := make(map[netip.AddrPort]uint32, len(list))
 	for _, b := range list {
 		out[b.ep] = b.id
@@ -43,9 +43,10 @@ type bucketID struct {
 	id uint32
 }
 
-// bucketIDs is BucketIDs as a list: each distinct endpoint once, in address order.
+// bucketIDs is BucketIDs as a list: each distinct endpoint once, in address order. It sorts
+// and compacts eps in place.
 func bucketIDs(eps []netip.AddrPort) []bucketID {
-	sorted := slices.Clone(eps)
+	sorted := eps
 	slices.SortFunc(sorted, func(a, b netip.AddrPort) int { return a.Compare(b) })
 	sorted = slices.Compact(sorted)
 	out := make([]bucketID, 0, len(sorted))

@@ -106,7 +106,7 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 	// Bucket ids are a function of the endpoint (BucketIDs), and the buckets are ordered by id:
 	// OVS's choice for a connection then depends only on the set of endpoints, never on their
 	// order or on the positions of other endpoints.
-	ids := bucketIDs(eps) // each endpoint once
+	ids := bucketIDs(eps) // each endpoint once (eps is sorted in place; not used after)
 	slices.SortFunc(ids, func(a, b bucketID) int { return cmp.Compare(a.id, b.id) })
 	if len(ids) > MaxGroupBuckets {
 		fs.Warnings = append(fs.Warnings, fmt.Sprintf("%d usable endpoints, more than the %d a select group can hold: the %d with the lowest bucket ids are used", len(ids), MaxGroupBuckets, MaxGroupBuckets))
