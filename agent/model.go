@@ -45,10 +45,12 @@ type model struct {
 	egwChanges   *ChangeTracker[string, egressv1.EgressGateway]
 	nsChanges    *ChangeTracker[string, corev1.Namespace]
 
-	nodes      map[string]*corev1.Node
-	services   map[types.NamespacedName]*corev1.Service
-	epSlices   map[types.NamespacedName]*discoveryv1.EndpointSlice
-	slicesOf   map[types.NamespacedName]map[types.NamespacedName]bool
+	nodes    map[string]*corev1.Node
+	services map[types.NamespacedName]*corev1.Service
+	epSlices map[types.NamespacedName]*discoveryv1.EndpointSlice
+	// slicesOf are the EndpointSlices of each Service (a set, each once; almost always one, so a
+	// slice rather than a map per Service).
+	slicesOf   map[types.NamespacedName][]types.NamespacedName
 	pods       map[types.NamespacedName]*corev1.Pod
 	podPorts   map[types.NamespacedName][]PodPort // several while a predecessor's port lingers
 	egws       map[string]*egressv1.EgressGateway
@@ -91,7 +93,7 @@ func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, nodePortRang
 		nodes:        map[string]*corev1.Node{},
 		services:     map[types.NamespacedName]*corev1.Service{},
 		epSlices:     map[types.NamespacedName]*discoveryv1.EndpointSlice{},
-		slicesOf:     map[types.NamespacedName]map[types.NamespacedName]bool{},
+		slicesOf:     map[types.NamespacedName][]types.NamespacedName{},
 		pods:         map[types.NamespacedName]*corev1.Pod{},
 		podPorts:     map[types.NamespacedName][]PodPort{},
 		st:           flows.NewState(node, flows.Ports{}, nil, nil, nil, nil),
@@ -215,19 +217,19 @@ func (m *model) checkout() (d dirtyObjects, nodeSelf bool) {
 	for name, c := range sls {
 		if old := m.epSlices[name]; old != nil {
 			if s := sliceService(old); s.Name != "" {
-				delete(m.slicesOf[s], name)
-				if len(m.slicesOf[s]) == 0 {
+				if rest := slices.DeleteFunc(m.slicesOf[s], func(o types.NamespacedName) bool { return o == name }); len(rest) == 0 {
 					delete(m.slicesOf, s)
+				} else {
+					m.slicesOf[s] = rest
 				}
 				d.services[s] = true
 			}
 		}
 		setOrDelete(m.epSlices, name, c.Current)
 		if s := sliceService(c.Current); s.Name != "" {
-			if m.slicesOf[s] == nil {
-				m.slicesOf[s] = map[types.NamespacedName]bool{}
+			if !slices.Contains(m.slicesOf[s], name) {
+				m.slicesOf[s] = append(m.slicesOf[s], name)
 			}
-			m.slicesOf[s][name] = true
 			d.services[s] = true
 		}
 	}
@@ -370,7 +372,7 @@ func (m *model) convertServices(names map[types.NamespacedName]bool) map[types.N
 			continue
 		}
 		var eps []*discoveryv1.EndpointSlice
-		for s := range m.slicesOf[name] {
+		for _, s := range m.slicesOf[name] {
 			eps = append(eps, m.epSlices[s])
 		}
 		slices.SortFunc(eps, func(a, b *discoveryv1.EndpointSlice) int { return cmp.Compare(a.Name, b.Name) })
