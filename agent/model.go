@@ -423,7 +423,9 @@ func (m *model) updateServices(logger klog.Logger, names map[types.NamespacedNam
 			if len(m.refused[name]) == 0 {
 				delete(m.refused, name)
 			}
-			m.report(svc, "refused/"+name.String(), ReasonRefused, refused)
+			if !m.quiet(refused) {
+				m.report(svc, "refused/"+name.String(), ReasonRefused, refused)
+			}
 			rank = claimRank{created: svc.CreationTimestamp.Time, name: name}
 		}
 		if len(sps) == 0 {
@@ -460,10 +462,12 @@ func (m *model) updateServices(logger klog.Logger, names map[types.NamespacedNam
 			continue
 		}
 		changed := false
-		if names[name] {
+		if names[name] && !m.quiet(convProblems[name]) {
 			changed = m.report(svc, "service/"+name.String(), ReasonInvalid, convProblems[name])
 		}
-		changed = m.report(svc, "conflict/"+name.String(), ReasonConflict, conflicts) || changed
+		if !m.quiet(conflicts) {
+			changed = m.report(svc, "conflict/"+name.String(), ReasonConflict, conflicts) || changed
+		}
 		if len(conflicts) == 0 {
 			delete(m.conflicts, name)
 		} else {
@@ -514,6 +518,11 @@ func (m *model) releaseGroups(keys []flows.Key) {
 // report sends problems of one object to the EventSink, only when they differ from the last
 // report under the same key (so periodic full syncs do not repeat Events). It reports whether
 // new problems were sent.
+// quiet reports whether report would do nothing for problems whatever its key: there are none,
+// and none is recorded under any key. A full sync reports on every Service and flow set; this
+// saves building their keys.
+func (m *model) quiet(problems []string) bool { return len(problems) == 0 && len(m.problems) == 0 }
+
 func (m *model) report(obj runtime.Object, key, reason string, problems []string) bool {
 	msg := strings.Join(problems, "; ")
 	if m.problems[key] == msg {
