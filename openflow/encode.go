@@ -170,8 +170,9 @@ func matchRank(f Field) int {
 // carries the new flow's cookie, while a modify_strict carries cookie 0 and cookie mask 0 (it
 // matches the flow whatever its cookie and leaves the cookie as it is).
 //
-// The message is appended into one buffer (appendFlowMod): the same bytes as libOpenflow's
-// FlowMod, match and instruction structures made (TestWireOracle), without them.
+// The message is appended into one buffer (appendFlowModHeader, appendMatch,
+// appendInstructions): the same bytes as libOpenflow's FlowMod, match and instruction
+// structures made (TestWireOracle, TestNativeEquivalence), without them.
 func (m FlowMod) Encode() (uint8, []byte, error) {
 	f := m.Flow
 	var cookie uint64
