@@ -69,7 +69,13 @@ func (s *syncer) apply(ctx context.Context, p *pass) error {
 // recordFull records the outcome of a full sync's bundle on b: every final flow set of b is
 // applied, every other key is not.
 func (s *syncer) recordFull(p *pass, b flows.Bridge, plan *flows.Plan) {
-	next := map[flows.Key]*flows.FlowSet{}
+	n := 0
+	for _, fs := range p.final {
+		if fs.Bridge == b {
+			n++
+		}
+	}
+	next := make(map[flows.Key]*flows.FlowSet, n)
 	for k, fs := range p.final {
 		if fs.Bridge == b && p.bad[k] != fs {
 			next[k] = fs
@@ -92,6 +98,7 @@ func (s *syncer) recordFull(p *pass, b flows.Bridge, plan *flows.Plan) {
 			s.setApplied(b, k, nil)
 		}
 	}
+	s.applied[b], s.appliedSize[b] = grown(s.applied[b], len(next)), grown(s.appliedSize[b], len(next))
 	for k, fs := range next {
 		s.setApplied(b, k, fs)
 		s.clearRejected(b, k)

@@ -304,6 +304,10 @@ func endpointsFor(portName string, proto flows.Protocol, eps []*discoveryv1.Endp
 		if !found {
 			continue
 		}
+		if ready == nil {
+			// Most endpoints are ready: one allocation of the right size for the usual slice.
+			ready = make([]flows.Endpoint, 0, len(sl.Endpoints))
+		}
 		for _, ep := range sl.Endpoints {
 			if len(ep.Addresses) == 0 {
 				continue

@@ -50,7 +50,9 @@ type model struct {
 	nodes    map[string]*corev1.Node
 	services map[types.NamespacedName]*corev1.Service
 	epSlices map[types.NamespacedName]*discoveryv1.EndpointSlice
-	slicesOf map[types.NamespacedName]map[types.NamespacedName]bool
+	// slicesOf are the EndpointSlices of each Service (a set, each once; almost always one, so a
+	// slice rather than a map per Service).
+	slicesOf map[types.NamespacedName][]types.NamespacedName
 	pods     map[types.NamespacedName]*corev1.Pod
 	podPorts map[types.NamespacedName][]PodPort // several while a predecessor's port lingers
 	// podPortOf are the ports st.Pods was built from (ChoosePodPort), by key: their Interfaces
@@ -103,7 +105,7 @@ func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, nodePortRang
 		nodes:          map[string]*corev1.Node{},
 		services:       map[types.NamespacedName]*corev1.Service{},
 		epSlices:       map[types.NamespacedName]*discoveryv1.EndpointSlice{},
-		slicesOf:       map[types.NamespacedName]map[types.NamespacedName]bool{},
+		slicesOf:       map[types.NamespacedName][]types.NamespacedName{},
 		pods:           map[types.NamespacedName]*corev1.Pod{},
 		podPorts:       map[types.NamespacedName][]PodPort{},
 		st:             flows.NewState(node, flows.Ports{}, nil, nil, nil, nil),
@@ -176,6 +178,7 @@ func (m *model) update(ctx context.Context, dp Dataplane, full bool) (changes, e
 			d.pods[nn(k.Namespace, k.Name)] = true
 		}
 	}
+	ch.keys = grown(ch.keys, len(d.services))
 	ch.podCIDRs = m.updateNodes(logger, d.nodes, ch.keys)
 	m.updatePods(logger, d.pods, ch.keys)
 	m.updateServices(logger, d.services, ch.keys)
@@ -216,26 +219,29 @@ func (m *model) checkout() (d dirtyObjects, nodeSelf bool) {
 		nodeSelf = nodeSelf || name == m.node
 		d.nodes[name] = true
 	}
-	for name, c := range m.svcChanges.Checkout() {
+	svcs, sls := m.svcChanges.Checkout(), m.sliceChanges.Checkout()
+	m.services, m.epSlices, m.slicesOf = grown(m.services, len(svcs)), grown(m.epSlices, len(sls)), grown(m.slicesOf, len(sls))
+	d.services = grown(d.services, len(svcs)+len(sls))
+	for name, c := range svcs {
 		setOrDelete(m.services, name, c.Current)
 		d.services[name] = true
 	}
-	for name, c := range m.sliceChanges.Checkout() {
+	for name, c := range sls {
 		if old := m.epSlices[name]; old != nil {
 			if s := sliceService(old); s.Name != "" {
-				delete(m.slicesOf[s], name)
-				if len(m.slicesOf[s]) == 0 {
+				if rest := slices.DeleteFunc(m.slicesOf[s], func(o types.NamespacedName) bool { return o == name }); len(rest) == 0 {
 					delete(m.slicesOf, s)
+				} else {
+					m.slicesOf[s] = rest
 				}
 				d.services[s] = true
 			}
 		}
 		setOrDelete(m.epSlices, name, c.Current)
 		if s := sliceService(c.Current); s.Name != "" {
-			if m.slicesOf[s] == nil {
-				m.slicesOf[s] = map[types.NamespacedName]bool{}
+			if !slices.Contains(m.slicesOf[s], name) {
+				m.slicesOf[s] = append(m.slicesOf[s], name)
 			}
-			m.slicesOf[s][name] = true
 			d.services[s] = true
 		}
 	}
@@ -258,6 +264,15 @@ func (m *model) checkout() (d dirtyObjects, nodeSelf bool) {
 		setOrDelete(m.namespaces, name, c.Current)
 	}
 	return d, nodeSelf
+}
+
+// grown returns m, or when m is empty a map with room for n entries: a first sync fills the
+// model's maps with every object at once, and a map grown step by step rehashes ~log2(n) times.
+func grown[K comparable, V any](m map[K]V, n int) map[K]V {
+	if len(m) == 0 && n > len(m) {
+		return make(map[K]V, n)
+	}
+	return m
 }
 
 func setOrDelete[K comparable, V any](m map[K]*V, k K, v *V) {
@@ -384,7 +399,7 @@ func (m *model) convertServices(names map[types.NamespacedName]bool) map[types.N
 			continue
 		}
 		var eps []*discoveryv1.EndpointSlice
-		for s := range m.slicesOf[name] {
+		for _, s := range m.slicesOf[name] {
 			eps = append(eps, m.epSlices[s])
 		}
 		slices.SortFunc(eps, func(a, b *discoveryv1.EndpointSlice) int { return cmp.Compare(a.Name, b.Name) })
@@ -416,8 +431,12 @@ func (m *model) convertServices(names map[types.NamespacedName]bool) map[types.N
 // updateServices reconverts the named Services, re-resolves the entry-point claims of every
 // Service they compete with, assigns group ids and marks the keys of every port that changed.
 func (m *model) updateServices(logger klog.Logger, names map[types.NamespacedName]bool, touched map[flows.Key]bool) {
-	convProblems := map[types.NamespacedName][]string{}
-	resolveSet := map[types.NamespacedName]bool{}
+	convProblems := make(map[types.NamespacedName][]string, len(names))
+	resolveSet := make(map[types.NamespacedName]bool, len(names))
+	m.svcRaw, m.svcKeys = grown(m.svcRaw, len(names)), grown(m.svcKeys, len(names))
+	m.claims.reserve(len(names))
+	m.groups.Reserve(len(names))
+	m.st.ReserveServices(len(names))
 	converted := m.convertServices(names)
 	for name := range names {
 		svc := m.services[name]
@@ -431,7 +450,9 @@ func (m *model) updateServices(logger klog.Logger, names map[types.NamespacedNam
 			if len(m.refused[name]) == 0 {
 				delete(m.refused, name)
 			}
-			m.report(svc, "refused/"+name.String(), ReasonRefused, refused)
+			if !m.quiet(refused) {
+				m.report(svc, "refused/"+name.String(), ReasonRefused, refused)
+			}
 			rank = claimRank{created: svc.CreationTimestamp.Time, name: name}
 		}
 		if len(sps) == 0 {
@@ -468,10 +489,12 @@ func (m *model) updateServices(logger klog.Logger, names map[types.NamespacedNam
 			continue
 		}
 		changed := false
-		if names[name] {
+		if names[name] && !m.quiet(convProblems[name]) {
 			changed = m.report(svc, "service/"+name.String(), ReasonInvalid, convProblems[name])
 		}
-		changed = m.report(svc, "conflict/"+name.String(), ReasonConflict, conflicts) || changed
+		if !m.quiet(conflicts) {
+			changed = m.report(svc, "conflict/"+name.String(), ReasonConflict, conflicts) || changed
+		}
 		if len(conflicts) == 0 {
 			delete(m.conflicts, name)
 		} else {
@@ -522,6 +545,11 @@ func (m *model) releaseGroups(keys []flows.Key) {
 // report sends problems of one object to the EventSink, only when they differ from the last
 // report under the same key (so periodic full syncs do not repeat Events). It reports whether
 // new problems were sent.
+// quiet reports whether report would do nothing for problems whatever its key: there are none,
+// and none is recorded under any key. A full sync reports on every Service and flow set; this
+// saves building their keys.
+func (m *model) quiet(problems []string) bool { return len(problems) == 0 && len(m.problems) == 0 }
+
 func (m *model) report(obj runtime.Object, key, reason string, problems []string) bool {
 	msg := strings.Join(problems, "; ")
 	if m.problems[key] == msg {

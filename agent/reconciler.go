@@ -180,6 +180,9 @@ func NewReconciler(cfg ReconcilerConfig) *Reconciler {
 	r.model.election = cfg.Election
 	r.announced = map[netip.Addr]int{}
 	r.syncer.warn = func(fs *flows.FlowSet) {
+		if r.model.quiet(fs.Warnings) {
+			return
+		}
 		reason := ReasonWarning
 		if fs.Declined != "" {
 			reason = ReasonDeclined

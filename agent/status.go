@@ -407,7 +407,7 @@ func (r *Reconciler) serviceReport(name types.NamespacedName, svc *corev1.Servic
 	}
 	// Pods behind endpoint addresses, from the Service's EndpointSlices.
 	pods := map[netip.Addr]string{}
-	for sl := range m.slicesOf[name] {
+	for _, sl := range m.slicesOf[name] {
 		es := m.epSlices[sl]
 		if es == nil {
 			continue

@@ -96,7 +96,7 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 		fs.Flows = append(append(fs.Flows, lb), ct...)
 	}
 	g := OFGroup{ID: sp.GroupID, Type: of.GroupSelect, SelectionFields: fields}
-	var eps []netip.AddrPort
+	eps := make([]netip.AddrPort, 0, len(sp.Endpoints))
 	for _, ep := range sp.Endpoints {
 		if !ep.IP.Is4() || ep.Port == 0 {
 			continue
@@ -106,22 +106,25 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 	// Bucket ids are a function of the endpoint (BucketIDs), and the buckets are ordered by id:
 	// OVS's choice for a connection then depends only on the set of endpoints, never on their
 	// order or on the positions of other endpoints.
-	ids := BucketIDs(eps)
-	slices.SortFunc(eps, func(a, b netip.AddrPort) int { return cmp.Compare(ids[a], ids[b]) })
-	eps = slices.Compact(eps)
-	if len(eps) > MaxGroupBuckets {
-		fs.Warnings = append(fs.Warnings, fmt.Sprintf("%d usable endpoints, more than the %d a select group can hold: the %d with the lowest bucket ids are used", len(eps), MaxGroupBuckets, MaxGroupBuckets))
-		eps = eps[:MaxGroupBuckets]
+	ids := bucketIDs(eps) // each endpoint once (eps is sorted in place; not used after)
+	slices.SortFunc(ids, func(a, b bucketID) int { return cmp.Compare(a.id, b.id) })
+	if len(ids) > MaxGroupBuckets {
+		fs.Warnings = append(fs.Warnings, fmt.Sprintf("%d usable endpoints, more than the %d a select group can hold: the %d with the lowest bucket ids are used", len(ids), MaxGroupBuckets, MaxGroupBuckets))
+		ids = ids[:MaxGroupBuckets]
 	}
-	for _, ep := range eps {
+	// A full sync holds every group at once: the buckets, their action lists and their NATs
+	// are allocated once per group, and every bucket shares one exec list (never modified).
+	g.Buckets = make([]Bucket, len(ids))
+	acts := make([]of.Action, len(ids))
+	nats := make([]NAT, len(ids))
+	for i, b := range ids {
 		if sp.Protocol == UDP {
-			fs.Endpoints = append(fs.Endpoints, ep)
+			fs.Endpoints = append(fs.Endpoints, b.ep)
 		}
-		g.Buckets = append(g.Buckets, Bucket{ID: ids[ep], Weight: 100, Actions: []of.Action{
-			CT{Commit: true, Zone: ZoneService, Table: uint8(ExServiceOut), HasTable: true,
-				NAT:  &NAT{Dst: ep},
-				Exec: []of.Action{CTLabelClientMAC.MoveFrom(nxmEthSrc)}},
-		}})
+		nats[i] = NAT{Dst: b.ep}
+		acts[i] = CT{Commit: true, Zone: ZoneService, Table: uint8(ExServiceOut), HasTable: true,
+			NAT: &nats[i], Exec: clientMACExec}
+		g.Buckets[i] = Bucket{ID: b.id, Weight: 100, Actions: acts[i : i+1 : i+1]}
 	}
 	fs.Groups = []OFGroup{g}
 	sortEntryPoints(fs.EntryPoints)
@@ -129,6 +132,10 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 	fs.Endpoints = slices.Compact(fs.Endpoints)
 	return fs, fs.Finish()
 }
+
+// clientMACExec is the exec list of every Service bucket's ct: the client's MAC into
+// CTLabelClientMAC. Shared by every bucket (its capacity is its length: an append copies).
+var clientMACExec = []of.Action{CTLabelClientMAC.MoveFrom(nxmEthSrc)}[:1:1]
 
 // hostAddr reports whether a is an address of this node's host stack: its InternalIP or a
 // NodePort address.
