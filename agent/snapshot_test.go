@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -120,6 +121,12 @@ func BenchmarkColdFullSyncSnapshot(b *testing.B) {
 					b.ReportMetric(float64(time.Since(start).Milliseconds()), "encode-ms")
 					b.ReportMetric(float64(s.Lines()), "lines")
 				}
+				// What the agent keeps after the sync (and, with a snapshot, after a write).
+				runtime.GC()
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				b.ReportMetric(float64(ms.HeapAlloc)/1e6, "live-heap-MB")
+				runtime.KeepAlive(f)
 			}
 			if on {
 				b.ReportMetric(float64(size)/1e6, "file-MB")
