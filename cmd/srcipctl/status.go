@@ -160,6 +160,8 @@ func writeStatus(out io.Writer, r *agent.Report) {
 		}
 		if !s.OptedIn {
 			state = "NOT opted in: " + s.Reason
+		} else if len(s.Ports) == 0 && len(s.Declined) > 0 {
+			state += ", but DECLINED: no port is served by ovs-srcip on this node (see below)"
 		}
 		annotation := fmt.Sprintf("annotation %q", s.Annotation)
 		if !s.Annotated && s.Via == agent.ViaAll {
@@ -175,6 +177,12 @@ func writeStatus(out io.Writer, r *agent.Report) {
 		}
 		for _, p := range s.Problems {
 			fmt.Fprintf(out, "  problem: %s\n", p)
+		}
+		for _, d := range s.Declined {
+			fmt.Fprintf(out, "  %s\n", d)
+		}
+		for _, w := range s.Warnings {
+			fmt.Fprintf(out, "  warning: %s\n", w)
 		}
 		for _, p := range s.Ports {
 			applied := "applied, cookie " + p.Cookie
@@ -226,6 +234,11 @@ func writeServices(out io.Writer, r *agent.Report) {
 		if s.Via == agent.ViaAll {
 			optedIn = "yes (all mode)"
 		}
+		for _, d := range s.Declined {
+			// The whole Service or an SCTP port: no entry point on this node, the host serves it.
+			fmt.Fprintf(tw, "%s\t-\tdeclined\t-\t-\t-\t-\t%s\n", name, d)
+		}
+		notes = append(notes, s.Warnings...)
 		for _, p := range s.Ports {
 			var eps []string
 			for _, e := range p.Endpoints {
