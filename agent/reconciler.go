@@ -54,6 +54,9 @@ type ReconcilerConfig struct {
 	// --service-cluster-ip-range): no LoadBalancer IP or externalIP inside them is served. Empty:
 	// only the ClusterIPs of the Services the agent sees are refused.
 	ServiceCIDRs []netip.Prefix
+	// SCTP says why this node declines SCTP Service ports (SCTPSupport of br-ex's datapath
+	// type and ovs-vswitchd's version, detected at start); "": a generic reason.
+	SCTP string
 	// RouteNextHops returns the next hops (gateways) of this node's routes, read at every full
 	// sync: no LoadBalancer IP or externalIP equal to one is served. nil: none are refused.
 	RouteNextHops func(context.Context) ([]netip.Addr, error)
@@ -179,6 +182,7 @@ func NewReconciler(cfg ReconcilerConfig) *Reconciler {
 	r.model.egressClusterCIDRs = cfg.EgressClusterCIDRs
 	r.model.admit.serviceCIDRs = cfg.ServiceCIDRs
 	r.model.nextHops = cfg.RouteNextHops
+	r.model.sel.SCTP = cfg.SCTP
 	r.model.chooseGateway = cfg.ChooseGateway
 	r.model.election = cfg.Election
 	r.announced = map[netip.Addr]int{}
