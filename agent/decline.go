@@ -89,6 +89,9 @@ func hasIPv4Family(svc *corev1.Service) (ok bool, fam string) {
 // or "") can. The pipeline itself serves no SCTP port yet, so every SCTP port is declined; the
 // reason names what the datapath could do.
 func SCTPSupport(datapathType, version string) (capable bool, why string) {
+	if m := ovsVersionRE.FindString(version); m != "" {
+		version = m // "ovs-vswitchd (Open vSwitch) 3.1.0" -> "3.1.0"
+	}
 	switch datapathType {
 	case "", "system":
 		return true, fmt.Sprintf("the pipeline does not serve SCTP yet (this node's kernel datapath, Open vSwitch %s, could conntrack and NAT it)", orUnknown(version))
@@ -105,7 +108,7 @@ func SCTPSupport(datapathType, version string) (capable bool, why string) {
 	return false, fmt.Sprintf("this node's datapath (datapath_type %q, Open vSwitch %s) cannot conntrack SCTP", datapathType, orUnknown(version))
 }
 
-var ovsVersionRE = regexp.MustCompile(`(\d+)\.(\d+)`)
+var ovsVersionRE = regexp.MustCompile(`(\d+)\.(\d+)(\.\d+)?`)
 
 // parseOVSVersion reads major.minor from an Open vSwitch version ("3.1.0", "3.2.1-1",
 // "ovs-vswitchd (Open vSwitch) 3.1.0").
