@@ -351,4 +351,3 @@ func TestEndpointNodeNameDisagreement(t *testing.T) {
 		}
 	}
 }
-
