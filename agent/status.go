@@ -40,6 +40,9 @@ type Report struct {
 	Pods []PodReport `json:"pods"`
 	// PreserveSourceIP is the agent's --preserve-source-ip mode (annotated or all).
 	PreserveSourceIP string `json:"preserveSourceIP"`
+	// SCTP says why this node declines SCTP Service ports (the datapath detected at start:
+	// SCTPSupport); empty when unknown.
+	SCTP string `json:"sctp,omitempty"`
 	// Services are the Services that carry the annotation (any value), opted in or not, and,
 	// under --preserve-source-ip=all, every Service served without it (Via "all mode").
 	Services []ServiceReport `json:"services"`
@@ -321,6 +324,7 @@ func (r *Reconciler) Report() Report {
 	}
 
 	rep.Egress = r.egressReports(rep.Time)
+	rep.SCTP = m.sel.SCTP
 	rep.PreserveSourceIP = string(m.sel.Mode)
 	if rep.PreserveSourceIP == "" {
 		rep.PreserveSourceIP = string(PreserveAnnotated)

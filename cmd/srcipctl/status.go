@@ -122,6 +122,9 @@ func writeStatus(out io.Writer, r *agent.Report) {
 		}
 		fmt.Fprintf(out, "  conntrack %s (zone %d): %d entries at the last full sync, %s\n", z.Name, z.Zone, z.Entries, lim)
 	}
+	if r.SCTP != "" {
+		fmt.Fprintf(out, "  SCTP Service ports: declined: %s\n", r.SCTP)
+	}
 	if len(r.Drains) > 0 {
 		fmt.Fprintf(out, "  draining entry points: %s\n", strings.Join(r.Drains, ", "))
 	}
