@@ -146,3 +146,28 @@ func TestTopologyHintsZoneEndpoints(t *testing.T) {
 	}, 20*time.Second)
 	require.NoError(t, err, "without a zone node1 must fall back to all endpoints")
 }
+
+// Issue 20, row "an SCTP port": the agent detects at start that the lab's userspace datapath
+// (Open vSwitch 3.1) cannot track SCTP ports, and declines each SCTP port with that reason
+// (a SourceIPDeclined warning naming the port); the Service's TCP port is served, and an
+// SCTP-only Service gets no flow at all.
+func TestSCTPPortDeclinedWithReason(t *testing.T) {
+	const file = "sctp.yaml"
+	defer removeAndWait(t, file, "tp_dst=30144", "tp_dst=30145", "tp_dst=30146")
+	b, err := os.ReadFile(theLab.AgentLog("node1"))
+	require.NoError(t, err)
+	assert.Regexp(t, `SCTP support of the datapath.*datapathType="netdev".*canConntrackSCTPPorts=false`, string(b))
+
+	off := logSize(t, "node1")
+	mixed := rawService("sctpmixed", true, "NodePort", nil, "", []pspec{{"http", "TCP", 80, 30144}, {"assoc", "SCTP", 9999, 30145}}, []ep{echoA})
+	only := rawService("sctponly", true, "NodePort", nil, "", []pspec{{"assoc", "SCTP", 9999, 30146}}, []ep{echoA})
+	writeManifest(t, file, mixed+only)
+	for _, svc := range []string{"e2e/sctpmixed", "e2e/sctponly"} {
+		waitLogged(t, "node1", off, svc, "SourceIPDeclined", "port assoc 9999/SCTP declined", "tracks SCTP without ports before 3.2")
+	}
+	checkReply(t, waitOK(t, "tcp", "192.0.2.11:30144"), "192.0.2.11:30144", "echo-a")
+	out, err := theLab.DumpFlows("node1", "br-ex", "cookie=0x5c10000000000000/0xffff000000000000")
+	require.NoError(t, err)
+	assert.NotContains(t, out, "sctp", "node1 programs an SCTP entry point")
+	assert.NotContains(t, out, "30146")
+}
