@@ -73,6 +73,10 @@ type model struct {
 	egressPolicies     []*EgressPolicy
 	podEgress          map[flows.Key]*flows.PodEgress
 
+	// nextHops reads the next hops of this node's routes (ReconcilerConfig.RouteNextHops; nil:
+	// none are known).
+	nextHops func(context.Context) ([]netip.Addr, error)
+
 	st       *flows.State
 	svcRaw   map[types.NamespacedName][]flows.ServicePort // converted, before claims
 	svcKeys  map[types.NamespacedName][]flows.Key         // the Service's ports in st.Services
@@ -85,11 +89,16 @@ type model struct {
 	refused     map[types.NamespacedName][]RefusedEntry
 	svcProblems map[types.NamespacedName][]string
 	conflicts   map[types.NamespacedName][]string
+	// declines are, per Service, what of it the agent declines (Selector.Declines: the whole
+	// Service, SCTP ports); svcWarnings the endpoints whose nodeName disagrees with their pod
+	// CIDR (for Reconciler.Report).
+	declines    map[types.NamespacedName][]string
+	svcWarnings map[types.NamespacedName][]string
 }
 
 func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, nodePortRange [2]uint16, mode PreserveMode, events EventSink) *model {
-	return &model{
-		node: node, npCIDRs: npCIDRs, events: events, sel: Selector{Mode: mode, ExternalIPCIDRs: externalIPCIDRs},
+	m := &model{
+		node: node, npCIDRs: npCIDRs, events: events, sel: Selector{Mode: mode, ExternalIPCIDRs: externalIPCIDRs, Node: node},
 		nodeChanges:    NewChangeTracker[string](nodeEqual),
 		svcChanges:     NewChangeTracker[types.NamespacedName](serviceEqual),
 		sliceChanges:   NewChangeTracker[types.NamespacedName](sliceEqual),
@@ -118,7 +127,14 @@ func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, nodePortRang
 		refused:        map[types.NamespacedName][]RefusedEntry{},
 		svcProblems:    map[types.NamespacedName][]string{},
 		conflicts:      map[types.NamespacedName][]string{},
+		declines:       map[types.NamespacedName][]string{},
+		svcWarnings:    map[types.NamespacedName][]string{},
 	}
+	m.admit.served = func(name types.NamespacedName) bool {
+		ok, _, _ := m.sel.Select(m.services[name])
+		return ok
+	}
+	return m
 }
 
 // changes is what one model update found: the flow-set keys whose own object changed (trigger
@@ -150,6 +166,20 @@ func (m *model) update(ctx context.Context, dp Dataplane, full bool) (changes, e
 	if !slices.Equal(npAddrs, m.st.NodePortAddresses) {
 		ch.full = true
 		m.st.NodePortAddresses = npAddrs
+	}
+	if ch.full && m.nextHops != nil {
+		// The routes' next hops are read at every full sync (admission: never an entry point).
+		if hops, err := m.nextHops(ctx); err != nil {
+			logger.Error(err, "Reading the node's routes failed; admission keeps the next hops it had")
+		} else if m.admit.setNextHops(hops) {
+			for name := range m.services {
+				d.services[name] = true
+			}
+		}
+	}
+	if n := m.nodes[m.node]; n != nil {
+		// This node's zone (its own Node's change is a full sync: every Service is reconverted).
+		m.sel.Zone = n.Labels[corev1.LabelTopologyZone]
 	}
 	m.admissionChanges(d)
 	if ch.full {
@@ -186,9 +216,11 @@ func (m *model) update(ctx context.Context, dp Dataplane, full bool) (changes, e
 	return ch, nil
 }
 
-// admissionChanges updates the admission's view of node addresses and LoadBalancer IPs and marks
-// the Services whose admitted entry points may change with them: every Service when a node
-// address changed, every Service with externalIPs when a LoadBalancer IP changed.
+// admissionChanges updates the admission's view of node addresses, pod CIDRs, ClusterIPs,
+// nodePorts and LoadBalancer IPs and marks the Services whose admitted entry points may change
+// with them: every Service when a node address or pod CIDR changed, every Service with
+// externalIPs when a LoadBalancer IP changed, the Services asking for an address that became or
+// stopped being a ClusterIP, and those sharing a nodePort with a changed Service.
 func (m *model) admissionChanges(d dirtyObjects) {
 	if len(d.nodes) > 0 && m.admit.setNodes(m.nodes) {
 		for name := range m.services {
@@ -201,7 +233,13 @@ func (m *model) admissionChanges(d dirtyObjects) {
 	}
 	lbChanged := false
 	for _, name := range changed {
-		lbChanged = m.admit.setService(name, m.services[name]) || lbChanged
+		lb, affected := m.admit.setService(name, m.services[name])
+		lbChanged = lb || lbChanged
+		for _, o := range affected {
+			if m.services[o] != nil {
+				d.services[o] = true
+			}
+		}
 	}
 	if lbChanged {
 		for name := range m.admit.extUsers {
@@ -445,6 +483,8 @@ func (m *model) updateServices(logger klog.Logger, names map[types.NamespacedNam
 		if svc != nil {
 			c := converted[name]
 			sps, convProblems[name] = c.sps, c.problems
+			m.reportDeclines(name, svc)
+			m.report(svc, "endpoint-nodes/"+name.String(), ReasonWarning, m.setWarnings(name, endpointNodes(sps, m.admit.podCIDROwner)))
 			var refused []string
 			sps, refused, m.refused[name] = m.admit.admit(name, sps)
 			if len(m.refused[name]) == 0 {
@@ -483,6 +523,10 @@ func (m *model) updateServices(logger klog.Logger, names map[types.NamespacedNam
 		if svc == nil {
 			m.report(nil, "service/"+name.String(), "", nil)
 			m.report(nil, "refused/"+name.String(), "", nil)
+			m.report(nil, "declined/"+name.String(), "", nil)
+			m.report(nil, "endpoint-nodes/"+name.String(), "", nil)
+			delete(m.declines, name)
+			delete(m.svcWarnings, name)
 			delete(m.refused, name)
 			delete(m.svcProblems, name)
 			delete(m.conflicts, name)
@@ -516,6 +560,34 @@ func (m *model) updateServices(logger klog.Logger, names map[types.NamespacedNam
 			}
 		}
 	}
+}
+
+// reportDeclines records and reports (SourceIPDeclined) what of svc the agent declines.
+func (m *model) reportDeclines(name types.NamespacedName, svc *corev1.Service) {
+	whole, ports := m.sel.Declines(svc)
+	var msgs []string
+	if whole != "" {
+		msgs = append(msgs, whole)
+	}
+	for _, p := range ports {
+		msgs = append(msgs, p.Reason)
+	}
+	if len(msgs) == 0 {
+		delete(m.declines, name)
+	} else {
+		m.declines[name] = msgs
+	}
+	m.report(svc, "declined/"+name.String(), ReasonDeclined, msgs)
+}
+
+// setWarnings records the endpoint warnings of Service name and returns them.
+func (m *model) setWarnings(name types.NamespacedName, warnings []string) []string {
+	if len(warnings) == 0 {
+		delete(m.svcWarnings, name)
+	} else {
+		m.svcWarnings[name] = warnings
+	}
+	return warnings
 }
 
 // markObject marks dirty the key of every kind whose flow sets serve the object (KindSpec.Object)

@@ -50,6 +50,16 @@ type ReconcilerConfig struct {
 	// ExternalIPCIDRs are the ranges externalIPs may be served from (--external-ip-cidrs);
 	// empty: no externalIP is served (see admission).
 	ExternalIPCIDRs []netip.Prefix
+	// ServiceCIDRs are the cluster's Service CIDRs (--service-cidrs, the API server's
+	// --service-cluster-ip-range): no LoadBalancer IP or externalIP inside them is served. Empty:
+	// only the ClusterIPs of the Services the agent sees are refused.
+	ServiceCIDRs []netip.Prefix
+	// SCTP says why this node declines SCTP Service ports (SCTPSupport of br-ex's datapath
+	// type and ovs-vswitchd's version, detected at start); "": a generic reason.
+	SCTP string
+	// RouteNextHops returns the next hops (gateways) of this node's routes, read at every full
+	// sync: no LoadBalancer IP or externalIP equal to one is served. nil: none are refused.
+	RouteNextHops func(context.Context) ([]netip.Addr, error)
 	// EgressClusterCIDRs are the cluster's Service and node networks, never sent to an egress
 	// gateway (--egress-cluster-cidrs; pod CIDRs and node InternalIPs are always excluded).
 	EgressClusterCIDRs []netip.Prefix
@@ -176,6 +186,9 @@ func NewReconciler(cfg ReconcilerConfig) *Reconciler {
 		model:  newModel(cfg.NodeName, cfg.NodePortCIDRs, cfg.ExternalIPCIDRs, cfg.NodePortRange, cfg.PreserveSourceIP, cfg.Events),
 		syncer: newSyncer(cfg, m), memReleased: make(chan struct{})}
 	r.model.egressClusterCIDRs = cfg.EgressClusterCIDRs
+	r.model.admit.serviceCIDRs = cfg.ServiceCIDRs
+	r.model.nextHops = cfg.RouteNextHops
+	r.model.sel.SCTP = cfg.SCTP
 	r.model.chooseGateway = cfg.ChooseGateway
 	r.model.election = cfg.Election
 	r.announced = map[netip.Addr]int{}

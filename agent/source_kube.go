@@ -190,7 +190,7 @@ func (logEvents) Warn(obj runtime.Object, reason, message string) {
 // Services) hold only the fields used: metadata.managedFields and ownerReferences, annotations other
 // than ovs-srcip.io/*, a Service's labels other than service.kubernetes.io/service-proxy-name
 // (Eligible), an EndpointSlice's labels other than kubernetes.io/service-name and its
-// endpoints' hostname, targetRef, zone, hints and deprecatedTopology, a Node's images, node info,
+// endpoints' hostname, targetRef, zone and deprecatedTopology (the hints are kept), a Node's images, node info,
 // capacity, allocatable, volumes and conditions other than Ready. Conversions (convert.go), the
 // equality checks (equal.go) and the Events' object references read nothing of it.
 func trimObject(obj any) (any, error) {
@@ -232,7 +232,8 @@ func trimObject(obj any) (any, error) {
 		}
 		for i := range o.Endpoints {
 			e := &o.Endpoints[i]
-			e.Hostname, e.TargetRef, e.Zone, e.Hints, e.DeprecatedTopology = nil, nil, nil, nil, nil
+			// The hints stay: endpointsFor honours them (trafficDistribution, topology mode).
+			e.Hostname, e.TargetRef, e.Zone, e.DeprecatedTopology = nil, nil, nil, nil
 		}
 	case *corev1.Node:
 		o.Status.Images, o.Status.VolumesInUse, o.Status.VolumesAttached = nil, nil, nil

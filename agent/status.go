@@ -40,6 +40,9 @@ type Report struct {
 	Pods []PodReport `json:"pods"`
 	// PreserveSourceIP is the agent's --preserve-source-ip mode (annotated or all).
 	PreserveSourceIP string `json:"preserveSourceIP"`
+	// SCTP says why this node declines SCTP Service ports (the datapath detected at start:
+	// SCTPSupport); empty when unknown.
+	SCTP string `json:"sctp,omitempty"`
 	// Services are the Services that carry the annotation (any value), opted in or not, and,
 	// under --preserve-source-ip=all, every Service served without it (Via "all mode").
 	Services []ServiceReport `json:"services"`
@@ -181,6 +184,11 @@ type ServiceReport struct {
 	// another Service owns.
 	Problems  []string `json:"problems,omitempty"`
 	Conflicts []string `json:"conflicts,omitempty"`
+	// Declined says what of the Service the agent leaves to the host, each with the reason (the
+	// SourceIPDeclined Events): the whole Service (no IPv4 family) or its SCTP ports.
+	Declined []string `json:"declined,omitempty"`
+	// Warnings are the endpoints whose nodeName disagrees with the Node owning their pod CIDR.
+	Warnings []string `json:"warnings,omitempty"`
 	// Ports are the Service's programmed ports.
 	Ports []ServicePortReport `json:"ports,omitempty"`
 }
@@ -335,6 +343,7 @@ func (r *Reconciler) Report() Report {
 	}
 
 	rep.Egress = r.egressReports(rep.Time)
+	rep.SCTP = m.sel.SCTP
 	rep.PreserveSourceIP = string(m.sel.Mode)
 	if rep.PreserveSourceIP == "" {
 		rep.PreserveSourceIP = string(PreserveAnnotated)
@@ -378,7 +387,7 @@ func (r *Reconciler) serviceReport(name types.NamespacedName, svc *corev1.Servic
 	annotation, annotated := svc.Annotations[AnnotationPreserveSourceIP]
 	sr := ServiceReport{Namespace: name.Namespace, Name: name.Name, Annotation: annotation, Annotated: annotated,
 		OptedIn: ok, Via: via, Reason: why, Type: string(svc.Spec.Type), ExternalTrafficPolicy: string(svc.Spec.ExternalTrafficPolicy),
-		Problems: m.svcProblems[name], Conflicts: m.conflicts[name]}
+		Problems: m.svcProblems[name], Conflicts: m.conflicts[name], Declined: m.declines[name], Warnings: m.svcWarnings[name]}
 	if ok {
 		// Select's reason is in Problems too (it is the conversion's problem when not opted in).
 		sr.Problems = slices.DeleteFunc(slices.Clone(sr.Problems), func(p string) bool { return p == why })

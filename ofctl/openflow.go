@@ -320,6 +320,21 @@ func (o *OpenFlow) Trace(ctx context.Context, flow string, ctNext []string) (str
 	return o.output(ctx, argv)
 }
 
+// Version returns ovs-vswitchd's version as `ovs-appctl -t CTL version` prints it (the first
+// line, e.g. "ovs-vswitchd (Open vSwitch) 3.1.0"; ovs-appctl(8)).
+func (o *OpenFlow) Version(ctx context.Context) (string, error) {
+	ctl, err := o.appctlTarget()
+	if err != nil {
+		return "", err
+	}
+	out, err := o.output(ctx, []string{o.appctl(), "-t", ctl, "version"})
+	if err != nil {
+		return "", err
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
+	return line, nil
+}
+
 // appctlTarget returns AppctlTarget or <RunDir>/ovs-vswitchd.<pid>.ctl from the pidfile.
 func (o *OpenFlow) appctlTarget() (string, error) {
 	if o.AppctlTarget != "" {

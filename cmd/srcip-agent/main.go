@@ -48,6 +48,7 @@ type options struct {
 	gatewayPort        string
 	nodePortAddresses  []string
 	externalIPCIDRs    []string
+	serviceCIDRs       []string
 	preserveSourceIP   string
 	nodePortRange      string
 	zoneLimitPercent   int
@@ -111,6 +112,7 @@ flow in place.`,
 	f.StringVar(&o.gatewayPort, "gateway-port", ofctl.DefaultGatewayPort, "internal port on the integration bridge that holds the pod gateway address on the host (created by the node set-up step); when it is missing pods have no host connectivity (logged once); \"-\": never look")
 	f.IntVar(&o.genevePort, "geneve-port", ofctl.DefaultGeneveUDPPort, "UDP port of the agent's flow-based Geneve tunnel port; the same on every node")
 	f.StringSliceVar(&o.nodePortAddresses, "nodeport-addresses", nil, "comma-separated CIDRs: serve NodePorts only on node addresses inside them (default: every InternalIP and ExternalIP of the node)")
+	f.StringSliceVar(&o.serviceCIDRs, "service-cidrs", nil, "comma-separated CIDRs: the cluster's Service CIDRs (the API server's --service-cluster-ip-range); no LoadBalancer IP or externalIP inside them is served (Event SourceIPRefused). Default: none, only addresses equal to a ClusterIP the agent sees are refused")
 	f.StringSliceVar(&o.externalIPCIDRs, "external-ip-cidrs", nil, "comma-separated CIDRs: the ranges a Service's spec.externalIPs may be served from (anyone who may edit a Service can set externalIPs, CVE-2020-8554); default: none, no externalIP is served. externalIPs and LoadBalancer IPs equal to a node address, and externalIPs equal to another Service's LoadBalancer IP, are always refused (Event SourceIPRefused)")
 	f.StringVar(&o.preserveSourceIP, "preserve-source-ip", string(agent.PreserveAnnotated), `which Services keep the client source IP on the agent's path (the rest are left to kube-proxy): annotated (default) serves only the Services annotated ovs-srcip.io/preserve-source-ip: "true"; all serves every eligible Service as if it were annotated "true" - externalTrafficPolicy Cluster, type NodePort or LoadBalancer or an externalIP inside --external-ip-cidrs, not headless or ExternalName, no sessionAffinity ClientIP, no label service.kubernetes.io/service-proxy-name or service.kubernetes.io/headless - unless it is annotated "false" (an opt-out); a Service that is not eligible gets no Event, an annotated one is judged as in annotated mode (docs/install.md, "Serving every Service")`)
 	f.StringSliceVar(&o.egressClusterCIDRs, "egress-cluster-cidrs", nil, "comma-separated CIDRs: the cluster's Service and node networks, never sent to an EgressGateway's gateway when its destinations are the default (everything); every node's pod CIDRs and InternalIP are always excluded (docs/egress.md)")
@@ -170,6 +172,10 @@ func run(ctx context.Context, o options) error {
 	extCIDRs, err := agent.ParseCIDRs(o.externalIPCIDRs)
 	if err != nil {
 		return fmt.Errorf("--external-ip-cidrs: %w", err)
+	}
+	svcCIDRs, err := agent.ParseCIDRs(o.serviceCIDRs)
+	if err != nil {
+		return fmt.Errorf("--service-cidrs: %w", err)
 	}
 	mode, err := agent.ParsePreserveMode(o.preserveSourceIP)
 	if err != nil {
@@ -256,6 +262,7 @@ func run(ctx context.Context, o options) error {
 			}))
 		}
 	}
+	sctp := sctpSupport(ctx, db, brEx, o.bridgeEx)
 	a, err := agent.New(agent.Config{
 		ReconcilerConfig: agent.ReconcilerConfig{
 			NodeName:  o.nodeName,
@@ -266,6 +273,9 @@ func run(ctx context.Context, o options) error {
 			},
 			NodePortCIDRs:      cidrs,
 			ExternalIPCIDRs:    extCIDRs,
+			ServiceCIDRs:       svcCIDRs,
+			RouteNextHops:      routeNextHops,
+			SCTP:               sctp,
 			EgressClusterCIDRs: egressCIDRs,
 			PreserveSourceIP:   mode,
 			Announcer:          brEx,

@@ -143,6 +143,9 @@ func writeStatus(out io.Writer, r *agent.Report, counters map[counterKey]*servic
 		}
 		fmt.Fprintf(out, "  conntrack %s (zone %d): %d entries at the last full sync, %s\n", z.Name, z.Zone, z.Entries, lim)
 	}
+	if r.SCTP != "" {
+		fmt.Fprintf(out, "  SCTP Service ports: declined: %s\n", r.SCTP)
+	}
 	if len(r.Drains) > 0 {
 		fmt.Fprintf(out, "  draining entry points: %s\n", strings.Join(r.Drains, ", "))
 	}
@@ -181,6 +184,8 @@ func writeStatus(out io.Writer, r *agent.Report, counters map[counterKey]*servic
 		}
 		if !s.OptedIn {
 			state = "NOT opted in: " + s.Reason
+		} else if len(s.Ports) == 0 && len(s.Declined) > 0 {
+			state += ", but DECLINED: no port is served by ovs-srcip on this node (see below)"
 		}
 		annotation := fmt.Sprintf("annotation %q", s.Annotation)
 		if !s.Annotated && s.Via == agent.ViaAll {
@@ -196,6 +201,12 @@ func writeStatus(out io.Writer, r *agent.Report, counters map[counterKey]*servic
 		}
 		for _, p := range s.Problems {
 			fmt.Fprintf(out, "  problem: %s\n", p)
+		}
+		for _, d := range s.Declined {
+			fmt.Fprintf(out, "  %s\n", d)
+		}
+		for _, w := range s.Warnings {
+			fmt.Fprintf(out, "  warning: %s\n", w)
 		}
 		for _, p := range s.Ports {
 			applied := "applied, cookie " + p.Cookie
@@ -268,6 +279,15 @@ func writeServices(out io.Writer, r *agent.Report, wide bool) {
 		if s.Via == agent.ViaAll {
 			optedIn = "yes (all mode)"
 		}
+		for _, d := range s.Declined {
+			// The whole Service or an SCTP port: no entry point on this node, the host serves it.
+			row := []string{name, "-", "declined", "-", "-", d}
+			if wide {
+				row = []string{name, "-", "declined", "-", "-", "-", "-", d}
+			}
+			rows = append(rows, row)
+		}
+		notes = append(notes, s.Warnings...)
 		for _, p := range s.Ports {
 			n := append([]string(nil), notes...)
 			if p.Declined != "" {
