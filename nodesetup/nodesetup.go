@@ -89,6 +89,10 @@ type Config struct {
 	// --debug-bind-address): Setup fails, before it changes anything, when one is in use by
 	// another process (preflight.go checkAgentPorts).
 	AgentPorts []AgentPort
+	// GenevePort is the agent's --geneve-port (UDP, Geneve between the nodes): Setup fails, before
+	// it changes anything, when another process or another overlay's tunnel device holds it
+	// (checkGenevePort); 0: not checked.
+	GenevePort int
 	// Logf reports each step's outcome (nil: discarded).
 	Logf func(format string, args ...any)
 }
@@ -188,6 +192,9 @@ func Setup(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	if err := checkAgentPorts(cfg.AgentPorts, cfg.Logf); err != nil {
+		return Result{}, err
+	}
+	if err := checkGenevePort(cfg.GenevePort, cfg.Logf); err != nil {
 		return Result{}, err
 	}
 	db, err := ofctl.Connect(ctx, cfg.OVSDB)

@@ -87,10 +87,23 @@ func (p procInfo) String() string {
 }
 
 // tcpListeners returns the processes holding a TCP socket in state LISTEN on port, in this
-// network namespace (/proc/net/tcp and tcp6, their socket inodes looked up in /proc/*/fd).
+// network namespace.
 func tcpListeners(port int) []procInfo {
+	return socketOwners([]string{"/proc/net/tcp", "/proc/net/tcp6"}, port, "0A") // TCP_LISTEN
+}
+
+// udpSockets returns the processes holding a UDP socket bound to port, in this network
+// namespace.
+func udpSockets(port int) []procInfo {
+	return socketOwners([]string{"/proc/net/udp", "/proc/net/udp6"}, port, "")
+}
+
+// socketOwners reads the socket tables (/proc/net/tcp, udp, ...: this network namespace's) for
+// sockets with local port port (and state state, "" for any), and looks their inodes up in
+// /proc/*/fd. A kernel socket (inode 0, e.g. a kernel tunnel's) has no owner.
+func socketOwners(tables []string, port int, state string) []procInfo {
 	inodes := map[string]bool{}
-	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+	for _, f := range tables {
 		fh, err := os.Open(f)
 		if err != nil {
 			continue
@@ -99,7 +112,7 @@ func tcpListeners(port int) []procInfo {
 		for sc.Scan() {
 			// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
 			fl := strings.Fields(sc.Text())
-			if len(fl) < 10 || fl[3] != "0A" { // TCP_LISTEN
+			if len(fl) < 10 || (state != "" && fl[3] != state) {
 				continue
 			}
 			i := strings.LastIndexByte(fl[1], ':')
@@ -116,6 +129,59 @@ func tcpListeners(port int) []procInfo {
 		return nil
 	}
 	return procsWithFD(func(link string) bool { return inodes[link] })
+}
+
+// checkGenevePort checks that UDP port (the agent's --geneve-port, Geneve between the nodes) is
+// free or Open vSwitch's own: a process other than ovs-vswitchd bound to it, or a kernel geneve
+// or VXLAN device on it that is not OVS's (genev_sys_<port>), e.g. another overlay's, fails. A
+// busy port whose holder node-setup cannot see (a kernel socket, a process in another PID
+// namespace) is only logged: OVS's own tunnel looks the same from an init container.
+func checkGenevePort(port int, logf func(string, ...any)) error {
+	if port == 0 {
+		return nil
+	}
+	pc, err := net.ListenPacket("udp", ":"+strconv.Itoa(port))
+	if err == nil {
+		pc.Close()
+		return nil
+	}
+	if !errors.Is(err, unix.EADDRINUSE) {
+		logf("note: could not check the Geneve port UDP %d: %v", port, err)
+		return nil
+	}
+	var foreign []string
+	var ovs []int
+	for _, o := range udpSockets(port) {
+		if o.comm == "ovs-vswitchd" {
+			ovs = append(ovs, o.pid)
+		} else {
+			foreign = append(foreign, o.String())
+		}
+	}
+	links, _ := netlink.LinkList()
+	for _, l := range links {
+		name := l.Attrs().Name
+		switch d := l.(type) {
+		case *netlink.Geneve:
+			if int(d.Dport) == port && name != fmt.Sprintf("genev_sys_%d", port) {
+				foreign = append(foreign, "the geneve device "+name)
+			}
+		case *netlink.Vxlan:
+			if d.Port == port {
+				foreign = append(foreign, "the vxlan device "+name)
+			}
+		}
+	}
+	if len(foreign) > 0 {
+		return fmt.Errorf("UDP port %d (Geneve between the nodes, srcip-agent's --geneve-port) is in use by %s: another overlay on this node (Antrea, OVN-Kubernetes, Cilium or flannel in a tunnel mode)? Remove it, or give every node's srcip-agent and node-setup the same other --geneve-port; nothing was changed",
+			port, strings.Join(foreign, ", "))
+	}
+	if len(ovs) > 0 {
+		logf("unchanged: UDP port %d (Geneve) is Open vSwitch's own (ovs-vswitchd pid %d)", port, ovs[0])
+	} else {
+		logf("note: UDP port %d (Geneve) is in use by a socket node-setup cannot attribute (a kernel tunnel: Open vSwitch's own genev_sys_%d, or another overlay's; `ss -ulpn 'sport = :%d'` on the node)", port, port, port)
+	}
+	return nil
 }
 
 // procsWithFD returns the processes that have an open file descriptor whose /proc link target

@@ -34,3 +34,17 @@ func TestCheckAgentPorts(t *testing.T) {
 	assert.ErrorContains(t, checkAgentPorts([]AgentPort{{"--metrics-bind-address", "9464"}}, t.Logf), `--metrics-bind-address "9464"`)
 	assert.ErrorContains(t, checkAgentPorts([]AgentPort{{"--metrics-bind-address", ":x"}}, t.Logf), "not a number")
 }
+
+// A Geneve port bound by a process other than ovs-vswitchd is refused with the process; a free one
+// and 0 pass.
+func TestCheckGenevePort(t *testing.T) {
+	pc, err := net.ListenPacket("udp", ":0")
+	require.NoError(t, err)
+	port := pc.LocalAddr().(*net.UDPAddr).Port
+	err = checkGenevePort(port, t.Logf)
+	assert.ErrorContains(t, err, fmt.Sprintf("UDP port %d (Geneve between the nodes, srcip-agent's --geneve-port) is in use by ", port))
+	assert.ErrorContains(t, err, fmt.Sprintf("(pid %d: ", os.Getpid()))
+	pc.Close()
+	assert.NoError(t, checkGenevePort(port, t.Logf))
+	assert.NoError(t, checkGenevePort(0, t.Logf))
+}

@@ -76,8 +76,9 @@ func newNodeSetupCommand() *cobra.Command {
  4. CNI: srcip-cni, host-local, loopback and portmap copied from --cni-source-dir into --cni-bin-dir, the
     conflist written in place into --cni-conf-dir.
 Refused before anything changes: a NIC configured by DHCP (a dynamic address, or a DHCP client
-running for it: configure it statically first), and a TCP port of the agent
-(--metrics-bind-address, --debug-bind-address: give the agent's values) another process listens on.
+running for it: configure it statically first), a TCP port of the agent
+(--metrics-bind-address, --debug-bind-address: give the agent's values) another process listens
+on, and the Geneve port (--geneve-port) held by another process or overlay than Open vSwitch.
 The pod CIDR comes from --pod-cidr or from the Node object (--node-name), waiting for
 spec.podCIDRs. It runs as the DaemonSet's init container (privileged, host network).`,
 		SilenceUsage:  true,
@@ -103,6 +104,7 @@ spec.podCIDRs. It runs as the DaemonSet's init container (privileged, host netwo
 	f.DurationVar(&o.cfg.FlowWait, "flow-wait", 20*time.Second, "srcip-cni's bound on the wait for the agent's flows (conflist flowWait)")
 	f.StringVar(&o.cfg.CNISourceDir, "cni-source-dir", nodesetup.DefaultCNISourceDir, "directory holding srcip-cni, host-local, loopback and portmap to install")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:9464", `the agent's --metrics-bind-address (give the same value): node-setup fails, before it changes anything, when another process listens on it; "0": not checked`)
+	f.IntVar(&o.cfg.GenevePort, "geneve-port", ofctl.DefaultGeneveUDPPort, `the agent's --geneve-port (UDP, Geneve between the nodes; give the same value): node-setup fails, before it changes anything, when a process other than ovs-vswitchd or another overlay's geneve/vxlan device holds it; 0: not checked`)
 	f.StringVar(&o.debugAddr, "debug-bind-address", "", `the agent's --debug-bind-address (give the same value), checked like --metrics-bind-address; empty: none`)
 	f.StringArrayVar(&o.egressInterfaces, "egress-interface", nil, `repeatable: NIC[=ROUTER], a secondary NIC (e.g. eth1=203.0.113.1) made a second uplink of br-ex for egress IPs inside its subnets: its addresses and routes move to br-ex, and what is sourced in its subnets is routed to ROUTER (default: the gateway of the NIC's own routes) by ip rule + table `+strconv.Itoa(nodesetup.EgressRouteTableBase)+`+ (docs/egress.md "Secondary NICs")`)
 	return cmd

@@ -53,7 +53,8 @@ func killGroup(t *testing.T, pid int) {
 }
 
 // node-setup refuses, before it changes anything (no bridge, eth0 keeps its address): a TCP port
-// of the agent another process listens on (named with its pid), and a NIC configured by DHCP (a
+// of the agent another process listens on (named with its pid), the Geneve port bound by another
+// process, and a NIC configured by DHCP (a
 // dynamic address: finite valid lifetime; a DHCP client process running for the NIC). Once the
 // cause is gone, node-setup goes through.
 func TestNodeSetupRefusesUpFront(t *testing.T) {
@@ -97,6 +98,15 @@ s.bind(("0.0.0.0", 9464)); s.listen(1); print("listening", flush=True); time.sle
 	assert.ErrorContains(t, err, "TCP port 9464 (--debug-bind-address 127.0.0.1:9464 of srcip-agent) is in use by python3")
 	untouched("busy debug port")
 	killGroup(t, holder)
+
+	// The Geneve port (UDP 6081, the agent's --geneve-port) bound by another process.
+	gnv := n.startInNode(t, true, "python3", "-c", `import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", 6081)); print("bound", flush=True); time.sleep(120)`)
+	_, err = n.agent(t, bin, setup...)
+	assert.ErrorContains(t, err, "UDP port 6081 (Geneve between the nodes, srcip-agent's --geneve-port) is in use by python3 (pid "+strconv.Itoa(gnv))
+	untouched("busy Geneve port")
+	killGroup(t, gnv)
 
 	// A dynamic address on eth0, as a DHCP client leaves it (finite valid lifetime, through
 	// netlink as ip-address(8) sets it).
