@@ -76,10 +76,15 @@ conformance-build: deps
 # containerd, kube-proxy per node, pods from Deployments on srcip-cni).
 # test/cluster runs verbose (without the === lines) so that its figures are printed: the build or
 # cache hit of hack/cluster, each node's Ready time, the pods' Ready time, what each test saw.
+# kube-proxy runs in nftables mode there, then the real-kubelet lab's own tests (package
+# test/cluster: pods, Services, NodePorts, hostPorts, agent restart; about 1 minute) run a second
+# time with kube-proxy in iptables mode, kubeadm's default (SRCIP_CLUSTER_PROXY_MODE).
 test-e2e: deps build controlplane cluster
 	SRCIP_AGENT=$(BIN)/srcip-agent SRCIP_ECHO=$(BIN)/echo SRCIPCTL=$(BIN)/srcipctl $(GO) test -count=1 -p 1 -timeout 40m \
 		$$($(GO) list ./test/... ./deploy/... | grep -v /test/cluster)
 	set -o pipefail; SRCIP_AGENT=$(BIN)/srcip-agent $(GO) test -count=1 -p 1 -timeout 20m -v ./test/cluster/... \
+		| grep -v '^=== '
+	set -o pipefail; SRCIP_AGENT=$(BIN)/srcip-agent SRCIP_CLUSTER_PROXY_MODE=iptables $(GO) test -count=1 -p 1 -timeout 10m -v ./test/cluster/ \
 		| grep -v '^=== '
 
 # Kubernetes' own e2e tests (e2e.test, ginkgo and kubectl v1.37.2, CoreDNS and the e2e images, built

@@ -461,6 +461,17 @@ func checkNodeSetup(t *testing.T, ps corev1.PodSpec, volPath map[string]string, 
 			t.Errorf("node-setup --%s=%q, want %q", k, args[k], v)
 		}
 	}
+	// node-setup checks the agent's TCP ports before it changes anything: the agent's values.
+	agentArgs := map[string]string{}
+	for _, a := range ps.Containers[0].Args {
+		name, val, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		agentArgs[name] = val
+	}
+	for _, k := range []string{"metrics-bind-address", "debug-bind-address"} {
+		if args[k] != agentArgs[k] || args[k] == "" {
+			t.Errorf("node-setup --%s=%q, want the agent's %q", k, args[k], agentArgs[k])
+		}
+	}
 	if cm == nil {
 		t.Fatal("no ConfigMap srcip-node-setup")
 	}

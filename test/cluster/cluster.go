@@ -1,8 +1,9 @@
 // Package cluster turns the lab (test/lab: one netns per node with its own Open vSwitch, a router,
 // clients) into a real Kubernetes cluster: each emulated node runs containerd v2 (with Debian's
-// runc), a kubelet and kube-proxy (nftables mode), all in a private mount namespace entered into
-// the node's netns; the control plane (test/kube: etcd, kube-apiserver, kube-controller-manager
-// allocating node pod CIDRs) gets kube-scheduler. Pods are created by the kubelet from real
+// runc), a kubelet and kube-proxy (nftables mode, or kubeadm's default iptables mode:
+// Config.ProxyMode), all in a private mount namespace entered into the node's netns; the control
+// plane (test/kube: etcd, kube-apiserver, kube-controller-manager allocating node pod CIDRs) gets
+// kube-scheduler. Pods are created by the kubelet from real
 // Deployments, from images written locally from the repo's own static binaries.
 //
 // Recipe, figures and every pitfall: ../shared/spikes/kubelet/FINDINGS.md and
@@ -82,6 +83,12 @@ const (
 	CNIChained = "chained"
 )
 
+// kube-proxy modes (Config.ProxyMode).
+const (
+	ProxyNFTables = "nftables"
+	ProxyIPTables = "iptables"
+)
+
 // ChainedDestinations are the egressDestinations of ChainedConflist: the lab's client network.
 const ChainedDestinations = "198.51.100.0/24"
 
@@ -135,6 +142,9 @@ type Config struct {
 	// CRDs are CustomResourceDefinition manifests (files) applied before the nodes start (e.g.
 	// deploy/crd-egressgateway.yaml, so the agents find EgressGateways served from the start).
 	CRDs []string
+	// ProxyMode is kube-proxy's mode: ProxyNFTables (default) or ProxyIPTables (kubeadm's
+	// default; iptables through its nf_tables backend, Debian's default, in the node netns).
+	ProxyMode string
 	// AgentArgs are appended to each agent's flags.
 	AgentArgs []string
 	// Conformance makes the cluster what Kubernetes' e2e suite expects of one (make conformance,
@@ -198,6 +208,9 @@ type KNode struct {
 	mu                                 sync.Mutex
 }
 
+// ProxyMode is kube-proxy's mode on every node (ProxyNFTables or ProxyIPTables).
+func (c *Cluster) ProxyMode() string { return c.cfg.ProxyMode }
+
 // ZoneOf is the zone of the lab node named node: "zone-" + node.
 func ZoneOf(node string) string { return "zone-" + node }
 
@@ -220,6 +233,13 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	}
 	if cfg.ClusterCIDR == "" {
 		cfg.ClusterCIDR = "10.244.0.0/16"
+	}
+	switch cfg.ProxyMode {
+	case "":
+		cfg.ProxyMode = ProxyNFTables
+	case ProxyNFTables, ProxyIPTables:
+	default:
+		return nil, fmt.Errorf("cluster: Config.ProxyMode %q: want %q or %q", cfg.ProxyMode, ProxyNFTables, ProxyIPTables)
 	}
 	if cfg.Lab.RouterCIDR == "" {
 		cfg.Lab.RouterCIDR = UnderlayRouterCIDR

@@ -354,7 +354,7 @@ nodeStatusUpdateFrequency: 2s
 `,
 		"kube-proxy.yaml": `apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
-mode: nftables
+mode: ` + c.cfg.ProxyMode + `
 clientConnection: {kubeconfig: ` + c.Kubeconfig + `}
 hostnameOverride: ` + kn.Name + `
 clusterCIDR: ` + c.cfg.ClusterCIDR + `
