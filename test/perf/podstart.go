@@ -40,6 +40,10 @@ type PodStartResult struct {
 	Del latencyStats
 	// FullSyncs and PartialSyncs are the agent's syncs from the first ADD to the last return.
 	FullSyncs, PartialSyncs int
+	// CPU is where the CPU went from the first ADD to the last return (seconds, user+system):
+	// ADDs is the sum over the ADD processes (srcip-cni with the IPAM plugin it ran, from each
+	// process's rusage); the others are the node's daemons' /proc counters.
+	CPU struct{ ADDs, Ovsdb, Vswitchd, Agent, WallS float64 }
 }
 
 // podStartPhase creates -pods Pod objects on node1, waits until the agent has them, then runs
@@ -62,7 +66,7 @@ func (b *bench) podStartPhase(ctx context.Context, r *Result, tmp string) error 
 	type podRun struct {
 		name, uid, netns, cid string
 		start, end            time.Time
-		delD                  time.Duration
+		cpu                   time.Duration
 		attached, acked       time.Time
 		err                   error
 		out                   string
@@ -114,7 +118,7 @@ func (b *bench) podStartPhase(ctx context.Context, r *Result, tmp string) error 
 	if err != nil {
 		return err
 	}
-	run := func(command string, p *podRun) (time.Time, time.Time, string, error) {
+	runCPU := func(command string, p *podRun) (time.Time, time.Time, string, time.Duration, error) {
 		cmd := exec.Command("ip", "netns", "exec", b.node.Netns, cni)
 		cmd.Env = append(os.Environ(),
 			"CNI_COMMAND="+command, "CNI_CONTAINERID="+p.cid, "CNI_IFNAME=eth0", "CNI_NETNS=/var/run/netns/"+p.netns,
@@ -125,7 +129,16 @@ func (b *bench) podStartPhase(ctx context.Context, r *Result, tmp string) error 
 		cmd.Stdout, cmd.Stderr = &out, &out
 		start := time.Now()
 		err := cmd.Run()
-		return start, time.Now(), out.String(), err
+		end := time.Now()
+		var cpu time.Duration
+		if ps := cmd.ProcessState; ps != nil {
+			cpu = ps.UserTime() + ps.SystemTime() // the process and the children it waited for
+		}
+		return start, end, out.String(), cpu, err
+	}
+	run := func(command string, p *podRun) (time.Time, time.Time, string, error) {
+		start, end, out, _, err := runCPU(command, p)
+		return start, end, out, err
 	}
 
 	// The watcher: the ofport and the acknowledgement of each pod's port, as OVSDB shows them.
@@ -175,6 +188,16 @@ func (b *bench) podStartPhase(ctx context.Context, r *Result, tmp string) error 
 			return err
 		}
 	}
+	daemons := func() (cpu [3]float64) {
+		for i, pid := range []int{b.node.OvsdbPid, b.node.VswitchdPid, b.lab.AgentPid("node1")} {
+			if u, err := procUsage(pid); err == nil {
+				cpu[i] = u.CPUSeconds
+			}
+		}
+		return cpu
+	}
+	cpu0 := daemons()
+	burst := time.Now()
 	logf("pod start: %d CNI ADDs at once on node1 (%d Services)", n, len(b.cl.svcs))
 	var wg sync.WaitGroup
 	gate := make(chan struct{})
@@ -183,11 +206,12 @@ func (b *bench) podStartPhase(ctx context.Context, r *Result, tmp string) error 
 		go func() {
 			defer wg.Done()
 			<-gate
-			p.start, p.end, p.out, p.err = run("ADD", p)
+			p.start, p.end, p.out, p.cpu, p.err = runCPU("ADD", p)
 		}()
 	}
 	close(gate)
 	wg.Wait()
+	cpu1, burstWall := daemons(), time.Since(burst)
 	select {
 	case <-watched:
 	case <-time.After(2 * time.Second):
@@ -197,6 +221,11 @@ func (b *bench) podStartPhase(ctx context.Context, r *Result, tmp string) error 
 
 	ps := &PodStartResult{Pods: n}
 	r.PodStart = ps
+	ps.CPU.Ovsdb, ps.CPU.Vswitchd, ps.CPU.Agent = cpu1[0]-cpu0[0], cpu1[1]-cpu0[1], cpu1[2]-cpu0[2]
+	ps.CPU.WallS = burstWall.Seconds()
+	for _, p := range pods {
+		ps.CPU.ADDs += p.cpu.Seconds()
+	}
 	for _, k := range []string{"full", "partial"} {
 		after, err := b.syncSteps(k)
 		if err != nil {
@@ -233,6 +262,8 @@ func (b *bench) podStartPhase(ctx context.Context, r *Result, tmp string) error 
 	if addSum > 0 {
 		ps.WaitShare = float64(waitSum) / float64(addSum)
 	}
+	logf("pod start: CPU from the first ADD to the last return (%.2f s wall): ADD processes %.2f s (%.1f ms each), ovsdb-server %.2f s, ovs-vswitchd %.2f s, agent %.2f s",
+		ps.CPU.WallS, ps.CPU.ADDs, 1000*ps.CPU.ADDs/float64(n), ps.CPU.Ovsdb, ps.CPU.Vswitchd, ps.CPU.Agent)
 	logf("pod start: ADD -> return p50 %.1f ms, p99 %.1f ms; waiting for flows p50 %.1f ms, p99 %.1f ms (%.0f%% of the ADD time); agent syncs meanwhile: %d full, %d partial",
 		ps.Add.P50ms, ps.Add.P99ms, ps.Wait.P50ms, ps.Wait.P99ms, 100*ps.WaitShare, ps.FullSyncs, ps.PartialSyncs)
 
@@ -276,6 +307,9 @@ func podStartRows(row func(string, func(*Result) string)) {
 	}))
 	row("agent: pod start, syncs full/partial; DEL p50/p99 (ms)", cell(func(p *PodStartResult) string {
 		return fmt.Sprintf("%d/%d; %.0f/%.0f", p.FullSyncs, p.PartialSyncs, p.Del.P50ms, p.Del.P99ms)
+	}))
+	row("agent: pod start, CPU s: ADDs/ovsdb/vswitchd/agent (wall)", cell(func(p *PodStartResult) string {
+		return fmt.Sprintf("%.2f/%.2f/%.2f/%.2f (%.2f)", p.CPU.ADDs, p.CPU.Ovsdb, p.CPU.Vswitchd, p.CPU.Agent, p.CPU.WallS)
 	}))
 }
 
