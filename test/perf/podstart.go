@@ -237,6 +237,10 @@ func (b *bench) podStartPhase(ctx context.Context, r *Result, tmp string) error 
 		} else {
 			ps.PartialSyncs = d
 		}
+		if d > 0 {
+			prev := before[k]
+			logf("pod start: %d %s syncs, mean per sync: %s", d, k, formatSteps(after.means(&prev)))
+		}
 	}
 	var adds, waits []time.Duration
 	var addSum, waitSum time.Duration
