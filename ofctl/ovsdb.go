@@ -53,7 +53,7 @@ const defaultPortWait = 30 * time.Second
 
 // DB is a connection to the Open_vSwitch database of ovsdb-server (ovs-vswitchd.conf.db(5)),
 // with a client-side cache of the Open_vSwitch, Bridge, Port, Interface and Flow_Table tables
-// kept current by an OVSDB monitor. It reconnects by itself when ovsdb-server restarts.
+// (or what OnlyPorts narrows it to) kept current by an OVSDB monitor. It reconnects by itself when ovsdb-server restarts.
 // Its methods are safe for concurrent use.
 type DB struct {
 	c client.Client
