@@ -11,11 +11,25 @@
 package main
 
 import (
+	"os"
+	"runtime/debug"
+
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/version"
 )
 
+// gcMemoryLimit is the heap size at which srcip-cni's garbage collector runs at all (see main).
+const gcMemoryLimit = 256 << 20
+
 func main() {
+	// One call lives tens of milliseconds and allocates a few MB (the OVSDB schema and cache,
+	// netlink): collecting that garbage is CPU spent for nothing, and in a burst of pod starts
+	// the CPU is what every ADD waits for. The collector runs only if the heap reaches
+	// gcMemoryLimit; GOGC or GOMEMLIMIT in the environment still decide.
+	if os.Getenv("GOGC") == "" && os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetGCPercent(-1)
+		debug.SetMemoryLimit(gcMemoryLimit)
+	}
 	skel.PluginMainFuncs(skel.CNIFuncs{
 		Add:    cmdAdd,
 		Del:    cmdDel,
