@@ -6,6 +6,11 @@ SHELL := /bin/bash
 GO    ?= go
 BIN   := $(CURDIR)/bin
 export GOFLAGS ?= -buildvcs=false
+# The release (VERSION: the tag deploy/ and the Helm chart are pinned to) and the commit, stamped in
+# srcip-agent, srcip-cni and srcipctl (package version: srcip-agent --version, srcipctl version).
+VERSION ?= $(shell cat VERSION)
+COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null)
+LDFLAGS := -X github.com/ovs-srcip/ovs-srcip/version.Version=$(VERSION) -X github.com/ovs-srcip/ovs-srcip/version.Commit=$(COMMIT)
 
 .PHONY: all build deps check demo test test-unit test-e2e test-conformance conformance conformance-build golden bench bench-datapath bench-podstart bench-go bench-api vet fmt clean clean-labs controlplane cluster
 
@@ -18,10 +23,10 @@ deps:
 	@hack/deps.sh
 
 build:
-	$(GO) build -o $(BIN)/srcip-agent ./cmd/srcip-agent
-	$(GO) build -o $(BIN)/srcipctl ./cmd/srcipctl
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/srcip-agent ./cmd/srcip-agent
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/srcipctl ./cmd/srcipctl
 	$(GO) build -o $(BIN)/echo ./test/echo
-	$(GO) build -o $(BIN)/srcip-cni ./cmd/srcip-cni
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/srcip-cni ./cmd/srcip-cni
 	$(GO) build -o $(BIN)/host-local github.com/containernetworking/plugins/plugins/ipam/host-local
 	$(GO) build -o $(BIN)/loopback github.com/containernetworking/plugins/plugins/main/loopback
 	$(GO) build -o $(BIN)/portmap github.com/containernetworking/plugins/plugins/meta/portmap
@@ -35,7 +40,7 @@ demo: deps build
 # cmd/ and nodesetup/). -short makes ovstest.StartDummy skip the tests that need a private OVS;
 # `make test-unit` runs them. Also the lab's program tables (hack/deps.sh against test/lab) and the
 # conformance runner's report logic. No deps: nothing is installed.
-PURE := ./openflow/... ./flows/... ./agent/... ./ofctl/... ./cmd/... ./nodesetup/...
+PURE := ./openflow/... ./flows/... ./agent/... ./ofctl/... ./cmd/... ./nodesetup/... ./version/...
 check:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
