@@ -133,7 +133,7 @@ type Config struct {
 	// ClusterCIDR is kube-controller-manager's --cluster-cidr; default 10.244.0.0/16 (/24 per node).
 	ClusterCIDR string
 	// CRDs are CustomResourceDefinition manifests (files) applied before the nodes start (e.g.
-	// deploy/crd-egressgateway.yaml, so the agents find EgressGateways served from the start).
+	// deploy/crds/crd-egressgateway.yaml, so the agents find EgressGateways served from the start).
 	CRDs []string
 	// AgentArgs are appended to each agent's flags.
 	AgentArgs []string
