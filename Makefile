@@ -12,7 +12,7 @@ VERSION ?= $(shell cat VERSION)
 COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 LDFLAGS := -X github.com/ovs-srcip/ovs-srcip/version.Version=$(VERSION) -X github.com/ovs-srcip/ovs-srcip/version.Commit=$(COMMIT)
 
-.PHONY: all build deps check demo test test-unit test-e2e test-conformance conformance conformance-build golden bench bench-datapath bench-podstart bench-go bench-api vet fmt clean clean-labs controlplane cluster
+.PHONY: all build image deps check demo test test-unit test-e2e test-conformance conformance conformance-build golden bench bench-datapath bench-podstart bench-go bench-api vet fmt clean clean-labs controlplane cluster
 
 # Extra flags for the demo, e.g. `make demo DEMO_ARGS=--keep` keeps the lab up for poking.
 DEMO_ARGS ?=
@@ -30,6 +30,16 @@ build:
 	$(GO) build -o $(BIN)/host-local github.com/containernetworking/plugins/plugins/ipam/host-local
 	$(GO) build -o $(BIN)/loopback github.com/containernetworking/plugins/plugins/main/loopback
 	$(GO) build -o $(BIN)/portmap github.com/containernetworking/plugins/plugins/meta/portmap
+
+# The release image without docker (hack/image.sh): bin/image/srcip-agent-$(VERSION).tar, an OCI
+# image layout tarball of ghcr.io/ovs-srcip/srcip-agent:$(VERSION) (srcip-agent, srcipctl,
+# srcip-cni and its CNI plugins, this machine's ovs-ofctl/ovs-appctl/ovs-vsctl/nft with their
+# libraries), the version stamped in the binaries. On each containerd node:
+#   ctr -n k8s.io images import srcip-agent-$(VERSION).tar
+# IMAGE_ARGS adds hack/image.sh flags, e.g. -r REGISTRY/srcip-agent, -f docker.
+IMAGE_ARGS ?=
+image: deps
+	hack/image.sh -v $(VERSION) $(IMAGE_ARGS)
 
 demo: deps build
 	$(GO) build -o $(BIN)/demo ./test/demo

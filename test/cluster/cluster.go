@@ -71,8 +71,9 @@ const (
 	// runs on each node before it starts the agent there.
 	CNISrcip = "srcip"
 	// CNIDaemonSet leaves node-setup, the agent and srcip-cni to the deploy/ DaemonSet, which the
-	// test applies: Start returns with the nodes registered but NotReady, the agent image
-	// (AgentImage) imported on every node, ServiceAccount tokens on and the "kubernetes" Service
+	// test applies: Start returns with the nodes registered but NotReady, the release image
+	// (ReleaseImage: hack/image.sh, as make image writes it, Config.ReleaseVersion) imported on
+	// every node, ServiceAccount tokens on and the "kubernetes" Service
 	// pointing at the API server.
 	CNIDaemonSet = "daemonset"
 	// CNIChained is srcip-cni in chained mode after the reference bridge + host-local (pods on
@@ -108,10 +109,6 @@ func ChainedConflist(podCIDR netip.Prefix) string {
 const (
 	PauseImage = "localhost/ovs-srcip/pause:test"
 	EchoImage  = "localhost/ovs-srcip/echo:test"
-	// AgentImage is srcip-agent, srcip-cni, host-local, loopback, portmap and the OVS and nftables tools
-	// the agent and node-setup run, with their shared libraries, laid out as deploy/Dockerfile
-	// does (CNIDaemonSet).
-	AgentImage = "localhost/ovs-srcip/srcip-agent:test"
 )
 
 // Config describes a cluster.
@@ -143,6 +140,9 @@ type Config struct {
 	// cluster.local; DeployCoreDNS deploys it) and at a lab resolv.conf naming the lab router, and
 	// every docker-archive tarball in Images is imported into each node's containerd.
 	Conformance bool
+	// ReleaseVersion is the tag of the release image CNIDaemonSet imports (hack/image.sh -v);
+	// default the repository's VERSION (what deploy/ is pinned to).
+	ReleaseVersion string
 	// Images are docker-archive tarballs imported into every node besides the lab's own
 	// (hack/conformance/build.sh's images/*.tar: the e2e images under their exact names).
 	Images []string
@@ -454,26 +454,36 @@ func (c *Cluster) writeImages() error {
 	if c.cfg.CNI != CNIDaemonSet {
 		return nil
 	}
-	files := []string{
-		c.cfg.AgentBin + "=/usr/local/bin/srcip-agent",
-		c.cfg.CNIBin + "=/usr/local/lib/ovs-srcip/cni/srcip-cni",
-		filepath.Join(c.BinDir, "cni", "host-local") + "=/usr/local/lib/ovs-srcip/cni/host-local",
-		filepath.Join(c.BinDir, "cni", "loopback") + "=/usr/local/lib/ovs-srcip/cni/loopback",
-		c.cfg.PortmapBin + "=/usr/local/lib/ovs-srcip/cni/portmap",
-	}
-	deps, err := withLibraries("ovs-ofctl", "ovs-appctl", "ovs-vsctl", "nft")
+	out, err := ReleaseImage(context.Background(), c.cfg.ReleaseVersion, dir)
 	if err != nil {
-		return err
-	}
-	for _, f := range deps {
-		files = append(files, f+"="+f)
-	}
-	out := filepath.Join(dir, "srcip-agent.tar")
-	if _, err := c.run(append([]string{mk, "-ref", AgentImage, "-out", out, "-entrypoint", "/usr/local/bin/srcip-agent"}, files...)...); err != nil {
 		return err
 	}
 	c.images = append(c.images, out)
 	return nil
+}
+
+// ReleaseImage runs hack/image.sh (make image) for version (empty: the VERSION file) into dir and
+// returns the OCI image layout tarball of ghcr.io/ovs-srcip/srcip-agent:<version>, which
+// KNode.ImportImage imports as `ctr -n k8s.io images import` does. The binaries are built with the
+// version stamped (a Go build cache hit after the first).
+func ReleaseImage(ctx context.Context, version, dir string) (string, error) {
+	script, err := hackFile("image.sh")
+	if err != nil {
+		return "", err
+	}
+	args := []string{"-o", dir}
+	if version != "" {
+		args = append(args, "-v", version)
+	}
+	cmd := exec.CommandContext(ctx, script, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("%s: %v\n%s", script, err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1]), nil
 }
 
 // WaitNodeReady waits until node's Ready condition is True.
