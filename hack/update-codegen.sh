@@ -36,4 +36,5 @@ go run sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_TOOLS_VERSION
   echo "# deploy/deploy_test.go checks its validation against a live kube-apiserver; docs/egress.md."
   cat "$tmp"/ovs-srcip.io_egressgateways.yaml
 } > deploy/crds/crd-egressgateway.yaml
+hack/helm-crd.sh
 gofmt -l apis client | xargs -r gofmt -w
