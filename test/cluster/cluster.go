@@ -227,7 +227,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	for name, p := range map[string]*string{"EchoBin": &cfg.EchoBin, "PauseBin": &cfg.PauseBin, "AgentBin": &cfg.AgentBin, "CNIBin": &cfg.CNIBin,
 		"PortmapBin": &cfg.PortmapBin} {
 		if *p == "" {
-			if (name == "AgentBin" || name == "CNIBin" || name == "PortmapBin") && cfg.CNI == CNIBridge {
+			if (name == "AgentBin" || name == "CNIBin" || name == "PortmapBin") && (cfg.CNI == CNIBridge || cfg.CNI == CNIDaemonSet) {
 				continue
 			}
 			return nil, fmt.Errorf("cluster: Config.%s is required", name)
