@@ -123,7 +123,8 @@ type Config struct {
 	// AgentBin, EchoBin, PauseBin and CNIBin are the repo's binaries (srcip-agent, test/echo,
 	// test/pause, srcip-cni); PortmapBin is the reference portmap plugin built from the repo's
 	// module (its tool dependency, the version node-setup's image ships), which node-setup
-	// installs and chains after srcip-cni.
+	// installs and chains after srcip-cni. CNIBridge and CNIDaemonSet need no AgentBin, CNIBin
+	// and PortmapBin (CNIDaemonSet: the release image carries them).
 	AgentBin, EchoBin, PauseBin, CNIBin, PortmapBin string
 	// CNI is CNIBridge or CNISrcip (default).
 	CNI string
