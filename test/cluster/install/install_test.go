@@ -6,7 +6,8 @@
 //     Component labelled-nodes); the nodes labelled ovs-srcip.io/enabled=true one first, then the
 //     rest (only labelled nodes get an agent and go Ready); pods of a Deployment talk across nodes;
 //     the DaemonSet rolled to a second image tag, then kubectl rollout undo (the pods back on the
-//     first tag, traffic still working, a new pod attached); kubectl delete -k of the overlay keeps
+//     first tag, traffic still working, a new pod attached; srcipctl version in each agent pod
+//     names the tag the pod runs); kubectl delete -k of the overlay keeps
 //     the CRD and an EgressGateway.
 //   - TestHelmInstall: helm install of deploy/helm/ovs-srcip with the lab's values, the nodes go
 //     Ready, pods talk across nodes; helm uninstall keeps the CRD and an EgressGateway
@@ -267,6 +268,21 @@ func waitAgentsOn(t *testing.T, ctx context.Context, c *cluster.Cluster, image s
 	}
 }
 
+// checkVersions runs `srcipctl version` in every agent pod (kubectl exec, against the agent's
+// status socket, as docs/install.md says) and checks that srcipctl and the agent both report
+// release (stamped by make image).
+func checkVersions(t *testing.T, ctx context.Context, c *cluster.Cluster, release string) {
+	t.Helper()
+	for node, p := range agentsOn(t, ctx, c) {
+		out := run(t, c, "kubectl", "-n", "ovs-srcip", "exec", p.Name, "-c", "srcip-agent", "--",
+			"srcipctl", "version", "--agent", "unix:/tmp/srcip-agent.sock")
+		if !strings.Contains(out, "srcipctl:    "+release+" (") || !strings.Contains(out, "srcip-agent: "+release+" (") ||
+			!strings.Contains(out, "(node "+node+")") {
+			t.Errorf("node %s: srcipctl version:\n%s\nwant srcipctl and srcip-agent %s", node, out, release)
+		}
+	}
+}
+
 // createEgressGateway creates an EgressGateway that selects no pod (it only has to survive the
 // uninstall).
 func createEgressGateway(t *testing.T, ctx context.Context, c *cluster.Cluster) {
@@ -373,6 +389,7 @@ func TestDaemonSetInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	podsTalk(t, ctx, c, "echo", 3, "installed")
+	checkVersions(t, ctx, c, release(t))
 
 	// A second release tag, imported as an operator would (ctr -n k8s.io images import), the
 	// DaemonSet rolled to it, then kubectl rollout undo.
@@ -393,6 +410,7 @@ func TestDaemonSetInstall(t *testing.T) {
 	waitAgentsOn(t, ctx, c, v2)
 	fmt.Printf("rollout: 3 agents on %s %v after kubectl set image\n", v2, time.Since(t1).Round(time.Millisecond))
 	podsTalk(t, ctx, c, "echo", 3, "rolled to "+next)
+	checkVersions(t, ctx, c, next)
 
 	t2 := time.Now()
 	run(t, c, "kubectl", "-n", "ovs-srcip", "rollout", "undo", "daemonset/srcip-agent")
@@ -401,6 +419,7 @@ func TestDaemonSetInstall(t *testing.T) {
 	fmt.Printf("rollout undo: 3 agents back on %s %v after kubectl rollout undo\n", v1, time.Since(t2).Round(time.Millisecond))
 	t.Logf("agent images after undo: %v", agentImages(t, ctx, c))
 	podsTalk(t, ctx, c, "echo", 3, "after rollout undo")
+	checkVersions(t, ctx, c, release(t))
 	// A pod created after the undo is attached by the rolled-back agent's CNI.
 	if _, err := c.Client.AppsV1().Deployments("app").Create(ctx, cluster.EchoDeployment("app", "after", 3), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -437,6 +456,7 @@ func TestHelmInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	podsTalk(t, ctx, c, "echo", 3, "helm install")
+	checkVersions(t, ctx, c, release(t))
 
 	createEgressGateway(t, ctx, c)
 	run(t, c, "helm", "uninstall", "ovs-srcip", "--namespace", "kube-system")
