@@ -10,7 +10,8 @@
 //     names the tag the pod runs); kubectl delete -k of the overlay keeps
 //     the CRD and an EgressGateway.
 //   - TestHelmInstall: helm install of deploy/helm/ovs-srcip with the lab's values, the nodes go
-//     Ready, pods talk across nodes; helm uninstall keeps the CRD and an EgressGateway
+//     Ready, pods talk across nodes; helm upgrade to a second tag and helm rollback (the agents
+//     back on the first, traffic); helm uninstall keeps the CRD and an EgressGateway
 //     (helm.sh/resource-policy: keep).
 package install
 
@@ -283,6 +284,23 @@ func checkVersions(t *testing.T, ctx context.Context, c *cluster.Cluster, releas
 	}
 }
 
+// importNext writes the release image under a second tag (VERSION-next, stamped so) and imports
+// it on every node as an operator would (ctr -n k8s.io images import); it returns the tag.
+func importNext(t *testing.T, ctx context.Context, c *cluster.Cluster) string {
+	t.Helper()
+	next := release(t) + "-next"
+	tarball, err := cluster.ReleaseImage(ctx, next, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.Lab.Nodes {
+		if err := c.KNodes[n.Name].ImportImage(tarball); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return next
+}
+
 // createEgressGateway creates an EgressGateway that selects no pod (it only has to survive the
 // uninstall).
 func createEgressGateway(t *testing.T, ctx context.Context, c *cluster.Cluster) {
@@ -393,16 +411,7 @@ func TestDaemonSetInstall(t *testing.T) {
 
 	// A second release tag, imported as an operator would (ctr -n k8s.io images import), the
 	// DaemonSet rolled to it, then kubectl rollout undo.
-	next := release(t) + "-next"
-	tarball, err := cluster.ReleaseImage(ctx, next, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range c.Lab.Nodes {
-		if err := c.KNodes[n.Name].ImportImage(tarball); err != nil {
-			t.Fatal(err)
-		}
-	}
+	next := importNext(t, ctx, c)
 	v2 := imageRepo + ":" + next
 	t1 := time.Now()
 	run(t, c, "kubectl", "-n", "ovs-srcip", "set", "image", "daemonset/srcip-agent", "node-setup="+v2, "srcip-agent="+v2)
@@ -456,6 +465,21 @@ func TestHelmInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	podsTalk(t, ctx, c, "echo", 3, "helm install")
+	checkVersions(t, ctx, c, release(t))
+
+	// helm upgrade to a second tag, then helm rollback.
+	next := importNext(t, ctx, c)
+	t1 := time.Now()
+	run(t, c, "helm", "upgrade", "ovs-srcip", "../../../deploy/helm/ovs-srcip", "--namespace", "kube-system",
+		"--reuse-values", "--set", "image.tag="+next)
+	waitAgentsOn(t, ctx, c, imageRepo+":"+next)
+	fmt.Printf("helm upgrade: 3 agents on %s %v after helm upgrade\n", next, time.Since(t1).Round(time.Millisecond))
+	checkVersions(t, ctx, c, next)
+	t2 := time.Now()
+	run(t, c, "helm", "rollback", "ovs-srcip", "--namespace", "kube-system")
+	waitAgentsOn(t, ctx, c, v1)
+	fmt.Printf("helm rollback: 3 agents back on %s %v after helm rollback\n", v1, time.Since(t2).Round(time.Millisecond))
+	podsTalk(t, ctx, c, "echo", 3, "after helm rollback")
 	checkVersions(t, ctx, c, release(t))
 
 	createEgressGateway(t, ctx, c)
