@@ -6,8 +6,13 @@ SHELL := /bin/bash
 GO    ?= go
 BIN   := $(CURDIR)/bin
 export GOFLAGS ?= -buildvcs=false
+# The release (VERSION: the tag deploy/ and the Helm chart are pinned to) and the commit, stamped in
+# srcip-agent, srcip-cni and srcipctl (package version: srcip-agent --version, srcipctl version).
+VERSION ?= $(shell cat VERSION)
+COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null)
+LDFLAGS := -X github.com/ovs-srcip/ovs-srcip/version.Version=$(VERSION) -X github.com/ovs-srcip/ovs-srcip/version.Commit=$(COMMIT)
 
-.PHONY: all build deps check demo test test-unit test-e2e test-conformance conformance conformance-build golden bench bench-datapath bench-podstart bench-go bench-api vet fmt clean clean-labs controlplane cluster
+.PHONY: all build image deps check demo test test-unit test-e2e test-conformance conformance conformance-build golden bench bench-datapath bench-podstart bench-go bench-api vet fmt clean clean-labs controlplane cluster
 
 # Extra flags for the demo, e.g. `make demo DEMO_ARGS=--keep` keeps the lab up for poking.
 DEMO_ARGS ?=
@@ -18,13 +23,23 @@ deps:
 	@hack/deps.sh
 
 build:
-	$(GO) build -o $(BIN)/srcip-agent ./cmd/srcip-agent
-	$(GO) build -o $(BIN)/srcipctl ./cmd/srcipctl
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/srcip-agent ./cmd/srcip-agent
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/srcipctl ./cmd/srcipctl
 	$(GO) build -o $(BIN)/echo ./test/echo
-	$(GO) build -o $(BIN)/srcip-cni ./cmd/srcip-cni
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/srcip-cni ./cmd/srcip-cni
 	$(GO) build -o $(BIN)/host-local github.com/containernetworking/plugins/plugins/ipam/host-local
 	$(GO) build -o $(BIN)/loopback github.com/containernetworking/plugins/plugins/main/loopback
 	$(GO) build -o $(BIN)/portmap github.com/containernetworking/plugins/plugins/meta/portmap
+
+# The release image without docker (hack/image.sh): bin/image/srcip-agent-$(VERSION).tar, an OCI
+# image layout tarball of ghcr.io/ovs-srcip/srcip-agent:$(VERSION) (srcip-agent, srcipctl,
+# srcip-cni and its CNI plugins, this machine's ovs-ofctl/ovs-appctl/ovs-vsctl/nft with their
+# libraries), the version stamped in the binaries. On each containerd node:
+#   ctr -n k8s.io images import srcip-agent-$(VERSION).tar
+# IMAGE_ARGS adds hack/image.sh flags, e.g. -r REGISTRY/srcip-agent, -f docker.
+IMAGE_ARGS ?=
+image: deps
+	hack/image.sh -v $(VERSION) $(IMAGE_ARGS)
 
 demo: deps build
 	$(GO) build -o $(BIN)/demo ./test/demo
@@ -35,7 +50,7 @@ demo: deps build
 # cmd/ and nodesetup/). -short makes ovstest.StartDummy skip the tests that need a private OVS;
 # `make test-unit` runs them. Also the lab's program tables (hack/deps.sh against test/lab) and the
 # conformance runner's report logic. No deps: nothing is installed.
-PURE := ./openflow/... ./flows/... ./agent/... ./ofctl/... ./cmd/... ./nodesetup/... ./flowsnap/...
+PURE := ./openflow/... ./flows/... ./agent/... ./ofctl/... ./cmd/... ./nodesetup/... ./flowsnap/... ./version/...
 check:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -86,7 +86,7 @@ func (s *KubeSource) Start(ctx context.Context, h Handler) error {
 	if s.egress != nil && !s.egressServed(ctx) {
 		// Without the CRD an informer would never sync and hold back every sync of this node:
 		// run without egress gateways instead (deploy/ installs the CRD).
-		klog.FromContext(ctx).Info("The EgressGateway CRD (egressgateways.ovs-srcip.io) is not installed: egress gateways are off until the agent restarts after it is (kubectl apply -f deploy/crd-egressgateway.yaml)")
+		klog.FromContext(ctx).Info("The EgressGateway CRD (egressgateways.ovs-srcip.io) is not installed: egress gateways are off until the agent restarts after it is (kubectl apply -k deploy/crds)")
 	} else if s.egress != nil {
 		if err := add(all.Core().V1().Namespaces().Informer(), handlerFuncs(h.OnNamespace)); err != nil {
 			return err

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ovs-srcip/ovs-srcip/flows"
+	"github.com/ovs-srcip/ovs-srcip/version"
 )
 
 // Report is what one agent knows of its node, for srcipctl (status, get services, names in
@@ -21,6 +22,9 @@ import (
 type Report struct {
 	// Node is the agent's node.
 	Node string `json:"node"`
+	// Version is the agent's release (package version: v0.1.0, "devel" when not stamped); empty
+	// from an agent older than this field.
+	Version string `json:"version,omitempty"`
 	// Time is when the report was made.
 	Time time.Time `json:"time"`
 	// FullSyncDone: the first full sync succeeded.
@@ -277,7 +281,7 @@ func (r *Reconciler) Report() Report {
 	r.syncMu.Lock()
 	defer r.syncMu.Unlock()
 	st := r.Status()
-	rep := Report{Node: r.cfg.NodeName, Time: time.Now(), FullSyncDone: st.FullSyncDone,
+	rep := Report{Node: r.cfg.NodeName, Version: version.String(), Time: time.Now(), FullSyncDone: st.FullSyncDone,
 		LastSync: st.LastSuccess, LastFullSync: st.LastFullSuccess, FailingSince: st.FailingSince,
 		Nodes: []NodeReport{}, Pods: []PodReport{}, Services: []ServiceReport{}, FlowSets: []FlowSetReport{}, Zones: []ZoneReport{}}
 	if st.LastError != nil {

@@ -32,6 +32,7 @@ import (
 	egressclient "github.com/ovs-srcip/ovs-srcip/client/clientset/versioned"
 	"github.com/ovs-srcip/ovs-srcip/flows"
 	"github.com/ovs-srcip/ovs-srcip/ofctl"
+	"github.com/ovs-srcip/ovs-srcip/version"
 )
 
 type options struct {
@@ -90,6 +91,8 @@ ovs-srcip.io/preserve-source-ip: "true" (externalTrafficPolicy Cluster, type Nod
 LoadBalancer, or externalIPs); with --preserve-source-ip=all every eligible Service is served
 without the annotation, unless it is annotated "false". SIGTERM stops the agent and leaves every
 flow in place.`,
+		// --version prints "srcip-agent version v0.1.0 (commit ..., go...)" (package version).
+		Version:       version.String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
@@ -186,6 +189,7 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("--egress-cluster-cidrs: %w", err)
 	}
 	logger := klog.FromContext(ctx).WithValues("node", o.nodeName)
+	logger.Info("Starting srcip-agent", "version", version.Version, "commit", version.Commit)
 	ctx = klog.NewContext(ctx, logger)
 
 	var src agent.Source

@@ -47,7 +47,7 @@ func newCommand(out io.Writer) *cobra.Command {
 	}
 	root.SetOut(out)
 	root.AddCommand(cookieCommand(out), flowsCommand(out), desiredCommand(out), diffCommand(out), traceCommand(out),
-		statusCommand(out), getCommand(out), groupsCommand(out))
+		statusCommand(out), getCommand(out), groupsCommand(out), versionCommand(out))
 	return root
 }
 

@@ -105,8 +105,11 @@ func TestStatusCountersGolden(t *testing.T) {
 	unscraped := empty.DeepCopy()
 	unscraped.Name, unscraped.Spec.Ports[0].NodePort = "new", 30091
 	var out bytes.Buffer
-	writeStatus(&out, demoReport(t, empty, unscraped), counters)
+	rep := demoReport(t, empty, unscraped)
+	rep.Version = "v0.1.0 (commit d045c63, go1.26.8)" // the agent's, from its status socket
+	writeStatus(&out, rep, counters)
 	golden(t, "status.golden", out.String())
+	assert.Contains(t, out.String(), "  agent version:  v0.1.0 (commit d045c63, go1.26.8)\n")
 	assert.Contains(t, out.String(), "counters: 3 packets, 0 new connections, dropped packets: no-endpoints 3")
 	assert.Contains(t, out.String(), "counters: none")
 

@@ -113,6 +113,9 @@ func ago(t, now time.Time) string {
 // gets "counters: none", e.g. not applied).
 func writeStatus(out io.Writer, r *agent.Report, counters map[counterKey]*serviceCounters) {
 	fmt.Fprintf(out, "node %s\n", r.Node)
+	if r.Version != "" {
+		fmt.Fprintf(out, "  agent version:  %s\n", r.Version)
+	}
 	fmt.Fprintf(out, "  last sync:      %s\n", ago(r.LastSync, r.Time))
 	fmt.Fprintf(out, "  last full sync: %s\n", ago(r.LastFullSync, r.Time))
 	if !r.FailingSince.IsZero() {

@@ -72,8 +72,9 @@ const (
 	// runs on each node before it starts the agent there.
 	CNISrcip = "srcip"
 	// CNIDaemonSet leaves node-setup, the agent and srcip-cni to the deploy/ DaemonSet, which the
-	// test applies: Start returns with the nodes registered but NotReady, the agent image
-	// (AgentImage) imported on every node, ServiceAccount tokens on and the "kubernetes" Service
+	// test applies: Start returns with the nodes registered but NotReady, the release image
+	// (ReleaseImage: hack/image.sh, as make image writes it, Config.ReleaseVersion) imported on
+	// every node, ServiceAccount tokens on and the "kubernetes" Service
 	// pointing at the API server.
 	CNIDaemonSet = "daemonset"
 	// CNIChained is srcip-cni in chained mode after the reference bridge + host-local (pods on
@@ -115,10 +116,6 @@ func ChainedConflist(podCIDR netip.Prefix) string {
 const (
 	PauseImage = "localhost/ovs-srcip/pause:test"
 	EchoImage  = "localhost/ovs-srcip/echo:test"
-	// AgentImage is srcip-agent, srcip-cni, host-local, loopback, portmap and the OVS and nftables tools
-	// the agent and node-setup run, with their shared libraries, laid out as deploy/Dockerfile
-	// does (CNIDaemonSet).
-	AgentImage = "localhost/ovs-srcip/srcip-agent:test"
 )
 
 // Config describes a cluster.
@@ -133,14 +130,15 @@ type Config struct {
 	// AgentBin, EchoBin, PauseBin and CNIBin are the repo's binaries (srcip-agent, test/echo,
 	// test/pause, srcip-cni); PortmapBin is the reference portmap plugin built from the repo's
 	// module (its tool dependency, the version node-setup's image ships), which node-setup
-	// installs and chains after srcip-cni.
+	// installs and chains after srcip-cni. CNIBridge and CNIDaemonSet need no AgentBin, CNIBin
+	// and PortmapBin (CNIDaemonSet: the release image carries them).
 	AgentBin, EchoBin, PauseBin, CNIBin, PortmapBin string
 	// CNI is CNIBridge or CNISrcip (default).
 	CNI string
 	// ClusterCIDR is kube-controller-manager's --cluster-cidr; default 10.244.0.0/16 (/24 per node).
 	ClusterCIDR string
 	// CRDs are CustomResourceDefinition manifests (files) applied before the nodes start (e.g.
-	// deploy/crd-egressgateway.yaml, so the agents find EgressGateways served from the start).
+	// deploy/crds/crd-egressgateway.yaml, so the agents find EgressGateways served from the start).
 	CRDs []string
 	// ProxyMode is kube-proxy's mode: ProxyNFTables (default) or ProxyIPTables (kubeadm's
 	// default; iptables through its nf_tables backend, Debian's default, in the node netns).
@@ -153,6 +151,9 @@ type Config struct {
 	// cluster.local; DeployCoreDNS deploys it) and at a lab resolv.conf naming the lab router, and
 	// every docker-archive tarball in Images is imported into each node's containerd.
 	Conformance bool
+	// ReleaseVersion is the tag of the release image CNIDaemonSet imports (hack/image.sh -v);
+	// default the repository's VERSION (what deploy/ is pinned to).
+	ReleaseVersion string
 	// Images are docker-archive tarballs imported into every node besides the lab's own
 	// (hack/conformance/build.sh's images/*.tar: the e2e images under their exact names).
 	Images []string
@@ -247,7 +248,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	for name, p := range map[string]*string{"EchoBin": &cfg.EchoBin, "PauseBin": &cfg.PauseBin, "AgentBin": &cfg.AgentBin, "CNIBin": &cfg.CNIBin,
 		"PortmapBin": &cfg.PortmapBin} {
 		if *p == "" {
-			if (name == "AgentBin" || name == "CNIBin" || name == "PortmapBin") && cfg.CNI == CNIBridge {
+			if (name == "AgentBin" || name == "CNIBin" || name == "PortmapBin") && (cfg.CNI == CNIBridge || cfg.CNI == CNIDaemonSet) {
 				continue
 			}
 			return nil, fmt.Errorf("cluster: Config.%s is required", name)
@@ -474,26 +475,36 @@ func (c *Cluster) writeImages() error {
 	if c.cfg.CNI != CNIDaemonSet {
 		return nil
 	}
-	files := []string{
-		c.cfg.AgentBin + "=/usr/local/bin/srcip-agent",
-		c.cfg.CNIBin + "=/usr/local/lib/ovs-srcip/cni/srcip-cni",
-		filepath.Join(c.BinDir, "cni", "host-local") + "=/usr/local/lib/ovs-srcip/cni/host-local",
-		filepath.Join(c.BinDir, "cni", "loopback") + "=/usr/local/lib/ovs-srcip/cni/loopback",
-		c.cfg.PortmapBin + "=/usr/local/lib/ovs-srcip/cni/portmap",
-	}
-	deps, err := withLibraries("ovs-ofctl", "ovs-appctl", "ovs-vsctl", "nft")
+	out, err := ReleaseImage(context.Background(), c.cfg.ReleaseVersion, dir)
 	if err != nil {
-		return err
-	}
-	for _, f := range deps {
-		files = append(files, f+"="+f)
-	}
-	out := filepath.Join(dir, "srcip-agent.tar")
-	if _, err := c.run(append([]string{mk, "-ref", AgentImage, "-out", out, "-entrypoint", "/usr/local/bin/srcip-agent"}, files...)...); err != nil {
 		return err
 	}
 	c.images = append(c.images, out)
 	return nil
+}
+
+// ReleaseImage runs hack/image.sh (make image) for version (empty: the VERSION file) into dir and
+// returns the OCI image layout tarball of ghcr.io/ovs-srcip/srcip-agent:<version>, which
+// KNode.ImportImage imports as `ctr -n k8s.io images import` does. The binaries are built with the
+// version stamped (a Go build cache hit after the first).
+func ReleaseImage(ctx context.Context, version, dir string) (string, error) {
+	script, err := hackFile("image.sh")
+	if err != nil {
+		return "", err
+	}
+	args := []string{"-o", dir}
+	if version != "" {
+		args = append(args, "-v", version)
+	}
+	cmd := exec.CommandContext(ctx, script, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("%s: %v\n%s", script, err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1]), nil
 }
 
 // WaitNodeReady waits until node's Ready condition is True.

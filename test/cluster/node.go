@@ -278,7 +278,7 @@ func (kn *KNode) mounts() error {
 	return err
 }
 
-// ImportImage imports a docker-archive tarball into the node's containerd (namespace k8s.io).
+// ImportImage imports a docker-archive or OCI image layout tarball into the node's containerd (namespace k8s.io).
 func (kn *KNode) ImportImage(tarball string) error {
 	_, err := kn.c.run(filepath.Join(kn.c.BinDir, "ctr"), "-a", kn.path("containerd.sock"), "-n", "k8s.io",
 		"images", "import", "--no-unpack=false", tarball)
