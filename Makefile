@@ -65,7 +65,7 @@ vet:
 
 # Pure and OVS-sandbox tiers (golden files, ofproto/trace on a dummy datapath, fakes).
 test-unit: deps
-	$(GO) test -count=1 ./openflow/... ./flows/... ./ofctl/... ./agent/... ./cmd/... ./nodesetup/... ./flowsnap/...
+	$(GO) test -count=1 ./openflow/... ./flows/... ./ofctl/... ./agent/... ./cmd/... ./nodesetup/... ./flowsnap/... ./version/...
 
 # kube-apiserver, kube-controller-manager and etcd for the tests (test/kube), built from the Go
 # module proxy by the nested module hack/controlplane; cached, a cache hit takes milliseconds.
