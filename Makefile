@@ -6,8 +6,13 @@ SHELL := /bin/bash
 GO    ?= go
 BIN   := $(CURDIR)/bin
 export GOFLAGS ?= -buildvcs=false
+# The release (VERSION: the tag deploy/ and the Helm chart are pinned to) and the commit, stamped in
+# srcip-agent, srcip-cni and srcipctl (package version: srcip-agent --version, srcipctl version).
+VERSION ?= $(shell cat VERSION)
+COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null)
+LDFLAGS := -X github.com/ovs-srcip/ovs-srcip/version.Version=$(VERSION) -X github.com/ovs-srcip/ovs-srcip/version.Commit=$(COMMIT)
 
-.PHONY: all build deps check demo test test-unit test-e2e test-conformance conformance conformance-build golden bench bench-datapath bench-podstart bench-go bench-api vet fmt clean clean-labs controlplane cluster
+.PHONY: all build image deps check demo test test-unit test-e2e test-conformance conformance conformance-build golden bench bench-datapath bench-podstart bench-go bench-api vet fmt clean clean-labs controlplane cluster
 
 # Extra flags for the demo, e.g. `make demo DEMO_ARGS=--keep` keeps the lab up for poking.
 DEMO_ARGS ?=
@@ -18,24 +23,34 @@ deps:
 	@hack/deps.sh
 
 build:
-	$(GO) build -o $(BIN)/srcip-agent ./cmd/srcip-agent
-	$(GO) build -o $(BIN)/srcipctl ./cmd/srcipctl
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/srcip-agent ./cmd/srcip-agent
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/srcipctl ./cmd/srcipctl
 	$(GO) build -o $(BIN)/echo ./test/echo
-	$(GO) build -o $(BIN)/srcip-cni ./cmd/srcip-cni
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/srcip-cni ./cmd/srcip-cni
 	$(GO) build -o $(BIN)/host-local github.com/containernetworking/plugins/plugins/ipam/host-local
 	$(GO) build -o $(BIN)/loopback github.com/containernetworking/plugins/plugins/main/loopback
 	$(GO) build -o $(BIN)/portmap github.com/containernetworking/plugins/plugins/meta/portmap
 
+# The release image without docker (hack/image.sh): bin/image/srcip-agent-$(VERSION).tar, an OCI
+# image layout tarball of ghcr.io/ovs-srcip/srcip-agent:$(VERSION) (srcip-agent, srcipctl,
+# srcip-cni and its CNI plugins, this machine's ovs-ofctl/ovs-appctl/ovs-vsctl/nft with their
+# libraries), the version stamped in the binaries. On each containerd node:
+#   ctr -n k8s.io images import srcip-agent-$(VERSION).tar
+# IMAGE_ARGS adds hack/image.sh flags, e.g. -r REGISTRY/srcip-agent, -f docker.
+IMAGE_ARGS ?=
+image: deps
+	hack/image.sh -v $(VERSION) $(IMAGE_ARGS)
+
 demo: deps build
 	$(GO) build -o $(BIN)/demo ./test/demo
-	$(BIN)/demo --agent $(BIN)/srcip-agent --echo $(BIN)/echo --manifests test/manifests/demo $(DEMO_ARGS)
+	$(BIN)/demo --agent $(BIN)/srcip-agent --echo $(BIN)/echo --srcipctl $(BIN)/srcipctl --manifests test/manifests/demo $(DEMO_ARGS)
 
 # The loop to run while editing: go vet, gofmt and the tiers that need no Open vSwitch, no root,
 # no apt-get and no network (golden files, flows/, agent/ with the fakes, the pure tests of ofctl/,
 # cmd/ and nodesetup/). -short makes ovstest.StartDummy skip the tests that need a private OVS;
 # `make test-unit` runs them. Also the lab's program tables (hack/deps.sh against test/lab) and the
 # conformance runner's report logic. No deps: nothing is installed.
-PURE := ./openflow/... ./flows/... ./agent/... ./ofctl/... ./cmd/... ./nodesetup/...
+PURE := ./openflow/... ./flows/... ./agent/... ./ofctl/... ./cmd/... ./nodesetup/... ./flowsnap/... ./version/...
 check:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -50,7 +65,7 @@ vet:
 
 # Pure and OVS-sandbox tiers (golden files, ofproto/trace on a dummy datapath, fakes).
 test-unit: deps
-	$(GO) test -count=1 ./openflow/... ./flows/... ./ofctl/... ./agent/... ./cmd/... ./nodesetup/...
+	$(GO) test -count=1 ./openflow/... ./flows/... ./ofctl/... ./agent/... ./cmd/... ./nodesetup/... ./flowsnap/... ./version/...
 
 # kube-apiserver, kube-controller-manager and etcd for the tests (test/kube), built from the Go
 # module proxy by the nested module hack/controlplane; cached, a cache hit takes milliseconds.
@@ -76,10 +91,15 @@ conformance-build: deps
 # containerd, kube-proxy per node, pods from Deployments on srcip-cni).
 # test/cluster runs verbose (without the === lines) so that its figures are printed: the build or
 # cache hit of hack/cluster, each node's Ready time, the pods' Ready time, what each test saw.
+# kube-proxy runs in nftables mode there, then the real-kubelet lab's own tests (package
+# test/cluster: pods, Services, NodePorts, hostPorts, agent restart; about 1 minute) run a second
+# time with kube-proxy in iptables mode, kubeadm's default (SRCIP_CLUSTER_PROXY_MODE).
 test-e2e: deps build controlplane cluster
 	SRCIP_AGENT=$(BIN)/srcip-agent SRCIP_ECHO=$(BIN)/echo SRCIPCTL=$(BIN)/srcipctl $(GO) test -count=1 -p 1 -timeout 40m \
 		$$($(GO) list ./test/... ./deploy/... | grep -v /test/cluster)
 	set -o pipefail; SRCIP_AGENT=$(BIN)/srcip-agent $(GO) test -count=1 -p 1 -timeout 20m -v ./test/cluster/... \
+		| grep -v '^=== '
+	set -o pipefail; SRCIP_AGENT=$(BIN)/srcip-agent SRCIP_CLUSTER_PROXY_MODE=iptables $(GO) test -count=1 -p 1 -timeout 10m -v ./test/cluster/ \
 		| grep -v '^=== '
 
 # Kubernetes' own e2e tests (e2e.test, ginkgo and kubectl v1.37.2, CoreDNS and the e2e images, built

@@ -138,6 +138,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := pods.refresh(ctx); err != nil {
 		logger.Error(err, "Pod ports not listed; the full sync retries")
 	}
+	snapDone := make(chan struct{})
+	if snap := a.rec.syncer.snap; snap != nil {
+		go func() {
+			defer close(snapDone)
+			snap.run(ctx, done) // its last write follows the last sync
+		}()
+	} else {
+		close(snapDone)
+	}
 	a.rec.RequestFullSync()
 	tick := time.NewTicker(a.cfg.FullSyncPeriod)
 	defer tick.Stop()
@@ -145,6 +154,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			<-done
+			<-snapDone
 			if e := a.cfg.Election; e != nil {
 				// Stop answering for the egress IPs this node holds, then hand their Leases over.
 				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

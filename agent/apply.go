@@ -18,6 +18,10 @@ import (
 // apply writes each bridge's plan as one bundle, records what is now applied, and runs the
 // conntrack flushes once br-ex no longer sends to the removed endpoints.
 func (s *syncer) apply(ctx context.Context, p *pass) error {
+	if s.snap != nil {
+		// What is recorded as applied is what the bridges hold, also after a failed bundle.
+		defer s.snap.changed()
+	}
 	for _, b := range applyOrder {
 		plan := p.plans[b]
 		write := s.write
@@ -65,7 +69,13 @@ func (s *syncer) apply(ctx context.Context, p *pass) error {
 // recordFull records the outcome of a full sync's bundle on b: every final flow set of b is
 // applied, every other key is not.
 func (s *syncer) recordFull(p *pass, b flows.Bridge, plan *flows.Plan) {
-	next := map[flows.Key]*flows.FlowSet{}
+	n := 0
+	for _, fs := range p.final {
+		if fs.Bridge == b {
+			n++
+		}
+	}
+	next := make(map[flows.Key]*flows.FlowSet, n)
 	for k, fs := range p.final {
 		if fs.Bridge == b && p.bad[k] != fs {
 			next[k] = fs
@@ -88,6 +98,7 @@ func (s *syncer) recordFull(p *pass, b flows.Bridge, plan *flows.Plan) {
 			s.setApplied(b, k, nil)
 		}
 	}
+	s.applied[b], s.appliedSize[b] = grown(s.applied[b], len(next)), grown(s.appliedSize[b], len(next))
 	for k, fs := range next {
 		s.setApplied(b, k, fs)
 		s.clearRejected(b, k)
@@ -365,6 +376,9 @@ func (s *syncer) reportWarnings(logger klog.Logger, fs *flows.FlowSet) {
 
 // setApplied records fs (nil: nothing) as applied for k on b and keeps the metrics current.
 func (s *syncer) setApplied(b flows.Bridge, k flows.Key, fs *flows.FlowSet) {
+	if s.snap != nil {
+		s.snap.set(b, k, fs)
+	}
 	bl := b.String()
 	if old, ok := s.applied[b][k]; ok {
 		if k.Kind == flows.KindServicePort {

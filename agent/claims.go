@@ -32,17 +32,24 @@ func (a claimRank) less(b claimRank) bool {
 // collides with another's loses just that entry point (and gets an Event) instead of breaking the
 // other Service's flows. It is owned by the Reconciler's goroutine.
 type claims struct {
-	bySvc  map[types.NamespacedName][]flows.EntryPoint
-	rank   map[types.NamespacedName]claimRank
-	owners map[flows.EntryPoint]map[types.NamespacedName]bool
+	bySvc map[types.NamespacedName][]flows.EntryPoint
+	rank  map[types.NamespacedName]claimRank
+	// owners are the Services claiming each entry point (a set: each once, in no meaningful
+	// order; almost always one, so a slice rather than a map per entry point).
+	owners map[flows.EntryPoint][]types.NamespacedName
 }
 
 func newClaims() *claims {
 	return &claims{
 		bySvc:  map[types.NamespacedName][]flows.EntryPoint{},
 		rank:   map[types.NamespacedName]claimRank{},
-		owners: map[flows.EntryPoint]map[types.NamespacedName]bool{},
+		owners: map[flows.EntryPoint][]types.NamespacedName{},
 	}
+}
+
+// reserve makes room for n Services when none claims anything yet (a first full sync).
+func (c *claims) reserve(n int) {
+	c.bySvc, c.rank, c.owners = grown(c.bySvc, n), grown(c.rank, n), grown(c.owners, n)
 }
 
 // entryPoints returns the claim keys of a Service's ports.
@@ -61,14 +68,25 @@ func (c *claims) entryPoints(sps []flows.ServicePort) []flows.EntryPoint {
 // set replaces the claims of name (nil sps: remove) and returns the other Services whose
 // winners may have changed because of it.
 func (c *claims) set(name types.NamespacedName, rank claimRank, sps []flows.ServicePort) []types.NamespacedName {
-	affected := map[types.NamespacedName]bool{}
-	for _, e := range c.bySvc[name] {
-		for o := range c.owners[e] {
+	var affected map[types.NamespacedName]bool
+	mark := func(os []types.NamespacedName) {
+		for _, o := range os {
+			if o == name {
+				continue
+			}
+			if affected == nil {
+				affected = map[types.NamespacedName]bool{}
+			}
 			affected[o] = true
 		}
-		delete(c.owners[e], name)
-		if len(c.owners[e]) == 0 {
+	}
+	for _, e := range c.bySvc[name] {
+		os := c.owners[e]
+		mark(os)
+		if os = slices.DeleteFunc(os, func(o types.NamespacedName) bool { return o == name }); len(os) == 0 {
 			delete(c.owners, e)
+		} else {
+			c.owners[e] = os
 		}
 	}
 	delete(c.bySvc, name)
@@ -77,16 +95,16 @@ func (c *claims) set(name types.NamespacedName, rank claimRank, sps []flows.Serv
 		c.bySvc[name] = eps
 		c.rank[name] = rank
 		for _, e := range eps {
-			if c.owners[e] == nil {
-				c.owners[e] = map[types.NamespacedName]bool{}
+			os := c.owners[e]
+			mark(os)
+			if !slices.Contains(os, name) {
+				c.owners[e] = append(os, name)
 			}
-			for o := range c.owners[e] {
-				affected[o] = true
-			}
-			c.owners[e][name] = true
 		}
 	}
-	delete(affected, name)
+	if len(affected) == 0 {
+		return nil
+	}
 	out := make([]types.NamespacedName, 0, len(affected))
 	for o := range affected {
 		out = append(out, o)
@@ -99,7 +117,7 @@ func (c *claims) winner(e flows.EntryPoint) types.NamespacedName {
 	var best types.NamespacedName
 	var br claimRank
 	first := true
-	for o := range c.owners[e] {
+	for _, o := range c.owners[e] {
 		if r := c.rank[o]; first || r.less(br) {
 			best, br, first = o, r, false
 		}

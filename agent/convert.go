@@ -69,6 +69,13 @@ const (
 type Selector struct {
 	Mode            PreserveMode
 	ExternalIPCIDRs []netip.Prefix
+	// Node and Zone are this node's name and its topology.kubernetes.io/zone label: the
+	// EndpointSlices' hints are honoured for them as kube-proxy does (endpointsFor). Empty:
+	// zone hints never match (kube-proxy's rule for a node without the label).
+	Node, Zone string
+	// SCTP says why this node's datapath does not serve SCTP Service ports (SCTPSupport); ""
+	// is the generic reason. The pipeline serves no SCTP port: every one is declined.
+	SCTP string
 }
 
 // Select reports whether svc gets flows and how (via: ViaAnnotation or ViaAll), or why not
@@ -177,6 +184,10 @@ func (s Selector) ServicePorts(svc *corev1.Service, eps []*discoveryv1.EndpointS
 		}
 		return nil, nil
 	}
+	if whole, _ := s.Declines(svc); whole != "" {
+		return nil, nil // declined as a whole: Declines says why (a SourceIPDeclined Event)
+	}
+	topo := topology{node: s.Node, zone: s.Zone}
 	var problems []string
 	warn := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 
@@ -210,7 +221,7 @@ func (s Selector) ServicePorts(svc *corev1.Service, eps []*discoveryv1.EndpointS
 			proto = flows.TCP
 		}
 		if proto != flows.TCP && proto != flows.UDP {
-			continue
+			continue // SCTP: declined (Declines)
 		}
 		if p.Port <= 0 || p.Port > 65535 {
 			warn("port %q: port %d out of range, skipped", p.Name, p.Port)
@@ -229,7 +240,7 @@ func (s Selector) ServicePorts(svc *corev1.Service, eps []*discoveryv1.EndpointS
 			Rank:            flows.Rank{Created: svc.CreationTimestamp.Time},
 		}
 		var msgs []string
-		sp.Endpoints, msgs = endpointsFor(p.Name, proto, eps)
+		sp.Endpoints, msgs = endpointsFor(p.Name, proto, eps, topo)
 		problems = append(problems, msgs...)
 		out = append(out, sp)
 	}
@@ -283,11 +294,30 @@ func SourceRanges(svc *corev1.Service) (filter bool, ranges []netip.Prefix, prob
 	return true, ranges, problems
 }
 
-// endpointsFor picks the endpoints of one Service port: the ready ones (conditions.ready unset
-// counts as ready) of the IPv4 slices; when none is ready, the serving terminating ones
-// (KEP-1669). The port is matched by name and protocol. The result is sorted and deduplicated.
-func endpointsFor(portName string, proto flows.Protocol, eps []*discoveryv1.EndpointSlice) ([]flows.Endpoint, []string) {
-	var ready, terminating []flows.Endpoint
+// topology is where this node is, for the EndpointSlices' hints: its name (hints.forNodes) and
+// its topology.kubernetes.io/zone label (hints.forZones).
+type topology struct{ node, zone string }
+
+// candidate is one endpoint of a Service port before the choice (endpointsFor).
+type candidate struct {
+	ep                 flows.Endpoint
+	ready, terminating bool // terminating: serving and terminating, not ready
+	forZones, forNodes []string
+}
+
+// endpointsFor picks the endpoints of one Service port as kube-proxy does for
+// externalTrafficPolicy Cluster (pkg/proxy/topology.go, CategorizeEndpoints): the ready ones
+// (conditions.ready unset counts as ready) of the IPv4 slices, narrowed by the hints; when none
+// is ready, the serving terminating ones (KEP-1669), whatever their hints. The hints
+// (EndpointSlice endpoints[].hints, written by the EndpointSlice controller for
+// trafficDistribution PreferClose/PreferSameZone/PreferSameNode or the topology-mode
+// annotation): when every ready endpoint has a node hint and one names this node, only those
+// are used; otherwise, when every ready endpoint has a zone hint and one names this node's
+// zone, only those; otherwise (an endpoint without a hint, no hint for this node's zone, or a
+// node without the zone label) all ready endpoints. The port is matched by name and protocol.
+// The result is sorted and deduplicated.
+func endpointsFor(portName string, proto flows.Protocol, eps []*discoveryv1.EndpointSlice, topo topology) ([]flows.Endpoint, []string) {
+	var cands []candidate
 	var problems []string
 	for _, sl := range eps {
 		if sl == nil || sl.AddressType != discoveryv1.AddressTypeIPv4 {
@@ -317,6 +347,10 @@ func endpointsFor(portName string, proto flows.Protocol, eps []*discoveryv1.Endp
 		if !found {
 			continue
 		}
+		if cands == nil {
+			// Usually one slice: one allocation of the right size.
+			cands = make([]candidate, 0, len(sl.Endpoints))
+		}
 		for _, ep := range sl.Endpoints {
 			if len(ep.Addresses) == 0 {
 				continue
@@ -326,29 +360,72 @@ func endpointsFor(portName string, proto flows.Protocol, eps []*discoveryv1.Endp
 				problems = append(problems, fmt.Sprintf("EndpointSlice %s: endpoint address %q skipped: %v", sl.Name, ep.Addresses[0], err))
 				continue
 			}
-			e := flows.Endpoint{IP: a, Port: port}
+			c := candidate{ep: flows.Endpoint{IP: a, Port: port}}
 			if ep.NodeName != nil {
-				e.NodeName = *ep.NodeName
+				c.ep.NodeName = *ep.NodeName
 			}
-			c := ep.Conditions
-			isReady := c.Ready == nil || *c.Ready
-			serving := isReady
-			if c.Serving != nil {
-				serving = *c.Serving
+			cond := ep.Conditions
+			c.ready = cond.Ready == nil || *cond.Ready
+			serving := c.ready
+			if cond.Serving != nil {
+				serving = *cond.Serving
 			}
-			isTerminating := c.Terminating != nil && *c.Terminating
-			switch {
-			case isReady:
-				ready = append(ready, e)
-			case serving && isTerminating:
-				terminating = append(terminating, e)
+			c.terminating = !c.ready && serving && cond.Terminating != nil && *cond.Terminating
+			if h := ep.Hints; h != nil {
+				for _, z := range h.ForZones {
+					c.forZones = append(c.forZones, z.Name)
+				}
+				for _, n := range h.ForNodes {
+					c.forNodes = append(c.forNodes, n.Name)
+				}
 			}
+			cands = append(cands, c)
+		}
+	}
+	use := topo.filter(cands)
+	var ready, terminating []flows.Endpoint
+	for _, c := range cands {
+		switch {
+		case c.ready && use(c):
+			ready = append(ready, c.ep)
+		case c.terminating:
+			terminating = append(terminating, c.ep)
 		}
 	}
 	if len(ready) == 0 {
 		ready = terminating
 	}
 	return dedupeEndpoints(ready), problems
+}
+
+// filter returns which ready candidates the hints let this node use (endpointsFor's rule).
+func (t topology) filter(cands []candidate) func(candidate) bool {
+	anyReady, allNode, allZone, forNode, forZone := false, true, true, false, false
+	for _, c := range cands {
+		if !c.ready {
+			continue
+		}
+		anyReady = true
+		if len(c.forNodes) == 0 {
+			allNode = false
+		} else if t.node != "" && slices.Contains(c.forNodes, t.node) {
+			forNode = true
+		}
+		if len(c.forZones) == 0 {
+			allZone = false
+		} else if t.zone != "" && slices.Contains(c.forZones, t.zone) {
+			forZone = true
+		}
+	}
+	switch {
+	case !anyReady:
+		return func(candidate) bool { return true }
+	case allNode && forNode:
+		return func(c candidate) bool { return slices.Contains(c.forNodes, t.node) }
+	case allZone && forZone:
+		return func(c candidate) bool { return slices.Contains(c.forZones, t.zone) }
+	}
+	return func(candidate) bool { return true }
 }
 
 func dedupeEndpoints(eps []flows.Endpoint) []flows.Endpoint {

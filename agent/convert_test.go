@@ -365,14 +365,15 @@ func TestTrimObjectKeepsWhatTheAgentReads(t *testing.T) {
 	sl := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{
 		discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: "x", "app": "web"}},
 		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.244.2.5"}, NodeName: &node, Zone: &node,
-			TargetRef: &corev1.ObjectReference{Name: "p"}}}}
+			TargetRef: &corev1.ObjectReference{Name: "p"}, Hints: &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "zone-a"}}}}}}
 	if _, err := TrimObject(sl); err != nil {
 		t.Fatal(err)
 	}
 	if len(sl.Labels) != 1 || sl.Labels[discoveryv1.LabelServiceName] != "web" {
 		t.Errorf("trimmed EndpointSlice labels: %v", sl.Labels)
 	}
-	if e := sl.Endpoints[0]; e.Zone != nil || e.TargetRef != nil || *e.NodeName != "node2" || e.Addresses[0] != "10.244.2.5" {
+	if e := sl.Endpoints[0]; e.Zone != nil || e.TargetRef != nil || *e.NodeName != "node2" || e.Addresses[0] != "10.244.2.5" ||
+		e.Hints == nil || len(e.Hints.ForZones) != 1 || e.Hints.ForZones[0].Name != "zone-a" {
 		t.Errorf("trimmed endpoint: %+v", e)
 	}
 	n := &corev1.Node{Status: corev1.NodeStatus{Images: []corev1.ContainerImage{{Names: []string{"a"}}},

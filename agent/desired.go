@@ -55,6 +55,10 @@ type DesiredOptions struct {
 	NodePortCIDRs, ExternalIPCIDRs []netip.Prefix
 	// PreserveSourceIP is the agent's --preserve-source-ip ("": PreserveAnnotated).
 	PreserveSourceIP PreserveMode
+	// NodePortRange is the agent's --service-node-port-range (zero: DefaultNodePortRange);
+	// EgressClusterCIDRs its --egress-cluster-cidrs.
+	NodePortRange      [2]uint16
+	EgressClusterCIDRs []netip.Prefix
 	// Events receives problems with objects (nil: logged).
 	Events EventSink
 	// Ports are the node's ofports and MACs (nil: PlaceholderPorts).
@@ -145,7 +149,8 @@ func desired(ctx context.Context, node string, objs []runtime.Object, o DesiredO
 		bridges[b] = &captureBridge{lines: func(l []string) { out[b] = append(out[b], l...) }}
 	}
 	r := NewReconciler(ReconcilerConfig{NodeName: node, Bridges: bridges, Dataplane: dp,
-		NodePortCIDRs: o.NodePortCIDRs, ExternalIPCIDRs: o.ExternalIPCIDRs, PreserveSourceIP: o.PreserveSourceIP, Events: events})
+		NodePortCIDRs: o.NodePortCIDRs, ExternalIPCIDRs: o.ExternalIPCIDRs, PreserveSourceIP: o.PreserveSourceIP, Events: events,
+		NodePortRange: o.NodePortRange, EgressClusterCIDRs: o.EgressClusterCIDRs})
 	r.syncer.planned = planned
 	for _, ob := range objs {
 		deliver(r, nil, ob)

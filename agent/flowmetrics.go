@@ -34,7 +34,7 @@ func newFlowStatsCollector(r *Reconciler, bridges map[flows.Bridge]FlowBridge) *
 		svcNew: prometheus.NewDesc("srcip_agent_service_new_connections_total",
 			"New connections of an opted-in Service port sent to its endpoints on this node (ExServiceCT: its select group, or the session affinity lookup), by Service port.", svc, nil),
 		svcDropped: prometheus.NewDesc("srcip_agent_service_dropped_packets_total",
-			"New connections of an opted-in Service port not served on this node, by Service port and reason (outside-source-ranges: dropped; no-endpoints: handed to the host, whose kube-proxy rejects them).",
+			"Packets of new connections to an opted-in Service port not served on this node (a retransmitted SYN counts again), by Service port and reason (outside-source-ranges: dropped; no-endpoints: handed to the host, whose kube-proxy rejects them). OVS flow counters: they restart when a flow set is rewritten.",
 			append(svc, "reason"), nil),
 		scrapeErrors: prometheus.NewDesc("srcip_agent_flow_stats_errors",
 			"1 when the flow counters of a bridge could not be read at this scrape.", []string{"bridge"}, nil),

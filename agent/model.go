@@ -50,7 +50,9 @@ type model struct {
 	nodes    map[string]*corev1.Node
 	services map[types.NamespacedName]*corev1.Service
 	epSlices map[types.NamespacedName]*discoveryv1.EndpointSlice
-	slicesOf map[types.NamespacedName]map[types.NamespacedName]bool
+	// slicesOf are the EndpointSlices of each Service (a set, each once; almost always one, so a
+	// slice rather than a map per Service).
+	slicesOf map[types.NamespacedName][]types.NamespacedName
 	pods     map[types.NamespacedName]*corev1.Pod
 	podPorts map[types.NamespacedName][]PodPort // several while a predecessor's port lingers
 	// podPortOf are the ports st.Pods was built from (ChoosePodPort), by key: their Interfaces
@@ -71,6 +73,10 @@ type model struct {
 	egressPolicies     []*EgressPolicy
 	podEgress          map[flows.Key]*flows.PodEgress
 
+	// nextHops reads the next hops of this node's routes (ReconcilerConfig.RouteNextHops; nil:
+	// none are known).
+	nextHops func(context.Context) ([]netip.Addr, error)
+
 	st       *flows.State
 	svcRaw   map[types.NamespacedName][]flows.ServicePort // converted, before claims
 	svcKeys  map[types.NamespacedName][]flows.Key         // the Service's ports in st.Services
@@ -83,11 +89,16 @@ type model struct {
 	refused     map[types.NamespacedName][]RefusedEntry
 	svcProblems map[types.NamespacedName][]string
 	conflicts   map[types.NamespacedName][]string
+	// declines are, per Service, what of it the agent declines (Selector.Declines: the whole
+	// Service, SCTP ports); svcWarnings the endpoints whose nodeName disagrees with their pod
+	// CIDR (for Reconciler.Report).
+	declines    map[types.NamespacedName][]string
+	svcWarnings map[types.NamespacedName][]string
 }
 
 func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, nodePortRange [2]uint16, mode PreserveMode, events EventSink) *model {
-	return &model{
-		node: node, npCIDRs: npCIDRs, events: events, sel: Selector{Mode: mode, ExternalIPCIDRs: externalIPCIDRs},
+	m := &model{
+		node: node, npCIDRs: npCIDRs, events: events, sel: Selector{Mode: mode, ExternalIPCIDRs: externalIPCIDRs, Node: node},
 		nodeChanges:    NewChangeTracker[string](nodeEqual),
 		svcChanges:     NewChangeTracker[types.NamespacedName](serviceEqual),
 		sliceChanges:   NewChangeTracker[types.NamespacedName](sliceEqual),
@@ -103,7 +114,7 @@ func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, nodePortRang
 		nodes:          map[string]*corev1.Node{},
 		services:       map[types.NamespacedName]*corev1.Service{},
 		epSlices:       map[types.NamespacedName]*discoveryv1.EndpointSlice{},
-		slicesOf:       map[types.NamespacedName]map[types.NamespacedName]bool{},
+		slicesOf:       map[types.NamespacedName][]types.NamespacedName{},
 		pods:           map[types.NamespacedName]*corev1.Pod{},
 		podPorts:       map[types.NamespacedName][]PodPort{},
 		st:             flows.NewState(node, flows.Ports{}, nil, nil, nil, nil),
@@ -116,7 +127,14 @@ func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, nodePortRang
 		refused:        map[types.NamespacedName][]RefusedEntry{},
 		svcProblems:    map[types.NamespacedName][]string{},
 		conflicts:      map[types.NamespacedName][]string{},
+		declines:       map[types.NamespacedName][]string{},
+		svcWarnings:    map[types.NamespacedName][]string{},
 	}
+	m.admit.served = func(name types.NamespacedName) bool {
+		ok, _, _ := m.sel.Select(m.services[name])
+		return ok
+	}
+	return m
 }
 
 // changes is what one model update found: the flow-set keys whose own object changed (trigger
@@ -149,6 +167,20 @@ func (m *model) update(ctx context.Context, dp Dataplane, full bool) (changes, e
 		ch.full = true
 		m.st.NodePortAddresses = npAddrs
 	}
+	if ch.full && m.nextHops != nil {
+		// The routes' next hops are read at every full sync (admission: never an entry point).
+		if hops, err := m.nextHops(ctx); err != nil {
+			logger.Error(err, "Reading the node's routes failed; admission keeps the next hops it had")
+		} else if m.admit.setNextHops(hops) {
+			for name := range m.services {
+				d.services[name] = true
+			}
+		}
+	}
+	if n := m.nodes[m.node]; n != nil {
+		// This node's zone (its own Node's change is a full sync: every Service is reconverted).
+		m.sel.Zone = n.Labels[corev1.LabelTopologyZone]
+	}
 	m.admissionChanges(d)
 	if ch.full {
 		if err := m.refreshDataplane(ctx, dp); err != nil {
@@ -176,6 +208,7 @@ func (m *model) update(ctx context.Context, dp Dataplane, full bool) (changes, e
 			d.pods[nn(k.Namespace, k.Name)] = true
 		}
 	}
+	ch.keys = grown(ch.keys, len(d.services))
 	ch.podCIDRs = m.updateNodes(logger, d.nodes, ch.keys)
 	m.updatePods(logger, d.pods, ch.keys)
 	m.updateServices(logger, d.services, ch.keys)
@@ -183,9 +216,11 @@ func (m *model) update(ctx context.Context, dp Dataplane, full bool) (changes, e
 	return ch, nil
 }
 
-// admissionChanges updates the admission's view of node addresses and LoadBalancer IPs and marks
-// the Services whose admitted entry points may change with them: every Service when a node
-// address changed, every Service with externalIPs when a LoadBalancer IP changed.
+// admissionChanges updates the admission's view of node addresses, pod CIDRs, ClusterIPs,
+// nodePorts and LoadBalancer IPs and marks the Services whose admitted entry points may change
+// with them: every Service when a node address or pod CIDR changed, every Service with
+// externalIPs when a LoadBalancer IP changed, the Services asking for an address that became or
+// stopped being a ClusterIP, and those sharing a nodePort with a changed Service.
 func (m *model) admissionChanges(d dirtyObjects) {
 	if len(d.nodes) > 0 && m.admit.setNodes(m.nodes) {
 		for name := range m.services {
@@ -198,7 +233,13 @@ func (m *model) admissionChanges(d dirtyObjects) {
 	}
 	lbChanged := false
 	for _, name := range changed {
-		lbChanged = m.admit.setService(name, m.services[name]) || lbChanged
+		lb, affected := m.admit.setService(name, m.services[name])
+		lbChanged = lb || lbChanged
+		for _, o := range affected {
+			if m.services[o] != nil {
+				d.services[o] = true
+			}
+		}
 	}
 	if lbChanged {
 		for name := range m.admit.extUsers {
@@ -216,26 +257,29 @@ func (m *model) checkout() (d dirtyObjects, nodeSelf bool) {
 		nodeSelf = nodeSelf || name == m.node
 		d.nodes[name] = true
 	}
-	for name, c := range m.svcChanges.Checkout() {
+	svcs, sls := m.svcChanges.Checkout(), m.sliceChanges.Checkout()
+	m.services, m.epSlices, m.slicesOf = grown(m.services, len(svcs)), grown(m.epSlices, len(sls)), grown(m.slicesOf, len(sls))
+	d.services = grown(d.services, len(svcs)+len(sls))
+	for name, c := range svcs {
 		setOrDelete(m.services, name, c.Current)
 		d.services[name] = true
 	}
-	for name, c := range m.sliceChanges.Checkout() {
+	for name, c := range sls {
 		if old := m.epSlices[name]; old != nil {
 			if s := sliceService(old); s.Name != "" {
-				delete(m.slicesOf[s], name)
-				if len(m.slicesOf[s]) == 0 {
+				if rest := slices.DeleteFunc(m.slicesOf[s], func(o types.NamespacedName) bool { return o == name }); len(rest) == 0 {
 					delete(m.slicesOf, s)
+				} else {
+					m.slicesOf[s] = rest
 				}
 				d.services[s] = true
 			}
 		}
 		setOrDelete(m.epSlices, name, c.Current)
 		if s := sliceService(c.Current); s.Name != "" {
-			if m.slicesOf[s] == nil {
-				m.slicesOf[s] = map[types.NamespacedName]bool{}
+			if !slices.Contains(m.slicesOf[s], name) {
+				m.slicesOf[s] = append(m.slicesOf[s], name)
 			}
-			m.slicesOf[s][name] = true
 			d.services[s] = true
 		}
 	}
@@ -258,6 +302,15 @@ func (m *model) checkout() (d dirtyObjects, nodeSelf bool) {
 		setOrDelete(m.namespaces, name, c.Current)
 	}
 	return d, nodeSelf
+}
+
+// grown returns m, or when m is empty a map with room for n entries: a first sync fills the
+// model's maps with every object at once, and a map grown step by step rehashes ~log2(n) times.
+func grown[K comparable, V any](m map[K]V, n int) map[K]V {
+	if len(m) == 0 && n > len(m) {
+		return make(map[K]V, n)
+	}
+	return m
 }
 
 func setOrDelete[K comparable, V any](m map[K]*V, k K, v *V) {
@@ -384,7 +437,7 @@ func (m *model) convertServices(names map[types.NamespacedName]bool) map[types.N
 			continue
 		}
 		var eps []*discoveryv1.EndpointSlice
-		for s := range m.slicesOf[name] {
+		for _, s := range m.slicesOf[name] {
 			eps = append(eps, m.epSlices[s])
 		}
 		slices.SortFunc(eps, func(a, b *discoveryv1.EndpointSlice) int { return cmp.Compare(a.Name, b.Name) })
@@ -416,8 +469,12 @@ func (m *model) convertServices(names map[types.NamespacedName]bool) map[types.N
 // updateServices reconverts the named Services, re-resolves the entry-point claims of every
 // Service they compete with, assigns group ids and marks the keys of every port that changed.
 func (m *model) updateServices(logger klog.Logger, names map[types.NamespacedName]bool, touched map[flows.Key]bool) {
-	convProblems := map[types.NamespacedName][]string{}
-	resolveSet := map[types.NamespacedName]bool{}
+	convProblems := make(map[types.NamespacedName][]string, len(names))
+	resolveSet := make(map[types.NamespacedName]bool, len(names))
+	m.svcRaw, m.svcKeys = grown(m.svcRaw, len(names)), grown(m.svcKeys, len(names))
+	m.claims.reserve(len(names))
+	m.groups.Reserve(len(names))
+	m.st.ReserveServices(len(names))
 	converted := m.convertServices(names)
 	for name := range names {
 		svc := m.services[name]
@@ -426,12 +483,16 @@ func (m *model) updateServices(logger klog.Logger, names map[types.NamespacedNam
 		if svc != nil {
 			c := converted[name]
 			sps, convProblems[name] = c.sps, c.problems
+			m.reportDeclines(name, svc)
+			m.report(svc, "endpoint-nodes/"+name.String(), ReasonWarning, m.setWarnings(name, endpointNodes(sps, m.admit.podCIDROwner)))
 			var refused []string
 			sps, refused, m.refused[name] = m.admit.admit(name, sps)
 			if len(m.refused[name]) == 0 {
 				delete(m.refused, name)
 			}
-			m.report(svc, "refused/"+name.String(), ReasonRefused, refused)
+			if !m.quiet(refused) {
+				m.report(svc, "refused/"+name.String(), ReasonRefused, refused)
+			}
 			rank = claimRank{created: svc.CreationTimestamp.Time, name: name}
 		}
 		if len(sps) == 0 {
@@ -462,16 +523,22 @@ func (m *model) updateServices(logger klog.Logger, names map[types.NamespacedNam
 		if svc == nil {
 			m.report(nil, "service/"+name.String(), "", nil)
 			m.report(nil, "refused/"+name.String(), "", nil)
+			m.report(nil, "declined/"+name.String(), "", nil)
+			m.report(nil, "endpoint-nodes/"+name.String(), "", nil)
+			delete(m.declines, name)
+			delete(m.svcWarnings, name)
 			delete(m.refused, name)
 			delete(m.svcProblems, name)
 			delete(m.conflicts, name)
 			continue
 		}
 		changed := false
-		if names[name] {
+		if names[name] && !m.quiet(convProblems[name]) {
 			changed = m.report(svc, "service/"+name.String(), ReasonInvalid, convProblems[name])
 		}
-		changed = m.report(svc, "conflict/"+name.String(), ReasonConflict, conflicts) || changed
+		if !m.quiet(conflicts) {
+			changed = m.report(svc, "conflict/"+name.String(), ReasonConflict, conflicts) || changed
+		}
 		if len(conflicts) == 0 {
 			delete(m.conflicts, name)
 		} else {
@@ -493,6 +560,34 @@ func (m *model) updateServices(logger klog.Logger, names map[types.NamespacedNam
 			}
 		}
 	}
+}
+
+// reportDeclines records and reports (SourceIPDeclined) what of svc the agent declines.
+func (m *model) reportDeclines(name types.NamespacedName, svc *corev1.Service) {
+	whole, ports := m.sel.Declines(svc)
+	var msgs []string
+	if whole != "" {
+		msgs = append(msgs, whole)
+	}
+	for _, p := range ports {
+		msgs = append(msgs, p.Reason)
+	}
+	if len(msgs) == 0 {
+		delete(m.declines, name)
+	} else {
+		m.declines[name] = msgs
+	}
+	m.report(svc, "declined/"+name.String(), ReasonDeclined, msgs)
+}
+
+// setWarnings records the endpoint warnings of Service name and returns them.
+func (m *model) setWarnings(name types.NamespacedName, warnings []string) []string {
+	if len(warnings) == 0 {
+		delete(m.svcWarnings, name)
+	} else {
+		m.svcWarnings[name] = warnings
+	}
+	return warnings
 }
 
 // markObject marks dirty the key of every kind whose flow sets serve the object (KindSpec.Object)
@@ -522,6 +617,11 @@ func (m *model) releaseGroups(keys []flows.Key) {
 // report sends problems of one object to the EventSink, only when they differ from the last
 // report under the same key (so periodic full syncs do not repeat Events). It reports whether
 // new problems were sent.
+// quiet reports whether report would do nothing for problems whatever its key: there are none,
+// and none is recorded under any key. A full sync reports on every Service and flow set; this
+// saves building their keys.
+func (m *model) quiet(problems []string) bool { return len(problems) == 0 && len(m.problems) == 0 }
+
 func (m *model) report(obj runtime.Object, key, reason string, problems []string) bool {
 	msg := strings.Join(problems, "; ")
 	if m.problems[key] == msg {

@@ -50,6 +50,16 @@ type ReconcilerConfig struct {
 	// ExternalIPCIDRs are the ranges externalIPs may be served from (--external-ip-cidrs);
 	// empty: no externalIP is served (see admission).
 	ExternalIPCIDRs []netip.Prefix
+	// ServiceCIDRs are the cluster's Service CIDRs (--service-cidrs, the API server's
+	// --service-cluster-ip-range): no LoadBalancer IP or externalIP inside them is served. Empty:
+	// only the ClusterIPs of the Services the agent sees are refused.
+	ServiceCIDRs []netip.Prefix
+	// SCTP says why this node declines SCTP Service ports (SCTPSupport of br-ex's datapath
+	// type and ovs-vswitchd's version, detected at start); "": a generic reason.
+	SCTP string
+	// RouteNextHops returns the next hops (gateways) of this node's routes, read at every full
+	// sync: no LoadBalancer IP or externalIP equal to one is served. nil: none are refused.
+	RouteNextHops func(context.Context) ([]netip.Addr, error)
 	// EgressClusterCIDRs are the cluster's Service and node networks, never sent to an egress
 	// gateway (--egress-cluster-cidrs; pod CIDRs and node InternalIPs are always excluded).
 	EgressClusterCIDRs []netip.Prefix
@@ -70,6 +80,9 @@ type ReconcilerConfig struct {
 	// NodePortRange is the cluster's NodePort range, inclusive (--service-node-port-range);
 	// zero: DefaultNodePortRange. NodePorts outside it are refused (see admission).
 	NodePortRange [2]uint16
+	// Manifests is the agent's --manifests directory, only reported (Report.Flags); "" with the
+	// Kubernetes API.
+	Manifests string
 	// HasSynced reports whether the Source has synced (Source.HasSynced).
 	HasSynced func() bool
 	// Events receives problems with objects; nil: log only.
@@ -101,6 +114,9 @@ type ReconcilerConfig struct {
 	// operating system (runtime/debug.FreeOSMemory) as soon as that sync is done, on another
 	// goroutine (the process's memory, not a test's).
 	ReleaseMemory bool
+	// FlowSnapshot, when set, keeps a flow snapshot of what is applied (FlowSnapshotConfig;
+	// written by Agent.Run's goroutine). nil: none.
+	FlowSnapshot *FlowSnapshotConfig
 }
 
 // DefaultDrainPeriod is the default ReconcilerConfig.DrainPeriod.
@@ -170,10 +186,16 @@ func NewReconciler(cfg ReconcilerConfig) *Reconciler {
 		model:  newModel(cfg.NodeName, cfg.NodePortCIDRs, cfg.ExternalIPCIDRs, cfg.NodePortRange, cfg.PreserveSourceIP, cfg.Events),
 		syncer: newSyncer(cfg, m), memReleased: make(chan struct{})}
 	r.model.egressClusterCIDRs = cfg.EgressClusterCIDRs
+	r.model.admit.serviceCIDRs = cfg.ServiceCIDRs
+	r.model.nextHops = cfg.RouteNextHops
+	r.model.sel.SCTP = cfg.SCTP
 	r.model.chooseGateway = cfg.ChooseGateway
 	r.model.election = cfg.Election
 	r.announced = map[netip.Addr]int{}
 	r.syncer.warn = func(fs *flows.FlowSet) {
+		if r.model.quiet(fs.Warnings) {
+			return
+		}
 		reason := ReasonWarning
 		if fs.Declined != "" {
 			reason = ReasonDeclined

@@ -86,7 +86,7 @@ func (s *KubeSource) Start(ctx context.Context, h Handler) error {
 	if s.egress != nil && !s.egressServed(ctx) {
 		// Without the CRD an informer would never sync and hold back every sync of this node:
 		// run without egress gateways instead (deploy/ installs the CRD).
-		klog.FromContext(ctx).Info("The EgressGateway CRD (egressgateways.ovs-srcip.io) is not installed: egress gateways are off until the agent restarts after it is (kubectl apply -f deploy/crd-egressgateway.yaml)")
+		klog.FromContext(ctx).Info("The EgressGateway CRD (egressgateways.ovs-srcip.io) is not installed: egress gateways are off until the agent restarts after it is (kubectl apply -k deploy/crds)")
 	} else if s.egress != nil {
 		if err := add(all.Core().V1().Namespaces().Informer(), handlerFuncs(h.OnNamespace)); err != nil {
 			return err
@@ -190,7 +190,7 @@ func (logEvents) Warn(obj runtime.Object, reason, message string) {
 // Services) hold only the fields used: metadata.managedFields and ownerReferences, annotations other
 // than ovs-srcip.io/*, a Service's labels other than service.kubernetes.io/service-proxy-name
 // (Eligible), an EndpointSlice's labels other than kubernetes.io/service-name and its
-// endpoints' hostname, targetRef, zone, hints and deprecatedTopology, a Node's images, node info,
+// endpoints' hostname, targetRef, zone and deprecatedTopology (the hints are kept), a Node's images, node info,
 // capacity, allocatable, volumes and conditions other than Ready. Conversions (convert.go), the
 // equality checks (equal.go) and the Events' object references read nothing of it.
 func trimObject(obj any) (any, error) {
@@ -232,7 +232,8 @@ func trimObject(obj any) (any, error) {
 		}
 		for i := range o.Endpoints {
 			e := &o.Endpoints[i]
-			e.Hostname, e.TargetRef, e.Zone, e.Hints, e.DeprecatedTopology = nil, nil, nil, nil, nil
+			// The hints stay: endpointsFor honours them (trafficDistribution, topology mode).
+			e.Hostname, e.TargetRef, e.Zone, e.DeprecatedTopology = nil, nil, nil, nil
 		}
 	case *corev1.Node:
 		o.Status.Images, o.Status.VolumesInUse, o.Status.VolumesAttached = nil, nil, nil

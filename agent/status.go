@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ovs-srcip/ovs-srcip/flows"
+	"github.com/ovs-srcip/ovs-srcip/version"
 )
 
 // Report is what one agent knows of its node, for srcipctl (status, get services, names in
@@ -21,6 +22,9 @@ import (
 type Report struct {
 	// Node is the agent's node.
 	Node string `json:"node"`
+	// Version is the agent's release (package version: v0.1.0, "devel" when not stamped); empty
+	// from an agent older than this field.
+	Version string `json:"version,omitempty"`
 	// Time is when the report was made.
 	Time time.Time `json:"time"`
 	// FullSyncDone: the first full sync succeeded.
@@ -40,6 +44,9 @@ type Report struct {
 	Pods []PodReport `json:"pods"`
 	// PreserveSourceIP is the agent's --preserve-source-ip mode (annotated or all).
 	PreserveSourceIP string `json:"preserveSourceIP"`
+	// SCTP says why this node declines SCTP Service ports (the datapath detected at start:
+	// SCTPSupport); empty when unknown.
+	SCTP string `json:"sctp,omitempty"`
 	// Services are the Services that carry the annotation (any value), opted in or not, and,
 	// under --preserve-source-ip=all, every Service served without it (Via "all mode").
 	Services []ServiceReport `json:"services"`
@@ -54,6 +61,25 @@ type Report struct {
 	Ports PortsReport `json:"ports"`
 	// Egress are the EgressGateways as the last sync converted them, oldest first.
 	Egress []EgressReport `json:"egress"`
+	// Flags are the agent's flags that decide which flows it writes (srcipctl diff renders the
+	// desired flows with them); nil from an agent older than this field.
+	Flags *FlagsReport `json:"flags,omitempty"`
+}
+
+// FlagsReport are the srcip-agent flags that change the flows it writes, as it runs with them
+// (CIDRs masked, the port range FIRST-LAST).
+type FlagsReport struct {
+	// Manifests is --manifests ("" : the agent reads the Kubernetes API).
+	Manifests string `json:"manifests,omitempty"`
+	// NodePortAddresses, ExternalIPCIDRs and EgressClusterCIDRs are --nodeport-addresses,
+	// --external-ip-cidrs and --egress-cluster-cidrs (empty: not set).
+	NodePortAddresses  []string `json:"nodePortAddresses"`
+	ExternalIPCIDRs    []string `json:"externalIPCIDRs"`
+	EgressClusterCIDRs []string `json:"egressClusterCIDRs"`
+	// PreserveSourceIP is --preserve-source-ip (annotated or all).
+	PreserveSourceIP string `json:"preserveSourceIP"`
+	// ServiceNodePortRange is --service-node-port-range, FIRST-LAST.
+	ServiceNodePortRange string `json:"serviceNodePortRange"`
 }
 
 // EgressReport is one EgressGateway as this node's agent sees it (srcipctl get egress).
@@ -162,6 +188,11 @@ type ServiceReport struct {
 	// another Service owns.
 	Problems  []string `json:"problems,omitempty"`
 	Conflicts []string `json:"conflicts,omitempty"`
+	// Declined says what of the Service the agent leaves to the host, each with the reason (the
+	// SourceIPDeclined Events): the whole Service (no IPv4 family) or its SCTP ports.
+	Declined []string `json:"declined,omitempty"`
+	// Warnings are the endpoints whose nodeName disagrees with the Node owning their pod CIDR.
+	Warnings []string `json:"warnings,omitempty"`
 	// Ports are the Service's programmed ports.
 	Ports []ServicePortReport `json:"ports,omitempty"`
 }
@@ -250,7 +281,7 @@ func (r *Reconciler) Report() Report {
 	r.syncMu.Lock()
 	defer r.syncMu.Unlock()
 	st := r.Status()
-	rep := Report{Node: r.cfg.NodeName, Time: time.Now(), FullSyncDone: st.FullSyncDone,
+	rep := Report{Node: r.cfg.NodeName, Version: version.String(), Time: time.Now(), FullSyncDone: st.FullSyncDone,
 		LastSync: st.LastSuccess, LastFullSync: st.LastFullSuccess, FailingSince: st.FailingSince,
 		Nodes: []NodeReport{}, Pods: []PodReport{}, Services: []ServiceReport{}, FlowSets: []FlowSetReport{}, Zones: []ZoneReport{}}
 	if st.LastError != nil {
@@ -316,10 +347,12 @@ func (r *Reconciler) Report() Report {
 	}
 
 	rep.Egress = r.egressReports(rep.Time)
+	rep.SCTP = m.sel.SCTP
 	rep.PreserveSourceIP = string(m.sel.Mode)
 	if rep.PreserveSourceIP == "" {
 		rep.PreserveSourceIP = string(PreserveAnnotated)
 	}
+	rep.Flags = r.flagsReport(rep.PreserveSourceIP)
 	for name, svc := range m.services {
 		_, set := svc.Annotations[AnnotationPreserveSourceIP]
 		if !set && (m.sel.Mode != PreserveAll || !Eligible(svc, m.sel.ExternalIPCIDRs)) {
@@ -333,13 +366,32 @@ func (r *Reconciler) Report() Report {
 	return rep
 }
 
+// flagsReport renders the flags of r's configuration that change the flows it writes.
+func (r *Reconciler) flagsReport(mode string) *FlagsReport {
+	npr := r.cfg.NodePortRange
+	if npr == [2]uint16{} {
+		npr = DefaultNodePortRange
+	}
+	return &FlagsReport{Manifests: r.cfg.Manifests, NodePortAddresses: prefixStrings(r.cfg.NodePortCIDRs),
+		ExternalIPCIDRs: prefixStrings(r.cfg.ExternalIPCIDRs), EgressClusterCIDRs: prefixStrings(r.cfg.EgressClusterCIDRs),
+		PreserveSourceIP: mode, ServiceNodePortRange: FormatPortRange(npr)}
+}
+
+func prefixStrings(ps []netip.Prefix) []string {
+	out := []string{}
+	for _, p := range ps {
+		out = append(out, p.String())
+	}
+	return out
+}
+
 func (r *Reconciler) serviceReport(name types.NamespacedName, svc *corev1.Service) ServiceReport {
 	m, s := r.model, r.syncer
 	ok, via, why := m.sel.Select(svc)
 	annotation, annotated := svc.Annotations[AnnotationPreserveSourceIP]
 	sr := ServiceReport{Namespace: name.Namespace, Name: name.Name, Annotation: annotation, Annotated: annotated,
 		OptedIn: ok, Via: via, Reason: why, Type: string(svc.Spec.Type), ExternalTrafficPolicy: string(svc.Spec.ExternalTrafficPolicy),
-		Problems: m.svcProblems[name], Conflicts: m.conflicts[name]}
+		Problems: m.svcProblems[name], Conflicts: m.conflicts[name], Declined: m.declines[name], Warnings: m.svcWarnings[name]}
 	if ok {
 		// Select's reason is in Problems too (it is the conversion's problem when not opted in).
 		sr.Problems = slices.DeleteFunc(slices.Clone(sr.Problems), func(p string) bool { return p == why })
@@ -368,7 +420,7 @@ func (r *Reconciler) serviceReport(name types.NamespacedName, svc *corev1.Servic
 	}
 	// Pods behind endpoint addresses, from the Service's EndpointSlices.
 	pods := map[netip.Addr]string{}
-	for sl := range m.slicesOf[name] {
+	for _, sl := range m.slicesOf[name] {
 		es := m.epSlices[sl]
 		if es == nil {
 			continue

@@ -82,3 +82,53 @@ func TestReport(t *testing.T) {
 	}
 	assert.Equal(t, 1, n, "one Event for the annotation value, not one per sync: %v", f.events.msgs)
 }
+
+// TestReportFlags: the report carries the flags that change the flows (srcipctl diff renders
+// with them): CIDRs masked, the NodePort range (the default when not set), the manifests dir.
+func TestReportFlags(t *testing.T) {
+	f := newFixture(t)
+	rep := f.r.Report()
+	require.NotNil(t, rep.Flags)
+	assert.Equal(t, FlagsReport{NodePortAddresses: []string{}, ExternalIPCIDRs: []string{}, EgressClusterCIDRs: []string{},
+		PreserveSourceIP: "annotated", ServiceNodePortRange: "30000-32767"}, *rep.Flags)
+
+	r := f.newReconcilerWith(func(c *ReconcilerConfig) {
+		c.Manifests = "/m"
+		c.NodePortCIDRs, _ = ParseCIDRs([]string{"192.168.0.0/24"})
+		c.ExternalIPCIDRs, _ = ParseCIDRs([]string{"203.0.113.7/24"})
+		c.EgressClusterCIDRs, _ = ParseCIDRs([]string{"10.96.0.0/12"})
+		c.PreserveSourceIP = PreserveAll
+		c.NodePortRange = [2]uint16{20000, 20100}
+	})
+	assert.Equal(t, FlagsReport{Manifests: "/m", NodePortAddresses: []string{"192.168.0.0/24"}, ExternalIPCIDRs: []string{"203.0.113.0/24"},
+		EgressClusterCIDRs: []string{"10.96.0.0/12"}, PreserveSourceIP: "all", ServiceNodePortRange: "20000-20100"}, *r.Report().Flags)
+}
+
+func TestParsePortRange(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want [2]uint16
+		err  string
+	}{
+		{"", [2]uint16{}, ""},
+		{"30000-32767", [2]uint16{30000, 32767}, ""},
+		{" 1-1 ", [2]uint16{1, 1}, ""},
+		{"30000", [2]uint16{}, "want FIRST-LAST"},
+		{"0-10", [2]uint16{}, "want 1 <= FIRST <= LAST"},
+		{"20-10", [2]uint16{}, "want 1 <= FIRST <= LAST"},
+		{"1-70000", [2]uint16{}, "out of range"},
+	} {
+		got, err := ParsePortRange(c.in)
+		if c.err != "" {
+			assert.ErrorContains(t, err, c.err, c.in)
+			continue
+		}
+		require.NoError(t, err, c.in)
+		assert.Equal(t, c.want, got, c.in)
+		if got != [2]uint16{} {
+			back, err := ParsePortRange(FormatPortRange(got))
+			require.NoError(t, err)
+			assert.Equal(t, got, back)
+		}
+	}
+}

@@ -58,6 +58,8 @@ type syncer struct {
 	// planned, when set, receives every full sync's desired flow sets of each bridge, the ones
 	// flows.FullDiff compared with the bridge's inventory (Desired reads them; nil in the agent).
 	planned func(b flows.Bridge, desired []*flows.FlowSet)
+	// snap, when set, keeps the flow snapshot of what is applied (ReconcilerConfig.FlowSnapshot).
+	snap *snapshotter
 }
 
 // stepTime is one step of a sync and how long it took.
@@ -92,6 +94,9 @@ func newSyncer(cfg ReconcilerConfig, m *Metrics) *syncer {
 		declined:      map[flows.Key]bool{},
 		drains:        map[flows.EntryPoint]time.Time{},
 		rejected:      map[flows.Bridge]map[flows.Key]flows.Cookie{},
+	}
+	if cfg.FlowSnapshot != nil {
+		s.snap = newSnapshotter(*cfg.FlowSnapshot, cfg.NodeName, cfg.BucketsPerMessage)
 	}
 	for _, b := range applyOrder {
 		s.rejected[b] = map[flows.Key]flows.Cookie{}
@@ -177,6 +182,9 @@ func (s *syncer) run(ctx context.Context, st *flows.State, ch changes) ([]flows.
 // whose triggers fired (flows.KindSpec.Triggers), and the applied keys of EverySync kinds.
 func dirtyKeys(p *pass, appliedByKind map[flows.Kind]map[flows.Key]int) map[flows.Key]bool {
 	keys := map[flows.Key]bool{}
+	if p.full {
+		keys = make(map[flows.Key]bool, len(p.st.Services)+len(p.st.Pods)+len(p.st.Nodes)+64)
+	}
 	for _, spec := range flows.Kinds() {
 		all := spec.Triggers&flows.EverySync != 0 || (p.ch.podCIDRs && spec.Triggers&flows.PodCIDRs != 0)
 		if p.full {
@@ -229,6 +237,7 @@ var parallelBuildMin = 512
 
 func (s *syncer) build(_ context.Context, p *pass) error {
 	dirty := dirtyKeys(p, s.appliedByKind)
+	p.built = grown(p.built, len(dirty))
 	workers := runtime.GOMAXPROCS(0)
 	if len(dirty) < parallelBuildMin || workers < 2 {
 		for k := range dirty {
@@ -267,7 +276,9 @@ func (s *syncer) build(_ context.Context, p *pass) error {
 func (s *syncer) resolve(_ context.Context, p *pass) error {
 	if p.full {
 		s.conflicts.Reset()
+		s.conflicts.Reserve(len(p.built))
 	}
+	p.final = grown(p.final, len(p.built))
 	affected := map[flows.Key]bool{}
 	for k, fs := range p.built {
 		for o := range s.conflicts.Set(k, fs.MatchKeys()) {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,23 +41,41 @@ const (
 	namespace      = "ovs-srcip"
 	serviceAccount = "srcip-agent"
 	fieldManager   = "srcip-test"
-	image          = "ghcr.io/ovs-srcip/srcip-agent:latest"
+	imageRepo      = "ghcr.io/ovs-srcip/srcip-agent"
 	crdName        = "egressgateways.ovs-srcip.io"
 )
 
 var (
+	// image is the release of ../VERSION: deploy/ is pinned to what `make image` writes.
+	image  = imageRepo + ":" + release()
 	crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 	egwGVR = schema.GroupVersionResource{Group: "ovs-srcip.io", Version: "v1alpha1", Resource: "egressgateways"}
 	saUser = "system:serviceaccount:" + namespace + ":" + serviceAccount
 )
 
-// build renders deploy/ with kustomize, in-process, as `kubectl apply -k deploy/` would.
+// release is the repository's VERSION (v0.1.0).
+func release() string {
+	b, err := os.ReadFile("../VERSION")
+	if err != nil {
+		panic(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// build renders deploy/crds and deploy/ with kustomize, in-process, as `kubectl apply -k
+// deploy/crds && kubectl apply -k deploy/` would.
 func build(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
+	return append(buildDir(t, "crds"), buildDir(t, ".")...)
+}
+
+// buildDir renders one kustomization directory (relative to deploy/).
+func buildDir(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	rm, err := k.Run(filesys.MakeFsOnDisk(), ".")
+	rm, err := k.Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
-		t.Fatalf("kustomize build deploy/: %v", err)
+		t.Fatalf("kustomize build deploy/%s: %v", dir, err)
 	}
 	var objs []*unstructured.Unstructured
 	for _, r := range rm.Resources() {
@@ -115,7 +135,13 @@ func agentFlags(t *testing.T, subcommand ...string) map[string]bool {
 
 // TestManifests checks the rendered objects without an API server.
 func TestManifests(t *testing.T) {
-	objs := build(t)
+	// The CRD alone in deploy/crds, so that `kubectl delete -k deploy/` keeps it and its objects.
+	crds := buildDir(t, "crds")
+	if len(crds) != 1 || crds[0].GetKind() != "CustomResourceDefinition" || crds[0].GetName() != crdName ||
+		crds[0].GetLabels()["app.kubernetes.io/part-of"] != "ovs-srcip" {
+		t.Errorf("deploy/crds: want only CRD %s labelled part-of ovs-srcip, got %d objects", crdName, len(crds))
+	}
+	objs := buildDir(t, ".")
 	var got []string
 	var setupCM, agentCM *unstructured.Unstructured
 	for _, u := range objs {
@@ -130,7 +156,7 @@ func TestManifests(t *testing.T) {
 		got = append(got, u.GetKind()+"/"+name)
 	}
 	want := []string{
-		"Namespace/ovs-srcip", "CustomResourceDefinition/" + crdName, "ServiceAccount/srcip-agent",
+		"Namespace/ovs-srcip", "ServiceAccount/srcip-agent",
 		"ClusterRole/srcip-agent", "ClusterRoleBinding/srcip-agent", "Role/srcip-agent-leases",
 		"RoleBinding/srcip-agent-leases", "DaemonSet/srcip-agent", "ConfigMap/srcip-node-setup-<hash>",
 		"ConfigMap/srcip-agent-<hash>",
@@ -161,12 +187,15 @@ func TestManifests(t *testing.T) {
 		u.RollingUpdate == nil || u.RollingUpdate.MaxUnavailable == nil || u.RollingUpdate.MaxUnavailable.IntValue() != 1 {
 		t.Errorf("updateStrategy %+v", u)
 	}
-	if len(ps.Containers) != 1 {
-		t.Fatalf("%d containers", len(ps.Containers))
+	if len(ps.Containers) != 2 || ps.Containers[0].Name != "srcip-agent" || ps.Containers[1].Name != "flow-restore" {
+		t.Fatalf("%d containers, want srcip-agent and flow-restore", len(ps.Containers))
 	}
 	c := ps.Containers[0]
-	if c.Image != image {
-		t.Errorf("image %q, want %q", c.Image, image)
+	if c.Image != image || c.ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Errorf("image %q pull %q, want %q IfNotPresent", c.Image, c.ImagePullPolicy, image)
+	}
+	if !maps.Equal(ps.NodeSelector, map[string]string{"kubernetes.io/os": "linux"}) {
+		t.Errorf("nodeSelector %v, want kubernetes.io/os=linux", ps.NodeSelector)
 	}
 	flags := agentFlags(t)
 	args := map[string]string{}
@@ -183,6 +212,7 @@ func TestManifests(t *testing.T) {
 		"ovs-rundir":           "/var/run/openvswitch",
 		"metrics-bind-address": ":9464",
 		"preserve-source-ip":   "$(PRESERVE_SOURCE_IP)",
+		"flow-snapshot":        "/run/ovs-srcip/flows.snapshot",
 	}
 	for k, v := range wantArgs {
 		if args[k] != v {
@@ -248,6 +278,7 @@ func TestManifests(t *testing.T) {
 		"/opt/cni/bin":         corev1.HostPathDirectoryOrCreate,
 		"/etc/cni/net.d":       corev1.HostPathDirectoryOrCreate,
 		"/var/lib/cni":         corev1.HostPathDirectoryOrCreate,
+		"/run/ovs-srcip":       corev1.HostPathDirectoryOrCreate,
 	}
 	volPath := map[string]string{}
 	for _, v := range ps.Volumes {
@@ -260,15 +291,18 @@ func TestManifests(t *testing.T) {
 		}
 		volPath[v.Name] = v.HostPath.Path
 	}
-	// The agent mounts only OVS's run directory, read-only, at the same path.
+	// The agent mounts OVS's run directory read-only and the flow snapshot's directory, each at
+	// the same path; nothing else of the node.
 	for _, m := range c.VolumeMounts {
-		if p, ok := volPath[m.Name]; ok && (p != "/var/run/openvswitch" || m.MountPath != p || !m.ReadOnly) {
+		if p, ok := volPath[m.Name]; ok && (m.MountPath != p || !(p == "/var/run/openvswitch" && m.ReadOnly || p == "/run/ovs-srcip")) {
 			t.Errorf("agent mounts hostPath %s at %s (readOnly %v)", p, m.MountPath, m.ReadOnly)
 		}
 	}
+	checkFlowRestore(t, ps.Containers[1], c, volPath)
 	if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return volPath[m.Name] == "/var/run/openvswitch" }) {
 		t.Error("no hostPath /var/run/openvswitch mounted at /var/run/openvswitch")
 	}
+	delete(hostPaths, "/run/ovs-srcip") // the agent's and flow-restore's, not node-setup's
 	checkNodeSetup(t, ps, volPath, hostPaths, setupCM)
 
 	// RBAC: no wildcard, no Secrets or ConfigMaps, no write verb outside the allowed ones.
@@ -313,6 +347,48 @@ func TestManifests(t *testing.T) {
 		if len(subjects) != 1 || subjects[0].Kind != "ServiceAccount" || subjects[0].Name != serviceAccount || subjects[0].Namespace != namespace {
 			t.Errorf("%s subjects %+v", kind, subjects)
 		}
+	}
+}
+
+// checkFlowRestore: the flow-restore container runs `srcip-agent flow-restore --watch` on the
+// agent's snapshot, with the agent's image and security context, and mounts OVS's run directory
+// and the snapshot's directory read-only.
+func checkFlowRestore(t *testing.T, fr, agent corev1.Container, volPath map[string]string) {
+	t.Helper()
+	if fr.Image != agent.Image || len(fr.Args) == 0 || fr.Args[0] != "flow-restore" {
+		t.Errorf("flow-restore image %q args %v", fr.Image, fr.Args)
+		return
+	}
+	flags := agentFlags(t, "flow-restore")
+	args := map[string]string{}
+	for _, a := range fr.Args[1:] {
+		name, val, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if !strings.HasPrefix(a, "--") || !flags[name] {
+			t.Errorf("argument %q is not a flow-restore flag", a)
+		}
+		args[name] = val
+	}
+	for k, v := range map[string]string{"watch": "", "snapshot": "/run/ovs-srcip/flows.snapshot", "ovs-rundir": "/var/run/openvswitch", "node-name": "$(NODE_NAME)"} {
+		if got, ok := args[k]; !ok || got != v {
+			t.Errorf("flow-restore --%s=%q, want %q", k, got, v)
+		}
+	}
+	if !reflect.DeepEqual(fr.SecurityContext, agent.SecurityContext) {
+		t.Errorf("flow-restore securityContext %+v, want the agent's", fr.SecurityContext)
+	}
+	mounts := map[string]bool{}
+	for _, m := range fr.VolumeMounts {
+		p, ok := volPath[m.Name]
+		if !ok || m.MountPath != p || !m.ReadOnly {
+			t.Errorf("flow-restore mounts %s (hostPath %q) at %s (readOnly %v)", m.Name, p, m.MountPath, m.ReadOnly)
+		}
+		mounts[p] = true
+	}
+	if !mounts["/var/run/openvswitch"] || !mounts["/run/ovs-srcip"] {
+		t.Errorf("flow-restore mounts %v, want /var/run/openvswitch and /run/ovs-srcip", mounts)
+	}
+	if fr.Resources.Requests.Memory().IsZero() || fr.Resources.Limits.Memory().IsZero() {
+		t.Errorf("flow-restore resources %+v", fr.Resources)
 	}
 }
 
@@ -364,6 +440,50 @@ func TestOverlayPreserveAll(t *testing.T) {
 	}
 }
 
+// An overlay with the Component components/labelled-nodes (docs/install.md "Some nodes first")
+// runs the DaemonSet on Linux nodes labelled ovs-srcip.io/enabled=true only, and changes nothing
+// else of it.
+func TestComponentLabelledNodes(t *testing.T) {
+	base, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	rel, err := filepath.Rel(dir, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlay := "resources: [" + rel + "]\ncomponents: [" + filepath.Join(rel, "components", "labelled-nodes") + "]\n"
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize build overlay: %v", err)
+	}
+	var objs []*unstructured.Unstructured
+	for _, r := range rm.Resources() {
+		b, err := r.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(b); err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, u)
+	}
+	got := convert[appsv1.DaemonSet](t, find(t, objs, "DaemonSet", "srcip-agent"))
+	want := convert[appsv1.DaemonSet](t, find(t, buildDir(t, "."), "DaemonSet", "srcip-agent"))
+	if sel := got.Spec.Template.Spec.NodeSelector; !maps.Equal(sel, map[string]string{"kubernetes.io/os": "linux", "ovs-srcip.io/enabled": "true"}) {
+		t.Errorf("nodeSelector %v", sel)
+	}
+	got.Spec.Template.Spec.NodeSelector = want.Spec.Template.Spec.NodeSelector
+	if !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("the component changed more than the nodeSelector")
+	}
+}
+
 // checkNodeSetup checks the init container that runs srcip-agent node-setup: privileged, every
 // hostPath node-setup writes mounted at the node's own path, every argument a node-setup flag, its
 // settings from the generated ConfigMap.
@@ -373,7 +493,7 @@ func checkNodeSetup(t *testing.T, ps corev1.PodSpec, volPath map[string]string, 
 		t.Fatalf("%d init containers, want node-setup", len(ps.InitContainers))
 	}
 	ic := ps.InitContainers[0]
-	if ic.Name != "node-setup" || ic.Image != image || len(ic.Args) == 0 || ic.Args[0] != "node-setup" {
+	if ic.Name != "node-setup" || ic.Image != image || ic.ImagePullPolicy != corev1.PullIfNotPresent || len(ic.Args) == 0 || ic.Args[0] != "node-setup" {
 		t.Errorf("init container %s image %q args %v, want node-setup from %s", ic.Name, ic.Image, ic.Args, image)
 	}
 	if sc := ic.SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged {
@@ -411,6 +531,17 @@ func checkNodeSetup(t *testing.T, ps corev1.PodSpec, volPath map[string]string, 
 	} {
 		if args[k] != v {
 			t.Errorf("node-setup --%s=%q, want %q", k, args[k], v)
+		}
+	}
+	// node-setup checks the agent's TCP ports before it changes anything: the agent's values.
+	agentArgs := map[string]string{}
+	for _, a := range ps.Containers[0].Args {
+		name, val, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		agentArgs[name] = val
+	}
+	for _, k := range []string{"metrics-bind-address", "debug-bind-address"} {
+		if args[k] != agentArgs[k] || args[k] == "" {
+			t.Errorf("node-setup --%s=%q, want the agent's %q", k, args[k], agentArgs[k])
 		}
 	}
 	if cm == nil {

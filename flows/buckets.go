@@ -1,7 +1,6 @@
 package flows
 
 import (
-	"hash/fnv"
 	"net/netip"
 	"slices"
 )
@@ -13,11 +12,13 @@ const MaxBucketID uint32 = 0xffffff00
 // bucketHash is the preferred bucket id of endpoint ep: FNV-1a over its 4 address bytes and its
 // big-endian port, reduced to 0..MaxBucketID.
 func bucketHash(ep netip.AddrPort) uint32 {
-	h := fnv.New32a()
 	a := ep.Addr().As4()
-	h.Write(a[:])
-	h.Write([]byte{byte(ep.Port() >> 8), byte(ep.Port())})
-	return h.Sum32() % (MaxBucketID + 1)
+	h := uint32(2166136261) // hash/fnv's 32-bit FNV-1a, without its allocations
+	for _, c := range [6]byte{a[0], a[1], a[2], a[3], byte(ep.Port() >> 8), byte(ep.Port())} {
+		h ^= uint32(c)
+		h *= 16777619
+	}
+	return h % (MaxBucketID + 1)
 }
 
 // BucketIDs returns the bucket id of each endpoint of eps (IPv4, no duplicates): its bucketHash,
@@ -28,24 +29,56 @@ func bucketHash(ep netip.AddrPort) uint32 {
 // while others come and go; only the rare endpoint that collided can move when the endpoint it
 // collided with goes.
 func BucketIDs(eps []netip.AddrPort) map[netip.AddrPort]uint32 {
-	sorted := slices.Clone(eps)
+	list := bucketIDs(slices.Clone(eps))
+	out := make(map[netip.AddrPort]uint32, len(list))
+	for _, b := range list {
+		out[b.ep] = b.id
+	}
+	return out
+}
+
+// bucketID is one endpoint with its bucket id.
+type bucketID struct {
+	ep netip.AddrPort
+	id uint32
+}
+
+// bucketIDs is BucketIDs as a list: each distinct endpoint once, in address order. It sorts
+// and compacts eps in place.
+func bucketIDs(eps []netip.AddrPort) []bucketID {
+	sorted := eps
 	slices.SortFunc(sorted, func(a, b netip.AddrPort) int { return a.Compare(b) })
-	used := make(map[uint32]bool, len(sorted))
-	out := make(map[netip.AddrPort]uint32, len(sorted))
-	for _, ep := range sorted {
-		if _, ok := out[ep]; ok {
-			continue
+	sorted = slices.Compact(sorted)
+	out := make([]bucketID, 0, len(sorted))
+	// The ids taken so far: a list for the groups of a few endpoints (most), a map for more.
+	var used map[uint32]bool
+	if len(sorted) > 32 {
+		used = make(map[uint32]bool, len(sorted))
+	}
+	taken := func(id uint32) bool {
+		if used != nil {
+			return used[id]
 		}
+		for _, b := range out {
+			if b.id == id {
+				return true
+			}
+		}
+		return false
+	}
+	for _, ep := range sorted {
 		id := bucketHash(ep)
-		for used[id] {
+		for taken(id) {
 			if id == MaxBucketID {
 				id = 0
 			} else {
 				id++
 			}
 		}
-		used[id] = true
-		out[ep] = id
+		if used != nil {
+			used[id] = true
+		}
+		out = append(out, bucketID{ep, id})
 	}
 	return out
 }

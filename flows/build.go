@@ -3,7 +3,6 @@ package flows
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
 )
 
 // Build computes the complete desired content of both bridges of st.Node: every key of every
@@ -42,14 +41,26 @@ func NewGroupIDs() *GroupIDs {
 	return &GroupIDs{byKey: map[Key]uint32{}, used: map[uint32]Key{}}
 }
 
+// Reserve makes room for n ids when none is held (a first full sync hands out one per Service
+// port at once).
+func (g *GroupIDs) Reserve(n int) {
+	if len(g.byKey) == 0 && len(g.used) == 0 {
+		g.byKey, g.used = make(map[Key]uint32, n), make(map[uint32]Key, n)
+	}
+}
+
 // ID returns the group id of k, allocating one on first use.
 func (g *GroupIDs) ID(k Key) uint32 {
 	if id, ok := g.byKey[k]; ok {
 		return id
 	}
-	h := fnv.New32a()
-	fmt.Fprint(h, k.String())
-	off := h.Sum32() & 0xffffff
+	var buf [128]byte
+	h := uint32(2166136261) // FNV-1a (hash/fnv's New32a) of k.String(), without allocating
+	for _, c := range k.appendText(buf[:0]) {
+		h ^= uint32(c)
+		h *= 16777619
+	}
+	off := h & 0xffffff
 	for {
 		id := GroupIDBase | off
 		if _, taken := g.used[id]; !taken && off != 0 {

@@ -30,6 +30,15 @@ func (c *Conflicts) Reset() {
 	c.contested = 0
 }
 
+// Reserve makes room for n flow sets of about two flows each when the index is empty (a
+// first full sync indexes every flow set at once; the maps then grow once, not step by step).
+func (c *Conflicts) Reserve(n int) {
+	if len(c.keysOf) == 0 && len(c.contenders) == 0 {
+		c.keysOf = make(map[Key][]MatchKey, n)
+		c.contenders = make(map[MatchKey][]Key, 2*n)
+	}
+}
+
 // Set replaces the match keys of k (nil: k is gone) and returns the other flow sets whose
 // contested keys changed: they must be rebuilt and resolved again.
 func (c *Conflicts) Set(k Key, keys []MatchKey) map[Key]bool {

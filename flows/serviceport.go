@@ -134,25 +134,31 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 	// Bucket ids are a function of the endpoint (BucketIDs), and the buckets are ordered by id:
 	// OVS's choice for a connection then depends only on the set of endpoints, never on their
 	// order or on the positions of other endpoints.
-	ids := BucketIDs(eps)
-	slices.SortFunc(eps, func(a, b netip.AddrPort) int { return cmp.Compare(ids[a], ids[b]) })
-	eps = slices.Compact(eps)
-	if len(eps) > MaxGroupBuckets {
-		fs.Warnings = append(fs.Warnings, fmt.Sprintf("%d usable endpoints, more than the %d a select group can hold: the %d with the lowest bucket ids are used", len(eps), MaxGroupBuckets, MaxGroupBuckets))
-		eps = eps[:MaxGroupBuckets]
+	ids := bucketIDs(eps) // each endpoint once (eps is sorted in place; not used after)
+	slices.SortFunc(ids, func(a, b bucketID) int { return cmp.Compare(a.id, b.id) })
+	if len(ids) > MaxGroupBuckets {
+		fs.Warnings = append(fs.Warnings, fmt.Sprintf("%d usable endpoints, more than the %d a select group can hold: the %d with the lowest bucket ids are used", len(ids), MaxGroupBuckets, MaxGroupBuckets))
+		ids = ids[:MaxGroupBuckets]
 	}
 	idle := uint16(min(sp.AffinitySeconds, MaxAffinitySeconds))
 	if affinity && sp.AffinitySeconds > MaxAffinitySeconds {
 		fs.Warnings = append(fs.Warnings, fmt.Sprintf("sessionAffinity timeoutSeconds %d is more than the %d s idle timeout of an Open vSwitch flow: a client's learned endpoint is forgotten after %d s without a new connection (its next one still hashes to the same endpoint while the endpoints do not change)", sp.AffinitySeconds, MaxAffinitySeconds, MaxAffinitySeconds))
 	}
-	for _, ep := range eps {
+	// A full sync holds every group at once: the buckets, their action lists and their NATs
+	// are allocated once per group, and every bucket shares one exec list (never modified).
+	g.Buckets = make([]Bucket, len(ids))
+	acts := make([]of.Action, len(ids))
+	nats := make([]NAT, len(ids))
+	for i, b := range ids {
+		ep := b.ep
 		if sp.Protocol == UDP {
 			fs.Endpoints = append(fs.Endpoints, ep)
 		}
+		nats[i] = NAT{Dst: ep}
 		commit := CT{Commit: true, Zone: ZoneService, Table: uint8(ExServiceOut), HasTable: true,
-			NAT:  &NAT{Dst: ep},
-			Exec: []of.Action{CTLabelClientMAC.MoveFrom(nxmEthSrc)}}
-		acts := []of.Action{commit}
+			NAT: &nats[i], Exec: clientMACExec}
+		acts[i] = commit
+		g.Buckets[i] = Bucket{ID: b.id, Weight: 100, Actions: acts[i : i+1 : i+1]}
 		if affinity {
 			// Open vSwitch runs a bucket's actions as an OpenFlow action set: only set-field
 			// and move, then one of group, output, resubmit or ct; a learn would be left out.
@@ -160,15 +166,14 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 			// ExServiceAffinityOut, whose flow for that endpoint learns and commits, as it does
 			// for a client whose learned flow named the endpoint.
 			epIP, epPort := uint32(ipv4Value(ep.Addr())), uint32(ep.Port())
-			acts = []of.Action{RegAffinityEndpoint.Load(epIP), RegAffinityEndpointPort.Load(epPort), of.Resubmit{Table: uint8(ExServiceAffinityOut)}}
+			g.Buckets[i].Actions = []of.Action{RegAffinityEndpoint.Load(epIP), RegAffinityEndpointPort.Load(epPort), of.Resubmit{Table: uint8(ExServiceAffinityOut)}}
 			c := AffinityCookie(sp.Key(), sp.AffinitySeconds, ep)
 			fs.Learned = append(fs.Learned, c)
 			m := []of.Match{RegAffinityPort.MatchValue(sp.GroupID), RegAffinityEndpoint.MatchValue(epIP), RegAffinityEndpointPort.MatchValue(epPort)}
 			fs.Flows = append(fs.Flows, flow(ExServiceAffinityOut, prioEntry, proto, 0, m, AffinityLearn(idle, c, ep), commit))
 		}
-		g.Buckets = append(g.Buckets, Bucket{ID: ids[ep], Weight: 100, Actions: acts})
 	}
-	if affinity && len(eps) > 0 {
+	if affinity && len(ids) > 0 {
 		fs.Flows = append(fs.Flows, flow(ExServiceAffinityOut, prioAffinityMiss, proto, 0,
 			[]of.Match{RegAffinityPort.MatchValue(sp.GroupID)}, Group(sp.GroupID)))
 	}
@@ -183,7 +188,7 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 // usableEndpoints returns the endpoints of sp a bucket can DNAT to (IPv4 with a port), possibly
 // with duplicates (BuildServicePort compacts them once sorted by bucket id).
 func usableEndpoints(sp *ServicePort) []netip.AddrPort {
-	var eps []netip.AddrPort
+	eps := make([]netip.AddrPort, 0, len(sp.Endpoints))
 	for _, ep := range sp.Endpoints {
 		if ep.IP.Is4() && ep.Port != 0 {
 			eps = append(eps, netip.AddrPortFrom(ep.IP, ep.Port))
@@ -232,6 +237,10 @@ func AffinityLearn(idle uint16, cookie Cookie, ep netip.AddrPort) of.Action {
 		},
 	}
 }
+
+// clientMACExec is the exec list of every Service bucket's ct: the client's MAC into
+// CTLabelClientMAC. Shared by every bucket (its capacity is its length: an append copies).
+var clientMACExec = []of.Action{CTLabelClientMAC.MoveFrom(nxmEthSrc)}[:1:1]
 
 // hostAddr reports whether a is an address of this node's host stack: its InternalIP or a
 // NodePort address.

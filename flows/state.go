@@ -96,6 +96,13 @@ func NewState(node string, ports Ports, nodePortAddrs []netip.Addr, nodes []Node
 	return st
 }
 
+// ReserveServices makes room for n Service ports when State holds none (a first full sync).
+func (st *State) ReserveServices(n int) {
+	if len(st.Services) == 0 {
+		st.Services = make(map[Key]ServicePort, n)
+	}
+}
+
 // SetService puts sp into Services under its key.
 func (st *State) SetService(sp ServicePort) {
 	k := sp.Key()

@@ -7,7 +7,8 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
-	"strings"
+	"strconv"
+	"sync"
 
 	of "github.com/ovs-srcip/ovs-srcip/openflow"
 )
@@ -46,21 +47,31 @@ type Key struct {
 
 // String renders the key for logs: kind/namespace/name[:port/proto].
 func (k Key) String() string {
-	var b strings.Builder
-	b.WriteString(k.Kind.String())
+	return string(k.appendText(nil))
+}
+
+// kindName is Kind.String, set by init: a direct call would put the registry's initialization
+// (whose builders call Finish, which calls appendText) in a cycle with itself.
+var kindName func(Kind) string
+
+func init() { kindName = Kind.String }
+
+// appendText appends the key as String renders it.
+func (k Key) appendText(b []byte) []byte {
+	b = append(b, kindName(k.Kind)...)
 	if k.Namespace != "" {
-		b.WriteString("/" + k.Namespace)
+		b = append(append(b, '/'), k.Namespace...)
 	}
 	if k.Name != "" {
-		b.WriteString("/" + k.Name)
+		b = append(append(b, '/'), k.Name...)
 	}
 	switch k.Kind {
 	case KindServicePort:
-		b.WriteString(":" + k.Port + "/" + string(k.Protocol))
+		b = append(append(append(append(b, ':'), k.Port...), '/'), k.Protocol...)
 	case KindServiceDrain:
-		b.WriteString("/" + string(k.Protocol))
+		b = append(append(b, '/'), k.Protocol...)
 	}
-	return b.String()
+	return b
 }
 
 // EntryPoint is one address external traffic of a Service port arrives at: a node address with
@@ -182,9 +193,28 @@ type FlowSet struct {
 	// learned affinity cookies that no set names.
 	Learned []Cookie
 
-	cookie     Cookie
-	keys       []MatchKey               // MatchKey of each flow
-	entryFlows map[EntryPoint][]of.Flow // per entry point: its ExServiceLB flow, then its ExServiceCT flows
+	cookie Cookie
+	keys   []MatchKey // MatchKey of each flow
+	// entryFlows are, per entry point (in the order entryFlow recorded them), its ExServiceLB
+	// flow, then its ExServiceCT flows. A slice, not a map: a flow set has one to a few entry
+	// points, and a full sync holds every flow set at once.
+	entryFlows []entryFlows
+}
+
+// entryFlows are the flows serving one entry point (FlowSet.entryFlow).
+type entryFlows struct {
+	e     EntryPoint
+	flows []of.Flow
+}
+
+// flowsOf returns the flows entryFlow recorded for e (nil: none).
+func (fs *FlowSet) flowsOf(e EntryPoint) []of.Flow {
+	for i := range fs.entryFlows {
+		if fs.entryFlows[i].e == e {
+			return fs.entryFlows[i].flows
+		}
+	}
+	return nil
 }
 
 // Cookie returns the FlowSet's cookie (valid after Finish).
@@ -217,20 +247,28 @@ func (fs *FlowSet) GroupIDs() []uint32 {
 // lines, so cookies do not depend on the representation. It returns an error for a flow or
 // group that ovs-ofctl would refuse (a ct without the commit it needs).
 func (fs *FlowSet) Finish() error {
+	sc := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(sc)
 	h := newFNV64a()
-	fmt.Fprintf(h, "%d|%s\n", fs.Bridge, fs.Key)
+	// "%d|%s\n" of the bridge (its number) and the key, as fmt rendered it.
+	buf := strconv.AppendUint(sc.buf[:0], uint64(fs.Bridge), 10)
+	buf = append(buf, '|')
+	buf = fs.Key.appendText(buf)
+	buf = append(buf, '\n')
 	if fs.Declined != "" {
 		// A declined port has no flows: its reason is its content (a changed reason is a change,
 		// reported again).
-		fmt.Fprintf(h, "declined|%s\n", fs.Declined)
+		buf = append(append(append(buf, "declined|"...), fs.Declined...), '\n')
 	}
+	h.Write(buf)
 	// The flows' text without cookie, rendered into one buffer (offsets per flow) and hashed in
 	// sorted order, then each group's text.
-	var buf []byte
-	spans := make([][2]int, len(fs.Flows))
+	buf = buf[:0]
+	spans := sc.spans[:0]
 	for i := range fs.Flows {
 		f := &fs.Flows[i]
 		if err := f.Check(); err != nil {
+			sc.buf, sc.spans = buf, spans
 			return fmt.Errorf("%s: flow %d (table %s): %w", fs.Key, i, Table(f.Table), err)
 		}
 		c := f.Cookie
@@ -238,7 +276,7 @@ func (fs *FlowSet) Finish() error {
 		start := len(buf)
 		buf = f.AppendText(buf)
 		f.Cookie = c
-		spans[i] = [2]int{start, len(buf)}
+		spans = append(spans, [2]int{start, len(buf)})
 	}
 	slices.SortFunc(spans, func(a, b [2]int) int { return bytes.Compare(buf[a[0]:a[1]], buf[b[0]:b[1]]) })
 	sort.Slice(fs.Groups, func(i, j int) bool { return fs.Groups[i].ID < fs.Groups[j].ID })
@@ -249,6 +287,7 @@ func (fs *FlowSet) Finish() error {
 	for i := range fs.Groups {
 		for _, bk := range fs.Groups[i].Buckets {
 			if err := of.CheckActions(bk.Actions); err != nil {
+				sc.buf, sc.spans = buf, spans
 				return fmt.Errorf("%s: group %#x: %w", fs.Key, fs.Groups[i].ID, err)
 			}
 		}
@@ -268,10 +307,22 @@ func (fs *FlowSet) Finish() error {
 	fs.keys = make([]MatchKey, len(fs.Flows))
 	for i := range fs.Flows {
 		fs.Flows[i].Cookie = uint64(fs.cookie)
-		fs.keys[i] = matchKeyOf(fs.Bridge, &fs.Flows[i])
+		buf = fs.Flows[i].AppendMatchText(buf[:0])
+		fs.keys[i] = MatchKey{Bridge: fs.Bridge, Table: Table(fs.Flows[i].Table), Priority: int(fs.Flows[i].Priority), Match: string(buf)}
 	}
+	sc.buf, sc.spans = buf, spans
 	return nil
 }
+
+// scratch is the reusable memory of one Finish: the rendered text and the flows' spans in it.
+// Finish runs for every flow set of a full sync (on every core): the text is hashed and
+// dropped, so it need not be allocated again each time.
+type scratch struct {
+	buf   []byte
+	spans [][2]int
+}
+
+var scratchPool = sync.Pool{New: func() any { return &scratch{buf: make([]byte, 0, 4096)} }}
 
 // MatchKey is a flow's identity in its bridge: two flows with the same MatchKey are one flow in
 // OVS (the later add overwrites the earlier one, cookie and actions included). It is computed from
@@ -308,12 +359,12 @@ func (fs *FlowSet) Without(drop map[MatchKey]bool, warnings ...string) (*FlowSet
 		Endpoints: fs.Endpoints, Declined: fs.Declined, Learned: fs.Learned}
 	gone := maps.Clone(drop)
 	entryKeys := make(map[EntryPoint][]MatchKey, len(fs.entryFlows))
-	for e, fl := range fs.entryFlows {
-		ks := make([]MatchKey, len(fl))
-		for i := range fl {
-			ks[i] = mustMatchKey(fs.Bridge, &fl[i])
+	for _, ef := range fs.entryFlows {
+		ks := make([]MatchKey, len(ef.flows))
+		for i := range ef.flows {
+			ks[i] = mustMatchKey(fs.Bridge, &ef.flows[i])
 		}
-		entryKeys[e] = ks
+		entryKeys[ef.e] = ks
 	}
 	for _, e := range fs.EntryPoints {
 		if ks := entryKeys[e]; len(ks) > 0 && drop[ks[0]] {
@@ -333,7 +384,7 @@ func (fs *FlowSet) Without(drop map[MatchKey]bool, warnings ...string) (*FlowSet
 	for _, e := range fs.EntryPoints {
 		if ks := entryKeys[e]; len(ks) > 0 && !gone[ks[0]] {
 			out.EntryPoints = append(out.EntryPoints, e)
-			out.entryFlow(e, fs.entryFlows[e]...)
+			out.entryFlow(e, fs.flowsOf(e)...)
 		}
 	}
 	return out, out.Finish()
@@ -343,10 +394,13 @@ func (fs *FlowSet) Without(drop map[MatchKey]bool, warnings ...string) (*FlowSet
 // keeps e while that flow remains), the rest its ExServiceCT flows. Their MatchKeys are computed
 // only by Without (conflicts are rare; a full sync builds every flow set).
 func (fs *FlowSet) entryFlow(e EntryPoint, flows ...of.Flow) {
-	if fs.entryFlows == nil {
-		fs.entryFlows = map[EntryPoint][]of.Flow{}
+	for i := range fs.entryFlows {
+		if fs.entryFlows[i].e == e {
+			fs.entryFlows[i].flows = flows
+			return
+		}
 	}
-	fs.entryFlows[e] = flows
+	fs.entryFlows = append(fs.entryFlows, entryFlows{e, flows})
 }
 
 // fnv64a is the 64-bit FNV-1a hash (hash/fnv's New64a) with a WriteString that does not copy

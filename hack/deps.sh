@@ -40,6 +40,11 @@ progs=(
 	# the real-kubelet lab (test/cluster, hack/cluster): containerd runs runc; each node's private
 	# mount namespace (unshare, mount; nsenter and kube-proxy's nft are above)
 	"runc         runc"               # Debian's 1.1.5; crun refuses hybrid cgroups
+	"iptables-save     iptables"      # kube-proxy in iptables mode (test/cluster ProxyMode; nf_tables backend)
+	"iptables-restore  iptables"
+	"ip6tables         iptables"      # probed by kube-proxy for dual-stack
+	"ip6tables-save    iptables"
+	"ip6tables-restore iptables"
 	"unshare      util-linux"         # a node's private mount namespace
 	"pivot_root   util-linux"         # the node holder, when the lab runs in a chroot
 	"mount        mount"              # bind mounts inside it

@@ -2,7 +2,7 @@
 # Regenerates, from the types in apis/ovssrcip/v1alpha1:
 #   - zz_generated.deepcopy.go (k8s.io/code-generator deepcopy-gen),
 #   - client/{clientset,listers,informers} (client-gen, lister-gen, informer-gen),
-#   - deploy/crd-egressgateway.yaml (sigs.k8s.io/controller-tools controller-gen).
+#   - deploy/crds/crd-egressgateway.yaml (sigs.k8s.io/controller-tools controller-gen).
 # The generators run with `go run` at exact versions from the Go module proxy (no install step).
 # Run it after editing the types; on current files it changes nothing (git status stays clean).
 set -euo pipefail
@@ -35,5 +35,6 @@ go run sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_TOOLS_VERSION
   echo "# (controller-gen $CONTROLLER_TOOLS_VERSION); edit the Go types and their markers, not this file."
   echo "# deploy/deploy_test.go checks its validation against a live kube-apiserver; docs/egress.md."
   cat "$tmp"/ovs-srcip.io_egressgateways.yaml
-} > deploy/crd-egressgateway.yaml
+} > deploy/crds/crd-egressgateway.yaml
+hack/helm-crd.sh
 gofmt -l apis client | xargs -r gofmt -w

@@ -44,7 +44,8 @@ type SavedAddr struct {
 	Flags     int    `json:"flags,omitempty"`
 	Scope     int    `json:"scope,omitempty"`
 	// ValidLft and PreferedLft are the remaining lifetimes in seconds of a dynamic (DHCP)
-	// address; 0 for a permanent one.
+	// address; 0 for a permanent one. node-setup refuses a NIC with a dynamic address
+	// (checkNotDHCP): only state files of older releases carry them.
 	ValidLft    int `json:"validLft,omitempty"`
 	PreferedLft int `json:"preferedLft,omitempty"`
 }
@@ -244,6 +245,10 @@ func (r *run) setupBrEx(ctx context.Context) (int, error) {
 	if brErr == nil && slices.Contains(ports, nic) && len(addrs) == 0 {
 		r.unchanged("%s holds %s, whose addresses are on %s", c.BridgeEx, nic, c.BridgeEx)
 		return linkMTU(c.BridgeEx)
+	}
+	// Before anything moves: a NIC whose addresses come from DHCP stays unchanged.
+	if err := checkNotDHCP("NIC "+nic, link, addrs, routes); err != nil {
+		return 0, err
 	}
 	if brErr == nil {
 		if dpType != c.DatapathType && (dpType != "" || c.DatapathType != "system") {

@@ -207,6 +207,15 @@ func (r *run) preflightEgressInterfaces(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("--egress-interface %s: %w (no such network device on this node)", ei.NIC, err)
 		}
+		if bridge == "" {
+			addrs, routes, err := nicAddrsRoutes(link)
+			if err != nil {
+				return err
+			}
+			if err := checkNotDHCP("--egress-interface "+ei.NIC, link, addrs, routes); err != nil {
+				return err
+			}
+		}
 		own := map[netip.Addr]bool{}
 		var subnets []netip.Prefix
 		addPrefix := func(p netip.Prefix) {

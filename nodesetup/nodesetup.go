@@ -85,6 +85,14 @@ type Config struct {
 	// EgressInterfaces are the secondary NICs (--egress-interface) made second uplinks of br-ex
 	// for egress IPs in their subnets (egressnic.go; docs/egress.md "Secondary NICs").
 	EgressInterfaces []EgressInterface
+	// AgentPorts are the TCP addresses the agent will bind (--metrics-bind-address,
+	// --debug-bind-address): Setup fails, before it changes anything, when one is in use by
+	// another process (preflight.go checkAgentPorts).
+	AgentPorts []AgentPort
+	// GenevePort is the agent's --geneve-port (UDP, Geneve between the nodes): Setup fails, before
+	// it changes anything, when another process or another overlay's tunnel device holds it
+	// (checkGenevePort); 0: not checked.
+	GenevePort int
 	// Logf reports each step's outcome (nil: discarded).
 	Logf func(format string, args ...any)
 }
@@ -181,6 +189,12 @@ func Setup(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	if err := checkEgressInterfaces(cfg); err != nil {
+		return Result{}, err
+	}
+	if err := checkAgentPorts(cfg.AgentPorts, cfg.Logf); err != nil {
+		return Result{}, err
+	}
+	if err := checkGenevePort(cfg.GenevePort, cfg.Logf); err != nil {
 		return Result{}, err
 	}
 	db, err := ofctl.Connect(ctx, cfg.OVSDB)

@@ -194,3 +194,13 @@ func TestScanGroupsShapes(t *testing.T) {
 		assert.Error(t, ScanGroups(strings.NewReader(bad), func(DumpedGroup) error { return nil }), bad)
 	}
 }
+
+func TestParseFlowCount(t *testing.T) {
+	n, err := parseFlowCount("OFPST_AGGREGATE reply (OF1.5) (xid=0x2): packet_count=0 byte_count=0 flow_count=42\n")
+	if err != nil || n != 42 {
+		t.Fatalf("got %d, %v; want 42", n, err)
+	}
+	if _, err := parseFlowCount("ovs-ofctl: br-ex is not a bridge or a socket"); err == nil {
+		t.Fatal("no flow_count: want an error")
+	}
+}

@@ -248,6 +248,28 @@ func (o *OpenFlow) Inventory(ctx context.Context) (flows.Inventory, error) {
 	return inv, nil
 }
 
+// OwnedFlows counts the bridge's flows whose cookie carries the agent's owner byte (`ovs-ofctl
+// dump-aggregate TARGET cookie=0x5c00000000000000/0xff00000000000000`, its flow_count): one
+// small reply whatever the number of flows. A restarted ovs-vswitchd has none.
+func (o *OpenFlow) OwnedFlows(ctx context.Context) (int, error) {
+	out, err := o.output(ctx, o.ofctl("dump-aggregate", o.Target, ownedCookieFilter))
+	if err != nil {
+		return 0, err
+	}
+	return parseFlowCount(out)
+}
+
+var flowCountRE = regexp.MustCompile(`\bflow_count=(\d+)`)
+
+// parseFlowCount reads flow_count=N of a dump-aggregate reply.
+func parseFlowCount(out string) (int, error) {
+	m := flowCountRE.FindStringSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("dump-aggregate: no flow_count in %q", strings.TrimSpace(out))
+	}
+	return strconv.Atoi(m[1])
+}
+
 // DumpFlows returns `ovs-ofctl -O OpenFlow15 --names dump-flows TARGET [filter]`: every flow
 // with statistics, table and port names, for humans (srcipctl, test failure output). filter is
 // an ovs-ofctl(8) flow match such as "table=40" or "cookie=0x5c.../-1"; empty for all. Never
@@ -296,6 +318,21 @@ func (o *OpenFlow) Trace(ctx context.Context, flow string, ctNext []string) (str
 		argv = append(argv, "--ct-next", ct)
 	}
 	return o.output(ctx, argv)
+}
+
+// Version returns ovs-vswitchd's version as `ovs-appctl -t CTL version` prints it (the first
+// line, e.g. "ovs-vswitchd (Open vSwitch) 3.1.0"; ovs-appctl(8)).
+func (o *OpenFlow) Version(ctx context.Context) (string, error) {
+	ctl, err := o.appctlTarget()
+	if err != nil {
+		return "", err
+	}
+	out, err := o.output(ctx, []string{o.appctl(), "-t", ctl, "version"})
+	if err != nil {
+		return "", err
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
+	return line, nil
 }
 
 // appctlTarget returns AppctlTarget or <RunDir>/ovs-vswitchd.<pid>.ctl from the pidfile.

@@ -53,7 +53,7 @@ const defaultPortWait = 30 * time.Second
 
 // DB is a connection to the Open_vSwitch database of ovsdb-server (ovs-vswitchd.conf.db(5)),
 // with a client-side cache of the Open_vSwitch, Bridge, Port, Interface and Flow_Table tables
-// kept current by an OVSDB monitor. It reconnects by itself when ovsdb-server restarts.
+// (or what OnlyPorts narrows it to) kept current by an OVSDB monitor. It reconnects by itself when ovsdb-server restarts.
 // Its methods are safe for concurrent use.
 type DB struct {
 	c client.Client
@@ -80,12 +80,38 @@ type DB struct {
 	secondaryErr atomic.Value
 }
 
+// ConnectOption narrows what Connect monitors.
+type ConnectOption func(*connectOptions)
+
+type connectOptions struct {
+	// ports (non-nil: OnlyPorts) are the only Port and Interface rows monitored.
+	ports []string
+}
+
+// OnlyPorts makes Connect monitor the Bridge table and, of the Port and Interface tables, only
+// the rows whose name is one of names (OVSDB conditional monitoring, ovsdb-server(7)
+// "monitor_cond": the server sends no other row and no change of another row); the
+// Open_vSwitch and Flow_Table tables are not monitored. It is for a short-lived client that
+// reads its bridge and its own port, srcip-cni's ADD: in a burst of pod starts each one then
+// receives its own port's updates instead of every other pod's. Every method keeps working on
+// what the cache holds: those that walk a bridge's ports (PodPorts, ContainerPorts,
+// DetachContainer, EnsureIntegration) see only the named ones. No names: the Port and
+// Interface tables are not monitored.
+func OnlyPorts(names ...string) ConnectOption {
+	return func(o *connectOptions) { o.ports = append([]string{}, names...) }
+}
+
 // Connect connects to ovsdb-server at endpoint ("unix:/path/db.sock", a bare "/path/db.sock",
 // "tcp:IP:PORT"; see NormalizeEndpoint), starts
-// monitoring the tables the agent reads and returns when the cache holds the current contents.
+// monitoring the tables the agent reads (or what opts narrow it to) and returns when the cache
+// holds the current contents.
 // The client reconnects forever (exponential backoff up to 5 s) after a lost connection and
 // then repopulates the cache; see Changes. Call Close when done.
-func Connect(ctx context.Context, endpoint string) (*DB, error) {
+func Connect(ctx context.Context, endpoint string, opts ...ConnectOption) (*DB, error) {
+	var co connectOptions
+	for _, o := range opts {
+		o(&co)
+	}
 	endpoint, err := NormalizeEndpoint(endpoint)
 	if err != nil {
 		return nil, err
@@ -133,13 +159,35 @@ func Connect(ctx context.Context, endpoint string) (*DB, error) {
 		i  ifaceRow
 		ft flowTableRow
 	)
-	mon := c.NewMonitor(
-		client.WithTable(&o, &o.Bridges),
-		client.WithTable(&b, &b.Name, &b.DatapathType, &b.FailMode, &b.Protocols, &b.Ports, &b.FlowTables, &b.OtherConfig),
-		client.WithTable(&p, &p.Name, &p.Interfaces, &p.Tag),
-		client.WithTable(&i, &i.Name, &i.Type, &i.Options, &i.ExternalIDs, &i.OFPort, &i.MACInUse, &i.Error, &i.MTURequest),
-		client.WithTable(&ft, &ft.Name),
-	)
+	bridges := client.WithTable(&b, &b.Name, &b.DatapathType, &b.FailMode, &b.Protocols, &b.Ports, &b.FlowTables, &b.OtherConfig)
+	portCols := []any{&p.Name, &p.Interfaces, &p.Tag}
+	ifaceCols := []any{&i.Name, &i.Type, &i.Options, &i.ExternalIDs, &i.OFPort, &i.MACInUse, &i.Error, &i.MTURequest}
+	var mon *client.Monitor
+	if co.ports == nil {
+		mon = c.NewMonitor(
+			client.WithTable(&o, &o.Bridges),
+			bridges,
+			client.WithTable(&p, portCols...),
+			client.WithTable(&i, ifaceCols...),
+			client.WithTable(&ft, &ft.Name),
+		)
+	} else {
+		// ovsdb-server sends a row that matches any clause of a table's condition (a
+		// disjunction: one clause per name).
+		tables := []client.MonitorOption{bridges}
+		if len(co.ports) > 0 {
+			pc := make([]model.Condition, 0, len(co.ports))
+			ic := make([]model.Condition, 0, len(co.ports))
+			for _, name := range co.ports {
+				pc = append(pc, model.Condition{Field: &p.Name, Function: ovsdb.ConditionEqual, Value: name})
+				ic = append(ic, model.Condition{Field: &i.Name, Function: ovsdb.ConditionEqual, Value: name})
+			}
+			tables = append(tables,
+				client.WithConditionalTable(&p, pc, portCols...),
+				client.WithConditionalTable(&i, ic, ifaceCols...))
+		}
+		mon = c.NewMonitor(tables...)
+	}
 	if _, err := c.Monitor(ctx, mon); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("monitor ovsdb %s: %w", endpoint, err)

@@ -132,14 +132,16 @@ func (d *DB) AttachPort(ctx context.Context, bridge, name string, externalIDs ma
 	return d.waitOFPort(ctx, name, wait)
 }
 
-// waitOFPort polls the cache until interface name has an ofport > 0 (returned), -1 (error with
-// Interface.error) or wait ends.
+// waitOFPort waits, on the cache, until interface name has an ofport > 0 (returned), -1 (error
+// with Interface.error) or wait ends. It looks again at every cache change (Wakeup) and at
+// least every 100 ms.
 func (d *DB) waitOFPort(ctx context.Context, name string, wait time.Duration) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	tick := time.NewTicker(10 * time.Millisecond)
+	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
+		wake := d.wakeup()
 		i := &ifaceRow{Name: name}
 		err := d.c.Get(ctx, i)
 		switch {
@@ -157,6 +159,7 @@ func (d *DB) waitOFPort(ctx context.Context, name string, wait time.Duration) (i
 		select {
 		case <-ctx.Done():
 			return 0, fmt.Errorf("port %s got no ofport within %s (is ovs-vswitchd running?): %w", name, wait, ctx.Err())
+		case <-wake:
 		case <-tick.C:
 		}
 	}

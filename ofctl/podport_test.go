@@ -108,3 +108,65 @@ func TestAttachDetachContainerPort(t *testing.T) {
 	assert.Equal(t, []string{"srcipbbbb"}, names)
 	require.NoError(t, db.DetachPorts(ctx, "br-int", "no-such-port"))
 }
+
+// srcip-cni's narrow client (OnlyPorts): its own port is attached, acknowledged and detached as
+// through a full client; another port's rows never reach its cache; a port of another bridge
+// under its name is still refused.
+func TestOnlyPortsClient(t *testing.T) {
+	ctx, sb, db := startNode(t)
+	_, err := db.EnsureIntegration(ctx, integration)
+	require.NoError(t, err)
+	_, err = db.AttachPort(ctx, "br-int", "srcipother", map[string]string{ofctl.ExtIDContainer: "ctr0"}, 10*time.Second)
+	require.NoError(t, err)
+
+	narrow, err := ofctl.Connect(ctx, sb.Endpoint(), ofctl.OnlyPorts("srcipaaaa", "eth0"))
+	require.NoError(t, err)
+	t.Cleanup(narrow.Close)
+	dp, err := narrow.BridgeDatapathType(ctx, "br-int")
+	require.NoError(t, err)
+	assert.Equal(t, "dummy", dp)
+	_, err = narrow.BridgeDatapathType(ctx, "br-none")
+	assert.ErrorIs(t, err, ofctl.ErrBridgeNotFound)
+
+	ids := map[string]string{ofctl.ExtIDPodNamespace: "ns1", ofctl.ExtIDPodName: "web-0",
+		ofctl.ExtIDAttachedMAC: "0a:58:0a:f4:01:05", ofctl.ExtIDIPAddresses: "10.244.1.5/24",
+		ofctl.ExtIDContainer: "ctr1", ofctl.ExtIDIfName: "eth0"}
+	require.NoError(t, narrow.DetachPorts(ctx, "br-int", "srcipaaaa"), "no leftover: no-op")
+	ofport, err := narrow.AttachPort(ctx, "br-int", "srcipaaaa", ids, 10*time.Second)
+	require.NoError(t, err)
+	assert.Positive(t, ofport)
+	_, err = narrow.AttachPort(ctx, "br-int", "eth0", ids, time.Second)
+	assert.ErrorContains(t, err, "is on bridge br-ex", "the second name's rows are monitored too")
+
+	// The full client sees both pods' ports; the narrow one only its own.
+	_, err = db.AttachPort(ctx, "br-int", "srcipbbbb", map[string]string{ofctl.ExtIDContainer: "ctr2"}, 10*time.Second)
+	require.NoError(t, err)
+	ports, err := narrow.ContainerPorts(ctx, "br-int")
+	require.NoError(t, err)
+	require.Len(t, ports, 1)
+	assert.Equal(t, "srcipaaaa", ports[0].Name)
+	assert.Equal(t, ofport, ports[0].OFPort)
+	ports, err = db.ContainerPorts(ctx, "br-int")
+	require.NoError(t, err)
+	assert.Len(t, ports, 3)
+
+	pod := flows.NewCookie(flows.KindPod, 9)
+	require.NoError(t, db.AckPodFlows(ctx, map[string]flows.Cookie{"srcipaaaa": pod}))
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	v, err := narrow.WaitExternalID(wctx, "srcipaaaa", ofctl.ExtIDAgentFlows)
+	cancel()
+	require.NoError(t, err)
+	assert.Equal(t, pod.String(), v)
+
+	require.NoError(t, narrow.DetachPorts(ctx, "br-int", "srcipaaaa", "srcipbbbb"))
+	assert.NotContains(t, sb.Vsctl(t, "list-ports", "br-int"), "srcipaaaa")
+	assert.Contains(t, sb.Vsctl(t, "list-ports", "br-int"), "srcipbbbb", "a port outside the monitor is not seen, so not removed")
+
+	// No names: bridges only.
+	bare, err := ofctl.Connect(ctx, sb.Endpoint(), ofctl.OnlyPorts())
+	require.NoError(t, err)
+	t.Cleanup(bare.Close)
+	ports, err = bare.ContainerPorts(ctx, "br-int")
+	require.NoError(t, err)
+	assert.Empty(t, ports)
+}

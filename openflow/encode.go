@@ -166,154 +166,221 @@ func matchRank(f Field) int {
 	return 100
 }
 
-func newField(name string, value, mask []byte) (of13.MatchField, error) {
-	h, err := of13.FindFieldHeaderByName(name, mask != nil)
-	if err != nil {
-		return of13.MatchField{}, err
-	}
-	f := *h
-	f.Value = &of13.ByteArrayField{Data: value, Length: uint8(len(value))}
-	if mask != nil {
-		f.Mask = &of13.ByteArrayField{Data: mask, Length: uint8(len(mask))}
-	}
-	if int(f.Length) != len(value)+len(mask) {
-		return of13.MatchField{}, fmt.Errorf("field %s is %d bytes, not %d", name, f.Length, len(value)+len(mask))
-	}
-	return f, nil
-}
-
 // Encode implements Message: an OFPT_FLOW_MOD. As ovs-ofctl does in OpenFlow 1.1+, an add
 // carries the new flow's cookie, while a modify_strict carries cookie 0 and cookie mask 0 (it
 // matches the flow whatever its cookie and leaves the cookie as it is).
+//
+// The message is appended into one buffer (appendFlowModHeader, appendMatch,
+// appendInstructions): the same bytes as libOpenflow's FlowMod, match and instruction
+// structures made (TestWireOracle, TestNativeEquivalence), without them.
 func (m FlowMod) Encode() (uint8, []byte, error) {
 	f := m.Flow
-	fm := of13.NewFlowMod()
+	var cookie uint64
+	var cmd uint8
 	switch m.Command {
 	case FlowAdd:
-		fm.Command = of13.FC_ADD
-		fm.Cookie = f.Cookie
+		cmd, cookie = of13.FC_ADD, f.Cookie
 	case FlowModifyStrict:
-		fm.Command = of13.FC_MODIFY_STRICT
+		cmd = of13.FC_MODIFY_STRICT
 	default:
 		return 0, nil, fmt.Errorf("flow mod command %d", m.Command)
 	}
-	fm.Priority = f.Priority
-	fm.TableId = f.Table
-	fm.IdleTimeout = f.IdleTimeout
-	fm.BufferId = 0xffffffff
-	type tlv struct {
-		rank int
-		f    of13.MatchField
-	}
-	tlvs := make([]tlv, 0, len(f.Match)+2)
-	pi := protoInfos[f.Protocol]
-	if pi.ethType >= 0 {
-		mf, _ := newField("OXM_OF_ETH_TYPE", be16(uint16(pi.ethType)), nil)
-		tlvs = append(tlvs, tlv{matchRank(FieldEthType), mf})
-	}
-	if pi.ipProto >= 0 {
-		mf, _ := newField("OXM_OF_IP_PROTO", []byte{byte(pi.ipProto)}, nil)
-		tlvs = append(tlvs, tlv{matchRank(FieldIPProto), mf})
-	}
-	seen := map[int]bool{}
-	for _, mt := range f.Match {
-		r := matchRank(mt.Field())
-		if seen[r] {
-			return 0, nil, fmt.Errorf("field %s matched twice", mt.Field())
-		}
-		seen[r] = true
-		name, v, mask, err := mt.tlv(f.Protocol)
-		if err != nil {
-			return 0, nil, err
-		}
-		mf, err := newField(name, v, mask)
-		if err != nil {
-			return 0, nil, err
-		}
-		tlvs = append(tlvs, tlv{r, mf})
-	}
-	slices.SortStableFunc(tlvs, func(a, b tlv) int { return a.rank - b.rank })
-	for _, t := range tlvs {
-		fm.Match.AddField(t.f)
-	}
-	instrs, err := instructions(f.Actions)
+	b := make([]byte, 0, flowModSize(f))
+	b = appendFlowModHeader(b, cookie, 0, f.Table, cmd, f.IdleTimeout, f.Priority)
+	b, err := appendMatch(b, f)
 	if err != nil {
 		return 0, nil, err
 	}
-	for _, in := range instrs {
-		fm.AddInstruction(in)
+	if b, err = appendInstructions(b, f.Actions); err != nil {
+		return 0, nil, err
 	}
-	return marshalFlowMod(fm)
+	return finishFlowMod(b)
 }
 
-func marshalFlowMod(fm *of13.FlowMod) (uint8, []byte, error) {
-	b, err := fm.MarshalBinary()
+// flowModSize is a guess of f's encoded size (the buffer's capacity).
+func flowModSize(f *Flow) int { return 40 + 8 + 16*(len(f.Match)+2) + 8 + 48*len(f.Actions) }
+
+// appendFlowModHeader appends the 40 bytes of an ofp13_flow_mod after the OpenFlow header
+// (cookie, cookie mask, table, command, idle and hard timeouts, priority, buffer id, out_port,
+// out_group, flags, pad), with what libOpenflow's NewFlowMod leaves in the others: no buffer,
+// OFPP_ANY and OFPG_ANY, no flags, hard timeout 0.
+func appendFlowModHeader(b []byte, cookie, cookieMask uint64, table, cmd uint8, idle, prio uint16) []byte {
+	b = binary.BigEndian.AppendUint64(b, cookie)
+	b = binary.BigEndian.AppendUint64(b, cookieMask)
+	b = append(b, table, cmd)
+	b = binary.BigEndian.AppendUint16(b, idle)
+	b = binary.BigEndian.AppendUint16(b, 0) // hard timeout
+	b = binary.BigEndian.AppendUint16(b, prio)
+	b = binary.BigEndian.AppendUint32(b, 0xffffffff) // buffer id: none
+	b = binary.BigEndian.AppendUint32(b, of13.P_ANY)
+	b = binary.BigEndian.AppendUint32(b, of13.P_ANY) // out_group (OFPG_ANY, the same value)
+	return append(b, 0, 0, 0, 0)                     // flags, pad
+}
+
+// finishFlowMod checks the flow mod body b against the largest OpenFlow message.
+func finishFlowMod(b []byte) (uint8, []byte, error) {
+	if 8+len(b) > MaxMessage {
+		return 0, nil, fmt.Errorf("flow mod of %d bytes too long for OpenFlow", 8+len(b))
+	}
+	return of13.Type_FlowMod, b, nil
+}
+
+// oxmHeader is the OXM/NXM header of one field: class, field number and payload length
+// (value and mask), from libOpenflow's table of field names.
+type oxmHeader struct {
+	class  uint16
+	field  uint8
+	length uint8
+}
+
+// oxmHeaders caches oxmHeaderOf by name and mask (libOpenflow's lookup upper-cases the name and
+// allocates a header each time).
+var oxmHeaders sync.Map // oxmKey -> oxmHeader
+
+type oxmKey struct {
+	name    string
+	hasMask bool
+}
+
+func oxmHeaderOf(name string, hasMask bool) (oxmHeader, error) {
+	k := oxmKey{name, hasMask}
+	if h, ok := oxmHeaders.Load(k); ok {
+		return h.(oxmHeader), nil
+	}
+	f, err := of13.FindFieldHeaderByName(name, hasMask)
 	if err != nil {
-		return 0, nil, err
+		return oxmHeader{}, err
 	}
-	if len(b) > MaxMessage {
-		return 0, nil, fmt.Errorf("flow mod of %d bytes too long for OpenFlow", len(b))
+	fld := f.Field << 1
+	if hasMask {
+		fld |= 1
 	}
-	return of13.Type_FlowMod, b[8:], nil
+	h := oxmHeader{class: f.Class, field: fld, length: f.Length}
+	oxmHeaders.Store(k, h)
+	return h, nil
+}
+
+// appendTLV appends one match TLV: the header of name, value and mask (nil: unmasked).
+func appendTLV(b []byte, name string, value, mask []byte) ([]byte, error) {
+	h, err := oxmHeaderOf(name, mask != nil)
+	if err != nil {
+		return nil, err
+	}
+	if int(h.length) != len(value)+len(mask) {
+		return nil, fmt.Errorf("field %s is %d bytes, not %d", name, h.length, len(value)+len(mask))
+	}
+	b = binary.BigEndian.AppendUint16(b, h.class)
+	b = append(b, h.field, h.length)
+	b = append(b, value...)
+	return append(b, mask...), nil
+}
+
+// matchTLV is one TLV of a match before they are ordered: its rank (matchRank) and its
+// name, value and mask.
+type matchTLV struct {
+	rank        int
+	name        string
+	value, mask []byte
+}
+
+// appendMatch appends f's ofp_match: type OXM, length (without padding), the TLVs (the
+// protocol's eth_type and ip_proto, then each field, ordered by matchRank, stable), padded to
+// a multiple of 8.
+func appendMatch(b []byte, f *Flow) ([]byte, error) {
+	var arr [12]matchTLV
+	tlvs := arr[:0]
+	pi := protoInfos[f.Protocol]
+	if pi.ethType >= 0 {
+		tlvs = append(tlvs, matchTLV{matchRank(FieldEthType), "OXM_OF_ETH_TYPE", be16(uint16(pi.ethType)), nil})
+	}
+	if pi.ipProto >= 0 {
+		tlvs = append(tlvs, matchTLV{matchRank(FieldIPProto), "OXM_OF_IP_PROTO", []byte{byte(pi.ipProto)}, nil})
+	}
+	var seen [2]uint64 // ranks (< 128) already matched
+	for _, mt := range f.Match {
+		r := matchRank(mt.Field())
+		if seen[r/64]&(1<<(r%64)) != 0 {
+			return nil, fmt.Errorf("field %s matched twice", mt.Field())
+		}
+		seen[r/64] |= 1 << (r % 64)
+		name, v, mask, err := mt.tlv(f.Protocol)
+		if err != nil {
+			return nil, err
+		}
+		tlvs = append(tlvs, matchTLV{r, name, v, mask})
+	}
+	slices.SortStableFunc(tlvs, func(a, b matchTLV) int { return a.rank - b.rank })
+	start := len(b)
+	b = append(b, 0, 1, 0, 0) // OFPMT_OXM, length below
+	for _, t := range tlvs {
+		var err error
+		if b, err = appendTLV(b, t.name, t.value, t.mask); err != nil {
+			return nil, err
+		}
+	}
+	binary.BigEndian.PutUint16(b[start+2:], uint16(len(b)-start))
+	for (len(b)-start)%8 != 0 {
+		b = append(b, 0)
+	}
+	return b, nil
 }
 
 // Encode implements Message: an OFPFC_DELETE in every table with cookie mask all ones.
 func (m DeleteCookie) Encode() (uint8, []byte, error) {
-	fm := of13.NewFlowMod()
-	fm.Command = of13.FC_DELETE
-	fm.TableId = of13.OFPTT_ALL
-	fm.Cookie = m.Cookie
-	fm.CookieMask = ^uint64(0)
-	fm.Priority = 0
-	return marshalFlowMod(fm)
+	b := make([]byte, 0, 48)
+	b = appendFlowModHeader(b, m.Cookie, ^uint64(0), of13.OFPTT_ALL, of13.FC_DELETE, 0, 0)
+	b = append(b, 0, 1, 0, 4, 0, 0, 0, 0) // an empty OXM match, padded
+	return finishFlowMod(b)
 }
 
-// instructions encodes an action list: one apply-actions instruction with every action, then
-// goto-table if the list ends with one; drop (alone) is no instruction at all.
-func instructions(acts []Action) ([]of13.Instruction, error) {
+// appendInstructions appends an action list's instructions: one apply-actions instruction with
+// every action, then goto-table if the list ends with one; drop (alone) is no instruction at
+// all. Output, Group, Move and CT are appended directly (direct.go), the others through
+// libOpenflow's actions (encodeAction).
+func appendInstructions(b []byte, acts []Action) ([]byte, error) {
 	if len(acts) == 1 {
 		if _, ok := acts[0].(Drop); ok {
-			return nil, nil
+			return b, nil
 		}
 	}
-	var gt *of13.InstrGotoTable
+	goto_, hasGoto := GotoTable{}, false
 	if n := len(acts); n > 0 {
 		if g, ok := acts[n-1].(GotoTable); ok {
-			gt = of13.NewInstrGotoTable(g.Table)
+			goto_, hasGoto = g, true
 			acts = acts[:n-1]
 		}
 	}
-	var out []of13.Instruction
 	if len(acts) > 0 {
-		list, err := encodeActions(acts)
-		if err != nil {
-			return nil, err
-		}
-		apply := of13.NewInstrApplyActions()
-		for _, a := range list {
-			if err := apply.AddAction(a, false); err != nil {
-				return nil, err
+		start := len(b)
+		b = append(b, 0, of13.InstrType_APPLY_ACTIONS, 0, 0, 0, 0, 0, 0) // type, length below, pad
+		for _, a := range acts {
+			switch a.(type) {
+			case Output, Group, Move, CT:
+				var err error
+				if b, err = appendAction(b, a); err != nil {
+					return nil, err
+				}
+			default:
+				e, err := encodeAction(a)
+				if err != nil {
+					return nil, err
+				}
+				eb, err := e.MarshalBinary()
+				if err != nil {
+					return nil, err
+				}
+				if len(eb) != int(e.Len()) {
+					return nil, fmt.Errorf("action %T encodes %d bytes, not %d", a, len(eb), e.Len())
+				}
+				b = append(b, eb...)
 			}
 		}
-		out = append(out, apply)
+		binary.BigEndian.PutUint16(b[start+2:], uint16(len(b)-start))
 	}
-	if gt != nil {
-		out = append(out, gt)
+	if hasGoto {
+		b = append(b, 0, of13.InstrType_GOTO_TABLE, 0, 8, goto_.Table, 0, 0, 0)
 	}
-	return out, nil
-}
-
-// encodeActions encodes acts for an apply-actions instruction.
-func encodeActions(acts []Action) ([]of13.Action, error) {
-	out := make([]of13.Action, 0, len(acts))
-	for _, a := range acts {
-		e, err := encodeAction(a)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	return out, nil
+	return b, nil
 }
 
 // header returns libOpenflow's field header of r's field (NXM) and r's offset and width.
@@ -509,22 +576,22 @@ func encodeLearn(l Learn) (of13.Action, error) {
 }
 
 // finishGroupMod fills in the 16-byte ofp15_group_mod header at the start of b, which holds the
-// header's room and then the buckets, and appends the properties.
-func finishGroupMod(b []byte, cmd uint16, typ uint8, id, cmdBucket uint32, props []byte) []byte {
+// header's room and then the buckets (the properties are appended after it).
+func finishGroupMod(b []byte, cmd uint16, typ uint8, id, cmdBucket uint32) []byte {
 	bucketsLen := len(b) - 16
 	binary.BigEndian.PutUint16(b[0:], cmd)
 	b[2] = typ
 	binary.BigEndian.PutUint32(b[4:], id)
 	binary.BigEndian.PutUint16(b[8:], uint16(bucketsLen))
 	binary.BigEndian.PutUint32(b[12:], cmdBucket)
-	return append(b, props...)
+	return b
 }
 
 // Encode implements Message: an OFPT_GROUP_MOD of OpenFlow 1.5 (ofp15_group_mod, its buckets,
 // and for a select group with SelectionFields the Netronome selection-method property).
 func (m GroupMod) Encode() (uint8, []byte, error) {
 	g := m.Group
-	body := make([]byte, 16, 16+len(m.Buckets)*96)
+	body := make([]byte, 16, 16+len(m.Buckets)*96+64)
 	var err error
 	for i := range m.Buckets {
 		if body, err = appendBucket(body, &m.Buckets[i]); err != nil {
@@ -534,22 +601,21 @@ func (m GroupMod) Encode() (uint8, []byte, error) {
 	var out []byte
 	switch m.Command {
 	case GroupInsertBuckets:
-		out = finishGroupMod(body, ofpgc15InsertBucket, 0, g.ID, ofpg15BucketLast, nil)
+		out = finishGroupMod(body, ofpgc15InsertBucket, 0, g.ID, ofpg15BucketLast)
 	case GroupAdd, GroupAddOrMod:
 		cmd := uint16(ofpgc15Add)
 		if m.Command == GroupAddOrMod {
 			cmd = ofpgc15AddOrMod
 		}
-		var props []byte
+		out = finishGroupMod(body, cmd, uint8(g.Type), g.ID, ofpg15BucketAll)
 		if len(g.SelectionFields) > 0 {
 			if g.Type != GroupSelect {
 				return 0, nil, fmt.Errorf("group %d: selection fields on a non-select group", g.ID)
 			}
-			if props, err = selectionMethodProp("hash", g.SelectionFields); err != nil {
+			if out, err = appendSelectionMethodProp(out, "hash", g.SelectionFields); err != nil {
 				return 0, nil, err
 			}
 		}
-		out = finishGroupMod(body, cmd, uint8(g.Type), g.ID, ofpg15BucketAll, props)
 	default:
 		return 0, nil, fmt.Errorf("group mod command %d", m.Command)
 	}
@@ -562,40 +628,40 @@ func (m GroupMod) Encode() (uint8, []byte, error) {
 
 // Encode implements Message: OFPGC15_DELETE of one group.
 func (m DeleteGroup) Encode() (uint8, []byte, error) {
-	return TypeGroupMod, finishGroupMod(make([]byte, 16), ofpgc15Delete, 0, m.ID, ofpg15BucketAll, nil), nil
+	return TypeGroupMod, finishGroupMod(make([]byte, 16), ofpgc15Delete, 0, m.ID, ofpg15BucketAll), nil
 }
 
-// hashField is one field of a select group's fields(...): an OXM TLV whose value is the mask of
-// the bits hashed, all ones here (OVS's ntr_group_prop_selection_method).
-func hashField(f Field) (of13.MatchField, error) {
+// appendHashField appends one field of a select group's fields(...): an OXM TLV whose value is
+// the mask of the bits hashed, all ones here (OVS's ntr_group_prop_selection_method).
+func appendHashField(b []byte, f Field) ([]byte, error) {
 	switch f {
 	case FieldIPv4Src, FieldIPv4Dst:
-		return newField(f.info().oxm, []byte{0xff, 0xff, 0xff, 0xff}, nil)
+		return appendTLV(b, f.info().oxm, []byte{0xff, 0xff, 0xff, 0xff}, nil)
 	case FieldTCPSrc, FieldTCPDst, FieldUDPSrc, FieldUDPDst:
-		return newField(f.info().oxm, []byte{0xff, 0xff}, nil)
+		return appendTLV(b, f.info().oxm, []byte{0xff, 0xff}, nil)
 	}
-	return of13.MatchField{}, fmt.Errorf("hash field %s not encoded", f)
+	return nil, fmt.Errorf("hash field %s not encoded", f)
 }
 
-// selectionMethodProp is the Netronome selection-method group property (OVS
+// appendSelectionMethodProp appends the Netronome selection-method group property (OVS
 // Documentation/group-selection-method-property.txt): 40 bytes, then the field TLVs, padded to
 // a multiple of 8; its length excludes the padding.
-func selectionMethodProp(method string, fields []Field) ([]byte, error) {
-	b := make([]byte, 40)
-	binary.BigEndian.PutUint16(b[0:], ofpgpt15Experimenter)
-	binary.BigEndian.PutUint32(b[4:], ntrVendorID)
-	binary.BigEndian.PutUint32(b[8:], ntrtSelectionMethod)
-	copy(b[16:16+ntrMaxSelectionMethod], method)
-	for _, name := range fields {
-		f, err := hashField(name)
-		if err != nil {
+func appendSelectionMethodProp(b []byte, method string, fields []Field) ([]byte, error) {
+	start := len(b)
+	b = append(b, make([]byte, 40)...)
+	p := b[start:]
+	binary.BigEndian.PutUint16(p[0:], ofpgpt15Experimenter)
+	binary.BigEndian.PutUint32(p[4:], ntrVendorID)
+	binary.BigEndian.PutUint32(p[8:], ntrtSelectionMethod)
+	copy(p[16:16+ntrMaxSelectionMethod], method)
+	for _, f := range fields {
+		var err error
+		if b, err = appendHashField(b, f); err != nil {
 			return nil, err
 		}
-		fb, _ := f.MarshalBinary()
-		b = append(b, fb...)
 	}
-	binary.BigEndian.PutUint16(b[2:], uint16(len(b)))
-	for len(b)%8 != 0 {
+	binary.BigEndian.PutUint16(b[start+2:], uint16(len(b)-start))
+	for (len(b)-start)%8 != 0 {
 		b = append(b, 0)
 	}
 	return b, nil

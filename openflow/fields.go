@@ -10,11 +10,14 @@
 // specification (ofp_flow_mod, ofp15_group_mod, ofp15_bucket) and OVS's Nicira extensions
 // (nx_action_conntrack, nx_action_nat, nx_action_learn, nx_action_set_tunnel,
 // ntr_group_prop_selection_method). The actions of every Service bucket and most flows (ct with
-// nat and exec, move, output, group) are appended directly (direct.go); match fields,
-// instructions, the flow mod and the other actions are built with libOpenflow's OpenFlow 1.3
-// structures, whose encodings 1.5 shares. libOpenflow stays because its encodings are the ones
-// TestNativeEquivalence proved against ovs-ofctl; flows' TestWireOracle pins every byte, so any
-// part can be replaced by a direct encoding with that check.
+// nat and exec, move, output, group) are appended directly (direct.go), and so are the flow
+// mod, its OXM/NXM match TLVs (headers from libOpenflow's field table, looked up once per
+// name) and its instructions, and the group mod with its selection-method property (encode.go);
+// the other actions (load, set_field, learn, output to a field, set_tunnel) are built with
+// libOpenflow's OpenFlow 1.3 structures, whose encodings 1.5 shares. libOpenflow stays for those
+// because its encodings are the ones TestNativeEquivalence proved against ovs-ofctl; flows'
+// TestWireOracle pins every byte, so any part can be replaced by a direct encoding with that
+// check (as the flow mod was).
 package openflow
 
 import (

@@ -15,8 +15,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -34,6 +32,7 @@ import (
 	egressclient "github.com/ovs-srcip/ovs-srcip/client/clientset/versioned"
 	"github.com/ovs-srcip/ovs-srcip/flows"
 	"github.com/ovs-srcip/ovs-srcip/ofctl"
+	"github.com/ovs-srcip/ovs-srcip/version"
 )
 
 type options struct {
@@ -50,6 +49,7 @@ type options struct {
 	gatewayPort        string
 	nodePortAddresses  []string
 	externalIPCIDRs    []string
+	serviceCIDRs       []string
 	preserveSourceIP   string
 	nodePortRange      string
 	zoneLimitPercent   int
@@ -66,6 +66,8 @@ type options struct {
 	leaseDuration      time.Duration
 	renewDeadline      time.Duration
 	retryPeriod        time.Duration
+	flowSnapshot       string
+	snapshotInterval   time.Duration
 }
 
 func main() {
@@ -89,6 +91,8 @@ ovs-srcip.io/preserve-source-ip: "true" (externalTrafficPolicy Cluster, type Nod
 LoadBalancer, or externalIPs); with --preserve-source-ip=all every eligible Service is served
 without the annotation, unless it is annotated "false". SIGTERM stops the agent and leaves every
 flow in place.`,
+		// --version prints "srcip-agent version v0.1.0 (commit ..., go...)" (package version).
+		Version:       version.String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
@@ -111,6 +115,7 @@ flow in place.`,
 	f.StringVar(&o.gatewayPort, "gateway-port", ofctl.DefaultGatewayPort, "internal port on the integration bridge that holds the pod gateway address on the host (created by the node set-up step); when it is missing pods have no host connectivity (logged once); \"-\": never look")
 	f.IntVar(&o.genevePort, "geneve-port", ofctl.DefaultGeneveUDPPort, "UDP port of the agent's flow-based Geneve tunnel port; the same on every node")
 	f.StringSliceVar(&o.nodePortAddresses, "nodeport-addresses", nil, "comma-separated CIDRs: serve NodePorts only on node addresses inside them (default: every InternalIP and ExternalIP of the node)")
+	f.StringSliceVar(&o.serviceCIDRs, "service-cidrs", nil, "comma-separated CIDRs: the cluster's Service CIDRs (the API server's --service-cluster-ip-range); no LoadBalancer IP or externalIP inside them is served (Event SourceIPRefused). Default: none, only addresses equal to a ClusterIP the agent sees are refused")
 	f.StringSliceVar(&o.externalIPCIDRs, "external-ip-cidrs", nil, "comma-separated CIDRs: the ranges a Service's spec.externalIPs may be served from (anyone who may edit a Service can set externalIPs, CVE-2020-8554); default: none, no externalIP is served. externalIPs and LoadBalancer IPs equal to a node address, and externalIPs equal to another Service's LoadBalancer IP, are always refused (Event SourceIPRefused)")
 	f.StringVar(&o.preserveSourceIP, "preserve-source-ip", string(agent.PreserveAnnotated), `which Services keep the client source IP on the agent's path (the rest are left to kube-proxy): annotated (default) serves only the Services annotated ovs-srcip.io/preserve-source-ip: "true"; all serves every eligible Service as if it were annotated "true" - externalTrafficPolicy Cluster, type NodePort or LoadBalancer or an externalIP inside --external-ip-cidrs, not headless or ExternalName, no label service.kubernetes.io/service-proxy-name or service.kubernetes.io/headless - unless it is annotated "false" (an opt-out); a Service that is not eligible gets no Event, an annotated one is judged as in annotated mode (docs/install.md, "Serving every Service")`)
 	f.StringSliceVar(&o.egressClusterCIDRs, "egress-cluster-cidrs", nil, "comma-separated CIDRs: the cluster's Service and node networks, never sent to an EgressGateway's gateway when its destinations are the default (everything); every node's pod CIDRs and InternalIP are always excluded (docs/egress.md)")
@@ -128,7 +133,9 @@ flow in place.`,
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:9464", `address of the HTTP server for /metrics, /healthz (process up, OVSDB reachable) and /readyz (first full sync done, syncs not failing); "0" disables it`)
 	f.StringVar(&o.statusSocket, "status-socket", "", `unix socket serving the endpoints of --metrics-bind-address plus /status (JSON) and /trace (ofproto/trace on this node), for srcipctl on the node; default <ovs-rundir>/srcip-agent.sock; "-" disables it (a socket that cannot be created is logged, not fatal)`)
 	f.StringVar(&o.debugAddr, "debug-bind-address", "", `address of an HTTP server with the status socket's endpoints (/status, /trace, ...) for srcipctl from elsewhere, e.g. 127.0.0.1:9465 behind kubectl port-forward; empty (default): none. /trace costs ovs-vswitchd CPU: never bind it where untrusted clients reach it`)
-	cmd.AddCommand(newNodeSetupCommand(), newNodeTeardownCommand())
+	f.StringVar(&o.flowSnapshot, "flow-snapshot", "", "file to keep the flow snapshot in: the flows and groups the agent has applied, written atomically after the syncs that changed them (at most every --flow-snapshot-interval) and when it stops, for srcip-agent flow-restore to replay into an ovs-vswitchd that restarted while no agent runs (docs/node-recovery.md; the DaemonSet uses "+DefaultFlowSnapshot+"); empty (default): none")
+	f.DurationVar(&o.snapshotInterval, "flow-snapshot-interval", agent.DefaultSnapshotInterval, "shortest time between two writes of --flow-snapshot (each write encodes the whole file: about 20 MB for 10k Service ports with 10 endpoints each)")
+	cmd.AddCommand(newNodeSetupCommand(), newNodeTeardownCommand(), newFlowRestoreCommand())
 	addKlogFlags(f)
 	return cmd
 }
@@ -161,13 +168,17 @@ func run(ctx context.Context, o options) error {
 	if o.openflow != "native" && o.openflow != "ovs-ofctl" {
 		return fmt.Errorf("--openflow %q: want native or ovs-ofctl", o.openflow)
 	}
-	npRange, err := parsePortRange(o.nodePortRange)
+	npRange, err := agent.ParsePortRange(o.nodePortRange)
 	if err != nil {
 		return fmt.Errorf("--service-node-port-range: %w", err)
 	}
 	extCIDRs, err := agent.ParseCIDRs(o.externalIPCIDRs)
 	if err != nil {
 		return fmt.Errorf("--external-ip-cidrs: %w", err)
+	}
+	svcCIDRs, err := agent.ParseCIDRs(o.serviceCIDRs)
+	if err != nil {
+		return fmt.Errorf("--service-cidrs: %w", err)
 	}
 	mode, err := agent.ParsePreserveMode(o.preserveSourceIP)
 	if err != nil {
@@ -178,6 +189,7 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("--egress-cluster-cidrs: %w", err)
 	}
 	logger := klog.FromContext(ctx).WithValues("node", o.nodeName)
+	logger.Info("Starting srcip-agent", "version", version.Version, "commit", version.Commit)
 	ctx = klog.NewContext(ctx, logger)
 
 	var src agent.Source
@@ -254,6 +266,7 @@ func run(ctx context.Context, o options) error {
 			}))
 		}
 	}
+	sctp := sctpSupport(ctx, db, brEx, o.bridgeEx)
 	a, err := agent.New(agent.Config{
 		ReconcilerConfig: agent.ReconcilerConfig{
 			NodeName:  o.nodeName,
@@ -264,10 +277,14 @@ func run(ctx context.Context, o options) error {
 			},
 			NodePortCIDRs:      cidrs,
 			ExternalIPCIDRs:    extCIDRs,
+			ServiceCIDRs:       svcCIDRs,
+			RouteNextHops:      routeNextHops,
+			SCTP:               sctp,
 			EgressClusterCIDRs: egressCIDRs,
 			PreserveSourceIP:   mode,
 			Announcer:          brEx,
 			NodePortRange:      npRange,
+			Manifests:          absOrEmpty(o.manifests),
 			ZoneLimitPercent:   o.zoneLimitPercent,
 			Metrics:            agent.NewMetrics(reg),
 			Conntrack:          brEx,
@@ -275,6 +292,7 @@ func run(ctx context.Context, o options) error {
 			RepairPeriod:       o.repairPeriod,
 			BucketsPerMessage:  o.bucketsPerMessage,
 			ReleaseMemory:      true,
+			FlowSnapshot:       snapshotConfig(o),
 		},
 		Source:         src,
 		Election:       election,
@@ -336,8 +354,20 @@ func run(ctx context.Context, o options) error {
 			}
 		}()
 	}
-	logger.Info("Starting", "preserveSourceIP", mode, "openflow", o.openflow, "ovsdb", o.ovsdb, "bridgeEx", o.bridgeEx, "bridgeInt", o.bridgeInt, "manifests", o.manifests)
+	logger.Info("Starting", "preserveSourceIP", mode, "openflow", o.openflow, "ovsdb", o.ovsdb, "bridgeEx", o.bridgeEx, "bridgeInt", o.bridgeInt, "manifests", o.manifests, "flowSnapshot", o.flowSnapshot)
 	return a.Run(ctx)
+}
+
+// snapshotConfig is the agent's FlowSnapshotConfig of --flow-snapshot (nil: none).
+func snapshotConfig(o options) *agent.FlowSnapshotConfig {
+	if o.flowSnapshot == "" {
+		return nil
+	}
+	return &agent.FlowSnapshotConfig{
+		Path:        o.flowSnapshot,
+		BridgeNames: map[flows.Bridge]string{flows.BrEx: o.bridgeEx, flows.BrInt: o.bridgeInt},
+		MinInterval: o.snapshotInterval,
+	}
 }
 
 func kubeConfig(path string) (*rest.Config, error) {
@@ -435,25 +465,16 @@ func envOr(name, def string) string {
 	return def
 }
 
-// parsePortRange parses "FIRST-LAST" (inclusive, 1..65535, FIRST <= LAST); "" is the zero
-// range (agent.DefaultNodePortRange).
-func parsePortRange(s string) ([2]uint16, error) {
-	if strings.TrimSpace(s) == "" {
-		return [2]uint16{}, nil
+// absOrEmpty returns the absolute form of path ("" stays "", a path Abs cannot resolve stays
+// as given): the --manifests the status socket reports, for srcipctl diff run from elsewhere.
+func absOrEmpty(path string) string {
+	if path == "" {
+		return ""
 	}
-	a, b, ok := strings.Cut(strings.TrimSpace(s), "-")
-	if !ok {
-		return [2]uint16{}, fmt.Errorf("%q: want FIRST-LAST", s)
+	if a, err := filepath.Abs(path); err == nil {
+		return a
 	}
-	lo, err1 := strconv.ParseUint(a, 10, 16)
-	hi, err2 := strconv.ParseUint(b, 10, 16)
-	if err := errors.Join(err1, err2); err != nil {
-		return [2]uint16{}, fmt.Errorf("%q: %w", s, err)
-	}
-	if lo == 0 || lo > hi {
-		return [2]uint16{}, fmt.Errorf("%q: want 1 <= FIRST <= LAST", s)
-	}
-	return [2]uint16{uint16(lo), uint16(hi)}, nil
+	return path
 }
 
 // The cold start's full sync encodes its next bundle while the switch commits the current one.

@@ -30,6 +30,9 @@ type nodeSetupOptions struct {
 	nodeIP       string
 	// egressInterfaces are the --egress-interface values (NIC[=ROUTER]).
 	egressInterfaces []string
+	// metricsAddr and debugAddr are the agent's --metrics-bind-address and
+	// --debug-bind-address, checked free before anything changes.
+	metricsAddr, debugAddr string
 }
 
 // commonNodeFlags are the flags node-setup and node-teardown share.
@@ -72,6 +75,10 @@ func newNodeSetupCommand() *cobra.Command {
     is sourced there out of it (egress IPs in those subnets, docs/egress.md "Secondary NICs").
  4. CNI: srcip-cni, host-local, loopback and portmap copied from --cni-source-dir into --cni-bin-dir, the
     conflist written in place into --cni-conf-dir.
+Refused before anything changes: a NIC configured by DHCP (a dynamic address, or a DHCP client
+running for it: configure it statically first), a TCP port of the agent
+(--metrics-bind-address, --debug-bind-address: give the agent's values) another process listens
+on, and the Geneve port (--geneve-port) held by another process or overlay than Open vSwitch.
 The pod CIDR comes from --pod-cidr or from the Node object (--node-name), waiting for
 spec.podCIDRs. It runs as the DaemonSet's init container (privileged, host network).`,
 		SilenceUsage:  true,
@@ -96,6 +103,9 @@ spec.podCIDRs. It runs as the DaemonSet's init container (privileged, host netwo
 	f.IntVar(&o.cfg.MTU, "mtu", 0, "pod MTU (srcip-gw0 and the conflist); 0: the underlay's (br-ex's) MTU - 50 (Geneve)")
 	f.DurationVar(&o.cfg.FlowWait, "flow-wait", 20*time.Second, "srcip-cni's bound on the wait for the agent's flows (conflist flowWait)")
 	f.StringVar(&o.cfg.CNISourceDir, "cni-source-dir", nodesetup.DefaultCNISourceDir, "directory holding srcip-cni, host-local, loopback and portmap to install")
+	f.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:9464", `the agent's --metrics-bind-address (give the same value): node-setup fails, before it changes anything, when another process listens on it; "0": not checked`)
+	f.IntVar(&o.cfg.GenevePort, "geneve-port", ofctl.DefaultGeneveUDPPort, `the agent's --geneve-port (UDP, Geneve between the nodes; give the same value): node-setup fails, before it changes anything, when a process other than ovs-vswitchd or another overlay's geneve/vxlan device holds it; 0: not checked`)
+	f.StringVar(&o.debugAddr, "debug-bind-address", "", `the agent's --debug-bind-address (give the same value), checked like --metrics-bind-address; empty: none`)
 	f.StringArrayVar(&o.egressInterfaces, "egress-interface", nil, `repeatable: NIC[=ROUTER], a secondary NIC (e.g. eth1=203.0.113.1) made a second uplink of br-ex for egress IPs inside its subnets: its addresses and routes move to br-ex, and what is sourced in its subnets is routed to ROUTER (default: the gateway of the NIC's own routes) by ip rule + table `+strconv.Itoa(nodesetup.EgressRouteTableBase)+`+ (docs/egress.md "Secondary NICs")`)
 	return cmd
 }
@@ -140,6 +150,7 @@ func summary(what string, res nodesetup.Result) {
 
 func runNodeSetup(ctx context.Context, o *nodeSetupOptions) error {
 	o.cfg.Logf = logf
+	o.cfg.AgentPorts = []nodesetup.AgentPort{{Flag: "--metrics-bind-address", Addr: o.metricsAddr}, {Flag: "--debug-bind-address", Addr: o.debugAddr}}
 	var err error
 	for _, v := range o.egressInterfaces {
 		ei, err := nodesetup.ParseEgressInterface(v)

@@ -72,7 +72,8 @@ func chainedAdd(args *skel.CmdArgs, conf *NetConf) (err error) {
 		return fmt.Errorf("srcip-cni: open pod network namespace %q: %w", args.Netns, err)
 	}
 	defer netns.Close()
-	db, err := connect(ctx, conf)
+	hostName := hostVethName(args.ContainerID, conf.EgressIfName)
+	db, err := connect(ctx, conf, ofctl.OnlyPorts(hostName))
 	if err != nil {
 		return err
 	}
@@ -82,7 +83,6 @@ func chainedAdd(args *skel.CmdArgs, conf *NetConf) (err error) {
 		return fmt.Errorf("srcip-cni: bridge %q (\"bridge\" of the CNI configuration; srcip-agent creates it: is srcip-agent running on this node?): %w", conf.Bridge, err)
 	}
 
-	hostName := hostVethName(args.ContainerID, conf.EgressIfName)
 	if _, lerr := netlink.LinkByName(hostName); lerr == nil {
 		_ = ip.DelLinkByName(hostName)
 	}

@@ -8,19 +8,53 @@
 // DEL is idempotent; CHECK, STATUS and GC are supported. Configuration: see NetConf. In
 // "chained" mode (NetConf.Mode) it runs after another main CNI instead and adds only an egress
 // interface on the bridge (chained.go, docs/egress.md#chained-mode).
+//
+// Its release (package version) is in the VERSION answer ("pluginVersion", beside the spec's
+// cniVersion and supportedVersions) and in the line it prints when run without CNI_COMMAND.
 package main
 
 import (
+	"encoding/json"
+	"io"
+	"os"
+	"runtime/debug"
+
 	"github.com/containernetworking/cni/pkg/skel"
-	"github.com/containernetworking/cni/pkg/version"
+	cniversion "github.com/containernetworking/cni/pkg/version"
+
+	"github.com/ovs-srcip/ovs-srcip/version"
 )
 
+// gcMemoryLimit is the heap size at which srcip-cni's garbage collector runs at all (see main).
+const gcMemoryLimit = 256 << 20
+
 func main() {
+	// One call lives tens of milliseconds and allocates a few MB (the OVSDB schema and cache,
+	// netlink): collecting that garbage is CPU spent for nothing, and in a burst of pod starts
+	// the CPU is what every ADD waits for. The collector runs only if the heap reaches
+	// gcMemoryLimit; GOGC or GOMEMLIMIT in the environment still decide.
+	if os.Getenv("GOGC") == "" && os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetGCPercent(-1)
+		debug.SetMemoryLimit(gcMemoryLimit)
+	}
 	skel.PluginMainFuncs(skel.CNIFuncs{
 		Add:    cmdAdd,
 		Del:    cmdDel,
 		Check:  cmdCheck,
 		Status: cmdStatus,
 		GC:     cmdGC,
-	}, version.PluginSupports("0.4.0", "1.0.0", "1.1.0"), "srcip-cni: ovs-srcip's CNI plugin (pods on br-int)")
+	}, pluginInfo{cniversion.PluginSupports("0.4.0", "1.0.0", "1.1.0")},
+		"srcip-cni "+version.String()+": ovs-srcip's CNI plugin (pods on br-int)")
+}
+
+// pluginInfo is the spec's VERSION answer with the plugin's release added as "pluginVersion"
+// (runtimes decode the answer into the spec's fields and ignore others).
+type pluginInfo struct{ cniversion.PluginInfo }
+
+func (p pluginInfo) Encode(w io.Writer) error {
+	return json.NewEncoder(w).Encode(map[string]any{
+		"cniVersion":        cniversion.Current(),
+		"supportedVersions": p.SupportedVersions(),
+		"pluginVersion":     version.Version,
+	})
 }

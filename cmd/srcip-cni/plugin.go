@@ -29,11 +29,13 @@ const connectWait = 10 * time.Second
 // userspaceDatapath is Bridge.datapath_type of Open vSwitch's userspace datapath.
 const userspaceDatapath = "netdev"
 
-// connect connects to the OVSDB of conf, with an error that says what to check.
-func connect(ctx context.Context, conf *NetConf) (*ofctl.DB, error) {
+// connect connects to the OVSDB of conf, with an error that says what to check. The client
+// monitors every port, or with opts less (ADD: ofctl.OnlyPorts of its own port, so that in a burst
+// of pod starts no ADD receives and caches the others' ports).
+func connect(ctx context.Context, conf *NetConf, opts ...ofctl.ConnectOption) (*ofctl.DB, error) {
 	cctx, cancel := context.WithTimeout(ctx, connectWait)
 	defer cancel()
-	db, err := ofctl.Connect(cctx, conf.OVSDB)
+	db, err := ofctl.Connect(cctx, conf.OVSDB, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("srcip-cni: cannot reach Open vSwitch's database at %s (is ovsdb-server running on this node, and is \"ovsdb\" in the CNI configuration right?): %w", conf.OVSDB, err)
 	}
@@ -69,7 +71,9 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	}
 	defer hostNS.Close()
 
-	db, err := connect(ctx, conf)
+	// ADD reads its bridge and its own port only.
+	hostName := hostVethName(args.ContainerID, args.IfName)
+	db, err := connect(ctx, conf, ofctl.OnlyPorts(hostName))
 	if err != nil {
 		return err
 	}
@@ -101,7 +105,6 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	addDefaultRoute(result)
 
 	// 2. The veth and the pod's interface.
-	hostName := hostVethName(args.ContainerID, args.IfName)
 	// Leftovers of an earlier ADD of this attachment that did not finish (a killed runtime).
 	if _, lerr := netlink.LinkByName(hostName); lerr == nil {
 		_ = ip.DelLinkByName(hostName)

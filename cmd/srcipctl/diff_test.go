@@ -5,7 +5,10 @@ import (
 	"context"
 	"maps"
 	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -97,3 +100,41 @@ func TestWriteDiff(t *testing.T) {
 
 func itoa(n int) string    { return strconv.Itoa(n) }
 func utoa(n uint32) string { return strconv.FormatUint(uint64(n), 10) }
+
+// diff renders with the agent's flags (its report's) unless a flag is given on the command line;
+// the source is the agent's --manifests unless --manifests or --kubeconfig is given.
+func TestSourceFlagsFromAgent(t *testing.T) {
+	af := &agent.FlagsReport{Manifests: "/lab/manifests", ExternalIPCIDRs: []string{"203.0.113.0/24"}, NodePortAddresses: []string{},
+		EgressClusterCIDRs: []string{"10.96.0.0/12"}, PreserveSourceIP: "all", ServiceNodePortRange: "30000-32767"}
+	for _, c := range []struct {
+		name string
+		args []string
+		want sourceFlags
+		used string
+	}{
+		{"nothing given", nil,
+			sourceFlags{manifests: "/lab/manifests", externalIPCIDRs: []string{"203.0.113.0/24"}, nodePortAddresses: []string{},
+				egressClusterCIDRs: []string{"10.96.0.0/12"}, preserveSourceIP: "all", nodePortRange: "30000-32767"},
+			"--manifests=/lab/manifests --external-ip-cidrs=203.0.113.0/24 --egress-cluster-cidrs=10.96.0.0/12 --preserve-source-ip=all --service-node-port-range=30000-32767"},
+		{"given flags win", []string{"--kubeconfig=/k", "--external-ip-cidrs=198.51.100.0/24", "--preserve-source-ip=annotated"},
+			sourceFlags{kubeconfig: "/k", externalIPCIDRs: []string{"198.51.100.0/24"}, nodePortAddresses: []string{},
+				egressClusterCIDRs: []string{"10.96.0.0/12"}, preserveSourceIP: "annotated", nodePortRange: "30000-32767"},
+			"--kubeconfig=/k --external-ip-cidrs=198.51.100.0/24 --egress-cluster-cidrs=10.96.0.0/12 --preserve-source-ip=annotated --service-node-port-range=30000-32767"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var src sourceFlags
+			cmd := &cobra.Command{Use: "diff"}
+			src.add(cmd)
+			require.NoError(t, cmd.Flags().Parse(c.args))
+			used, ok := src.fromAgent(cmd, af)
+			require.True(t, ok)
+			assert.Equal(t, c.want, src)
+			assert.Equal(t, c.used, strings.Join(used, " "))
+		})
+	}
+	var src sourceFlags
+	cmd := &cobra.Command{Use: "diff"}
+	src.add(cmd)
+	_, ok := src.fromAgent(cmd, nil)
+	assert.False(t, ok, "an agent without flags in its report")
+}

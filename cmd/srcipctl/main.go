@@ -47,7 +47,7 @@ func newCommand(out io.Writer) *cobra.Command {
 	}
 	root.SetOut(out)
 	root.AddCommand(cookieCommand(out), flowsCommand(out), desiredCommand(out), diffCommand(out), traceCommand(out),
-		statusCommand(out), getCommand(out))
+		statusCommand(out), getCommand(out), groupsCommand(out), versionCommand(out))
 	return root
 }
 
@@ -129,13 +129,9 @@ func flowsCommand(out io.Writer) *cobra.Command {
 		Short: "Dump the agent's flows of one bridge (dump-flows filtered by the owner byte), each annotated with its table name, the object it serves and the reason of a drop",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b := flows.BrEx
-			switch bridge {
-			case "br-ex":
-			case "br-int":
-				b = flows.BrInt
-			default:
-				return fmt.Errorf("--bridge %q: br-ex or br-int", bridge)
+			b, err := parseBridge(bridge)
+			if err != nil {
+				return err
 			}
 			filter := fmt.Sprintf("cookie=%#x/%#x", uint64(flows.NewCookie(0, 0)), uint64(flows.OwnerMask))
 			if kind != "" {
@@ -172,13 +168,15 @@ func runDirFlag(cmd *cobra.Command, runDir *string, holds string) {
 	cmd.Flags().StringVar(runDir, "node-rundir", def, "the node's OVS run directory ("+holds+"); the default is $OVS_RUNDIR when it is set")
 }
 
-// sourceFlags are the cluster objects desired and diff render from: a manifests directory or a
-// live API server.
+// sourceFlags are the cluster objects desired and diff render from (a manifests directory or a
+// live API server) and the agent flags that change the flows.
 type sourceFlags struct {
 	manifests, kubeconfig, node string
 	externalIPCIDRs             []string
 	nodePortAddresses           []string
+	egressClusterCIDRs          []string
 	preserveSourceIP            string
+	nodePortRange               string
 }
 
 func (f *sourceFlags) add(cmd *cobra.Command) {
@@ -187,7 +185,48 @@ func (f *sourceFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.node, "node", "", "node name (must be one of the cluster's Nodes)")
 	cmd.Flags().StringSliceVar(&f.externalIPCIDRs, "external-ip-cidrs", nil, "as srcip-agent --external-ip-cidrs: the ranges externalIPs may be served from (default none)")
 	cmd.Flags().StringSliceVar(&f.nodePortAddresses, "nodeport-addresses", nil, "as srcip-agent --nodeport-addresses")
+	cmd.Flags().StringSliceVar(&f.egressClusterCIDRs, "egress-cluster-cidrs", nil, "as srcip-agent --egress-cluster-cidrs")
 	cmd.Flags().StringVar(&f.preserveSourceIP, "preserve-source-ip", string(agent.PreserveAnnotated), "as srcip-agent --preserve-source-ip: annotated (only Services annotated \"true\") or all (every eligible Service not annotated \"false\")")
+	cmd.Flags().StringVar(&f.nodePortRange, "service-node-port-range", agent.FormatPortRange(agent.DefaultNodePortRange), "as srcip-agent --service-node-port-range")
+}
+
+// fromAgent sets every agent flag of f not given on cmd's command line to the agent's value
+// (its report's flags), and the source to the agent's --manifests when neither --manifests nor
+// --kubeconfig is given. It returns the flags as "--name=value" for people (those not set
+// are left out), and false when the agent does not report its flags (f is unchanged).
+func (f *sourceFlags) fromAgent(cmd *cobra.Command, af *agent.FlagsReport) ([]string, bool) {
+	if af == nil {
+		return nil, false
+	}
+	changed := cmd.Flags().Changed
+	if !changed("manifests") && !changed("kubeconfig") {
+		f.manifests = af.Manifests
+	}
+	if !changed("external-ip-cidrs") {
+		f.externalIPCIDRs = af.ExternalIPCIDRs
+	}
+	if !changed("nodeport-addresses") {
+		f.nodePortAddresses = af.NodePortAddresses
+	}
+	if !changed("egress-cluster-cidrs") {
+		f.egressClusterCIDRs = af.EgressClusterCIDRs
+	}
+	if !changed("preserve-source-ip") && af.PreserveSourceIP != "" {
+		f.preserveSourceIP = af.PreserveSourceIP
+	}
+	if !changed("service-node-port-range") && af.ServiceNodePortRange != "" {
+		f.nodePortRange = af.ServiceNodePortRange
+	}
+	var out []string
+	for _, kv := range [][2]string{{"manifests", f.manifests}, {"kubeconfig", f.kubeconfig},
+		{"nodeport-addresses", strings.Join(f.nodePortAddresses, ",")}, {"external-ip-cidrs", strings.Join(f.externalIPCIDRs, ",")},
+		{"egress-cluster-cidrs", strings.Join(f.egressClusterCIDRs, ",")}, {"preserve-source-ip", f.preserveSourceIP},
+		{"service-node-port-range", f.nodePortRange}} {
+		if kv[1] != "" {
+			out = append(out, "--"+kv[0]+"="+kv[1])
+		}
+	}
+	return out, true
 }
 
 // objects reads the cluster objects and the agent flags.
@@ -200,8 +239,14 @@ func (f *sourceFlags) objects(ctx context.Context) ([]runtime.Object, agent.Desi
 	if o.NodePortCIDRs, err = agent.ParseCIDRs(f.nodePortAddresses); err != nil {
 		return nil, o, fmt.Errorf("--nodeport-addresses: %w", err)
 	}
+	if o.EgressClusterCIDRs, err = agent.ParseCIDRs(f.egressClusterCIDRs); err != nil {
+		return nil, o, fmt.Errorf("--egress-cluster-cidrs: %w", err)
+	}
 	if o.PreserveSourceIP, err = agent.ParsePreserveMode(f.preserveSourceIP); err != nil {
 		return nil, o, fmt.Errorf("--preserve-source-ip: %w", err)
+	}
+	if o.NodePortRange, err = agent.ParsePortRange(f.nodePortRange); err != nil {
+		return nil, o, fmt.Errorf("--service-node-port-range: %w", err)
 	}
 	switch {
 	case f.node == "":
@@ -318,7 +363,11 @@ the agent's full sync would make from them (flows.FullDiff): one line per flow s
 re-add, with why (missing, another flow count, a group missing or with another bucket count), and
 per cookie or group on a bridge that nothing desires, named by its object; it fails when there is
 any. Drains and learned flows are runtime state and are listed, not counted. --node defaults to
-the agent's node.`,
+the agent's node; every agent flag not given (--external-ip-cidrs, --nodeport-addresses,
+--egress-cluster-cidrs, --preserve-source-ip, --service-node-port-range) and, without --manifests
+and --kubeconfig, the agent's --manifests are taken from the agent's status, and printed in the
+first line ("# rendered with ..."). An agent that does not report its flags gets a note on
+stderr and the defaults of these flags.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -332,6 +381,14 @@ the agent's node.`,
 			}
 			if src.node == "" {
 				src.node = live.Node
+			}
+			if used, ok := src.fromAgent(cmd, live.Flags); ok {
+				fmt.Fprintf(out, "# rendered with %s (the agent's flags unless given)\n", strings.Join(used, " "))
+			} else {
+				fmt.Fprintln(cmd.ErrOrStderr(), "# the agent does not report its flags: rendering with srcipctl's (give the agent's --external-ip-cidrs and the rest)")
+			}
+			if src.manifests == "" && src.kubeconfig == "" {
+				return errors.New("the agent reads the Kubernetes API: give --kubeconfig FILE (or --manifests DIR)")
 			}
 			objs, o, err := src.objects(ctx)
 			if err != nil {
@@ -433,4 +490,15 @@ func (e *eventList) Warn(obj runtime.Object, reason, message string) {
 		name = m.GetNamespace() + "/" + m.GetName() + " "
 	}
 	e.lines = append(e.lines, name+reason+": "+message)
+}
+
+// parseBridge returns the bridge a --bridge flag names: br-ex or br-int.
+func parseBridge(name string) (flows.Bridge, error) {
+	switch name {
+	case "br-ex":
+		return flows.BrEx, nil
+	case "br-int":
+		return flows.BrInt, nil
+	}
+	return 0, fmt.Errorf("--bridge %q: br-ex or br-int", name)
 }

@@ -78,10 +78,10 @@ spec:
 	_, rep, err := agent.Desired(context.Background(), "node1", objs, agent.DesiredOptions{PreserveSourceIP: agent.PreserveAll})
 	require.NoError(t, err)
 	var out bytes.Buffer
-	writeStatus(&out, &rep)
+	writeStatus(&out, &rep, nil)
 	assert.Contains(t, out.String(), "--preserve-source-ip=all: every eligible Service is served")
 	assert.Contains(t, out.String(), "service default/web (type NodePort, externalTrafficPolicy -, no annotation): served: all mode")
 	out.Reset()
-	writeServices(&out, &rep)
+	writeServices(&out, &rep, true)
 	assert.Regexp(t, `default/web\s+http/TCP\s+yes \(all mode\)`, out.String())
 }

@@ -18,12 +18,15 @@ type names struct {
 	svcOf    map[uint32]string // group -> "ns/name"
 	nodeByIP map[string]string
 	podByIP  map[string]string // ip -> ns/name (this node's pods)
-	eps      map[string]endpointName
+	// eps are the endpoints by Service port ("ns/name port/PROTO") and ip:port: an address is
+	// named only within the Service port that lists it (two Services may list the same
+	// address, with different pods or nodes in their EndpointSlices).
+	eps map[endpointKey]agent.EndpointReport
 }
 
-type endpointName struct {
-	svc string // ns/name port/PROTO
-	ep  agent.EndpointReport
+type endpointKey struct {
+	svc  string // ns/name port/PROTO
+	addr string // ip:port
 }
 
 func newNames(rep *agent.Report) *names {
@@ -31,7 +34,7 @@ func newNames(rep *agent.Report) *names {
 		return nil
 	}
 	n := &names{rep: rep, cookies: map[string]agent.FlowSetReport{}, groups: map[uint32]*agent.ServicePortReport{},
-		svcOf: map[uint32]string{}, nodeByIP: map[string]string{}, podByIP: map[string]string{}, eps: map[string]endpointName{}}
+		svcOf: map[uint32]string{}, nodeByIP: map[string]string{}, podByIP: map[string]string{}, eps: map[endpointKey]agent.EndpointReport{}}
 	for _, fs := range rep.FlowSets {
 		n.cookies[fs.Cookie] = fs
 	}
@@ -42,7 +45,7 @@ func newNames(rep *agent.Report) *names {
 			n.groups[p.Group] = p
 			n.svcOf[p.Group] = s.Namespace + "/" + s.Name
 			for _, e := range p.Endpoints {
-				n.eps[e.Addr] = endpointName{svc: s.Namespace + "/" + s.Name + " " + p.PortName + "/" + p.Protocol, ep: e}
+				n.eps[endpointKey{svc: s.Namespace + "/" + s.Name + " " + p.PortName + "/" + p.Protocol, addr: e.Addr}] = e
 			}
 		}
 	}
@@ -108,11 +111,28 @@ func (n *names) bucket(id, b uint32) string {
 	return ""
 }
 
-// endpoint names an endpoint address ip:port.
-func (n *names) endpoint(addr string) string {
+// bucketEndpoint returns the endpoint of bucket b of group id, false when the agent does not
+// know it (n nil, another group or bucket).
+func (n *names) bucketEndpoint(id, b uint32) (agent.EndpointReport, bool) {
+	if n == nil {
+		return agent.EndpointReport{}, false
+	}
+	if p, ok := n.groups[id]; ok {
+		for _, e := range p.Endpoints {
+			if e.Bucket == b {
+				return e, true
+			}
+		}
+	}
+	return agent.EndpointReport{}, false
+}
+
+// endpoint names the endpoint ip:port of Service port svc ("ns/name port/PROTO"), as that
+// Service's EndpointSlices describe it; never from another Service's.
+func (n *names) endpoint(svc, addr string) string {
 	if n != nil {
-		if e, ok := n.eps[addr]; ok {
-			return endpointString(e.ep)
+		if e, ok := n.eps[endpointKey{svc: svc, addr: addr}]; ok {
+			return endpointString(e)
 		}
 	}
 	return "endpoint " + addr

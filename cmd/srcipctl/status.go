@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -31,7 +30,7 @@ func statusCommand(out io.Writer) *cobra.Command {
 			if output == "json" {
 				return writeJSON(out, rep)
 			}
-			writeStatus(out, rep)
+			writeStatus(out, rep, readCounters(cmd, agentAddr, runDir))
 			return nil
 		},
 	}
@@ -47,25 +46,45 @@ func getCommand(out io.Writer) *cobra.Command {
 	svc := &cobra.Command{
 		Use:     "services",
 		Aliases: []string{"service", "svc"},
-		Short:   "One line per annotated or served Service port: opted in (yes, or yes (all mode) without the annotation) or why not, entry points, endpoints, flows, buckets",
+		Short:   "One line per annotated or served Service port: opted in (yes, or yes (all mode) without the annotation) or why not, entry points, endpoints, flows (-o wide: all of them, buckets)",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rep, err := readReport(cmd, agentAddr, runDir)
 			if err != nil {
 				return err
 			}
-			if output == "json" {
+			switch output {
+			case "json":
 				return writeJSON(out, rep.Services)
+			case "", "wide":
+				writeServices(out, rep, output == "wide")
+				return nil
 			}
-			writeServices(out, rep)
-			return nil
+			return fmt.Errorf("-o %q: json or wide", output)
 		},
 	}
 	runDirFlag(svc, &runDir, "holds the agent's srcip-agent.sock")
 	agentFlag(svc.Flags(), &agentAddr)
-	svc.Flags().StringVarP(&output, "output", "o", "", "json: the Services of the agent's report")
+	svc.Flags().StringVarP(&output, "output", "o", "", "wide: every entry point and endpoint, the buckets and the whole notes (the default fits 100 columns); json: the Services of the agent's report")
 	get.AddCommand(svc, egressCommand(out))
 	return get
+}
+
+// readCounters returns the per Service port counters of the agent's /metrics, nil (and a note on
+// stderr) when they cannot be read.
+func readCounters(cmd *cobra.Command, agentAddr, runDir string) map[counterKey]*serviceCounters {
+	c, err := nodeAgent(agentAddr, runDir)
+	if err == nil {
+		var text string
+		if text, err = c.Metrics(cmd.Context()); err == nil {
+			var m map[counterKey]*serviceCounters
+			if m, err = parseServiceCounters(strings.NewReader(text)); err == nil {
+				return m
+			}
+		}
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "# no per Service counters: %v\n", err)
+	return nil
 }
 
 func readReport(cmd *cobra.Command, agentAddr, runDir string) (*agent.Report, error) {
@@ -89,9 +108,14 @@ func ago(t, now time.Time) string {
 	return fmt.Sprintf("%s (%s ago)", t.Format(time.RFC3339), now.Sub(t).Round(time.Second))
 }
 
-// writeStatus renders the report for people.
-func writeStatus(out io.Writer, r *agent.Report) {
+// writeStatus renders the report for people, with the per Service port counters of the agent's
+// /metrics under each port (counters nil: none, they could not be read; a port without them
+// gets "counters: none", e.g. not applied).
+func writeStatus(out io.Writer, r *agent.Report, counters map[counterKey]*serviceCounters) {
 	fmt.Fprintf(out, "node %s\n", r.Node)
+	if r.Version != "" {
+		fmt.Fprintf(out, "  agent version:  %s\n", r.Version)
+	}
 	fmt.Fprintf(out, "  last sync:      %s\n", ago(r.LastSync, r.Time))
 	fmt.Fprintf(out, "  last full sync: %s\n", ago(r.LastFullSync, r.Time))
 	if !r.FailingSince.IsZero() {
@@ -121,6 +145,9 @@ func writeStatus(out io.Writer, r *agent.Report) {
 			lim = fmt.Sprintf("limit %d", z.Limit)
 		}
 		fmt.Fprintf(out, "  conntrack %s (zone %d): %d entries at the last full sync, %s\n", z.Name, z.Zone, z.Entries, lim)
+	}
+	if r.SCTP != "" {
+		fmt.Fprintf(out, "  SCTP Service ports: declined: %s\n", r.SCTP)
 	}
 	if len(r.Drains) > 0 {
 		fmt.Fprintf(out, "  draining entry points: %s\n", strings.Join(r.Drains, ", "))
@@ -160,6 +187,8 @@ func writeStatus(out io.Writer, r *agent.Report) {
 		}
 		if !s.OptedIn {
 			state = "NOT opted in: " + s.Reason
+		} else if len(s.Ports) == 0 && len(s.Declined) > 0 {
+			state += ", but DECLINED: no port is served by ovs-srcip on this node (see below)"
 		}
 		annotation := fmt.Sprintf("annotation %q", s.Annotation)
 		if !s.Annotated && s.Via == agent.ViaAll {
@@ -175,6 +204,12 @@ func writeStatus(out io.Writer, r *agent.Report) {
 		}
 		for _, p := range s.Problems {
 			fmt.Fprintf(out, "  problem: %s\n", p)
+		}
+		for _, d := range s.Declined {
+			fmt.Fprintf(out, "  %s\n", d)
+		}
+		for _, w := range s.Warnings {
+			fmt.Fprintf(out, "  warning: %s\n", w)
 		}
 		for _, p := range s.Ports {
 			applied := "applied, cookie " + p.Cookie
@@ -193,6 +228,13 @@ func writeStatus(out io.Writer, r *agent.Report) {
 				fmt.Fprintf(out, "    %s\n", p.Declined)
 			}
 			fmt.Fprintf(out, "    entry points: %s\n", orDash(strings.Join(p.EntryPoints, ", ")))
+			if counters != nil {
+				if c := counters[counterKey{s.Namespace, s.Name, p.PortName, p.Protocol}]; c != nil {
+					fmt.Fprintf(out, "    counters: %s\n", c)
+				} else {
+					fmt.Fprintf(out, "    counters: none\n")
+				}
+			}
 			if len(p.Endpoints) == 0 {
 				fmt.Fprintf(out, "    endpoints: none (new connections go to the host, whose kube-proxy rejects them: no-endpoints)\n")
 			}
@@ -206,11 +248,21 @@ func writeStatus(out io.Writer, r *agent.Report) {
 	}
 }
 
+// narrowWidth is the width get services' default table fits: its last column (NOTES) is cut to
+// it, ending in "...".
+const narrowWidth = 100
+
 // writeServices renders one line per served Service port (or per annotated Service not opted
-// in); OPTED IN is "yes (all mode)" for a Service served without the annotation.
-func writeServices(out io.Writer, r *agent.Report) {
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SERVICE\tPORT\tOPTED IN\tENTRY POINTS\tENDPOINTS\tFLOWS\tBUCKETS\tNOTES")
+// in); OPTED IN is "yes (all mode)" for a Service served without the annotation. The default
+// (wide false) fits narrowWidth columns: the first entry point and "+N" for the others, the
+// number of endpoints, the notes cut (and a line that says so); wide prints every entry point
+// and endpoint (pod@node or ip:port), the flows, the buckets and the whole notes.
+func writeServices(out io.Writer, r *agent.Report, wide bool) {
+	header := []string{"SERVICE", "PORT", "OPTED IN", "ENTRY POINTS", "ENDPOINTS", "NOTES"}
+	if wide {
+		header = []string{"SERVICE", "PORT", "OPTED IN", "ENTRY POINTS", "ENDPOINTS", "FLOWS", "BUCKETS", "NOTES"}
+	}
+	rows := [][]string{header}
 	for _, s := range r.Services {
 		name := s.Namespace + "/" + s.Name
 		var notes []string
@@ -219,14 +271,46 @@ func writeServices(out io.Writer, r *agent.Report) {
 		}
 		notes = append(notes, s.Conflicts...)
 		if !s.OptedIn {
-			fmt.Fprintf(tw, "%s\t-\tno\t-\t-\t-\t-\t%s\n", name, s.Reason)
+			row := []string{name, "-", "no", "-", "-", strings.ReplaceAll(s.Reason, "annotation "+agent.AnnotationPreserveSourceIP, "annotation")}
+			if wide {
+				row = []string{name, "-", "no", "-", "-", "-", "-", s.Reason}
+			}
+			rows = append(rows, row)
 			continue
 		}
 		optedIn := "yes"
 		if s.Via == agent.ViaAll {
 			optedIn = "yes (all mode)"
 		}
+		for _, d := range s.Declined {
+			// The whole Service or an SCTP port: no entry point on this node, the host serves it.
+			row := []string{name, "-", "declined", "-", "-", d}
+			if wide {
+				row = []string{name, "-", "declined", "-", "-", "-", "-", d}
+			}
+			rows = append(rows, row)
+		}
+		notes = append(notes, s.Warnings...)
 		for _, p := range s.Ports {
+			n := append([]string(nil), notes...)
+			if p.Declined != "" {
+				n = append(n, p.Declined)
+			}
+			if p.Cookie == "" {
+				n = append(n, "not applied")
+			}
+			port := p.PortName + "/" + p.Protocol
+			if !wide {
+				entries := "-"
+				if len(p.EntryPoints) > 0 {
+					entries = p.EntryPoints[0]
+					if len(p.EntryPoints) > 1 {
+						entries += fmt.Sprintf(" +%d", len(p.EntryPoints)-1)
+					}
+				}
+				rows = append(rows, []string{name, port, optedIn, entries, fmt.Sprint(len(p.Endpoints)), orDash(strings.Join(n, "; "))})
+				continue
+			}
 			var eps []string
 			for _, e := range p.Endpoints {
 				x := e.Addr
@@ -235,18 +319,54 @@ func writeServices(out io.Writer, r *agent.Report) {
 				}
 				eps = append(eps, x)
 			}
-			n := append([]string(nil), notes...)
-			if p.Declined != "" {
-				n = append(n, p.Declined)
-			}
-			if p.Cookie == "" {
-				n = append(n, "not applied")
-			}
-			fmt.Fprintf(tw, "%s\t%s/%s\t%s\t%s\t%s\t%d\t%d\t%s\n", name, p.PortName, p.Protocol, optedIn,
-				orDash(strings.Join(p.EntryPoints, ",")), orDash(strings.Join(eps, ",")), p.Flows, p.Buckets, orDash(strings.Join(n, "; ")))
+			rows = append(rows, []string{name, port, optedIn, orDash(strings.Join(p.EntryPoints, ",")), orDash(strings.Join(eps, ",")),
+				fmt.Sprint(p.Flows), fmt.Sprint(p.Buckets), orDash(strings.Join(n, "; "))})
 		}
 	}
-	tw.Flush()
+	width := 0
+	if !wide {
+		width = narrowWidth
+	}
+	if writeTable(out, rows, width) > 0 {
+		fmt.Fprintln(out, "(notes cut to 100 columns: -o wide prints them whole)")
+	}
+}
+
+// writeTable prints rows as columns two spaces apart (as tabwriter with padding 2), without
+// trailing blanks. maxWidth > 0 cuts the last column so that each line fits maxWidth (the cut
+// ends in "..."; the last column keeps at least 12 characters). It returns the number of cells
+// cut.
+func writeTable(out io.Writer, rows [][]string, maxWidth int) int {
+	if len(rows) == 0 {
+		return 0
+	}
+	cut := 0
+	cols := len(rows[0])
+	widths := make([]int, cols)
+	for _, r := range rows {
+		for i, c := range r[:cols-1] {
+			widths[i] = max(widths[i], len(c))
+		}
+	}
+	lead := 0
+	for _, w := range widths[:cols-1] {
+		lead += w + 2
+	}
+	for _, r := range rows {
+		var sb strings.Builder
+		for i, c := range r[:cols-1] {
+			sb.WriteString(c)
+			sb.WriteString(strings.Repeat(" ", widths[i]-len(c)+2))
+		}
+		last := r[cols-1]
+		if room := max(maxWidth-lead, 12); maxWidth > 0 && len(last) > room {
+			last = last[:room-3] + "..."
+			cut++
+		}
+		sb.WriteString(last)
+		fmt.Fprintln(out, strings.TrimRight(sb.String(), " "))
+	}
+	return cut
 }
 
 func orDash(s string) string {

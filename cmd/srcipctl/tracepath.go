@@ -151,6 +151,11 @@ func entryOwner(v *nodeView, entry netip.AddrPort, proto string) (string, string
 		if asks && !s.OptedIn && s.Reason != "" {
 			why = append(why, fmt.Sprintf("%s/%s is not opted in: %s", s.Namespace, s.Name, s.Reason))
 		}
+		if asks && s.OptedIn {
+			for _, d := range s.Declined {
+				why = append(why, fmt.Sprintf("%s/%s: %s", s.Namespace, s.Name, d))
+			}
+		}
 		for _, c := range s.Conflicts {
 			if strings.Contains(c, entry.Addr().String()) || strings.Contains(c, fmt.Sprint(entry.Port())) {
 				why = append(why, fmt.Sprintf("%s/%s: %s", s.Namespace, s.Name, c))
@@ -220,7 +225,7 @@ func (t *pathTracer) run(ctx context.Context, proto string, client, entry netip.
 	}
 	ep := r.NATDst
 	epAddr, _ := netip.ParseAddrPort(ep)
-	fmt.Fprintf(t.out, "   => DNAT to %s\n", in.names.endpoint(ep))
+	fmt.Fprintf(t.out, "   => DNAT to %s\n", in.names.endpoint(svc, ep))
 
 	backend := in
 	if r.TunDst != "" && last.Bridge == flows.BrInt && last.Table == flows.IntL3Forwarding {
@@ -231,11 +236,11 @@ func (t *pathTracer) run(ctx context.Context, proto string, client, entry netip.
 		}
 		c, err := t.peer(ctx, name)
 		if err != nil {
-			return fmt.Sprintf("forwarded by %s to %s over Geneve; %s not traced: %v", in.name, in.names.endpoint(ep), name, err), nil
+			return fmt.Sprintf("forwarded by %s to %s over Geneve; %s not traced: %v", in.name, in.names.endpoint(svc, ep), name, err), nil
 		}
 		rep, err := c.Report(ctx)
 		if err != nil {
-			return fmt.Sprintf("forwarded by %s to %s over Geneve; %s not traced: %v", in.name, in.names.endpoint(ep), name, err), nil
+			return fmt.Sprintf("forwarded by %s to %s over Geneve; %s not traced: %v", in.name, in.names.endpoint(svc, ep), name, err), nil
 		}
 		backend = &nodeView{name: name, c: c, rep: rep, names: newNames(rep)}
 		bp := rep.Ports
@@ -265,7 +270,7 @@ func (t *pathTracer) run(ctx context.Context, proto string, client, entry netip.
 		return fmt.Sprintf("unexpected: on %s the packet ended in %s %s (datapath actions %s)", in.name, last.Bridge, last.Table.Name(last.Bridge), r.Final), nil
 	}
 	pod := backend.names.podByIP[epAddr.Addr().String()]
-	fmt.Fprintf(t.out, "   => delivered to %s (the pod sees the client %s)\n", backend.names.endpoint(ep), client)
+	fmt.Fprintf(t.out, "   => delivered to %s (the pod sees the client %s)\n", backend.names.endpoint(svc, ep), client)
 
 	// The reply: from the pod's port, with the connection's ZonePod state.
 	var pr *agent.PodReport
@@ -277,7 +282,7 @@ func (t *pathTracer) run(ctx context.Context, proto string, client, entry netip.
 		}
 	}
 	if pr == nil {
-		return fmt.Sprintf("delivered to %s; reply not traced: %s has no pod port with %s", in.names.endpoint(ep), backend.name, epAddr.Addr()), nil
+		return fmt.Sprintf("delivered to %s; reply not traced: %s has no pod port with %s", in.names.endpoint(svc, ep), backend.name, epAddr.Addr()), nil
 	}
 	gwMAC := gatewayMAC(backend)
 	mark, label, ctn := flows.OriginTunnel.CTMarkValue(), ipLabel(in.ip()), []string{"trk,est,rpl"}
@@ -319,7 +324,7 @@ func (t *pathTracer) run(ctx context.Context, proto string, client, entry netip.
 		via = in.name + " -> " + backend.name + " -> " + in.name
 	}
 	return fmt.Sprintf("delivered: %s (%s) reaches %s with the client address kept, and the reply returns from %s (path %s)",
-		conn, svc, in.names.endpoint(ep), entry, via), nil
+		conn, svc, in.names.endpoint(svc, ep), entry, via), nil
 }
 
 // gatewayMAC is the MAC br-int answers for the pod gateway of v's node (the pods' next hop).

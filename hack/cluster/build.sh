@@ -5,8 +5,10 @@
 #
 #   ${SRCIP_CACHE:-$HOME/.cache/ovs-srcip}/cluster/<hash>/
 #     kubelet kube-proxy kube-scheduler    k8s/: k8s.io/kubernetes v1.37.2, hack/controlplane's pins
+#     kubectl                              k8s/: the same (rollout undo/status, as an operator runs them)
 #     containerd containerd-shim-runc-v2 ctr    node/: containerd v2.4.2 (CGO off, no btrfs/devmapper/zfs)
-#     mkimage                              node/mkimage: docker-archive image writer (go-containerregistry)
+#     mkimage                              node/mkimage: docker-archive/OCI image writer (go-containerregistry;
+#                                          also the release's: hack/image.sh)
 #     cni/{host-local,loopback,bridge}     node/: containernetworking/plugins v1.10.0
 #
 # runc comes from Debian (hack/deps.sh). The last line on stdout is that directory. A cache hit
@@ -23,7 +25,7 @@ root=${SRCIP_CACHE:-${HOME:-/root}/.cache/ovs-srcip}/cluster
 hash=$( (cd "$here" && cat build.sh k8s/go.mod k8s/go.sum k8s/tools.go node/go.mod node/go.sum node/tools.go \
 	node/mkimage/main.go; uname -m) | sha256sum | cut -c1-16)
 out=$root/$hash
-bins=(kubelet kube-proxy kube-scheduler containerd containerd-shim-runc-v2 ctr mkimage
+bins=(kubelet kube-proxy kube-scheduler kubectl containerd containerd-shim-runc-v2 ctr mkimage
 	cni/host-local cni/loopback cni/bridge)
 
 complete() {
@@ -68,7 +70,7 @@ echo "cluster: cache miss, building into $out" >&2
 echo "cluster: modules downloaded in $(since "$t0")s" >&2
 
 cd "$here/k8s"
-for c in kubelet kube-proxy kube-scheduler; do
+for c in kubelet kube-proxy kube-scheduler kubectl; do
 	t=$(now)
 	go build -trimpath -ldflags "$ldflags" -o "$tmp/$c" "k8s.io/kubernetes/cmd/$c"
 	echo "cluster: $c built in $(since "$t")s" >&2

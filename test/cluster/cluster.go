@@ -1,8 +1,9 @@
 // Package cluster turns the lab (test/lab: one netns per node with its own Open vSwitch, a router,
 // clients) into a real Kubernetes cluster: each emulated node runs containerd v2 (with Debian's
-// runc), a kubelet and kube-proxy (nftables mode), all in a private mount namespace entered into
-// the node's netns; the control plane (test/kube: etcd, kube-apiserver, kube-controller-manager
-// allocating node pod CIDRs) gets kube-scheduler. Pods are created by the kubelet from real
+// runc), a kubelet and kube-proxy (nftables mode, or kubeadm's default iptables mode:
+// Config.ProxyMode), all in a private mount namespace entered into the node's netns; the control
+// plane (test/kube: etcd, kube-apiserver, kube-controller-manager allocating node pod CIDRs) gets
+// kube-scheduler. Pods are created by the kubelet from real
 // Deployments, from images written locally from the repo's own static binaries.
 //
 // Recipe, figures and every pitfall: ../shared/spikes/kubelet/FINDINGS.md and
@@ -71,8 +72,9 @@ const (
 	// runs on each node before it starts the agent there.
 	CNISrcip = "srcip"
 	// CNIDaemonSet leaves node-setup, the agent and srcip-cni to the deploy/ DaemonSet, which the
-	// test applies: Start returns with the nodes registered but NotReady, the agent image
-	// (AgentImage) imported on every node, ServiceAccount tokens on and the "kubernetes" Service
+	// test applies: Start returns with the nodes registered but NotReady, the release image
+	// (ReleaseImage: hack/image.sh, as make image writes it, Config.ReleaseVersion) imported on
+	// every node, ServiceAccount tokens on and the "kubernetes" Service
 	// pointing at the API server.
 	CNIDaemonSet = "daemonset"
 	// CNIChained is srcip-cni in chained mode after the reference bridge + host-local (pods on
@@ -80,6 +82,12 @@ const (
 	// the agent run as for CNISrcip, then the harness replaces node-setup's conflist with
 	// ChainedConflist (docs/egress.md#chained-mode).
 	CNIChained = "chained"
+)
+
+// kube-proxy modes (Config.ProxyMode).
+const (
+	ProxyNFTables = "nftables"
+	ProxyIPTables = "iptables"
 )
 
 // ChainedDestinations are the egressDestinations of ChainedConflist: the lab's client network.
@@ -108,10 +116,6 @@ func ChainedConflist(podCIDR netip.Prefix) string {
 const (
 	PauseImage = "localhost/ovs-srcip/pause:test"
 	EchoImage  = "localhost/ovs-srcip/echo:test"
-	// AgentImage is srcip-agent, srcip-cni, host-local, loopback, portmap and the OVS and nftables tools
-	// the agent and node-setup run, with their shared libraries, laid out as deploy/Dockerfile
-	// does (CNIDaemonSet).
-	AgentImage = "localhost/ovs-srcip/srcip-agent:test"
 )
 
 // Config describes a cluster.
@@ -126,15 +130,19 @@ type Config struct {
 	// AgentBin, EchoBin, PauseBin and CNIBin are the repo's binaries (srcip-agent, test/echo,
 	// test/pause, srcip-cni); PortmapBin is the reference portmap plugin built from the repo's
 	// module (its tool dependency, the version node-setup's image ships), which node-setup
-	// installs and chains after srcip-cni.
+	// installs and chains after srcip-cni. CNIBridge and CNIDaemonSet need no AgentBin, CNIBin
+	// and PortmapBin (CNIDaemonSet: the release image carries them).
 	AgentBin, EchoBin, PauseBin, CNIBin, PortmapBin string
 	// CNI is CNIBridge or CNISrcip (default).
 	CNI string
 	// ClusterCIDR is kube-controller-manager's --cluster-cidr; default 10.244.0.0/16 (/24 per node).
 	ClusterCIDR string
 	// CRDs are CustomResourceDefinition manifests (files) applied before the nodes start (e.g.
-	// deploy/crd-egressgateway.yaml, so the agents find EgressGateways served from the start).
+	// deploy/crds/crd-egressgateway.yaml, so the agents find EgressGateways served from the start).
 	CRDs []string
+	// ProxyMode is kube-proxy's mode: ProxyNFTables (default) or ProxyIPTables (kubeadm's
+	// default; iptables through its nf_tables backend, Debian's default, in the node netns).
+	ProxyMode string
 	// AgentArgs are appended to each agent's flags.
 	AgentArgs []string
 	// Conformance makes the cluster what Kubernetes' e2e suite expects of one (make conformance,
@@ -143,6 +151,9 @@ type Config struct {
 	// cluster.local; DeployCoreDNS deploys it) and at a lab resolv.conf naming the lab router, and
 	// every docker-archive tarball in Images is imported into each node's containerd.
 	Conformance bool
+	// ReleaseVersion is the tag of the release image CNIDaemonSet imports (hack/image.sh -v);
+	// default the repository's VERSION (what deploy/ is pinned to).
+	ReleaseVersion string
 	// Images are docker-archive tarballs imported into every node besides the lab's own
 	// (hack/conformance/build.sh's images/*.tar: the e2e images under their exact names).
 	Images []string
@@ -198,6 +209,9 @@ type KNode struct {
 	mu                                 sync.Mutex
 }
 
+// ProxyMode is kube-proxy's mode on every node (ProxyNFTables or ProxyIPTables).
+func (c *Cluster) ProxyMode() string { return c.cfg.ProxyMode }
+
 // ZoneOf is the zone of the lab node named node: "zone-" + node.
 func ZoneOf(node string) string { return "zone-" + node }
 
@@ -221,13 +235,20 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if cfg.ClusterCIDR == "" {
 		cfg.ClusterCIDR = "10.244.0.0/16"
 	}
+	switch cfg.ProxyMode {
+	case "":
+		cfg.ProxyMode = ProxyNFTables
+	case ProxyNFTables, ProxyIPTables:
+	default:
+		return nil, fmt.Errorf("cluster: Config.ProxyMode %q: want %q or %q", cfg.ProxyMode, ProxyNFTables, ProxyIPTables)
+	}
 	if cfg.Lab.RouterCIDR == "" {
 		cfg.Lab.RouterCIDR = UnderlayRouterCIDR
 	}
 	for name, p := range map[string]*string{"EchoBin": &cfg.EchoBin, "PauseBin": &cfg.PauseBin, "AgentBin": &cfg.AgentBin, "CNIBin": &cfg.CNIBin,
 		"PortmapBin": &cfg.PortmapBin} {
 		if *p == "" {
-			if (name == "AgentBin" || name == "CNIBin" || name == "PortmapBin") && cfg.CNI == CNIBridge {
+			if (name == "AgentBin" || name == "CNIBin" || name == "PortmapBin") && (cfg.CNI == CNIBridge || cfg.CNI == CNIDaemonSet) {
 				continue
 			}
 			return nil, fmt.Errorf("cluster: Config.%s is required", name)
@@ -454,26 +475,36 @@ func (c *Cluster) writeImages() error {
 	if c.cfg.CNI != CNIDaemonSet {
 		return nil
 	}
-	files := []string{
-		c.cfg.AgentBin + "=/usr/local/bin/srcip-agent",
-		c.cfg.CNIBin + "=/usr/local/lib/ovs-srcip/cni/srcip-cni",
-		filepath.Join(c.BinDir, "cni", "host-local") + "=/usr/local/lib/ovs-srcip/cni/host-local",
-		filepath.Join(c.BinDir, "cni", "loopback") + "=/usr/local/lib/ovs-srcip/cni/loopback",
-		c.cfg.PortmapBin + "=/usr/local/lib/ovs-srcip/cni/portmap",
-	}
-	deps, err := withLibraries("ovs-ofctl", "ovs-appctl", "ovs-vsctl", "nft")
+	out, err := ReleaseImage(context.Background(), c.cfg.ReleaseVersion, dir)
 	if err != nil {
-		return err
-	}
-	for _, f := range deps {
-		files = append(files, f+"="+f)
-	}
-	out := filepath.Join(dir, "srcip-agent.tar")
-	if _, err := c.run(append([]string{mk, "-ref", AgentImage, "-out", out, "-entrypoint", "/usr/local/bin/srcip-agent"}, files...)...); err != nil {
 		return err
 	}
 	c.images = append(c.images, out)
 	return nil
+}
+
+// ReleaseImage runs hack/image.sh (make image) for version (empty: the VERSION file) into dir and
+// returns the OCI image layout tarball of ghcr.io/ovs-srcip/srcip-agent:<version>, which
+// KNode.ImportImage imports as `ctr -n k8s.io images import` does. The binaries are built with the
+// version stamped (a Go build cache hit after the first).
+func ReleaseImage(ctx context.Context, version, dir string) (string, error) {
+	script, err := hackFile("image.sh")
+	if err != nil {
+		return "", err
+	}
+	args := []string{"-o", dir}
+	if version != "" {
+		args = append(args, "-v", version)
+	}
+	cmd := exec.CommandContext(ctx, script, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("%s: %v\n%s", script, err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1]), nil
 }
 
 // WaitNodeReady waits until node's Ready condition is True.

@@ -3,11 +3,14 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ovs-srcip/ovs-srcip/test/lab"
 )
 
 const ns = "cluster"
@@ -49,6 +52,31 @@ func TestDeployment(t *testing.T) {
 		t.Fatalf("pods on %d nodes, want 3", len(nodes))
 	}
 	echoPods = pods
+}
+
+// kube-proxy serves Services in the lab's mode (SRCIP_CLUSTER_PROXY_MODE) on every node: its
+// rules are iptables chains (KUBE-SERVICES in table nat, through iptables' nf_tables backend) in
+// iptables mode, its own nftables table ip kube-proxy in nftables mode, never both.
+func TestKubeProxyMode(t *testing.T) {
+	mode := theCluster.ProxyMode()
+	for _, n := range theCluster.Lab.Nodes {
+		var ipt, nft string
+		err := lab.WaitFor(func() (err error) {
+			if ipt, err = theCluster.Lab.Exec(n.Name, "iptables-save", "-t", "nat"); err != nil {
+				return err
+			}
+			nft, _ = theCluster.Lab.Exec(n.Name, "nft", "list", "tables")
+			inIPT, inNFT := strings.Contains(ipt, "-A KUBE-SERVICES "), strings.Contains(nft, "table ip kube-proxy")
+			if want := mode == ProxyIPTables; inIPT != want || inNFT == want {
+				return fmt.Errorf("KUBE-SERVICES in iptables nat: %v, nftables table ip kube-proxy: %v", inIPT, inNFT)
+			}
+			return nil
+		}, 20*time.Second)
+		if err != nil {
+			t.Fatalf("node %s, kube-proxy in %s mode: %v\n%s\n%s", n.Name, mode, err, tail(ipt, 20), nft)
+		}
+		t.Logf("node %s: kube-proxy in %s mode, %d iptables nat rules", n.Name, mode, strings.Count(ipt, "\n-A KUBE-"))
+	}
 }
 
 // Every node is a zone of its own (kubelet --node-labels), and the EndpointSlice controller

@@ -48,6 +48,9 @@ func run(m *testing.M) int {
 		return fail("cleanup of stale labs: %v", err)
 	}
 	cni := os.Getenv("SRCIP_CLUSTER_CNI")
+	// kube-proxy's mode: nftables (default) or iptables (kubeadm's default); make test runs the
+	// suite in both.
+	proxyMode := os.Getenv("SRCIP_CLUSTER_PROXY_MODE")
 	logf := func(f string, a ...any) {
 		if os.Getenv("SRCIP_CLUSTER_VERBOSE") != "" {
 			fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05.000 ")+f+"\n", a...)
@@ -59,13 +62,13 @@ func run(m *testing.M) int {
 	theCluster, err = Start(context.Background(), Config{
 		Lab:      lc,
 		AgentBin: bins.agent, EchoBin: bins.echo, PauseBin: bins.pause, CNIBin: bins.cni, PortmapBin: bins.portmap,
-		CNI: cni, Logf: logf,
+		CNI: cni, ProxyMode: proxyMode, Logf: logf,
 	})
 	if err != nil {
 		return fail("cluster: %v", err)
 	}
-	fmt.Printf("cluster: up in %v (node binaries build/cache %v; lab %v)\n", time.Since(t0).Round(time.Millisecond),
-		theCluster.BuildTime.Round(time.Millisecond), theCluster.Lab.SetupTime.Round(time.Millisecond))
+	fmt.Printf("cluster: up in %v (node binaries build/cache %v; lab %v; kube-proxy in %s mode)\n", time.Since(t0).Round(time.Millisecond),
+		theCluster.BuildTime.Round(time.Millisecond), theCluster.Lab.SetupTime.Round(time.Millisecond), theCluster.ProxyMode())
 	for _, n := range theCluster.Lab.Nodes {
 		fmt.Printf("cluster: node %s Ready %v after its start, pod CIDR %s\n", n.Name,
 			theCluster.NodeReady[n.Name].Round(time.Millisecond), theCluster.KNodes[n.Name].PodCIDR)

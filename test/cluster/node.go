@@ -31,6 +31,7 @@ var nodeMounts = []struct{ sub, target string }{
 	{"varlog", "/var/log"},                // /var/log/containers, /var/log/pods
 	{"cni-conf", "/etc/cni/net.d"},        // the conflist (written in place)
 	{"cni-bin", "/opt/cni/bin"},           // plugins
+	{"run-ovs-srcip", "/run/ovs-srcip"},   // the DaemonSet agent's flow snapshot
 }
 
 // sysctls kubelet would set host-wide; bind-mounted files with these values make it find them set.
@@ -88,7 +89,7 @@ func (kn *KNode) path(p ...string) string { return filepath.Join(append([]string
 func (kn *KNode) up(ctx context.Context) error {
 	c := kn.c
 	for _, d := range []string{"kubelet", "cni-cache", "run-containerd", "varlog", "cni-conf", "cni-bin", "ovs-srcip",
-		"sysctl", "containerd/root", "containerd/state", "runc", "pod-logs", "opt"} {
+		"run-ovs-srcip", "sysctl", "containerd/root", "containerd/state", "runc", "pod-logs", "opt"} {
 		if err := os.MkdirAll(kn.path(d), 0o755); err != nil {
 			return err
 		}
@@ -277,7 +278,7 @@ func (kn *KNode) mounts() error {
 	return err
 }
 
-// ImportImage imports a docker-archive tarball into the node's containerd (namespace k8s.io).
+// ImportImage imports a docker-archive or OCI image layout tarball into the node's containerd (namespace k8s.io).
 func (kn *KNode) ImportImage(tarball string) error {
 	_, err := kn.c.run(filepath.Join(kn.c.BinDir, "ctr"), "-a", kn.path("containerd.sock"), "-n", "k8s.io",
 		"images", "import", "--no-unpack=false", tarball)
@@ -353,7 +354,7 @@ nodeStatusUpdateFrequency: 2s
 `,
 		"kube-proxy.yaml": `apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
-mode: nftables
+mode: ` + c.cfg.ProxyMode + `
 clientConnection: {kubeconfig: ` + c.Kubeconfig + `}
 hostnameOverride: ` + kn.Name + `
 clusterCIDR: ` + c.cfg.ClusterCIDR + `

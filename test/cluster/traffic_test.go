@@ -233,6 +233,54 @@ func TestUnannotatedNodePort(t *testing.T) {
 	}
 }
 
+// A NodePort on the node's own 127.0.0.1 is where kube-proxy's modes differ, for an annotated
+// Service too: br-ex never sees a node's loopback traffic, so the agent's flows do not serve it.
+// In iptables mode kube-proxy does (localhostNodePorts: route_localnet, masqueraded, so the
+// backends see the node's InternalIP, never 127.0.0.1); in nftables mode nothing answers
+// (kube-proxy's nftables mode has no localhost NodePorts). The node IP's NodePort from outside is
+// the agent's in both modes (the client's IP kept).
+func TestLocalhostNodePort(t *testing.T) {
+	svc := echoService("echo-lo", corev1.ServiceTypeNodePort, 30082)
+	svc.Annotations = map[string]string{"ovs-srcip.io/preserve-source-ip": "true"}
+	svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
+	createService(t, svc)
+	n := theCluster.Lab.Nodes[0]
+	ext := n.IP.String() + ":30082"
+	retry(t, "client -> "+ext, func() error {
+		r, err := theCluster.Lab.Request("client", "tcp", ext)
+		if err == nil && r.ClientIP() != clientIP {
+			return fmt.Errorf("backend %s saw %s, want the client %s (served by the agent)", r.Pod, r.Client, clientIP)
+		}
+		return err
+	})
+	addr := "127.0.0.1:30082"
+	if theCluster.ProxyMode() == ProxyNFTables {
+		if r, err := theCluster.Lab.RequestWith(n.Name, "tcp", addr, lab.RequestOpts{Timeout: "2s"}); err == nil {
+			t.Fatalf("host of %s -> %s answered by %s with kube-proxy in nftables mode, which has no localhost NodePorts", n.Name, addr, r.Pod)
+		}
+		t.Logf("host of %s -> %s: no answer (kube-proxy in nftables mode: no localhost NodePorts)", n.Name, addr)
+		return
+	}
+	seen := map[string]lab.Reply{}
+	retry(t, "answers from every node through "+addr, func() error {
+		r, err := theCluster.Lab.Request(n.Name, "tcp", addr)
+		if err != nil {
+			return err
+		}
+		seen[r.Node] = r
+		if len(seen) < 3 {
+			return fmt.Errorf("answered from %d nodes so far", len(seen))
+		}
+		return nil
+	})
+	for node, r := range seen {
+		t.Logf("host of %s -> %s (kube-proxy, iptables mode): answered by %s on %s, which saw %s", n.Name, addr, r.Pod, node, r.Client)
+		if r.ClientIP() != n.IP.String() {
+			t.Errorf("backend %s on %s saw %s, want the node's InternalIP %s (masqueraded by kube-proxy)", r.Pod, node, r.Client, n.IP)
+		}
+	}
+}
+
 // podPort finds the pod's port on its node's br-int by external_ids:pod-uid: name and ofport.
 func podPort(t *testing.T, p *corev1.Pod) (name string, ofport int) {
 	t.Helper()

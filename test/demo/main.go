@@ -2,22 +2,30 @@
 // node, and shows where each request to an opted-in Service went and which
 // client address the backend saw:
 //
-//	go run ./test/demo --agent /tmp/srcip-agent --echo /tmp/echo --manifests test/manifests/demo
+//	go run ./test/demo --agent /tmp/srcip-agent --echo /tmp/echo --srcipctl /tmp/srcipctl --manifests test/manifests/demo
 //
-// It exits non-zero if a request failed, a backend saw an address other than
-// the client's, or an answer came from an address other than the one asked.
+// The agents read a copy of the manifests in the lab's directory (printed; edit it to change a
+// kept lab). After the requests it prints the backends hit, the path of each entry point, and
+// the ingress node as srcipctl shows it (get services, flows, groups, diff). It exits non-zero if
+// a request failed, a backend saw an address other than the client's, or an answer came from an
+// address other than the one asked. With --keep it prints its verdict and its pid, and keeps the
+// lab until SIGINT or SIGTERM; it then exits with the verdict's status.
 package main
 
 import (
 	"flag"
 	"fmt"
+	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -28,9 +36,10 @@ import (
 )
 
 type entry struct {
-	kind  string // NodePort, LoadBalancer, externalIP
-	proto string // tcp, udp
-	addr  string // IP:port
+	kind   string // NodePort, LoadBalancer, externalIP
+	proto  string // tcp, udp
+	addr   string // IP:port
+	target int    // the Service port's targetPort (its port when not a number)
 }
 
 func main() {
@@ -40,6 +49,7 @@ func main() {
 func run() int {
 	agent := flag.String("agent", "", "srcip-agent binary (required)")
 	echo := flag.String("echo", "", "test/echo binary (default: built into a temp dir)")
+	srcipctl := flag.String("srcipctl", "", "srcipctl binary (default: built into a temp dir)")
 	manifests := flag.String("manifests", "test/manifests/demo", "manifests directory")
 	service := flag.String("service", "demo/web", "namespace/name of the opted-in Service to exercise")
 	n := flag.Int("n", 9, "TCP requests per entry point")
@@ -57,18 +67,27 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		return 2
 	}
-	if *echo == "" {
-		dir, err := os.MkdirTemp("", "demo-echo")
+	for _, b := range []struct {
+		bin *string
+		pkg string
+	}{{echo, "github.com/ovs-srcip/ovs-srcip/test/echo"}, {srcipctl, "github.com/ovs-srcip/ovs-srcip/cmd/srcipctl"}} {
+		if *b.bin != "" {
+			continue
+		}
+		dir, err := os.MkdirTemp("", "demo-bin")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "demo:", err)
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		*echo = filepath.Join(dir, "echo")
-		if out, err := exec.Command("go", "build", "-o", *echo, "github.com/ovs-srcip/ovs-srcip/test/echo").CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "demo: build echo: %v\n%s", err, out)
+		*b.bin = filepath.Join(dir, filepath.Base(b.pkg))
+		if out, err := exec.Command("go", "build", "-o", *b.bin, b.pkg).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "demo: build %s: %v\n%s", b.pkg, err, out)
 			return 1
 		}
+	}
+	if abs, err := filepath.Abs(*srcipctl); err == nil {
+		*srcipctl = abs
 	}
 	logf := func(string, ...any) {}
 	if *verbose {
@@ -82,7 +101,7 @@ func run() int {
 	}
 
 	t0 := time.Now()
-	l, err := lab.New(lab.Config{ManifestsDir: mdir, AgentBin: *agent, EchoBin: *echo, Logf: logf})
+	l, err := lab.New(lab.Config{ManifestsDir: mdir, CopyManifests: true, AgentBin: *agent, EchoBin: *echo, Logf: logf})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		return 1
@@ -95,15 +114,19 @@ func run() int {
 		fmt.Printf("teardown: %s\n", time.Since(t).Round(time.Millisecond))
 	}
 	defer closeLab()
+	// verdict is the exit status once the verdict is printed; 130 before (interrupted).
+	var verdict atomic.Int32
+	verdict.Store(130)
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		<-sig
-		fmt.Fprintln(os.Stderr, "demo: interrupted, tearing down")
+		fmt.Fprintln(os.Stderr, "demo: signalled, tearing down")
 		closeLab()
-		os.Exit(130)
+		os.Exit(int(verdict.Load()))
 	}()
 	fmt.Printf("lab %s: %d nodes, %d pods, built in %s (dir %s)\n", l.Prefix, len(l.Nodes), len(l.Pods), l.SetupTime.Round(time.Millisecond), l.Dir)
+	fmt.Printf("  manifests: %s (a copy of %s: the agents read it, edit it to change the lab)\n", l.ManifestsDir, *manifests)
 	printNodes(l)
 
 	ns, name, _ := strings.Cut(*service, "/")
@@ -141,6 +164,8 @@ func run() int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "demo: Service %s never worked: %v\n", *service, err)
 		dumpDebug(l, ingress.Name)
+		fmt.Printf("\nFAIL: Service %s never worked\n", *service)
+		verdict.Store(1)
 		if *keep {
 			hold(l)
 		}
@@ -152,7 +177,8 @@ func run() int {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tENTRY\tPROTO\tADDRESS\tBACKEND POD\tPOD NODE\tCLIENT SEEN BY BACKEND\tANSWER FROM\tOK")
 	bad, i := 0, 0
-	backends := map[string]int{}
+	var hits []hit
+	first := map[entry]lab.Reply{}
 	for _, e := range entries {
 		count := *n
 		if e.proto == "udp" {
@@ -166,7 +192,10 @@ func run() int {
 				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t-\t-\t-\t-\tFAIL: %v\n", i, e.kind, e.proto, e.addr, oneLine(err))
 				continue
 			}
-			backends[r.Pod]++
+			hits = append(hits, hit{pod: r.Pod, node: r.Node, proto: e.proto})
+			if _, ok := first[e]; !ok {
+				first[e] = r
+			}
 			var why []string
 			if r.ClientIP() != client.IP.String() {
 				why = append(why, "backend saw "+r.ClientIP()+", want "+client.IP.String())
@@ -183,30 +212,103 @@ func run() int {
 		}
 	}
 	tw.Flush()
-	fmt.Printf("backends hit: %v\n", backends)
 
-	flows, err := l.DumpFlows(ingress.Name, "br-ex", "cookie=0x5c00000000000000/0xff00000000000000")
-	fmt.Printf("\n== %s br-ex flows with cookie 0x5c... (ovs-ofctl -O OpenFlow15 dump-flows br-ex cookie=0x5c00000000000000/0xff00000000000000)\n%s", ingress.Name, flows)
-	if err != nil {
-		fmt.Println("error:", err)
+	fmt.Printf("\n== backends hit\n")
+	writeBackends(os.Stdout, hits)
+
+	fmt.Printf("\n== the path of the first request to each entry point (every reply goes back the same way)\n")
+	for _, e := range entries {
+		r, ok := first[e]
+		if !ok {
+			fmt.Printf("%-12s %-3s %-20s  no answer\n", e.kind, e.proto, e.addr)
+			continue
+		}
+		fmt.Printf("%-12s %-3s %-20s  %s\n", e.kind, e.proto, e.addr, drawPath(ingress.Name, r.Node, r.Pod, podAddr(l, r.Pod, e.target)))
 	}
-	for _, br := range []string{"br-ex", "br-int"} {
-		groups, err := l.DumpGroups(ingress.Name, br)
-		fmt.Printf("\n== %s %s groups\n%s", ingress.Name, br, groups)
+
+	ctl := func(args ...string) {
+		fmt.Printf("\n== %s: srcipctl %s\n", ingress.Name, strings.Join(args, " "))
+		cmd := exec.Command(*srcipctl, args...)
+		cmd.Env = append(os.Environ(), "OVS_RUNDIR="+ingress.Dir)
+		out, err := cmd.CombinedOutput()
+		fmt.Print(string(out))
 		if err != nil {
-			fmt.Println("error:", err)
+			fmt.Println("(srcipctl:", err, ")")
 		}
 	}
+	ctl("get", "services")
+	ctl("flows", "--kind", "service-port")
+	ctl("groups")
+	ctl("diff")
 
+	if bad > 0 {
+		fmt.Printf("\nFAIL: %d of %d requests failed or were wrong\n", bad, i)
+		verdict.Store(1)
+	} else {
+		fmt.Printf("\nPASS: %d requests, every backend saw %s, every answer came from the address asked\n", i, client.IP)
+		verdict.Store(0)
+	}
 	if *keep {
 		hold(l)
 	}
-	if bad > 0 {
-		fmt.Printf("\nFAIL: %d of %d requests failed or were wrong\n", bad, i)
-		return 1
+	return int(verdict.Load())
+}
+
+// hit is one answered request: the backend pod, its node, and the protocol.
+type hit struct{ pod, node, proto string }
+
+// writeBackends prints one line per backend pod: its node and the TCP, UDP and total requests
+// it answered.
+func writeBackends(w io.Writer, hits []hit) {
+	type count struct {
+		node     string
+		tcp, udp int
 	}
-	fmt.Printf("\nPASS: %d requests, every backend saw %s, every answer came from the address asked\n", i, client.IP)
-	return 0
+	per := map[string]*count{}
+	for _, h := range hits {
+		c := per[h.pod]
+		if c == nil {
+			c = &count{node: h.node}
+			per[h.pod] = c
+		}
+		if h.proto == "udp" {
+			c.udp++
+		} else {
+			c.tcp++
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "BACKEND POD\tPOD NODE\tTCP\tUDP\tREQUESTS")
+	for _, pod := range slices.Sorted(maps.Keys(per)) {
+		c := per[pod]
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\n", pod, c.node, c.tcp, c.udp, c.tcp+c.udp)
+	}
+	tw.Flush()
+}
+
+// drawPath draws the way of a request in one line: from the client into the ingress node's br-ex,
+// where the connection is DNATed to the endpoint, over Geneve when the pod is on another node,
+// through the pod's node's br-int to the pod; the reply takes it back (un-DNATed on the ingress
+// node).
+func drawPath(ingress, podNode, pod, dnat string) string {
+	s := "client -> " + ingress + " br-ex [DNAT " + dnat + "]"
+	if podNode != ingress {
+		s += " => Geneve => " + podNode + " br-int"
+	} else {
+		s += " -> " + ingress + " br-int"
+	}
+	return s + " -> " + pod + "; reply back"
+}
+
+// podAddr returns the endpoint address a request was DNATed to: the pod's IP and the Service
+// port's targetPort; "?" for a pod the lab does not have.
+func podAddr(l *lab.Lab, pod string, target int) string {
+	for _, p := range l.Pods {
+		if p.Name == pod {
+			return net.JoinHostPort(p.IP.String(), strconv.Itoa(target))
+		}
+	}
+	return "?"
 }
 
 // entryPoints lists NodePort (on the ingress node), LoadBalancer ingress and
@@ -221,16 +323,20 @@ func entryPoints(svc *corev1.Service, nodeIP string) []entry {
 		if proto != "tcp" && proto != "udp" {
 			continue
 		}
+		target := int(p.TargetPort.IntVal)
+		if target == 0 {
+			target = int(p.Port)
+		}
 		if p.NodePort != 0 {
-			out = append(out, entry{"NodePort", proto, net.JoinHostPort(nodeIP, strconv.Itoa(int(p.NodePort)))})
+			out = append(out, entry{"NodePort", proto, net.JoinHostPort(nodeIP, strconv.Itoa(int(p.NodePort))), target})
 		}
 		for _, ing := range svc.Status.LoadBalancer.Ingress {
 			if ing.IP != "" {
-				out = append(out, entry{"LoadBalancer", proto, net.JoinHostPort(ing.IP, strconv.Itoa(int(p.Port)))})
+				out = append(out, entry{"LoadBalancer", proto, net.JoinHostPort(ing.IP, strconv.Itoa(int(p.Port))), target})
 			}
 		}
 		for _, ip := range svc.Spec.ExternalIPs {
-			out = append(out, entry{"externalIP", proto, net.JoinHostPort(ip, strconv.Itoa(int(p.Port)))})
+			out = append(out, entry{"externalIP", proto, net.JoinHostPort(ip, strconv.Itoa(int(p.Port))), target})
 		}
 	}
 	return out
@@ -273,9 +379,11 @@ func printNodes(l *lab.Lab) {
 
 // hold keeps the lab up until the signal handler tears it down.
 func hold(l *lab.Lab) {
-	fmt.Printf("\nlab %s kept (netns %v, dir %s); Ctrl-C or SIGTERM to tear down\n", l.Prefix, l.NetnsNames(), l.Dir)
+	fmt.Printf("\nlab %s kept (netns %v, dir %s)\n", l.Prefix, l.NetnsNames(), l.Dir)
+	fmt.Printf("  manifests: %s (the agents re-read it on change; test/manifests/demo is not touched)\n", l.ManifestsDir)
 	printNodes(l)
 	ing := l.IngressNode()
 	fmt.Printf("try: OVS_RUNDIR=%s bin/srcipctl status\n     OVS_RUNDIR=%s bin/srcipctl trace --from %s:40000 --to 203.0.113.100:80\n", ing.Dir, ing.Dir, l.Clients[0].IP)
+	fmt.Printf("demo pid %d: Ctrl-C or kill %d tears the lab down (the exit status is the verdict's)\n", os.Getpid(), os.Getpid())
 	select {}
 }

@@ -30,6 +30,8 @@ var (
 	theLab  *lab.Lab
 	dir     string // the manifests directory the agents watch
 	labOnce sync.Mutex
+	// agentBin is the srcip-agent binary the lab runs (also for its flow-restore subcommand).
+	agentBin string
 )
 
 func TestMain(m *testing.M) {
@@ -54,6 +56,7 @@ func run(m *testing.M) int {
 			}
 		}
 	}
+	agentBin = agent
 	dir = filepath.Join(tmp, "manifests")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, err)

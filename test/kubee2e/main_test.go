@@ -208,9 +208,9 @@ func setPodReady(ctx context.Context, name string, ready bool) error {
 	return err
 }
 
-// installCRD applies deploy/crd-egressgateway.yaml and waits until EgressGateways are served.
+// installCRD applies deploy/crds/crd-egressgateway.yaml and waits until EgressGateways are served.
 func installCRD(ctx context.Context) error {
-	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "crd-egressgateway.yaml"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "crds", "crd-egressgateway.yaml"))
 	if err != nil {
 		return err
 	}

@@ -83,6 +83,10 @@ type Config struct {
 	CommandTimeout time.Duration
 	// RequestTimeout is passed to "echo get --timeout"; default 3s.
 	RequestTimeout time.Duration
+	// CopyManifests copies ManifestsDir to <Dir>/manifests and gives the agents the copy
+	// (Lab.ManifestsDir): edits of the copy reach the running agents, the original stays as it
+	// is. The copy goes with the lab's directory at Close.
+	CopyManifests bool
 }
 
 // ClientSpec is one external client.
@@ -145,9 +149,12 @@ type Lab struct {
 	Dir         string
 	RouterNetns string
 	Manifests   *Manifests
-	Nodes       []*Node
-	Pods        []*Pod
-	Clients     []*Client
+	// ManifestsDir is the directory the agents read with --manifests: Config.ManifestsDir, or
+	// its copy under Dir (Config.CopyManifests).
+	ManifestsDir string
+	Nodes        []*Node
+	Pods         []*Pod
+	Clients      []*Client
 	// SetupTime is how long New took.
 	SetupTime time.Duration
 
@@ -245,6 +252,15 @@ func New(cfg Config) (l *Lab, err error) {
 	if err := writeOwner(l.Dir); err != nil {
 		os.RemoveAll(l.Dir)
 		return nil, fmt.Errorf("lab: %w", err)
+	}
+	l.ManifestsDir = cfg.ManifestsDir
+	if cfg.CopyManifests {
+		l.ManifestsDir = filepath.Join(l.Dir, "manifests")
+		if err := os.CopyFS(l.ManifestsDir, os.DirFS(cfg.ManifestsDir)); err != nil {
+			os.RemoveAll(l.Dir)
+			return nil, fmt.Errorf("lab: copy the manifests: %w", err)
+		}
+		l.cfg.ManifestsDir = l.ManifestsDir
 	}
 	defer func() {
 		if err != nil {

@@ -58,9 +58,17 @@ var ControlPlanePrograms = []Program{
 // ClusterPrograms are what the real-kubelet lab (test/cluster) and hack/cluster/build.sh execute
 // besides the lab's (nft also for kube-proxy in nftables mode, nsenter also to enter a node's
 // mount namespace) and the control plane's: runc (containerd's runtime), unshare and mount (each
-// node's private mount namespace), pivot_root (its holder in a chroot).
+// node's private mount namespace), pivot_root (its holder in a chroot); kube-proxy in iptables
+// mode (test/cluster Config.ProxyMode) runs Debian's iptables (its nf_tables backend by default):
+// iptables-save and iptables-restore, and ip6tables for its dual-stack probe.
 var ClusterPrograms = []Program{
 	{"runc", "runc"},
+	{"iptables", "iptables"},
+	{"iptables-save", "iptables"},
+	{"iptables-restore", "iptables"},
+	{"ip6tables", "iptables"},
+	{"ip6tables-save", "iptables"},
+	{"ip6tables-restore", "iptables"},
 	{"unshare", "util-linux"},
 	{"pivot_root", "util-linux"},
 	{"mount", "mount"},

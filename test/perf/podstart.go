@@ -40,6 +40,11 @@ type PodStartResult struct {
 	Del latencyStats
 	// FullSyncs and PartialSyncs are the agent's syncs from the first ADD to the last return.
 	FullSyncs, PartialSyncs int
+	// CPU is where the CPU went from the first ADD to the last return (seconds, user+system):
+	// ADDs is the sum over the ADD processes (srcip-cni with the IPAM plugin it ran, from each
+	// process's rusage; ADDsSys the system part of it); the others are the node's daemons' /proc
+	// counters.
+	CPU struct{ ADDs, ADDsSys, Ovsdb, Vswitchd, Agent, WallS float64 }
 }
 
 // podStartPhase creates -pods Pod objects on node1, waits until the agent has them, then runs
@@ -62,7 +67,7 @@ func (b *bench) podStartPhase(ctx context.Context, r *Result, tmp string) error 
 	type podRun struct {
 		name, uid, netns, cid string
 		start, end            time.Time
-		delD                  time.Duration
+		cpu, sys              time.Duration
 		attached, acked       time.Time
 		err                   error
 		out                   string
@@ -114,7 +119,7 @@ func (b *bench) podStartPhase(ctx context.Context, r *Result, tmp string) error 
 	if err != nil {
 		return err
 	}
-	run := func(command string, p *podRun) (time.Time, time.Time, string, error) {
+	runCPU := func(command string, p *podRun) (time.Time, time.Time, string, [2]time.Duration, error) {
 		cmd := exec.Command("ip", "netns", "exec", b.node.Netns, cni)
 		cmd.Env = append(os.Environ(),
 			"CNI_COMMAND="+command, "CNI_CONTAINERID="+p.cid, "CNI_IFNAME=eth0", "CNI_NETNS=/var/run/netns/"+p.netns,
@@ -125,7 +130,17 @@ func (b *bench) podStartPhase(ctx context.Context, r *Result, tmp string) error 
 		cmd.Stdout, cmd.Stderr = &out, &out
 		start := time.Now()
 		err := cmd.Run()
-		return start, time.Now(), out.String(), err
+		end := time.Now()
+		var cpu [2]time.Duration // user+system, system
+		if ps := cmd.ProcessState; ps != nil {
+			// The process and the children it waited for.
+			cpu = [2]time.Duration{ps.UserTime() + ps.SystemTime(), ps.SystemTime()}
+		}
+		return start, end, out.String(), cpu, err
+	}
+	run := func(command string, p *podRun) (time.Time, time.Time, string, error) {
+		start, end, out, _, err := runCPU(command, p)
+		return start, end, out, err
 	}
 
 	// The watcher: the ofport and the acknowledgement of each pod's port, as OVSDB shows them.
@@ -175,6 +190,16 @@ func (b *bench) podStartPhase(ctx context.Context, r *Result, tmp string) error 
 			return err
 		}
 	}
+	daemons := func() (cpu [3]float64) {
+		for i, pid := range []int{b.node.OvsdbPid, b.node.VswitchdPid, b.lab.AgentPid("node1")} {
+			if u, err := procUsage(pid); err == nil {
+				cpu[i] = u.CPUSeconds
+			}
+		}
+		return cpu
+	}
+	cpu0 := daemons()
+	burst := time.Now()
 	logf("pod start: %d CNI ADDs at once on node1 (%d Services)", n, len(b.cl.svcs))
 	var wg sync.WaitGroup
 	gate := make(chan struct{})
@@ -183,11 +208,14 @@ func (b *bench) podStartPhase(ctx context.Context, r *Result, tmp string) error 
 		go func() {
 			defer wg.Done()
 			<-gate
-			p.start, p.end, p.out, p.err = run("ADD", p)
+			var cpu [2]time.Duration
+			p.start, p.end, p.out, cpu, p.err = runCPU("ADD", p)
+			p.cpu, p.sys = cpu[0], cpu[1]
 		}()
 	}
 	close(gate)
 	wg.Wait()
+	cpu1, burstWall := daemons(), time.Since(burst)
 	select {
 	case <-watched:
 	case <-time.After(2 * time.Second):
@@ -197,6 +225,12 @@ func (b *bench) podStartPhase(ctx context.Context, r *Result, tmp string) error 
 
 	ps := &PodStartResult{Pods: n}
 	r.PodStart = ps
+	ps.CPU.Ovsdb, ps.CPU.Vswitchd, ps.CPU.Agent = cpu1[0]-cpu0[0], cpu1[1]-cpu0[1], cpu1[2]-cpu0[2]
+	ps.CPU.WallS = burstWall.Seconds()
+	for _, p := range pods {
+		ps.CPU.ADDs += p.cpu.Seconds()
+		ps.CPU.ADDsSys += p.sys.Seconds()
+	}
 	for _, k := range []string{"full", "partial"} {
 		after, err := b.syncSteps(k)
 		if err != nil {
@@ -207,6 +241,10 @@ func (b *bench) podStartPhase(ctx context.Context, r *Result, tmp string) error 
 			ps.FullSyncs = d
 		} else {
 			ps.PartialSyncs = d
+		}
+		if d > 0 {
+			prev := before[k]
+			logf("pod start: %d %s syncs, mean per sync: %s", d, k, formatSteps(after.means(&prev)))
 		}
 	}
 	var adds, waits []time.Duration
@@ -233,6 +271,8 @@ func (b *bench) podStartPhase(ctx context.Context, r *Result, tmp string) error 
 	if addSum > 0 {
 		ps.WaitShare = float64(waitSum) / float64(addSum)
 	}
+	logf("pod start: CPU from the first ADD to the last return (%.2f s wall): ADD processes %.2f s (%.1f ms each, %.0f%% system), ovsdb-server %.2f s, ovs-vswitchd %.2f s, agent %.2f s",
+		ps.CPU.WallS, ps.CPU.ADDs, 1000*ps.CPU.ADDs/float64(n), 100*ps.CPU.ADDsSys/max(ps.CPU.ADDs, 1e-9), ps.CPU.Ovsdb, ps.CPU.Vswitchd, ps.CPU.Agent)
 	logf("pod start: ADD -> return p50 %.1f ms, p99 %.1f ms; waiting for flows p50 %.1f ms, p99 %.1f ms (%.0f%% of the ADD time); agent syncs meanwhile: %d full, %d partial",
 		ps.Add.P50ms, ps.Add.P99ms, ps.Wait.P50ms, ps.Wait.P99ms, 100*ps.WaitShare, ps.FullSyncs, ps.PartialSyncs)
 
@@ -276,6 +316,12 @@ func podStartRows(row func(string, func(*Result) string)) {
 	}))
 	row("agent: pod start, syncs full/partial; DEL p50/p99 (ms)", cell(func(p *PodStartResult) string {
 		return fmt.Sprintf("%d/%d; %.0f/%.0f", p.FullSyncs, p.PartialSyncs, p.Del.P50ms, p.Del.P99ms)
+	}))
+	row("agent: pod start, CPU s: ADDs/ovsdb/vswitchd/agent (wall)", cell(func(p *PodStartResult) string {
+		return fmt.Sprintf("%.2f/%.2f/%.2f/%.2f (%.2f)", p.CPU.ADDs, p.CPU.Ovsdb, p.CPU.Vswitchd, p.CPU.Agent, p.CPU.WallS)
+	}))
+	row("agent: pod start, CPU per ADD ms (system part)", cell(func(p *PodStartResult) string {
+		return fmt.Sprintf("%.1f (%.1f)", 1000*p.CPU.ADDs/float64(p.Pods), 1000*p.CPU.ADDsSys/float64(p.Pods))
 	}))
 }
 

@@ -110,14 +110,15 @@ func TestReadmeDebuggingCommands(t *testing.T) {
 		prefix string
 		has    []string
 	}{
-		{"bin/srcipctl status", []string{"node node1", "service demo/web", "opted in", "endpoint demo/echo-a 10.244.2.5:8080 on node2", "entry points: 192.0.2.11:30080/TCP", "conntrack ZoneService"}},
-		{"bin/srcipctl get services", []string{"demo/web", "http/TCP", "demo/echo-a@node2"}},
+		{"bin/srcipctl status", []string{"node node1", "service demo/web", "opted in", "endpoint demo/echo-a 10.244.2.5:8080 on node2", "entry points: 192.0.2.11:30080/TCP", "conntrack ZoneService", "    counters: "}},
+		{"bin/srcipctl get services", []string{"demo/web", "http/TCP", "192.0.2.11:30080/TCP +2"}},
 		{"bin/srcipctl trace --from 198.51.100.10:40000 --to 203.0.113.100:80", []string{"entry point of demo/web http/TCP", "ExServiceCT", "endpoint demo/", "verdict: delivered", "(demo/web http/TCP)"}},
 		{"bin/srcipctl trace --from 198.51.100.10:40000 --to 192.0.2.11:30081", []string{"verdict: not handled by ovs-srcip: node1"}},
 		{"bin/srcipctl flows", []string{"service-port demo/web http/TCP; ExServiceLB", "group of demo/web http/TCP, 3 bucket(s)"}},
 		{"bin/srcipctl cookie", []string{"object=service-port demo/web", "bridge=br-ex"}},
 		{"bin/srcipctl desired", []string{"# br-ex", "service-port demo/web http/TCP", "pod demo/echo-c", "drop: tunnel-from-unknown-node"}},
-		{"bin/srcipctl diff", []string{"no difference"}},
+		{"bin/srcipctl diff", []string{"# rendered with --manifests=", "--external-ip-cidrs=203.0.113.0/24", "no difference"}},
+		{"bin/srcipctl groups", []string{"of demo/web http/TCP, 3 bucket(s)", "10.244.2.5:8080  demo/echo-a  node2"}},
 		{"ovs-ofctl -O OpenFlow15 dump-flows br-ex cookie=0x5c10", []string{"tp_dst=30080"}},
 		{"ovs-ofctl -O OpenFlow15 dump-flows br-ex cookie=0x5c11", nil},
 		{"ovs-appctl dpctl/dump-conntrack", nil},

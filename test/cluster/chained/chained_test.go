@@ -79,7 +79,7 @@ func run(m *testing.M) int {
 		Lab:      lab.Config{ManifestsDir: "../testdata/nodes", NoGateway: true, EchoBin: echoBin},
 		AgentBin: agentBin, EchoBin: echoBin, PauseBin: pause, CNIBin: cni, PortmapBin: portmap,
 		CNI:  cluster.CNIChained,
-		CRDs: []string{"../../../deploy/crd-egressgateway.yaml"},
+		CRDs: []string{"../../../deploy/crds/crd-egressgateway.yaml"},
 		AgentArgs: []string{"--lease-namespace=default", "--egress-lease-duration=3s",
 			"--egress-renew-deadline=2s", "--egress-retry-period=500ms"},
 		Logf: logf,

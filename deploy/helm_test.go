@@ -1,0 +1,174 @@
+package deploy_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+)
+
+const chart = "helm/ovs-srcip"
+
+// helmBin builds (or finds in its cache) the Helm CLI of hack/helm (helm.sh/helm/v3 from the Go
+// module proxy).
+func helmBin(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("../hack/helm/build.sh").Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("hack/helm/build.sh: %v\n%s", err, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1]
+}
+
+// helmTemplate renders the chart as `helm template ovs-srcip deploy/helm/ovs-srcip --namespace
+// kube-system ARGS...`.
+func helmTemplate(t *testing.T, args ...string) []*unstructured.Unstructured {
+	t.Helper()
+	cmd := exec.Command(helmBin(t), append([]string{"template", "ovs-srcip", chart, "--namespace", "kube-system"}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, stderr.String())
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			if err.Error() == "EOF" {
+				break
+			}
+			t.Fatalf("helm template output: %v", err)
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
+		}
+	}
+	return objs
+}
+
+var generatedSuffix = regexp.MustCompile(`^(srcip-node-setup|srcip-agent)-[a-z0-9]{10}$`)
+
+// normalize drops what is allowed to differ between the chart and the base: the objects' labels
+// (the chart adds Helm's), the CRD's helm.sh/resource-policy, the pod template's config hash, and
+// the hash suffix of the base's generated ConfigMap names (in the names and the references).
+func normalize(t *testing.T, objs []*unstructured.Unstructured) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, u := range objs {
+		u = u.DeepCopy()
+		u.SetLabels(nil)
+		a := u.GetAnnotations()
+		delete(a, "helm.sh/resource-policy")
+		if len(a) == 0 {
+			a = nil
+		}
+		u.SetAnnotations(a)
+		unstructured.RemoveNestedField(u.Object, "spec", "template", "metadata", "annotations")
+		b, err := json.Marshal(u.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := regexp.MustCompile(`"(srcip-node-setup|srcip-agent)-[a-z0-9]{10}"`).ReplaceAllString(string(b), `"$1"`)
+		name := u.GetName()
+		if m := generatedSuffix.FindStringSubmatch(name); m != nil && u.GetKind() == "ConfigMap" {
+			name = m[1]
+		}
+		out[u.GetKind()+"/"+u.GetNamespace()+"/"+name] = s
+	}
+	return out
+}
+
+func compare(t *testing.T, what string, helm, kustomize []*unstructured.Unstructured) {
+	t.Helper()
+	h, k := normalize(t, helm), normalize(t, kustomize)
+	for key, kv := range k {
+		hv, ok := h[key]
+		switch {
+		case !ok:
+			t.Errorf("%s: helm template has no %s", what, key)
+		case hv != kv:
+			t.Errorf("%s: %s differs:\n helm      %s\n kustomize %s", what, key, hv, kv)
+		}
+	}
+	for key := range h {
+		if _, ok := k[key]; !ok {
+			t.Errorf("%s: helm template has %s, kustomize build has not", what, key)
+		}
+	}
+}
+
+// The chart with its default values renders the objects of deploy/crds and deploy/, modulo
+// labels; the CRD carries helm.sh/resource-policy: keep (helm uninstall leaves it and its
+// EgressGateways) unless crds.keep=false, and is left out with crds.install=false.
+func TestHelmTemplateMatchesKustomize(t *testing.T) {
+	objs := helmTemplate(t)
+	compare(t, "default values", objs, build(t))
+	for _, u := range objs {
+		if u.GetLabels()["app.kubernetes.io/part-of"] != "ovs-srcip" || u.GetLabels()["app.kubernetes.io/managed-by"] != "Helm" {
+			t.Errorf("%s %s labels %v", u.GetKind(), u.GetName(), u.GetLabels())
+		}
+	}
+	crd := find(t, objs, "CustomResourceDefinition", crdName)
+	if crd.GetAnnotations()["helm.sh/resource-policy"] != "keep" {
+		t.Errorf("CRD annotations %v, want helm.sh/resource-policy: keep", crd.GetAnnotations())
+	}
+	crd = find(t, helmTemplate(t, "--set", "crds.keep=false"), "CustomResourceDefinition", crdName)
+	if _, ok := crd.GetAnnotations()["helm.sh/resource-policy"]; ok {
+		t.Errorf("crds.keep=false: CRD annotations %v", crd.GetAnnotations())
+	}
+	for _, u := range helmTemplate(t, "--set", "crds.install=false") {
+		if u.GetKind() == "CustomResourceDefinition" {
+			t.Errorf("crds.install=false renders the CRD")
+		}
+	}
+	// The chart follows the release: appVersion and version are VERSION's.
+	b, err := os.ReadFile(filepath.Join(chart, "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"\nappVersion: " + release() + "\n", "\nversion: " + strings.TrimPrefix(release(), "v") + "\n"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("Chart.yaml lacks %q", strings.TrimSpace(want))
+		}
+	}
+}
+
+// The real-kubelet lab's values (test/cluster/install/testdata/values.yaml: the lab's node set-up
+// settings and the ovs-srcip.io/enabled node selector) render what its kustomize overlay does
+// (testdata/overlay: the Component labelled-nodes), plus deploy/crds.
+func TestHelmLabValuesMatchLabOverlay(t *testing.T) {
+	objs := helmTemplate(t, "--values", "../test/cluster/install/testdata/values.yaml")
+	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), "../test/cluster/install/testdata/overlay")
+	if err != nil {
+		t.Fatalf("kustomize build the lab's overlay: %v", err)
+	}
+	kobjs := buildDir(t, "crds")
+	for _, r := range rm.Resources() {
+		b, err := r.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(b); err != nil {
+			t.Fatal(err)
+		}
+		kobjs = append(kobjs, u)
+	}
+	compare(t, "lab values", objs, kobjs)
+}
