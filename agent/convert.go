@@ -108,8 +108,8 @@ func (s Selector) Select(svc *corev1.Service) (ok bool, via, reason string) {
 // LoadBalancer, or an IPv4 externalIP inside externalCIDRs (--external-ip-cidrs: a ClusterIP
 // Service whose externalIPs the agent would refuse anyway stays kube-proxy's, with no Event);
 // it is neither ExternalName nor headless; it is not handed to another proxy (label
-// LabelServiceProxyName) nor labelled headless (LabelHeadless); and its sessionAffinity is not ClientIP, which the pipeline does not
-// implement (kube-proxy keeps such a Service and its affinity).
+// LabelServiceProxyName) nor labelled headless (LabelHeadless). sessionAffinity ClientIP is
+// served (AffinitySeconds).
 func Eligible(svc *corev1.Service, externalCIDRs []netip.Prefix) bool {
 	if svc == nil {
 		return false
@@ -125,9 +125,6 @@ func Eligible(svc *corev1.Service, externalCIDRs []netip.Prefix) bool {
 		return false
 	}
 	if _, ok := svc.Labels[LabelHeadless]; ok {
-		return false
-	}
-	if sp.SessionAffinity == corev1.ServiceAffinityClientIP {
 		return false
 	}
 	if sp.Type == corev1.ServiceTypeNodePort || sp.Type == corev1.ServiceTypeLoadBalancer {
@@ -215,6 +212,7 @@ func (s Selector) ServicePorts(svc *corev1.Service, eps []*discoveryv1.EndpointS
 	lbIPs, extIPs = sortedUnique(lbIPs), sortedUnique(extIPs)
 	filter, ranges, msgs := SourceRanges(svc)
 	problems = append(problems, msgs...)
+	affinity := AffinitySeconds(svc)
 
 	var out []flows.ServicePort
 	for _, p := range svc.Spec.Ports {
@@ -238,7 +236,8 @@ func (s Selector) ServicePorts(svc *corev1.Service, eps []*discoveryv1.EndpointS
 			Protocol: proto, Port: uint16(p.Port), NodePort: uint16(p.NodePort),
 			LoadBalancerIPs: slices.Clone(lbIPs), ExternalIPs: slices.Clone(extIPs),
 			FilterSources: filter, SourceRanges: slices.Clone(ranges),
-			Rank: flows.Rank{Created: svc.CreationTimestamp.Time},
+			AffinitySeconds: affinity,
+			Rank:            flows.Rank{Created: svc.CreationTimestamp.Time},
 		}
 		var msgs []string
 		sp.Endpoints, msgs = endpointsFor(p.Name, proto, eps, topo)
@@ -246,6 +245,20 @@ func (s Selector) ServicePorts(svc *corev1.Service, eps []*discoveryv1.EndpointS
 		out = append(out, sp)
 	}
 	return out, problems
+}
+
+// AffinitySeconds returns the session affinity timeout of svc in seconds (flows.ServicePort
+// AffinitySeconds): spec.sessionAffinityConfig.clientIP.timeoutSeconds when spec.sessionAffinity
+// is ClientIP (corev1.DefaultClientIPServiceAffinitySeconds, 10800, when unset or not positive),
+// 0 without affinity.
+func AffinitySeconds(svc *corev1.Service) uint32 {
+	if svc.Spec.SessionAffinity != corev1.ServiceAffinityClientIP {
+		return 0
+	}
+	if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil && *c.ClientIP.TimeoutSeconds > 0 {
+		return uint32(*c.ClientIP.TimeoutSeconds)
+	}
+	return uint32(corev1.DefaultClientIPServiceAffinitySeconds)
 }
 
 // SourceRanges reads spec.loadBalancerSourceRanges (docs/field-cases.md#c32). filter is true

@@ -385,3 +385,21 @@ func TestTrimObjectKeepsWhatTheAgentReads(t *testing.T) {
 		t.Errorf("trimmed Node status: %+v", n.Status)
 	}
 }
+
+// sessionAffinity ClientIP becomes the port's AffinitySeconds: timeoutSeconds, or 10800 when
+// unset; None is 0.
+func TestAffinitySeconds(t *testing.T) {
+	secs := func(v int32) *corev1.Service {
+		s := plainService("s", 30080, func(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP })
+		if v != 0 {
+			s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: &v}}
+		}
+		return s
+	}
+	assert.Equal(t, uint32(10800), AffinitySeconds(secs(0)))
+	assert.Equal(t, uint32(60), AffinitySeconds(secs(60)))
+	assert.Equal(t, uint32(0), AffinitySeconds(plainService("s", 30080)))
+	ports, _ := Selector{Mode: PreserveAll}.ServicePorts(secs(30), nil)
+	require.Len(t, ports, 1)
+	assert.Equal(t, uint32(30), ports[0].AffinitySeconds)
+}

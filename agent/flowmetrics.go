@@ -27,14 +27,14 @@ func newFlowStatsCollector(r *Reconciler, bridges map[flows.Bridge]FlowBridge) *
 	svc := []string{"namespace", "service", "port", "protocol"}
 	return &flowStatsCollector{r: r, bridges: bridges, timeout: 5 * time.Second,
 		dropped: prometheus.NewDesc("srcip_agent_dropped_packets_total",
-			"Packets dropped by the agent's drop flows (and new connections to Service ports without endpoints), by bridge and reason (flows.DropReason; docs/troubleshooting.md). OVS flow counters: they restart when a flow set is rewritten.",
+			"Packets dropped by the agent's drop flows (and new connections to Service ports without endpoints, handed to the host's kube-proxy to reject), by bridge and reason (flows.DropReason; docs/troubleshooting.md). OVS flow counters: they restart when a flow set is rewritten.",
 			[]string{"bridge", "reason"}, nil),
 		svcPackets: prometheus.NewDesc("srcip_agent_service_packets_total",
 			"Packets from clients to the entry points of an opted-in Service port on this node (ExServiceLB), by Service port.", svc, nil),
 		svcNew: prometheus.NewDesc("srcip_agent_service_new_connections_total",
-			"New connections of an opted-in Service port sent to its select group on this node (ExServiceCT), by Service port.", svc, nil),
+			"New connections of an opted-in Service port sent to its endpoints on this node (ExServiceCT: its select group, or the session affinity lookup), by Service port.", svc, nil),
 		svcDropped: prometheus.NewDesc("srcip_agent_service_dropped_packets_total",
-			"Packets of new connections to an opted-in Service port dropped on this node (a retransmitted SYN counts again), by Service port and reason (outside-source-ranges, no-endpoints). OVS flow counters: they restart when a flow set is rewritten.",
+			"Packets of new connections to an opted-in Service port not served on this node (a retransmitted SYN counts again), by Service port and reason (outside-source-ranges: dropped; no-endpoints: handed to the host, whose kube-proxy rejects them). OVS flow counters: they restart when a flow set is rewritten.",
 			append(svc, "reason"), nil),
 		scrapeErrors: prometheus.NewDesc("srcip_agent_flow_stats_errors",
 			"1 when the flow counters of a bridge could not be read at this scrape.", []string{"bridge"}, nil),
@@ -80,18 +80,21 @@ func (c *flowStatsCollector) Collect(ch chan<- prometheus.Metric) {
 			if !known || kind != flows.KindServicePort {
 				continue
 			}
+			dropInfo, isDrop := flows.DropAt(b, s.Table, s.Priority, kind)
 			switch {
 			case s.Table == flows.ExServiceLB:
 				pk[k] += float64(s.Packets)
-			case s.Table == flows.ExServiceCT && s.ToGroup && empty[k]:
+			case s.Table != flows.ExServiceCT:
+			case isDrop:
+				addDrop(sd, k, dropInfo.Reason, float64(s.Packets))
+			case empty[k]:
+				// A port without endpoints hands its new connections to the host, whose
+				// kube-proxy rejects them.
 				drops[flows.DropNoEndpoints] += float64(s.Packets)
 				addDrop(sd, k, flows.DropNoEndpoints, float64(s.Packets))
-			case s.Table == flows.ExServiceCT && s.ToGroup:
+			default:
+				// The group, or for a sessionAffinity port the lookup of the client's endpoint.
 				nc[k] += float64(s.Packets)
-			case s.Table == flows.ExServiceCT:
-				if info, ok := flows.DropAt(b, s.Table, s.Priority, kind); ok {
-					addDrop(sd, k, info.Reason, float64(s.Packets))
-				}
 			}
 		}
 		for r, v := range drops {

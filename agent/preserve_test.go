@@ -87,7 +87,7 @@ func TestSelectorEligibility(t *testing.T) {
 			s.Spec.ExternalTrafficPolicy = ""
 			s.Spec.Ports[0].NodePort = 0
 		}), no, no},
-		{"sessionAffinity ClientIP", plainService("s", 30080, func(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP }), no, no},
+		{"sessionAffinity ClientIP (served with its affinity)", plainService("s", 30080, func(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP }), no, want{via: ViaAll}},
 		{"another proxy's", plainService("s", 30080, func(s *corev1.Service) { s.Labels = map[string]string{LabelServiceProxyName: "other"} }), no, no},
 		{"labelled headless (kube-proxy ignores it)", plainService("s", 30080, func(s *corev1.Service) { s.Labels = map[string]string{LabelHeadless: ""} }), no, no},
 

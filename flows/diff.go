@@ -2,6 +2,7 @@ package flows
 
 import (
 	"net/netip"
+	"slices"
 	"sort"
 
 	of "github.com/ovs-srcip/ovs-srcip/openflow"
@@ -23,11 +24,13 @@ type Applied struct {
 	// EntryPoints and Endpoints are the FlowSet's (service-port and service-drain kinds).
 	EntryPoints []EntryPoint
 	Endpoints   []netip.AddrPort
+	// Learned are the FlowSet's learned cookies (FlowSet.Learned).
+	Learned []Cookie
 }
 
 // AppliedOf returns what applying fs records.
 func AppliedOf(fs *FlowSet) Applied {
-	return Applied{Cookie: fs.Cookie(), Groups: fs.GroupIDs(), EntryPoints: fs.EntryPoints, Endpoints: fs.Endpoints}
+	return Applied{Cookie: fs.Cookie(), Groups: fs.GroupIDs(), EntryPoints: fs.EntryPoints, Endpoints: fs.Endpoints, Learned: fs.Learned}
 }
 
 // Plan is one atomic bundle for one bridge: add (or overwrite) the given FlowSets, then delete
@@ -83,7 +86,8 @@ func (p *Plan) RepairAll(desired []*FlowSet) {
 }
 
 // Replace plans the move of one Key from what was applied (nil: nothing) to fs (nil: delete).
-// An unchanged FlowSet (same cookie) plans nothing.
+// An unchanged FlowSet (same cookie) plans nothing. The learned cookies of old that fs does not
+// name are deleted with it (an endpoint that left a sessionAffinity port, a changed timeout).
 func (p *Plan) Replace(old *Applied, fs *FlowSet) {
 	keep := map[uint32]bool{}
 	if fs != nil {
@@ -101,6 +105,11 @@ func (p *Plan) Replace(old *Applied, fs *FlowSet) {
 	if fs == nil || old.Cookie != fs.Cookie() {
 		p.DeleteCookies = append(p.DeleteCookies, old.Cookie)
 	}
+	for _, c := range old.Learned {
+		if fs == nil || !slices.Contains(fs.Learned, c) {
+			p.DeleteCookies = append(p.DeleteCookies, c)
+		}
+	}
 	for _, g := range old.Groups {
 		if !keep[g] {
 			p.DeleteGroups = append(p.DeleteGroups, g)
@@ -110,13 +119,17 @@ func (p *Plan) Replace(old *Applied, fs *FlowSet) {
 
 // FullDiff compares the desired FlowSets of one bridge with what the bridge holds: a FlowSet whose
 // cookie has a different flow count (missing, or flows deleted by hand) or whose groups are
-// missing or have another number of buckets (when Inventory.Buckets knows it) is re-added; owned cookies and groups that nothing desires are deleted.
+// missing or have another number of buckets (when Inventory.Buckets knows it) is re-added; owned cookies and groups that nothing desires are deleted
+// (learned flows: only affinity cookies that no FlowSet names in Learned; their count is OVS's).
 func FullDiff(b Bridge, desired []*FlowSet, inv Inventory) Plan {
 	p := Plan{Bridge: b}
 	wantCookie := map[Cookie]bool{}
 	wantGroup := map[uint32]bool{}
 	for _, fs := range desired {
 		wantCookie[fs.Cookie()] = true
+		for _, c := range fs.Learned {
+			wantCookie[c] = true
+		}
 		missing := inv.Flows[fs.Cookie()] != len(fs.Flows)
 		for _, g := range fs.Groups {
 			wantGroup[g.ID] = true
@@ -133,7 +146,7 @@ func FullDiff(b Bridge, desired []*FlowSet, inv Inventory) Plan {
 		}
 	}
 	for c := range inv.Flows {
-		if c.Owned() && !c.Learned() && !wantCookie[c] {
+		if c.Owned() && c.Kind() != KindLearnedReset && !wantCookie[c] {
 			p.DeleteCookies = append(p.DeleteCookies, c)
 		}
 	}

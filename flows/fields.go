@@ -251,6 +251,26 @@ var (
 	RegEgressIP = NewRegField("RegEgressIP", 3, 0, 31)
 )
 
+// Registers (per packet, on br-ex): session affinity (ExServiceCT -> ExServiceAffinity ->
+// ExServiceAffinityOut).
+var (
+	// RegAffinityPort is reg4 on br-ex: the select group id of the sessionAffinity Service port
+	// a new connection is for, set by ExServiceCT; learned flows match it.
+	RegAffinityPort = NewRegField("RegAffinityPort", 4, 0, 31)
+	// RegAffinityEndpoint is reg5 on br-ex: the IPv4 address of the endpoint a learned flow
+	// recorded for the client (0: none).
+	RegAffinityEndpoint = NewRegField("RegAffinityEndpoint", 5, 0, 31)
+	// RegAffinityEndpointPort is reg6[0..15] on br-ex: that endpoint's port.
+	RegAffinityEndpointPort = NewRegField("RegAffinityEndpointPort", 6, 0, 15)
+	// RegAffinityClientPort is reg7[0..15] on br-ex: the client's source port, copied by
+	// ExServiceCT only so that the datapath flow of a new connection of a sessionAffinity port
+	// matches it: every new connection is then translated in the slow path (an upcall), where
+	// the learn of its choice takes effect at once; a datapath flow shared by the client's
+	// connections would run it only when its statistics are pushed, and a flow table change in
+	// between could pick again.
+	RegAffinityClientPort = NewRegField("RegAffinityClientPort", 7, 0, 15)
+)
+
 // RegSource values.
 var (
 	SourcePod       = NewRegMark(RegSource, 1, "from a local pod port")
@@ -349,6 +369,7 @@ const (
 	prioMid           = 200
 	prioEntry         = 100
 	prioSourceDeny    = 95 // below prioEntry: new connections from outside loadBalancerSourceRanges
+	prioAffinityMiss  = 90 // below prioEntry: no learned endpoint (or one that left): the group
 	prioDrain         = 90 // below prioEntry: a live entry point wins over a draining one
 	prioEgressExcl    = 21 // above prioEgress: excluded destinations keep the host path
 	prioEgress        = 20 // above prioLow (the host path), below pod and node routes
@@ -391,6 +412,10 @@ func Fields() []FieldDoc {
 		{fmt.Sprintf("`%s` `%s` (br-int)", RegOutPort.name, RegOutPort.Ref()), "ofport", "output port chosen by IntL3Forwarding"},
 		{fmt.Sprintf("`%s` `%s` (br-int)", RegScratch.name, RegScratch.Ref()), "scratch", "ARP responder address swap"},
 		{fmt.Sprintf("`%s` `%s` (br-int)", RegEgressIP.name, RegEgressIP.Ref()), "IPv4", "the egress IP of a local pod's egress packet (IntL3Forwarding -> IntEgressOut)"},
+		{fmt.Sprintf("`%s` `%s` (br-ex)", RegAffinityPort.name, RegAffinityPort.Ref()), "group id", "the sessionAffinity Service port of a new connection (ExServiceCT -> ExServiceAffinity, ExServiceAffinityOut)"},
+		{fmt.Sprintf("`%s` `%s` (br-ex)", RegAffinityEndpoint.name, RegAffinityEndpoint.Ref()), "IPv4", "the endpoint a learned affinity flow recorded for the client (0: none)"},
+		{fmt.Sprintf("`%s` `%s` (br-ex)", RegAffinityEndpointPort.name, RegAffinityEndpointPort.Ref()), "port", "that endpoint's port"},
+		{fmt.Sprintf("`%s` `%s` (br-ex)", RegAffinityClientPort.name, RegAffinityClientPort.Ref()), "port", "the client's source port, copied so that each new connection of a sessionAffinity port is an upcall (its learn takes effect at once)"},
 		{"Geneve VNI `VNIPod`", fmt.Sprint(VNIPod), "pod to pod (P3)"},
 		{"Geneve VNI `VNIService`", fmt.Sprint(VNIService), "DNATed external traffic, ingress node -> backend node (P1)"},
 		{"Geneve VNI `VNIServiceReply`", fmt.Sprint(VNIServiceReply), "backend node -> ingress node (P1)"},

@@ -87,6 +87,13 @@ func GoldenStates() map[string]*State {
 	host := GoldenWebTCP()
 	host.Endpoints = append(host.Endpoints, Endpoint{IP: goldenIP("192.0.2.12"), Port: 8080, NodeName: "node2"})
 	cases["node1-hostnetwork-endpoint"] = GoldenState(host)
+	// sessionAffinity: ClientIP: the TCP port with the default timeout (10800 s), the UDP port
+	// with one above an OpenFlow idle timeout (capped at 65535 s, a warning), and a port without
+	// endpoints (no affinity flows: its new connections go to the host, which rejects them).
+	affTCP, affUDP := GoldenWebTCP(), GoldenWebUDP()
+	affTCP.AffinitySeconds, affUDP.AffinitySeconds = 10800, 86400
+	affEmpty := ServicePort{Namespace: "demo", Name: "empty", Protocol: TCP, Port: 80, NodePort: 30090, AffinitySeconds: 10800}
+	cases["node1-affinity"] = GoldenState(affTCP, affUDP, affEmpty)
 	// Host connectivity: the node has its gateway port srcip-gw0 (ofport 4).
 	withGW := func(st *State) *State {
 		st.Ports.IntGateway = 4

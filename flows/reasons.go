@@ -63,8 +63,10 @@ const (
 	// but is no reply of a connection the pod opened through an egress gateway (the main CNI
 	// owns that address; docs/egress.md#chained-mode).
 	DropChainedNotEgress DropReason = "chained-not-egress"
-	// DropNoEndpoints: a new connection to a Service port without usable endpoints (its select
-	// group has no bucket). No flow states it: the group does.
+	// DropNoEndpoints: a new connection to a Service port without usable endpoints. It is not
+	// dropped here: ExServiceCT hands it, uncommitted, to the host, where kube-proxy rejects it
+	// (ICMP port unreachable); no drop flow states it (the metric counts the
+	// ExServiceCT flows of ports without endpoints).
 	DropNoEndpoints DropReason = "no-endpoints"
 	// DropMTU: a packet larger than the underlay MTU minus the Geneve overhead (GeneveOverhead)
 	// on its way to another node; the userspace datapath drops it with only a log line.
@@ -130,7 +132,7 @@ var dropInfos = []DropInfo{
 		[]DropSpot{{BrInt, IntEgressReply, prioDefault, KindIntBase}, {BrInt, IntEgressReplyCT, prioDefault, KindIntBase}}},
 	{DropChainedNotEgress, "a packet for a chained pod's address (its main CNI's) reached br-int without being an egress gateway's reply to that pod: the main CNI owns the address",
 		[]DropSpot{{BrInt, IntL3Forwarding, prioMid - 1, KindPod}}},
-	{DropNoEndpoints, "the Service port has no usable endpoint: its select group has no bucket (check the EndpointSlices: ready, or serving and terminating, endpoints)", nil},
+	{DropNoEndpoints, "the Service port has no usable endpoint: new connections go to the host untouched, where kube-proxy rejects them (ICMP port unreachable: the client gets ECONNREFUSED at once; check the EndpointSlices: ready, or serving and terminating, endpoints)", nil},
 	{DropMTU, "the packet is larger than the underlay MTU minus the 50 bytes of Geneve: the userspace datapath drops it with only a log line (give pods an MTU of at most underlay MTU - 50)", nil},
 }
 

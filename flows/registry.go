@@ -43,6 +43,13 @@ const (
 	// (ResetLearn): they are no flow set of the agent's; the agent never deletes or repairs
 	// them (Cookie.Learned), their hard timeout ends them.
 	KindLearnedReset Kind = 0x20
+	// KindLearnedAffinity marks the flows a sessionAffinity: ClientIP Service port's bucket
+	// learns in ExServiceAffinity (AffinityLearn): one client's choice of endpoint, ended by
+	// their idle timeout (timeoutSeconds). The fingerprint names the Service port, the timeout
+	// and the endpoint (AffinityCookie): the agent deletes them by cookie when the endpoint
+	// leaves the port, the timeout changes or affinity is turned off (FlowSet.Learned), and a
+	// full sync deletes those no flow set names.
+	KindLearnedAffinity Kind = 0x21
 )
 
 // Trigger says which changes make the flow sets of a kind dirty (to be rebuilt by a partial

@@ -27,6 +27,19 @@ import (
 // cannot reach) is declined (docs/field-cases.md#c34): the flow set has no flow and no group,
 // FlowSet.Declined says why, and the host (kube-proxy) serves the port, without source IP
 // preservation. A group that misses a ready endpoint is never installed.
+//
+// A port without usable endpoints sends its new connections (those the group would take) to
+// the host untouched and uncommitted: kube-proxy, which keeps its rules for every Service,
+// rejects them there (ICMP port unreachable, from the address the client dialled).
+//
+// With sp.AffinitySeconds (sessionAffinity: ClientIP) the group hashes the client IP alone, so
+// every node picks the same endpoint for a client while the endpoint set is the same; the new
+// connection first looks up the client's learned choice (ExServiceCT loads RegAffinityPort,
+// resubmits to ExServiceAffinity, goes to ExServiceAffinityOut). ExServiceAffinityOut has one
+// flow per endpoint, which learns the choice (AffinityLearn, idle timeout AffinitySeconds) and
+// commits the DNAT, and below them the group, whose bucket names its endpoint in the registers
+// and resubmits there; a learned endpoint that is no longer one of the port's has no flow and
+// the group picks again.
 func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 	fs := &FlowSet{Key: sp.Key(), Bridge: BrEx}
 	var proto of.Protocol
@@ -38,6 +51,11 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 		proto, fields = of.ProtoUDP, []of.Field{of.FieldIPv4Src, of.FieldUDPSrc}
 	default:
 		return nil, fmt.Errorf("service port %s: protocol %q not supported", sp.Key(), sp.Protocol)
+	}
+	affinity := sp.AffinitySeconds > 0
+	if affinity {
+		// The client IP alone: one client, one endpoint, the same on every node.
+		fields = []of.Field{of.FieldIPv4Src}
 	}
 	if !OwnedGroup(sp.GroupID) {
 		return nil, fmt.Errorf("service port %s: group id %#x outside the agent's range", sp.Key(), sp.GroupID)
@@ -63,6 +81,23 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 		newConn = append(slices.Clip(anyNew), of.TCPFlags(of.TCPSyn.Set(), of.TCPAck.Unset()))
 	}
 	ranges, filter := sourceRanges(sp)
+	eps := usableEndpoints(sp)
+	// What a new connection that may be served does: the group, the affinity lookup, or (no
+	// usable endpoint) the host, which rejects it (kube-proxy).
+	toEndpoint := []of.Action{Group(sp.GroupID)}
+	switch {
+	case len(eps) == 0:
+		toEndpoint = []of.Action{outputLocal}
+	case affinity:
+		srcPort := of.Ref(of.FieldTCPSrc)
+		if sp.Protocol == UDP {
+			srcPort = of.Ref(of.FieldUDPSrc)
+		}
+		// RegAffinityClientPort: one datapath flow per connection, so that each new connection's
+		// learn runs in its upcall, before the next one is chosen.
+		toEndpoint = []of.Action{RegAffinityPort.Load(sp.GroupID), RegAffinityClientPort.MoveFrom(srcPort),
+			of.Resubmit{Table: uint8(ExServiceAffinity)}, Goto(ExServiceAffinityOut)}
+	}
 	for _, e := range sp.EntryPoints(st.NodePortAddresses) {
 		nc := newConn
 		if sp.Protocol == TCP && !st.hostAddr(e.Addr.Addr()) {
@@ -86,23 +121,16 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 		if filter && sp.sourceFiltered(e) {
 			for _, r := range ranges {
 				m := append(append(slices.Clone(nc), of.IPv4SrcPrefix(r)), entryMatch(e)...)
-				ct = append(ct, flow(ExServiceCT, prioEntry, proto, 0, m, Group(sp.GroupID)))
+				ct = append(ct, flow(ExServiceCT, prioEntry, proto, 0, m, toEndpoint...))
 			}
 			ct = append(ct, flow(ExServiceCT, prioSourceDeny, proto, 0, append(slices.Clone(nc), entryMatch(e)...), DropFor(DropSourceRange)))
 		} else {
-			ct = append(ct, flow(ExServiceCT, prioEntry, proto, 0, append(slices.Clone(nc), entryMatch(e)...), Group(sp.GroupID)))
+			ct = append(ct, flow(ExServiceCT, prioEntry, proto, 0, append(slices.Clone(nc), entryMatch(e)...), toEndpoint...))
 		}
 		fs.entryFlow(e, append([]of.Flow{lb}, ct...)...)
 		fs.Flows = append(append(fs.Flows, lb), ct...)
 	}
 	g := OFGroup{ID: sp.GroupID, Type: of.GroupSelect, SelectionFields: fields}
-	eps := make([]netip.AddrPort, 0, len(sp.Endpoints))
-	for _, ep := range sp.Endpoints {
-		if !ep.IP.Is4() || ep.Port == 0 {
-			continue
-		}
-		eps = append(eps, netip.AddrPortFrom(ep.IP, ep.Port))
-	}
 	// Bucket ids are a function of the endpoint (BucketIDs), and the buckets are ordered by id:
 	// OVS's choice for a connection then depends only on the set of endpoints, never on their
 	// order or on the positions of other endpoints.
@@ -112,25 +140,102 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 		fs.Warnings = append(fs.Warnings, fmt.Sprintf("%d usable endpoints, more than the %d a select group can hold: the %d with the lowest bucket ids are used", len(ids), MaxGroupBuckets, MaxGroupBuckets))
 		ids = ids[:MaxGroupBuckets]
 	}
+	idle := uint16(min(sp.AffinitySeconds, MaxAffinitySeconds))
+	if affinity && sp.AffinitySeconds > MaxAffinitySeconds {
+		fs.Warnings = append(fs.Warnings, fmt.Sprintf("sessionAffinity timeoutSeconds %d is more than the %d s idle timeout of an Open vSwitch flow: a client's learned endpoint is forgotten after %d s without a new connection (its next one still hashes to the same endpoint while the endpoints do not change)", sp.AffinitySeconds, MaxAffinitySeconds, MaxAffinitySeconds))
+	}
 	// A full sync holds every group at once: the buckets, their action lists and their NATs
 	// are allocated once per group, and every bucket shares one exec list (never modified).
 	g.Buckets = make([]Bucket, len(ids))
 	acts := make([]of.Action, len(ids))
 	nats := make([]NAT, len(ids))
 	for i, b := range ids {
+		ep := b.ep
 		if sp.Protocol == UDP {
-			fs.Endpoints = append(fs.Endpoints, b.ep)
+			fs.Endpoints = append(fs.Endpoints, ep)
 		}
-		nats[i] = NAT{Dst: b.ep}
-		acts[i] = CT{Commit: true, Zone: ZoneService, Table: uint8(ExServiceOut), HasTable: true,
+		nats[i] = NAT{Dst: ep}
+		commit := CT{Commit: true, Zone: ZoneService, Table: uint8(ExServiceOut), HasTable: true,
 			NAT: &nats[i], Exec: clientMACExec}
+		acts[i] = commit
 		g.Buckets[i] = Bucket{ID: b.id, Weight: 100, Actions: acts[i : i+1 : i+1]}
+		if affinity {
+			// Open vSwitch runs a bucket's actions as an OpenFlow action set: only set-field
+			// and move, then one of group, output, resubmit or ct; a learn would be left out.
+			// The bucket names its endpoint in the registers and resubmits to
+			// ExServiceAffinityOut, whose flow for that endpoint learns and commits, as it does
+			// for a client whose learned flow named the endpoint.
+			epIP, epPort := uint32(ipv4Value(ep.Addr())), uint32(ep.Port())
+			g.Buckets[i].Actions = []of.Action{RegAffinityEndpoint.Load(epIP), RegAffinityEndpointPort.Load(epPort), of.Resubmit{Table: uint8(ExServiceAffinityOut)}}
+			c := AffinityCookie(sp.Key(), sp.AffinitySeconds, ep)
+			fs.Learned = append(fs.Learned, c)
+			m := []of.Match{RegAffinityPort.MatchValue(sp.GroupID), RegAffinityEndpoint.MatchValue(epIP), RegAffinityEndpointPort.MatchValue(epPort)}
+			fs.Flows = append(fs.Flows, flow(ExServiceAffinityOut, prioEntry, proto, 0, m, AffinityLearn(idle, c, ep), commit))
+		}
 	}
+	if affinity && len(ids) > 0 {
+		fs.Flows = append(fs.Flows, flow(ExServiceAffinityOut, prioAffinityMiss, proto, 0,
+			[]of.Match{RegAffinityPort.MatchValue(sp.GroupID)}, Group(sp.GroupID)))
+	}
+	slices.Sort(fs.Learned)
 	fs.Groups = []OFGroup{g}
 	sortEntryPoints(fs.EntryPoints)
 	slices.SortFunc(fs.Endpoints, func(a, b netip.AddrPort) int { return a.Compare(b) })
 	fs.Endpoints = slices.Compact(fs.Endpoints)
 	return fs, fs.Finish()
+}
+
+// usableEndpoints returns the endpoints of sp a bucket can DNAT to (IPv4 with a port), possibly
+// with duplicates (BuildServicePort compacts them once sorted by bucket id).
+func usableEndpoints(sp *ServicePort) []netip.AddrPort {
+	eps := make([]netip.AddrPort, 0, len(sp.Endpoints))
+	for _, ep := range sp.Endpoints {
+		if ep.IP.Is4() && ep.Port != 0 {
+			eps = append(eps, netip.AddrPortFrom(ep.IP, ep.Port))
+		}
+	}
+	return eps
+}
+
+// MaxAffinitySeconds is the longest idle timeout a learned affinity flow can have: an OpenFlow
+// idle_timeout is 16 bits of seconds (Kubernetes allows timeoutSeconds up to 86400).
+const MaxAffinitySeconds = 65535
+
+// AffinityCookie is the cookie (KindLearnedAffinity) of the flows that Service port k's bucket
+// for endpoint ep learns with timeout seconds: FNV-1a of the three, so that an endpoint that
+// leaves, a changed timeout and affinity turned off each drop exactly the learned flows they
+// invalidate (Plan.Replace, FullDiff).
+func AffinityCookie(k Key, seconds uint32, ep netip.AddrPort) Cookie {
+	h := newFNV64a()
+	fmt.Fprintf(h, "%s|%d|%s", k, seconds, ep)
+	return NewCookie(KindLearnedAffinity, h.Sum64())
+}
+
+// AffinityLearn is the learn action (ovs-actions(7) "The learn action") of a sessionAffinity
+// Service port's ExServiceAffinityOut flow for endpoint ep: it records the client's choice in
+// ExServiceAffinity,
+//
+//	table=ExServiceAffinity, priority=prioEntry, idle_timeout=idle (seconds), cookie=cookie
+//	ip, reg4=<RegAffinityPort of this packet>, nw_src=<this packet's nw_src>
+//	actions: load ep's address -> RegAffinityEndpoint, ep's port -> RegAffinityEndpointPort
+//
+// replacing the client's earlier choice (same match and priority) or refreshing it. Only new
+// connections run it, so its idle timer restarts at each new connection of the client, as
+// kube-proxy's affinity timeout does.
+func AffinityLearn(idle uint16, cookie Cookie, ep netip.AddrPort) of.Action {
+	return of.Learn{
+		Table:       uint8(ExServiceAffinity),
+		Priority:    prioEntry,
+		IdleTimeout: idle,
+		Cookie:      uint64(cookie),
+		Specs: []of.LearnSpec{
+			{Kind: of.LearnMatch, Dst: of.Ref(of.FieldEthType), Value: 0x800},
+			{Kind: of.LearnMatch, Dst: RegAffinityPort.ref(), Src: RegAffinityPort.ref(), FromField: true},
+			{Kind: of.LearnMatch, Dst: of.Ref(of.FieldIPv4Src), Src: of.Ref(of.FieldIPv4Src), FromField: true},
+			{Kind: of.LearnLoad, Dst: RegAffinityEndpoint.ref(), Value: ipv4Value(ep.Addr())},
+			{Kind: of.LearnLoad, Dst: RegAffinityEndpointPort.ref(), Value: uint64(ep.Port())},
+		},
+	}
 }
 
 // clientMACExec is the exec list of every Service bucket's ct: the client's MAC into

@@ -307,6 +307,11 @@ type ServicePort struct {
 	// one of them is outside every node's pod CIDRs (a hostNetwork endpoint), the port is
 	// declined: no flows at all, the host serves it (docs/field-cases.md#c34).
 	Endpoints []Endpoint
+	// AffinitySeconds is spec.sessionAffinityConfig.clientIP.timeoutSeconds (default 10800) when
+	// spec.sessionAffinity is ClientIP, 0 without affinity: a client's new connections go to the
+	// endpoint its previous one went to while it opens one at least every AffinitySeconds
+	// (capped at MaxAffinitySeconds on a node; docs/pipeline.md "Session affinity").
+	AffinitySeconds uint32
 	// GroupID is the OpenFlow select group of this Service port on br-ex, from a GroupIDs
 	// allocator; it must be in the range that GroupIDs hands out.
 	GroupID uint32

@@ -27,6 +27,18 @@ const (
 	ExServiceCT Table = 41
 	// ExServiceOut receives the packet after the bucket's ct(commit,nat) and sends it to br-int.
 	ExServiceOut Table = 42
+	// ExServiceAffinity holds only learned flows (KindLearnedAffinity): per sessionAffinity
+	// Service port (RegAffinityPort) and client IP, the endpoint the client's last new connection
+	// went to (RegAffinityEndpoint, RegAffinityEndpointPort), with the Service's timeoutSeconds
+	// as idle timeout. ExServiceCT resubmits a new connection of such a port here; a miss loads
+	// nothing.
+	ExServiceAffinity Table = 43
+	// ExServiceAffinityOut sends a new connection of a sessionAffinity port to the endpoint in
+	// RegAffinityEndpoint/RegAffinityEndpointPort while it is one of the port's: it learns the
+	// choice into ExServiceAffinity and commits the DNAT (to ExServiceOut). Anything else (no
+	// learned choice, or an endpoint that left: gone, not ready, terminating) goes to the port's
+	// select group, whose bucket loads its endpoint into those registers and resubmits here.
+	ExServiceAffinityOut Table = 44
 	// ExFromInt takes packets coming from br-int (service replies) through ct(zone=ZoneService,nat).
 	ExFromInt Table = 45
 	// ExServiceReply sends un-DNATed replies (+est+rpl in ZoneService, or +inv+snat: invalid
@@ -114,7 +126,8 @@ var tableNames = map[Bridge][]struct {
 	name string
 }{
 	BrEx: {{ExClassifier, "ExClassifier"}, {ExServiceLB, "ExServiceLB"}, {ExServiceCT, "ExServiceCT"},
-		{ExServiceOut, "ExServiceOut"}, {ExFromInt, "ExFromInt"}, {ExServiceReply, "ExServiceReply"}},
+		{ExServiceOut, "ExServiceOut"}, {ExServiceAffinity, "ExServiceAffinity"}, {ExServiceAffinityOut, "ExServiceAffinityOut"},
+		{ExFromInt, "ExFromInt"}, {ExServiceReply, "ExServiceReply"}},
 	BrInt: {{IntClassifier, "IntClassifier"}, {IntPodEgressCT, "IntPodEgressCT"}, {IntTunnelCT, "IntTunnelCT"},
 		{IntGatewayCT, "IntGatewayCT"}, {IntEgressReplyCT, "IntEgressReplyCT"}, {IntARPResponder, "IntARPResponder"},
 		{IntL3Forwarding, "IntL3Forwarding"}, {IntPodIngress, "IntPodIngress"},

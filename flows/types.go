@@ -136,9 +136,13 @@ func NewCookie(kind Kind, fingerprint uint64) Cookie {
 // Owned reports whether the cookie carries this agent's owner byte.
 func (c Cookie) Owned() bool { return uint8(c>>56) == Owner }
 
-// Learned reports whether the cookie is that of flows OVS learns at run time (KindLearnedReset):
-// owned, but no flow set's; the agent leaves them to their timeouts.
-func (c Cookie) Learned() bool { return c.Owned() && c.Kind() == KindLearnedReset }
+// Learned reports whether the cookie is that of flows OVS learns at run time (KindLearnedReset,
+// KindLearnedAffinity): owned, but no flow set's own, with as many flows as OVS learned; the
+// agent never repairs them. Collision resets are left to their timeouts; affinity flows are
+// deleted when the flow set that learns them stops naming their cookie (FlowSet.Learned).
+func (c Cookie) Learned() bool {
+	return c.Owned() && (c.Kind() == KindLearnedReset || c.Kind() == KindLearnedAffinity)
+}
 
 // Kind returns the cookie's kind byte.
 func (c Cookie) Kind() Kind { return Kind(c >> 48) }
@@ -183,6 +187,11 @@ type FlowSet struct {
 	// Declined, when not empty, says why a Service port is not served by the agent at all (the
 	// flow set has no flows and no group; docs/field-cases.md#c34).
 	Declined string
+	// Learned are the cookies of the flows the set's actions learn at run time
+	// (KindLearnedAffinity: one per endpoint of a sessionAffinity port), sorted. Replacing the
+	// set deletes the learned cookies the new version no longer names; a full sync deletes
+	// learned affinity cookies that no set names.
+	Learned []Cookie
 
 	cookie Cookie
 	keys   []MatchKey // MatchKey of each flow
@@ -347,7 +356,7 @@ func (fs *FlowSet) MatchKeys() []MatchKey { return fs.keys }
 func (fs *FlowSet) Without(drop map[MatchKey]bool, warnings ...string) (*FlowSet, error) {
 	out := &FlowSet{Key: fs.Key, Bridge: fs.Bridge, Groups: fs.Groups,
 		Warnings:  append(append([]string{}, fs.Warnings...), warnings...),
-		Endpoints: fs.Endpoints, Declined: fs.Declined}
+		Endpoints: fs.Endpoints, Declined: fs.Declined, Learned: fs.Learned}
 	gone := maps.Clone(drop)
 	entryKeys := make(map[EntryPoint][]MatchKey, len(fs.entryFlows))
 	for _, ef := range fs.entryFlows {

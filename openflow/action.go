@@ -75,6 +75,21 @@ func (a GotoTable) AppendText(b []byte) []byte {
 	return strconv.AppendUint(append(b, "goto_table:"...), uint64(a.Table), 10)
 }
 
+// Resubmit looks the packet up in table Table (with its current fields, in_port unchanged),
+// runs the actions of the flow it finds (none on a miss) and then continues with the actions
+// after it: resubmit(,N) (ovs-actions(7) "The resubmit action"; sent as NXAST_RESUBMIT_TABLE
+// with in_port OFPP_IN_PORT, as ovs-ofctl does). Unlike GotoTable it may appear anywhere in the
+// list and may name any table.
+type Resubmit struct{ Table uint8 }
+
+func (Resubmit) isAction() {}
+
+// AppendText implements Action.
+func (a Resubmit) AppendText(b []byte) []byte {
+	b = strconv.AppendUint(append(b, "resubmit(,"...), uint64(a.Table), 10)
+	return append(b, ')')
+}
+
 // Group sends the packet to group ID: group:N.
 type Group struct{ ID uint32 }
 

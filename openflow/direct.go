@@ -38,11 +38,12 @@ var nxmHeaders = sync.OnceValue(func() map[Field]uint32 {
 
 // Nicira action layout (nx_action_header: type OFPAT_EXPERIMENTER, length, vendor, subtype).
 const (
-	ofpatExperimenter = 0xffff
-	nxastCT           = 35
-	nxastNAT          = 36
-	ofpatOutput       = 0
-	ofpatGroup        = 22
+	ofpatExperimenter  = 0xffff
+	nxastCT            = 35
+	nxastNAT           = 36
+	nxastResubmitTable = 14
+	ofpatOutput        = 0
+	ofpatGroup         = 22
 )
 
 func appendNXHeader(b []byte, length, subtype uint16) []byte {
@@ -66,6 +67,12 @@ func appendAction(b []byte, a Action) ([]byte, error) {
 		b = binary.BigEndian.AppendUint16(b, 16)
 		b = binary.BigEndian.AppendUint32(b, a.Port)
 		return append(b, 0, 0, 0, 0, 0, 0, 0, 0), nil
+	case Resubmit:
+		// nx_action_resubmit: Nicira header (subtype NXAST_RESUBMIT_TABLE), in_port
+		// OFPP_IN_PORT (0xfff8: keep the packet's), table, 3 bytes pad; 16 bytes.
+		b = appendNXHeader(b, 16, nxastResubmitTable)
+		b = binary.BigEndian.AppendUint16(b, 0xfff8)
+		return append(b, a.Table, 0, 0, 0), nil
 	case Group:
 		b = binary.BigEndian.AppendUint16(b, ofpatGroup)
 		b = binary.BigEndian.AppendUint16(b, 8)

@@ -400,7 +400,7 @@ func ofsNbits(ofs, n uint16) uint16 { return ofs<<6 | (n - 1) }
 // encodeAction encodes one action as a libOpenflow action: those of direct.go as their bytes.
 func encodeAction(a Action) (of13.Action, error) {
 	switch a := a.(type) {
-	case Output, Group, Move, CT:
+	case Output, Group, Move, CT, Resubmit:
 		b, err := appendAction(nil, a)
 		if err != nil {
 			return nil, err

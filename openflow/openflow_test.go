@@ -51,6 +51,7 @@ func TestText(t *testing.T) {
 		"output:NXM_NX_REG1[]":        OutputField{Src: Ref(Reg(1))},
 		"goto_table:40":               GotoTable{Table: 40},
 		"group:7":                     Group{ID: 7},
+		"resubmit(,43)":               Resubmit{Table: 43},
 		"load:0x2->NXM_OF_ARP_OP[]":   Load{Value: 2, Dst: Ref(FieldARPOp)},
 		"load:0x4->NXM_NX_REG0[0..3]": Load{Value: 4, Dst: Bits(Reg(0), 0, 3)},
 		"move:NXM_OF_ETH_SRC[]->NXM_NX_CT_LABEL[0..47]": Move{Src: Ref(FieldEthSrc), Dst: Bits(FieldCTLabel, 0, 47)},
@@ -159,6 +160,16 @@ func TestCheck(t *testing.T) {
 		assert.Error(t, err, name)
 		assert.NotEmpty(t, f.String(), name)
 	}
+}
+
+// Resubmit's direct encoding is libOpenflow's NXActionResubmitTable with in_port OFPP_IN_PORT,
+// what ovs-ofctl sends for resubmit(,N).
+func TestDirectResubmit(t *testing.T) {
+	want, err := of13.NewNXActionResubmitTableAction(of13.OFPP_IN_PORT, 43).MarshalBinary()
+	require.NoError(t, err)
+	got, err := appendAction(nil, Resubmit{Table: 43})
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
 }
 
 // The direct encodings of ct and nat are libOpenflow's NXActionConnTrack and NXActionCTNAT,

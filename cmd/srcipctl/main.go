@@ -453,17 +453,18 @@ func writeDiff(out io.Writer, b flows.Bridge, desired []*flows.FlowSet, inv flow
 		diffs++
 		fmt.Fprintf(out, "%s - %s: %s\n", b, name, strings.Join(problems, "; "))
 	}
-	// FullDiff leaves learned flows alone; they are listed with the cookies it deletes.
+	// FullDiff leaves learned flows alone (but for affinity flows no flow set names, which it
+	// deletes); they are listed with the cookies it deletes.
 	extra := slices.Clone(plan.DeleteCookies)
 	for c := range inv.Flows {
-		if c.Learned() {
+		if c.Learned() && !slices.Contains(plan.DeleteCookies, c) {
 			extra = append(extra, c)
 		}
 	}
 	slices.Sort(extra)
 	for _, c := range extra {
 		switch {
-		case c.Learned():
+		case c.Learned() && !slices.Contains(plan.DeleteCookies, c):
 			fmt.Fprintf(out, "%s   %s: %d learned flow(s) (runtime state)\n", b, c.Kind(), inv.Flows[c])
 		case c.Kind() == flows.KindServiceDrain:
 			fmt.Fprintf(out, "%s   %s: draining (runtime state)\n", b, n.cookie(c))

@@ -236,7 +236,7 @@ func writeStatus(out io.Writer, r *agent.Report, counters map[counterKey]*servic
 				}
 			}
 			if len(p.Endpoints) == 0 {
-				fmt.Fprintf(out, "    endpoints: none (new connections are dropped: no-endpoints)\n")
+				fmt.Fprintf(out, "    endpoints: none (new connections go to the host, whose kube-proxy rejects them: no-endpoints)\n")
 			}
 			for _, e := range p.Endpoints {
 				fmt.Fprintf(out, "    %s (bucket %d)\n", endpointString(e), e.Bucket)

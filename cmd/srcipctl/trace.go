@@ -261,6 +261,8 @@ func localTrace(ctx context.Context, out io.Writer, runDir, db, bridge, uplink, 
 	switch {
 	case r.Dropped():
 		fmt.Fprintf(out, "\nverdict: %s\n", dropVerdict("this node", r))
+	case noEndpoints(last):
+		fmt.Fprintf(out, "\nverdict: %s\n", rejectVerdict("this node"))
 	case last.Bridge == flows.BrEx && last.Has("LOCAL"):
 		fmt.Fprintf(out, "\nverdict: not handled by ovs-srcip: handed to the host stack\n")
 	case r.TunDst != "":

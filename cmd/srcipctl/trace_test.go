@@ -29,7 +29,7 @@ func TestTrace(t *testing.T) {
 	dns := flows.ServicePort{Namespace: "demo", Name: "web", PortName: "dns", Protocol: flows.UDP, Port: 53, NodePort: 30053,
 		Endpoints: []flows.Endpoint{{IP: netip.MustParseAddr("10.244.2.5"), Port: 5353}}}
 	dns.GroupID = gids.ID(dns.Key())
-	// No endpoints: new connections are dropped by the empty group.
+	// No endpoints: new connections go to the host, whose kube-proxy rejects them.
 	empty := flows.ServicePort{Namespace: "demo", Name: "empty", PortName: "http", Protocol: flows.TCP, Port: 80, NodePort: 30090}
 	empty.GroupID = gids.ID(empty.Key())
 	st := flows.NewState("node1", flows.Ports{ExUplink: 1, ExPatch: 2, IntPatch: 1, IntTunnel: 2, ExMAC: mac},
@@ -58,7 +58,7 @@ func TestTrace(t *testing.T) {
 	assert.Contains(t, out, "ExServiceCT", "table names")
 	assert.Contains(t, out, "verdict: DNAT to 10.244.2.5:8080, Geneve to 192.0.2.12")
 	out = run(t, "trace", "--node-rundir", sb.RunDir, "--from", "198.51.100.10:40000", "--to", "192.0.2.11:30090")
-	assert.Contains(t, out, "verdict: dropped at this node br-ex ExServiceCT: no-endpoints")
+	assert.Contains(t, out, "verdict: rejected at this node br-ex ExServiceCT: no-endpoints")
 	out = run(t, "trace", "--node-rundir", sb.RunDir, "--from", "198.51.100.10:40000", "--to", "192.0.2.11:30999")
 	assert.Contains(t, out, "verdict: not handled by ovs-srcip")
 	// Geneve from an address that is no node's: the tunnel guard's drop reason.

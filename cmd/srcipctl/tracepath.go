@@ -108,6 +108,18 @@ func dropVerdict(node string, r ofctl.Trace) string {
 	return fmt.Sprintf("dropped at %s (priority %d): no drop reason declared for this flow", where, h.Priority)
 }
 
+// noEndpoints reports whether the trace's last step is a Service port's new-connection flow that
+// hands the packet to the host: the port has no usable endpoint, the host's kube-proxy rejects it.
+func noEndpoints(last ofctl.TraceStep) bool {
+	return last.Bridge == flows.BrEx && last.Table == flows.ExServiceCT && last.Cookie.Kind() == flows.KindServicePort && last.Has("LOCAL")
+}
+
+// rejectVerdict is the verdict of a new connection to a port without endpoints on node.
+func rejectVerdict(node string) string {
+	info, _ := flows.DropInfoOf(flows.DropNoEndpoints)
+	return fmt.Sprintf("rejected at %s br-ex ExServiceCT: %s (%s)", node, info.Reason, info.Doc)
+}
+
 // entryOwner returns "demo/web http/TCP" when entry is served on v's node, else "" and why not.
 func entryOwner(v *nodeView, entry netip.AddrPort, proto string) (string, string) {
 	want := entry.String() + "/" + strings.ToUpper(proto)
@@ -204,6 +216,8 @@ func (t *pathTracer) run(ctx context.Context, proto string, client, entry netip.
 	switch {
 	case r.Dropped():
 		return dropVerdict(in.name, r), nil
+	case noEndpoints(last):
+		return rejectVerdict(in.name), nil
 	case last.Bridge == flows.BrEx && last.Has("LOCAL"):
 		return fmt.Sprintf("not handled by ovs-srcip: %s hands %s to its host stack (kube-proxy serves it without source IP preservation, or nothing listens): %s", in.name, entry, why), nil
 	case r.NATDst == "":

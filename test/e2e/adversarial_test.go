@@ -534,8 +534,9 @@ func TestAdversarialUDPSameSourcePortTwoEntryPoints(t *testing.T) {
 // ---------------------------------------------------------------------------------------------
 // Behaviour that works (cheap checks)
 
-// A Service with no endpoints drops without creating conntrack state, so a UDP client that keeps
-// sending from one port reaches the first endpoint as soon as it appears.
+// A Service with no endpoints hands new datagrams to the host (kube-proxy rejects them) without
+// creating ZoneService state, so a UDP client that keeps sending from one port reaches the first
+// endpoint as soon as it appears.
 func TestAdversarialUDPZeroEndpointsThenEndpoints(t *testing.T) {
 	const file = "adv-zero.yaml"
 	ports := []pspec{{"dns", "UDP", 53, 31320}}

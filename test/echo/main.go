@@ -30,6 +30,13 @@
 // stdin ends, reads the answers, and then prints one JSON line {"sent","received","maxGapMs",
 // "clients"}: the longest time without an answer (from the first answer to the end) and every
 // source address the server reported. Tests use it as the UDP stream of a failover.
+//
+//	echo probe --proto tcp|udp --addr IP:PORT [--timeout 3s]
+//
+// opens one connection (TCP: connect; UDP: a connected socket, sends "hello" and reads) and
+// prints {"result","error","ms"}: result "answered", "refused" (ECONNREFUSED: a RST, or an ICMP
+// port unreachable), "timeout" or "error", and the milliseconds it took. It exits 0 whatever the
+// result. Tests use it to see how a connection fails.
 package main
 
 import (
@@ -84,6 +91,8 @@ func main() {
 		err = stream(os.Args[2:])
 	case "udpstream":
 		err = udpStream(os.Args[2:])
+	case "probe":
+		err = probe(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q (want serve, get or stream)", os.Args[1])
 	}
@@ -274,6 +283,56 @@ func get(args []string) error {
 	}
 	r.Pod, r.Node, r.Client = srv.Pod, srv.Node, srv.Client
 	b, _ := json.Marshal(r)
+	fmt.Println(string(b))
+	return nil
+}
+
+// probe reports how one connection to --addr ends (see the package comment).
+func probe(args []string) error {
+	fs := flag.NewFlagSet("probe", flag.ContinueOnError)
+	proto := fs.String("proto", "tcp", "tcp or udp")
+	addr := fs.String("addr", "", "IP:PORT to connect to")
+	timeout := fs.Duration("timeout", 3*time.Second, "overall timeout")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *proto != "tcp" && *proto != "udp" {
+		return fmt.Errorf("--proto %q: want tcp or udp", *proto)
+	}
+	start := time.Now()
+	deadline := start.Add(*timeout)
+	err := func() error {
+		c, err := (&net.Dialer{Deadline: deadline}).Dial(*proto+"4", *addr)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(deadline)
+		if _, err := c.Write([]byte("hello\n")); err != nil {
+			return err
+		}
+		_, err = bufio.NewReader(c).ReadString('\n')
+		return err
+	}()
+	out := struct {
+		Result string `json:"result"`
+		Error  string `json:"error,omitempty"`
+		MS     int64  `json:"ms"`
+	}{Result: "answered", MS: time.Since(start).Milliseconds()}
+	var ne net.Error
+	switch {
+	case err == nil:
+	case errors.Is(err, syscall.ECONNREFUSED):
+		out.Result = "refused"
+	case errors.As(err, &ne) && ne.Timeout():
+		out.Result = "timeout"
+	default:
+		out.Result = "error"
+	}
+	if err != nil {
+		out.Error = err.Error()
+	}
+	b, _ := json.Marshal(out)
 	fmt.Println(string(b))
 	return nil
 }

@@ -204,13 +204,16 @@ func TestNonEntryPointGoesToHost(t *testing.T) {
 	require.Contains(t, out, "LOCAL")
 }
 
-// No endpoints: the select group has no bucket; the SYN is dropped and nothing is committed.
-func TestNoEndpointsDrops(t *testing.T) {
+// No endpoints: the SYN goes to the host untouched (kube-proxy rejects it there) and nothing is
+// committed.
+func TestNoEndpointsToHost(t *testing.T) {
 	w := newNode(t, "node1", "10.244.1.5", web())
 	out := w.trace(t, w.ex, synToNodePort, "trk,new")
 	acts := datapathActions(out)
 	require.Len(t, acts, 2, out)
-	require.Equal(t, "drop", acts[1], out)
+	require.NotContains(t, out, "commit", out)
+	require.NotContains(t, acts[1], "ct(", out)
+	require.Contains(t, out, "LOCAL", out)
 }
 
 // Only nodes may tunnel (br-int): Geneve from a source that is not a known node's InternalIP is
@@ -619,4 +622,36 @@ func TestMidStreamPickedUpOnLBIPOnly(t *testing.T) {
 	require.Len(t, acts, 2, out)
 	require.NotContains(t, out, "group:", out)
 	require.Contains(t, out, "41. priority 0", out)
+}
+
+// Session affinity on the ingress node: a new connection looks up the client's learned endpoint
+// (ExServiceAffinity) and goes there while it is one of the port's; a client without one, or whose
+// learned endpoint left the port, goes to the group (hash of ip_src alone), whose bucket learns.
+// The learned flows are written by hand here (ofproto/trace does not run learn).
+func TestAffinityLearnedEndpoint(t *testing.T) {
+	sp := web("10.244.2.5", "10.244.1.5")
+	sp.AffinitySeconds = 60
+	w := newNode(t, "node1", "10.244.1.5", sp)
+	gid := w.st.Services[sp.Key()].GroupID
+	// No learned choice: the group, hashing the client IP, and its bucket learns.
+	out := w.trace(t, w.ex, synToNodePort, "trk,new")
+	require.Contains(t, out, "resubmit(,43)", out)
+	require.Contains(t, out, "group:", out)
+	require.Contains(t, out, "learn(table=43", out)
+	// The client learned 10.244.2.5:8080 (an endpoint of the port): DNAT there, no group.
+	learned := func(ip string) {
+		a := netip.MustParseAddr(ip).As4()
+		w.sb.Run(t, "ovs-ofctl", "-O", "OpenFlow15", "add-flow", "br-ex",
+			"table=43,priority=100,idle_timeout=60,cookie=0x5c21000000000001,ip,reg4="+strconv.FormatUint(uint64(gid), 10)+
+				",nw_src=198.51.100.10,actions=load:"+strconv.FormatUint(uint64(binary.BigEndian.Uint32(a[:])), 10)+"->NXM_NX_REG5[],load:8080->NXM_NX_REG6[0..15]")
+	}
+	learned("10.244.2.5")
+	out = w.trace(t, w.ex, synToNodePort, "trk,new")
+	require.Contains(t, out, "nat(dst=10.244.2.5:8080)", out)
+	require.NotContains(t, out, "group:", out)
+	// The learned endpoint left the port (10.244.3.5 is none of its endpoints): the group picks.
+	learned("10.244.3.5")
+	out = w.trace(t, w.ex, synToNodePort, "trk,new")
+	require.Contains(t, out, "group:", out)
+	require.NotContains(t, out, "nat(dst=10.244.3.5", out)
 }
