@@ -31,11 +31,8 @@ var skips = []listed{
 }
 
 // knownDiffs are tests that may pass in mode plain and fail in mode all for a reason another
-// issue owns; make conformance reports them but does not fail on them. Under --preserve-source-ip
-// =all a Service with sessionAffinity: ClientIP stays with kube-proxy (the preserved path has no
-// affinity yet: the Service-semantics issue, #20), so these pass in both modes today; they are
-// listed so that the day they move to our path they are reported by name.
-var knownDiffs = []listed{
-	{`Services should have session affinity work for NodePort service|Services should be able to switch session affinity for NodePort service|Services should have session affinity timeout work for NodePort service`,
-		"sessionAffinity: ClientIP on the preserved path is the Service-semantics issue's (#20)"},
-}
+// issue owns; make conformance reports them but does not fail on them. None is listed: under
+// --preserve-source-ip=all a Service with sessionAffinity: ClientIP and one without endpoints are
+// on the preserved path (docs/pipeline.md, "Session affinity" and "No endpoints"), and the
+// upstream affinity, timeout and "rejected" tests pass there as in mode plain.
+var knownDiffs = []listed{}
