@@ -28,8 +28,9 @@ const ReasonRefused = "SourceIPRefused"
 //   - none may lie inside a Node's spec.podCIDRs (a pod's own address, or the node's pod
 //     gateway address, the CIDR's first address): the entry point would capture what pods and
 //     the hosts send to that address;
-//   - none may lie inside the Service CIDRs (--service-cidrs) nor be the ClusterIP of any
-//     Service the agent sees (without the flag the agent only knows the ClusterIPs it sees);
+//   - none may lie inside the Service CIDRs (the ServiceCIDR objects of networking.k8s.io/v1,
+//     and --service-cidrs) nor be the ClusterIP of any Service the agent sees (without either
+//     the agent only knows the ClusterIPs it sees);
 //   - none may be a next hop of this node's routes (ReconcilerConfig.RouteNextHops: the
 //     router, whose address carries the node's own traffic);
 //   - an externalIP may not be a LoadBalancer ingress IP of another Service (opted in or not);
@@ -46,9 +47,15 @@ const ReasonRefused = "SourceIPRefused"
 // served) and reported with a ReasonRefused Event. It is owned by the model.
 type admission struct {
 	externalCIDRs []netip.Prefix
-	serviceCIDRs  []netip.Prefix
-	nodePortRange [2]uint16             // inclusive; zero: DefaultNodePortRange
-	nodeAddrs     map[netip.Addr]string // every address of every Node -> the Node's name
+	// serviceCIDRs are the cluster's Service CIDRs: the union of flagCIDRs and apiCIDRs, each
+	// with where it came from (serviceCIDRFrom).
+	serviceCIDRs     []netip.Prefix
+	serviceCIDRFrom  map[netip.Prefix]string
+	flagServiceCIDRs []netip.Prefix
+	// apiServiceCIDRs are the ServiceCIDR objects' spec.cidrs (networking.k8s.io/v1), by name.
+	apiServiceCIDRs map[string][]netip.Prefix
+	nodePortRange   [2]uint16             // inclusive; zero: DefaultNodePortRange
+	nodeAddrs       map[netip.Addr]string // every address of every Node -> the Node's name
 	// podCIDRs are every Node's spec.podCIDRs -> the Node's name.
 	podCIDRs map[netip.Prefix]string
 	// nextHops are the next hops of this node's routes (RouteNextHops).
@@ -144,6 +151,46 @@ func (a *admission) setNodes(nodes map[string]*corev1.Node) bool {
 		return false
 	}
 	a.nodeAddrs, a.podCIDRs = next, cidrs
+	return true
+}
+
+// setServiceCIDRs records the cluster's Service CIDRs: flag (--service-cidrs) and api (the
+// spec.cidrs of every networking.k8s.io/v1 ServiceCIDR, by object name; the API server's
+// --service-cluster-ip-range appears there as the ServiceCIDR "kubernetes"). No LoadBalancer
+// IP or externalIP inside their union is admitted. It reports whether the union or the source
+// named for a CIDR changed.
+func (a *admission) setServiceCIDRs(flag []netip.Prefix, api map[string][]netip.Prefix) bool {
+	from := map[netip.Prefix]string{}
+	for _, p := range flag {
+		from[p.Masked()] = "--service-cidrs"
+	}
+	names := make([]string, 0, len(api))
+	for name := range api {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		for _, p := range api[name] {
+			if _, ok := from[p.Masked()]; !ok {
+				from[p.Masked()] = "ServiceCIDR " + name
+			}
+		}
+	}
+	cidrs := make([]netip.Prefix, 0, len(from))
+	for p := range from {
+		cidrs = append(cidrs, p)
+	}
+	slices.SortFunc(cidrs, func(x, y netip.Prefix) int {
+		if c := x.Addr().Compare(y.Addr()); c != 0 {
+			return c
+		}
+		return x.Bits() - y.Bits()
+	})
+	a.flagServiceCIDRs, a.apiServiceCIDRs = flag, api
+	if slices.Equal(cidrs, a.serviceCIDRs) && maps.Equal(from, a.serviceCIDRFrom) {
+		return false
+	}
+	a.serviceCIDRs, a.serviceCIDRFrom = cidrs, from
 	return true
 }
 
@@ -322,7 +369,7 @@ func (a *admission) clusterAddress(what string, ip netip.Addr) string {
 	}
 	for _, p := range a.serviceCIDRs {
 		if p.Contains(ip) {
-			return fmt.Sprintf("%s %s is inside the Service CIDR %s (--service-cidrs): refused (ClusterIPs are kube-proxy's; use an address outside the cluster's pod and Service networks)", what, ip, p)
+			return fmt.Sprintf("%s %s is inside the Service CIDR %s (%s): refused (ClusterIPs are kube-proxy's; use an address outside the cluster's pod and Service networks)", what, ip, p, a.serviceCIDRFrom[p])
 		}
 	}
 	if owners := a.clusterIPs[ip]; len(owners) > 0 {

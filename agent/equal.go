@@ -1,8 +1,11 @@
 package agent
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -70,4 +73,9 @@ func sliceService(s *discoveryv1.EndpointSlice) types.NamespacedName {
 
 func nn(namespace, name string) types.NamespacedName {
 	return types.NamespacedName{Namespace: namespace, Name: name}
+}
+
+// serviceCIDREqual compares what admission reads of a ServiceCIDR: spec.cidrs.
+func serviceCIDREqual(a, b *networkingv1.ServiceCIDR) bool {
+	return slices.Equal(a.Spec.CIDRs, b.Spec.CIDRs)
 }

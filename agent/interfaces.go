@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	egressv1 "github.com/ovs-srcip/ovs-srcip/apis/ovssrcip/v1alpha1"
@@ -79,6 +80,8 @@ type Handler interface {
 	// OnEgressGateway and OnNamespace feed the egress policies (docs/egress.md).
 	OnEgressGateway(prev, cur *egressv1.EgressGateway)
 	OnNamespace(prev, cur *corev1.Namespace)
+	// OnServiceCIDR feeds admission the cluster's Service CIDRs (networking.k8s.io/v1).
+	OnServiceCIDR(prev, cur *networkingv1.ServiceCIDR)
 }
 
 // Source is where cluster objects come from: the Kubernetes API (KubeSource) or a directory of

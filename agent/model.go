@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -44,6 +45,8 @@ type model struct {
 	podChanges   *ChangeTracker[types.NamespacedName, corev1.Pod]
 	egwChanges   *ChangeTracker[string, egressv1.EgressGateway]
 	nsChanges    *ChangeTracker[string, corev1.Namespace]
+	// cidrChanges are the ServiceCIDR objects' changes (admission: never an entry point).
+	cidrChanges *ChangeTracker[string, networkingv1.ServiceCIDR]
 	// podPortChanges are the pod ports' changes by pod (podPortSource; OnPodPorts).
 	podPortChanges *ChangeTracker[types.NamespacedName, []PodPort]
 
@@ -64,6 +67,8 @@ type model struct {
 	podAcked   map[string]flows.Cookie
 	egws       map[string]*egressv1.EgressGateway
 	namespaces map[string]*corev1.Namespace
+	// serviceCIDRs are the ServiceCIDR objects (networking.k8s.io/v1), by name.
+	serviceCIDRs map[string]*networkingv1.ServiceCIDR
 
 	// Egress: the cluster networks never sent to a gateway, how the active gateway is chosen,
 	// the policies as last converted, each local pod's last egress assignment.
@@ -105,6 +110,8 @@ func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, nodePortRang
 		podChanges:     NewChangeTracker[types.NamespacedName](podEqual),
 		egwChanges:     NewChangeTracker[string](egressGatewayEqual),
 		nsChanges:      NewChangeTracker[string](namespaceEqual),
+		cidrChanges:    NewChangeTracker[string](serviceCIDREqual),
+		serviceCIDRs:   map[string]*networkingv1.ServiceCIDR{},
 		podPortChanges: NewChangeTracker[types.NamespacedName](podPortsEqual),
 		podPortOf:      map[flows.Key]PodPort{},
 		podAcked:       map[string]flows.Cookie{},
@@ -153,6 +160,8 @@ type dirtyObjects struct {
 	nodes    map[string]bool
 	services map[types.NamespacedName]bool
 	pods     map[types.NamespacedName]bool
+	// serviceCIDRs says whether a ServiceCIDR object changed.
+	serviceCIDRs bool
 }
 
 // update checks the trackers out into the caches, re-reads OVSDB (dp) when a full sync is due,
@@ -180,6 +189,11 @@ func (m *model) update(ctx context.Context, dp Dataplane, full bool) (changes, e
 	if n := m.nodes[m.node]; n != nil {
 		// This node's zone (its own Node's change is a full sync: every Service is reconverted).
 		m.sel.Zone = n.Labels[corev1.LabelTopologyZone]
+	}
+	if d.serviceCIDRs && m.admit.setServiceCIDRs(m.admit.flagServiceCIDRs, m.convertServiceCIDRs()) {
+		for name := range m.services {
+			d.services[name] = true
+		}
 	}
 	m.admissionChanges(d)
 	if ch.full {
@@ -301,7 +315,36 @@ func (m *model) checkout() (d dirtyObjects, nodeSelf bool) {
 	for name, c := range m.nsChanges.Checkout() {
 		setOrDelete(m.namespaces, name, c.Current)
 	}
+	for name, c := range m.cidrChanges.Checkout() {
+		setOrDelete(m.serviceCIDRs, name, c.Current)
+		d.serviceCIDRs = true
+	}
 	return d, nodeSelf
+}
+
+// convertServiceCIDRs parses every ServiceCIDR object's spec.cidrs. A value that does not parse
+// (the API server validates them, a manifests directory does not) is left out and reported on
+// the object with a SourceIPInvalid Event.
+func (m *model) convertServiceCIDRs() map[string][]netip.Prefix {
+	out := make(map[string][]netip.Prefix, len(m.serviceCIDRs))
+	for name, o := range m.serviceCIDRs {
+		var problems []string
+		for _, s := range o.Spec.CIDRs {
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("spec.cidrs %q is not a CIDR: left out of the Service CIDRs the agent refuses LoadBalancer IPs and externalIPs in (%v)", s, err))
+				continue
+			}
+			out[name] = append(out[name], p.Masked())
+		}
+		m.report(o, "servicecidr/"+name, ReasonInvalid, problems)
+	}
+	for key := range m.problems {
+		if name, ok := strings.CutPrefix(key, "servicecidr/"); ok && m.serviceCIDRs[name] == nil {
+			delete(m.problems, key)
+		}
+	}
+	return out
 }
 
 // grown returns m, or when m is empty a map with room for n entries: a first sync fills the

@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
@@ -186,7 +187,7 @@ func NewReconciler(cfg ReconcilerConfig) *Reconciler {
 		model:  newModel(cfg.NodeName, cfg.NodePortCIDRs, cfg.ExternalIPCIDRs, cfg.NodePortRange, cfg.PreserveSourceIP, cfg.Events),
 		syncer: newSyncer(cfg, m), memReleased: make(chan struct{})}
 	r.model.egressClusterCIDRs = cfg.EgressClusterCIDRs
-	r.model.admit.serviceCIDRs = cfg.ServiceCIDRs
+	r.model.admit.setServiceCIDRs(cfg.ServiceCIDRs, nil)
 	r.model.nextHops = cfg.RouteNextHops
 	r.model.sel.SCTP = cfg.SCTP
 	r.model.chooseGateway = cfg.ChooseGateway
@@ -286,6 +287,19 @@ func (r *Reconciler) OnEgressGateway(prev, cur *egressv1.EgressGateway) {
 		name = prev.Name
 	}
 	if r.model.egwChanges.Update(name, prev, cur) {
+		r.changed()
+	}
+}
+
+// OnServiceCIDR implements Handler.
+func (r *Reconciler) OnServiceCIDR(prev, cur *networkingv1.ServiceCIDR) {
+	name := ""
+	if cur != nil {
+		name = cur.Name
+	} else {
+		name = prev.Name
+	}
+	if r.model.cidrChanges.Update(name, prev, cur) {
 		r.changed()
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -83,7 +84,16 @@ func (s *KubeSource) Start(ctx context.Context, h Handler) error {
 		return err
 	}
 	var egw egressinformers.SharedInformerFactory
-	if s.egress != nil && !s.egressServed(ctx) {
+	if s.served(ctx, networkingv1.SchemeGroupVersion.String(), "servicecidrs") {
+		// ServiceCIDRs (GA in Kubernetes 1.33) give admission the cluster's Service CIDRs without
+		// --service-cidrs; an older API server has none, and the flag is all admission knows.
+		if err := add(all.Networking().V1().ServiceCIDRs().Informer(), handlerFuncs(h.OnServiceCIDR)); err != nil {
+			return err
+		}
+	} else {
+		klog.FromContext(ctx).Info("The API server serves no ServiceCIDRs (networking.k8s.io/v1, Kubernetes 1.33 and later): admission knows the Service CIDRs from --service-cidrs only")
+	}
+	if s.egress != nil && !s.served(ctx, v1alpha1.SchemeGroupVersion.String(), "egressgateways") {
 		// Without the CRD an informer would never sync and hold back every sync of this node:
 		// run without egress gateways instead (deploy/ installs the CRD).
 		klog.FromContext(ctx).Info("The EgressGateway CRD (egressgateways.ovs-srcip.io) is not installed: egress gateways are off until the agent restarts after it is (kubectl apply -k deploy/crds)")
@@ -244,21 +254,21 @@ func trimObject(obj any) (any, error) {
 	return obj, nil
 }
 
-// egressServed reports whether the API server serves egressgateways in ovs-srcip.io/v1alpha1
-// (discovery). On an error other than "not found" it assumes it does: the informer then retries
-// as any other does, rather than egress being switched off by a transient failure.
-func (s *KubeSource) egressServed(ctx context.Context) bool {
-	gv := v1alpha1.SchemeGroupVersion.String()
+// served reports whether the API server serves resource (plural, e.g. "egressgateways") in the
+// group version gv (e.g. "ovs-srcip.io/v1alpha1"), by discovery. On an error other than "not
+// found" it assumes it does: the informer then retries as any other does, rather than a feature
+// being switched off by a transient failure.
+func (s *KubeSource) served(ctx context.Context, gv, resource string) bool {
 	list, err := s.client.Discovery().ServerResourcesForGroupVersion(gv)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return false
 		}
-		klog.FromContext(ctx).Error(err, "Discovery of the EgressGateway API failed; watching it anyway", "groupVersion", gv)
+		klog.FromContext(ctx).Error(err, "Discovery failed; watching the resource anyway", "groupVersion", gv, "resource", resource)
 		return true
 	}
 	for _, r := range list.APIResources {
-		if r.Name == "egressgateways" {
+		if r.Name == resource {
 			return true
 		}
 	}

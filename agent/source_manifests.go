@@ -20,6 +20,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -268,6 +269,8 @@ func deliver(h Handler, prev, cur runtime.Object) {
 		h.OnNamespace(typed[corev1.Namespace](prev), typed[corev1.Namespace](cur))
 	case *egressv1.EgressGateway:
 		h.OnEgressGateway(typed[egressv1.EgressGateway](prev), typed[egressv1.EgressGateway](cur))
+	case *networkingv1.ServiceCIDR:
+		h.OnServiceCIDR(typed[networkingv1.ServiceCIDR](prev), typed[networkingv1.ServiceCIDR](cur))
 	}
 }
 
@@ -347,6 +350,8 @@ func decodeObject(js []byte) ([]runtime.Object, error) {
 		o, namespaced = &corev1.Namespace{}, false
 	case tm.Kind == "EgressGateway" && tm.APIVersion == egressv1.SchemeGroupVersion.String():
 		o, namespaced = &egressv1.EgressGateway{}, false
+	case tm.Kind == "ServiceCIDR" && tm.APIVersion == networkingv1.SchemeGroupVersion.String():
+		o, namespaced = &networkingv1.ServiceCIDR{}, false
 	case tm.Kind == "":
 		return nil, errors.New("object without kind")
 	default:

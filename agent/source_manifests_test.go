@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/klog/v2/ktesting"
 )
 
@@ -62,6 +63,9 @@ func (h *recordingHandler) OnEndpointSlice(p, c *discoveryv1.EndpointSlice) {
 func (h *recordingHandler) OnPod(p, c *corev1.Pod) { h.add("Pod", p, c, [2]bool{p == nil, c == nil}) }
 func (h *recordingHandler) OnNamespace(p, c *corev1.Namespace) {
 	h.add("Namespace", p, c, [2]bool{p == nil, c == nil})
+}
+func (h *recordingHandler) OnServiceCIDR(p, c *networkingv1.ServiceCIDR) {
+	h.add("ServiceCIDR", p, c, [2]bool{p == nil, c == nil})
 }
 func (h *recordingHandler) OnEgressGateway(p, c *egressv1.EgressGateway) {
 	h.add("EgressGateway", p, c, [2]bool{p == nil, c == nil})

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ovs-srcip/ovs-srcip/flows"
@@ -101,6 +102,39 @@ func TestAdmissionClusterIPArrivesLater(t *testing.T) {
 	require.NoError(t, f.sync())
 	assert.Equal(t, []string{"192.168.0.1:30100/TCP"}, f.entries("lb"))
 	assert.Contains(t, f.eventText(), "is the ClusterIP of Service ns2/other")
+}
+
+// A ServiceCIDR object (networking.k8s.io/v1) is a Service CIDR as --service-cidrs is: an LB IP
+// inside it is refused with an Event naming the object, from the sync after it arrives; a second
+// ServiceCIDR extends the set; deleting the objects serves the address again. A spec.cidrs value
+// that does not parse is reported on its object and the rest of the object still counts.
+func TestAdmissionReadsServiceCIDRObjects(t *testing.T) {
+	f := newFixture(t)
+	f.seedNodes(f.r)
+	f.r.OnService(nil, lbService("ns1", "lb", 30100, "10.97.0.9"))
+	f.r.OnService(nil, lbService("ns1", "lb2", 30101, "10.98.0.9"))
+	require.NoError(t, f.sync())
+	assert.Len(t, f.entries("lb"), 2)
+	assert.Len(t, f.entries("lb2"), 2)
+
+	kubernetes := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.97.0.0/16"}}}
+	f.r.OnServiceCIDR(nil, kubernetes)
+	require.NoError(t, f.sync())
+	assert.Equal(t, []string{"192.168.0.1:30100/TCP"}, f.entries("lb"))
+	assert.Len(t, f.entries("lb2"), 2)
+	assert.Contains(t, f.eventText(), ReasonRefused+": loadBalancer ingress IP 10.97.0.9 is inside the Service CIDR 10.97.0.0/16 (ServiceCIDR kubernetes): refused")
+
+	extra := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "extra"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.98.0.0/16", "not-a-cidr"}}}
+	f.r.OnServiceCIDR(nil, extra)
+	require.NoError(t, f.sync())
+	assert.Equal(t, []string{"192.168.0.1:30101/TCP"}, f.entries("lb2"))
+	assert.Contains(t, f.eventText(), ReasonInvalid+`: spec.cidrs "not-a-cidr" is not a CIDR`)
+
+	f.r.OnServiceCIDR(kubernetes, nil)
+	f.r.OnServiceCIDR(extra, nil)
+	require.NoError(t, f.sync())
+	assert.Len(t, f.entries("lb"), 2)
+	assert.Len(t, f.entries("lb2"), 2)
 }
 
 // A next hop that appears in the routes is refused from the next full sync on.
