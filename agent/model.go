@@ -8,6 +8,7 @@ import (
 	goruntime "runtime"
 	"slices"
 	"strings"
+	"time"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -99,6 +100,13 @@ type model struct {
 	// CIDR (for Reconciler.Report).
 	declines    map[types.NamespacedName][]string
 	svcWarnings map[types.NamespacedName][]string
+
+	// now is the model's clock (time.Now; tests set it); updateTime is its reading at the start
+	// of the running update. affinityNext is, per Service with a sessionAffinity port, when the
+	// next affinity period starts (flows.AffinityPeriodAt): the Service is reconverted then.
+	now          func() time.Time
+	updateTime   time.Time
+	affinityNext map[types.NamespacedName]time.Time
 }
 
 func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, nodePortRange [2]uint16, mode PreserveMode, events EventSink) *model {
@@ -135,6 +143,8 @@ func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, nodePortRang
 		svcProblems:    map[types.NamespacedName][]string{},
 		conflicts:      map[types.NamespacedName][]string{},
 		declines:       map[types.NamespacedName][]string{},
+		now:            time.Now,
+		affinityNext:   map[types.NamespacedName]time.Time{},
 		svcWarnings:    map[types.NamespacedName][]string{},
 	}
 	m.admit.served = func(name types.NamespacedName) bool {
@@ -170,6 +180,13 @@ type dirtyObjects struct {
 func (m *model) update(ctx context.Context, dp Dataplane, full bool) (changes, error) {
 	logger := klog.FromContext(ctx)
 	d, nodeSelf := m.checkout()
+	m.updateTime = m.now()
+	for name, next := range m.affinityNext {
+		// A new affinity period: the Service's groups get the period's hash basis.
+		if !m.updateTime.Before(next) {
+			d.services[name] = true
+		}
+	}
 	ch := changes{keys: map[flows.Key]bool{}, full: full || nodeSelf}
 	npAddrs := NodePortAddresses(m.nodes[m.node], m.npCIDRs)
 	if !slices.Equal(npAddrs, m.st.NodePortAddresses) {
@@ -320,6 +337,18 @@ func (m *model) checkout() (d dirtyObjects, nodeSelf bool) {
 		d.serviceCIDRs = true
 	}
 	return d, nodeSelf
+}
+
+// nextAffinityPeriod is when the earliest next affinity period of any Service starts (zero: no
+// Service has a sessionAffinity port): a sync then gives those Services' groups the new basis.
+func (m *model) nextAffinityPeriod() time.Time {
+	var first time.Time
+	for _, t := range m.affinityNext {
+		if first.IsZero() || t.Before(first) {
+			first = t
+		}
+	}
+	return first
 }
 
 // convertServiceCIDRs parses every ServiceCIDR object's spec.cidrs. A value that does not parse
@@ -554,10 +583,18 @@ func (m *model) updateServices(logger klog.Logger, names map[types.NamespacedNam
 			m.st.DeleteService(k)
 		}
 		delete(m.svcKeys, name)
+		delete(m.affinityNext, name)
 		final, conflicts := m.claims.resolve(name, m.svcRaw[name])
 		for i := range final {
 			k := final[i].Key()
 			final[i].GroupID = m.groups.ID(k)
+			if s := final[i].AffinitySeconds; s > 0 {
+				var next time.Time
+				final[i].AffinityPeriod, next = flows.AffinityPeriodAt(m.updateTime, s)
+				if cur, ok := m.affinityNext[name]; !ok || next.Before(cur) {
+					m.affinityNext[name] = next
+				}
+			}
 			touched[k] = true
 			m.st.SetService(final[i])
 			m.svcKeys[name] = append(m.svcKeys[name], k)

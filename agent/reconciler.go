@@ -136,6 +136,10 @@ type Reconciler struct {
 	// pendingSince is when the oldest object change that no sync has applied yet arrived
 	// (Unix ns; 0: none).
 	pendingSince atomic.Int64
+	// affinityTimer requests a sync when the next affinity period starts (affinityAt; armAffinity).
+	affinityMu    sync.Mutex
+	affinityAt    time.Time
+	affinityTimer *time.Timer
 	// memReleased is closed once the memory of the first full sync is returned
 	// (ReconcilerConfig.ReleaseMemory).
 	memReleased chan struct{}
@@ -220,6 +224,24 @@ func (r *Reconciler) SetTrigger(f func()) { r.kick.Store(&f) }
 func (r *Reconciler) trigger() {
 	if f := r.kick.Load(); f != nil {
 		(*f)()
+	}
+}
+
+// armAffinity makes sure a sync runs when the next affinity period starts (next; zero: none is
+// due): the sessionAffinity ports' groups then get the new period's hash basis.
+func (r *Reconciler) armAffinity(next time.Time) {
+	r.affinityMu.Lock()
+	defer r.affinityMu.Unlock()
+	if next.Equal(r.affinityAt) {
+		return
+	}
+	if r.affinityTimer != nil {
+		r.affinityTimer.Stop()
+		r.affinityTimer = nil
+	}
+	r.affinityAt = next
+	if !next.IsZero() {
+		r.affinityTimer = time.AfterFunc(time.Until(next), r.trigger)
 	}
 }
 
@@ -387,6 +409,7 @@ func (r *Reconciler) Sync(ctx context.Context) error {
 	}
 	r.initialized = true
 	r.afterSync(ctx)
+	r.armAffinity(r.model.nextAffinityPeriod())
 	now := time.Now()
 	r.status.LastSuccess, r.status.FailingSince, r.status.LastError = now, time.Time{}, nil
 	if full {

@@ -92,6 +92,8 @@ func GoldenStates() map[string]*State {
 	// endpoints (no affinity flows: its new connections go to the host, which rejects them).
 	affTCP, affUDP := GoldenWebTCP(), GoldenWebUDP()
 	affTCP.AffinitySeconds, affUDP.AffinitySeconds = 10800, 86400
+	// The periods of 2026-12-01 (floor(unix seconds / timeoutSeconds)): the group's hash basis.
+	affTCP.AffinityPeriod, affUDP.AffinityPeriod = 166312, 20789
 	affEmpty := ServicePort{Namespace: "demo", Name: "empty", Protocol: TCP, Port: 80, NodePort: 30090, AffinitySeconds: 10800}
 	cases["node1-affinity"] = GoldenState(affTCP, affUDP, affEmpty)
 	// Host connectivity: the node has its gateway port srcip-gw0 (ofport 4).

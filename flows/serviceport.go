@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	of "github.com/ovs-srcip/ovs-srcip/openflow"
 )
@@ -32,8 +33,9 @@ import (
 // the host untouched and uncommitted: kube-proxy, which keeps its rules for every Service,
 // rejects them there (ICMP port unreachable, from the address the client dialled).
 //
-// With sp.AffinitySeconds (sessionAffinity: ClientIP) the group hashes the client IP alone, so
-// every node picks the same endpoint for a client while the endpoint set is the same; the new
+// With sp.AffinitySeconds (sessionAffinity: ClientIP) the group hashes the client IP alone, with
+// sp.AffinityPeriod as the hash basis, so every node picks the same endpoint for a client while
+// the endpoint set and the period are the same; the new
 // connection first looks up the client's learned choice (ExServiceCT loads RegAffinityPort,
 // resubmits to ExServiceAffinity, goes to ExServiceAffinityOut). ExServiceAffinityOut has one
 // flow per endpoint, which learns the choice (AffinityLearn, idle timeout AffinitySeconds) and
@@ -131,6 +133,9 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 		fs.Flows = append(append(fs.Flows, lb), ct...)
 	}
 	g := OFGroup{ID: sp.GroupID, Type: of.GroupSelect, SelectionFields: fields}
+	if affinity {
+		g.SelectionParam = sp.AffinityPeriod
+	}
 	// Bucket ids are a function of the endpoint (BucketIDs), and the buckets are ordered by id:
 	// OVS's choice for a connection then depends only on the set of endpoints, never on their
 	// order or on the positions of other endpoints.
@@ -195,6 +200,15 @@ func usableEndpoints(sp *ServicePort) []netip.AddrPort {
 		}
 	}
 	return eps
+}
+
+// AffinityPeriodAt is ServicePort.AffinityPeriod for a port with AffinitySeconds seconds (> 0) at
+// time t, and the time the next period starts: the periods are AffinitySeconds long and counted
+// from the Unix epoch, so nodes with synchronized clocks agree on them.
+func AffinityPeriodAt(t time.Time, seconds uint32) (period uint64, next time.Time) {
+	s := max(t.Unix(), 0)
+	period = uint64(s) / uint64(seconds)
+	return period, time.Unix(int64(period+1)*int64(seconds), 0)
 }
 
 // MaxAffinitySeconds is the longest idle timeout a learned affinity flow can have: an OpenFlow

@@ -312,6 +312,12 @@ type ServicePort struct {
 	// endpoint its previous one went to while it opens one at least every AffinitySeconds
 	// (capped at MaxAffinitySeconds on a node; docs/pipeline.md "Session affinity").
 	AffinitySeconds uint32
+	// AffinityPeriod numbers the AffinitySeconds-long period of wall-clock time this port's flows
+	// were built in: floor(unix seconds / AffinitySeconds), computed alike on every node
+	// (AffinityPeriodAt). It is the select group's hash basis (selection_method_param), so a
+	// client whose learned choice idled out is hashed afresh in a later period, as kube-proxy
+	// chooses afresh after timeoutSeconds, while every node agrees within one. 0 without affinity.
+	AffinityPeriod uint64
 	// GroupID is the OpenFlow select group of this Service port on br-ex, from a GroupIDs
 	// allocator; it must be in the range that GroupIDs hands out.
 	GroupID uint32

@@ -612,7 +612,7 @@ func (m GroupMod) Encode() (uint8, []byte, error) {
 			if g.Type != GroupSelect {
 				return 0, nil, fmt.Errorf("group %d: selection fields on a non-select group", g.ID)
 			}
-			if out, err = appendSelectionMethodProp(out, "hash", g.SelectionFields); err != nil {
+			if out, err = appendSelectionMethodProp(out, "hash", g.SelectionParam, g.SelectionFields); err != nil {
 				return 0, nil, err
 			}
 		}
@@ -644,9 +644,10 @@ func appendHashField(b []byte, f Field) ([]byte, error) {
 }
 
 // appendSelectionMethodProp appends the Netronome selection-method group property (OVS
-// Documentation/group-selection-method-property.txt): 40 bytes, then the field TLVs, padded to
-// a multiple of 8; its length excludes the padding.
-func appendSelectionMethodProp(b []byte, method string, fields []Field) ([]byte, error) {
+// Documentation/group-selection-method-property.txt): 40 bytes (the method name at 16, the
+// 64-bit selection_method_param at 32), then the field TLVs, padded to a multiple of 8; its
+// length excludes the padding.
+func appendSelectionMethodProp(b []byte, method string, param uint64, fields []Field) ([]byte, error) {
 	start := len(b)
 	b = append(b, make([]byte, 40)...)
 	p := b[start:]
@@ -654,6 +655,7 @@ func appendSelectionMethodProp(b []byte, method string, fields []Field) ([]byte,
 	binary.BigEndian.PutUint32(p[4:], ntrVendorID)
 	binary.BigEndian.PutUint32(p[8:], ntrtSelectionMethod)
 	copy(p[16:16+ntrMaxSelectionMethod], method)
+	binary.BigEndian.PutUint64(p[32:], param)
 	for _, f := range fields {
 		var err error
 		if b, err = appendHashField(b, f); err != nil {

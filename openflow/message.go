@@ -96,7 +96,11 @@ type GroupDesc struct {
 	// SelectionFields, when set, are hashed to pick a bucket (selection_method=hash, a select
 	// group only): IPv4Src, TCPSrc, UDPSrc... (FieldIPv4Src names itself ip_src).
 	SelectionFields []Field
-	Buckets         []Bucket
+	// SelectionParam is the hash basis of a select group with SelectionFields
+	// (selection_method_param, a 64-bit unsigned integer; 0: none, the text omits it): the same
+	// fields hash to another bucket under another basis.
+	SelectionParam uint64
+	Buckets        []Bucket
 }
 
 // Bucket is one bucket of a group (ofp15_bucket with a weight property).
@@ -113,12 +117,17 @@ func (bk *Bucket) AppendText(b []byte) []byte {
 	return AppendActions(append(b, ",actions="...), bk.Actions)
 }
 
-// AppendHead appends the group's header: group_id=N,type=T[,selection_method=hash,fields(F,...)].
+// AppendHead appends the group's header:
+// group_id=N,type=T[,selection_method=hash[,selection_method_param=P],fields(F,...)].
 func (g *GroupDesc) AppendHead(b []byte) []byte {
 	b = strconv.AppendUint(append(b, "group_id="...), uint64(g.ID), 10)
 	b = append(append(b, ",type="...), g.Type.String()...)
 	if len(g.SelectionFields) > 0 {
-		b = append(b, ",selection_method=hash,fields("...)
+		b = append(b, ",selection_method=hash"...)
+		if g.SelectionParam != 0 {
+			b = strconv.AppendUint(append(b, ",selection_method_param="...), g.SelectionParam, 10)
+		}
+		b = append(b, ",fields("...)
 		for i, f := range g.SelectionFields {
 			if i > 0 {
 				b = append(b, ',')

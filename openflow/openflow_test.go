@@ -97,6 +97,17 @@ func TestMessageText(t *testing.T) {
 	assert.Equal(t, "group insert_bucket group_id=9,command_bucket_id=last,bucket=bucket_id:2,weight:100,actions=output:3",
 		text(GroupMod{Command: GroupInsertBuckets, Group: g, Buckets: g.Buckets[1:]}))
 	assert.Equal(t, "group_id=9,type=select,selection_method=hash,fields(ip_src,tcp_src),bucket=bucket_id:1,weight:100,actions=output:2,bucket=bucket_id:2,weight:100,actions=output:3", g.String())
+	// A hash basis (selection_method_param): in the text after the method, in the property's
+	// 64 bits at offset 32 on the wire.
+	g.SelectionParam = 166312
+	assert.Equal(t, "group add_or_mod group_id=9,type=select,selection_method=hash,selection_method_param=166312,fields(ip_src,tcp_src),bucket=bucket_id:1,weight:100,actions=output:2",
+		text(GroupMod{Command: GroupAddOrMod, Group: g, Buckets: g.Buckets[:1]}))
+	_, body, err := GroupMod{Command: GroupAddOrMod, Group: g, Buckets: g.Buckets[:1]}.Encode()
+	require.NoError(t, err)
+	assert.Contains(t, string(body), "hash\x00", "the method name")
+	param := make([]byte, 8)
+	binary.BigEndian.PutUint64(param, 166312)
+	assert.Contains(t, string(body), string(param), "the basis")
 }
 
 // The wire encoding: a flow mod's header fields, its match TLVs in prerequisite order whatever

@@ -138,3 +138,49 @@ func TestHostNetworkEndpointDeclinedWithEvent(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// Against a live API server, admission knows the Service CIDR without --service-cidrs (the agents
+// here run without it): the API server's --service-cluster-ip-range is the ServiceCIDR object
+// "kubernetes" (networking.k8s.io/v1), which the agents watch. A LoadBalancer IP inside it is
+// refused with a SourceIPRefused Event that names the object, and the Service's NodePort is still
+// served with the client IP kept.
+func TestLoadBalancerIPInServiceCIDRRefused(t *testing.T) {
+	ctx := context.Background()
+	svc := newService("in-svc-cidr", 30233, "echo-a")
+	svc.Spec.Type = corev1.ServiceTypeLoadBalancer
+	created, err := cs.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cs.CoreV1().Services(ns).Delete(ctx, "in-svc-cidr", metav1.DeleteOptions{}) })
+	const lbIP = "10.96.250.250"
+	created.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: lbIP}}
+	_, err = cs.CoreV1().Services(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	require.NoError(t, err)
+
+	want := "loadBalancer ingress IP " + lbIP + " is inside the Service CIDR 10.96.0.0/16 (ServiceCIDR kubernetes): refused"
+	var ev corev1.Event
+	require.NoError(t, lab.WaitFor(func() error {
+		list, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
+			"involvedObject.kind": "Service", "involvedObject.name": "in-svc-cidr"}.String()})
+		if err != nil {
+			return err
+		}
+		for _, e := range list.Items {
+			if e.Type == corev1.EventTypeWarning && e.Reason == "SourceIPRefused" && strings.Contains(e.Message, want) {
+				ev = e
+				return nil
+			}
+		}
+		return fmt.Errorf("no Warning Event %q on the Service yet (%d events)", want, len(list.Items))
+	}, followTimeout))
+	t.Logf("event: %s %s: %s (from %s)", ev.Type, ev.Reason, ev.Message, ev.Source.Host)
+
+	eventually(t, "NodePort programmed", has("tp_dst=30233"))
+	for _, n := range theLab.Nodes {
+		out, err := theLab.DumpFlows(n.Name, "br-ex")
+		require.NoError(t, err)
+		assert.NotContains(t, out, "nw_dst="+lbIP, "node %s programs the refused LB IP", n.Name)
+	}
+	r := waitOK(t, "tcp", "192.0.2.11:30233")
+	assert.Equal(t, clientIP, r.ClientIP())
+	assert.Equal(t, "echo-a", r.Pod)
+}
