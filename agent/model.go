@@ -8,8 +8,8 @@ import (
 	goruntime "runtime"
 	"slices"
 	"strings"
-	"time"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
