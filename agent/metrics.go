@@ -38,6 +38,12 @@ type Metrics struct {
 	// DeclinedServicePorts is how many opted-in Service ports this node leaves to the host
 	// because an endpoint is outside every node's pod CIDRs (docs/field-cases.md#c34).
 	DeclinedServicePorts prometheus.Gauge
+	// FlowSnapshotLastWrite and FlowSnapshotBytes are the Unix time and the size of the last
+	// successful write of the flow snapshot (--flow-snapshot; 0: none yet, or no snapshot);
+	// FlowSnapshotWriteErrors counts the writes that failed (the file on disk stays the older one).
+	FlowSnapshotLastWrite   prometheus.Gauge
+	FlowSnapshotBytes       prometheus.Gauge
+	FlowSnapshotWriteErrors prometheus.Counter
 
 	// reg is where NewMetrics registered them (nil: nowhere); agent.New registers the flow
 	// counters' collector there too.
@@ -119,11 +125,24 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: ns, Name: "declined_service_ports",
 			Help: "Opted-in Service ports with an endpoint outside every node's pod CIDRs (e.g. hostNetwork): no flows, served by the host without source IP preservation.",
 		}),
+		FlowSnapshotLastWrite: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "flow_snapshot_last_write_timestamp_seconds",
+			Help: "Unix time of the last successful write of the flow snapshot (--flow-snapshot), which flow-restore replays after an ovs-vswitchd restart while no agent runs; 0: none yet, or no --flow-snapshot.",
+		}),
+		FlowSnapshotBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "flow_snapshot_bytes",
+			Help: "Size in bytes of the flow snapshot file at its last successful write (--flow-snapshot).",
+		}),
+		FlowSnapshotWriteErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Name: "flow_snapshot_write_errors_total",
+			Help: "Writes of the flow snapshot (--flow-snapshot) that failed; the file keeps its previous content (flow-restore would replay that, or only the base flow).",
+		}),
 	}
 	m.reg = reg
 	if reg != nil {
 		reg.MustRegister(m.SyncDuration, m.SyncStepDuration, m.ChangeToFlows, m.SyncFailures, m.AppliedFlows, m.AppliedGroups, m.BundleLines, m.LastSuccess, m.DesiredFlowSets,
-			m.ConntrackOps, m.DrainingEntryPoints, m.ConntrackZoneLimit, m.ConntrackZoneEntries, m.FlowConflicts, m.RejectedFlowSets, m.RejectedNow, m.DeclinedServicePorts)
+			m.ConntrackOps, m.DrainingEntryPoints, m.ConntrackZoneLimit, m.ConntrackZoneEntries, m.FlowConflicts, m.RejectedFlowSets, m.RejectedNow, m.DeclinedServicePorts,
+			m.FlowSnapshotLastWrite, m.FlowSnapshotBytes, m.FlowSnapshotWriteErrors)
 	}
 	return m
 }

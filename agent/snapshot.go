@@ -41,6 +41,9 @@ type snapshotter struct {
 	node   string
 	bootID string
 	perMsg int
+	// metrics gets each write's outcome (FlowSnapshotLastWrite, FlowSnapshotBytes,
+	// FlowSnapshotWriteErrors).
+	metrics *Metrics
 
 	mu   sync.Mutex
 	sets map[flows.Bridge]map[flows.Key]*snapEntry
@@ -57,11 +60,11 @@ type snapEntry struct {
 	groups, flows []string
 }
 
-func newSnapshotter(cfg FlowSnapshotConfig, node string, perMsg int) *snapshotter {
+func newSnapshotter(cfg FlowSnapshotConfig, node string, perMsg int, m *Metrics) *snapshotter {
 	if cfg.MinInterval <= 0 {
 		cfg.MinInterval = DefaultSnapshotInterval
 	}
-	s := &snapshotter{cfg: cfg, node: node, bootID: flowsnap.ReadBootID(), perMsg: perMsg,
+	s := &snapshotter{cfg: cfg, node: node, bootID: flowsnap.ReadBootID(), perMsg: perMsg, metrics: m,
 		sets: map[flows.Bridge]map[flows.Key]*snapEntry{}, kick: make(chan struct{}, 1)}
 	for _, b := range applyOrder {
 		s.sets[b] = map[flows.Key]*snapEntry{}
@@ -175,11 +178,15 @@ func (s *snapshotter) run(ctx context.Context, stop <-chan struct{}) {
 			return
 		}
 		start := time.Now()
-		if err := flowsnap.WriteFile(s.cfg.Path, flowsnap.Encode(snap)); err != nil {
+		data := flowsnap.Encode(snap)
+		if err := flowsnap.WriteFile(s.cfg.Path, data); err != nil {
+			s.metrics.FlowSnapshotWriteErrors.Inc()
 			logger.Error(err, "Could not write the flow snapshot; flow-restore replays an older one, or only the base flow")
 			return
 		}
 		written, last = gen, time.Now()
+		s.metrics.FlowSnapshotLastWrite.Set(float64(last.UnixNano()) / 1e9)
+		s.metrics.FlowSnapshotBytes.Set(float64(len(data)))
 		logger.V(2).Info("Wrote the flow snapshot", "lines", snap.Lines(), "elapsed", time.Since(start).Round(time.Microsecond))
 	}
 	for {

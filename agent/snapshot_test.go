@@ -2,12 +2,14 @@ package agent
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -89,6 +91,48 @@ func TestFlowSnapshotFollowsApplied(t *testing.T) {
 	for i := range want.Bridges {
 		assert.Equal(t, want.Bridges[i].Lines, got.Bridges[i].Lines, "the last write after stop has the last sync")
 	}
+	// The metrics of the last write: its time, the file's size, no error.
+	st, err := os.Stat(path)
+	require.NoError(t, err)
+	m := f.r.metrics
+	assert.Equal(t, float64(st.Size()), testutil.ToFloat64(m.FlowSnapshotBytes))
+	assert.InDelta(t, float64(st.ModTime().UnixNano())/1e9, testutil.ToFloat64(m.FlowSnapshotLastWrite), 1, "the file's mtime")
+	assert.Zero(t, testutil.ToFloat64(m.FlowSnapshotWriteErrors))
+}
+
+// A write that fails (here: the snapshot's directory is missing) counts in
+// srcip_agent_flow_snapshot_write_errors_total, leaves the last-write gauges alone, and is
+// retried at the next change.
+func TestFlowSnapshotWriteErrorsCounted(t *testing.T) {
+	f := newFixture(t)
+	dir := filepath.Join(t.TempDir(), "missing")
+	path := filepath.Join(dir, "flows.snapshot")
+	f.r = f.newReconcilerWith(func(c *ReconcilerConfig) {
+		c.FlowSnapshot = &FlowSnapshotConfig{Path: path, MinInterval: time.Millisecond,
+			BridgeNames: map[flows.Bridge]string{flows.BrEx: "br-ex", flows.BrInt: "br-int"}}
+	})
+	m, snap := f.r.metrics, f.r.syncer.snap
+	f.seed(f.r, 2)
+	require.NoError(t, f.sync())
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); snap.run(f.ctx, stop) }()
+	snap.changed()
+	require.Eventually(t, func() bool { return testutil.ToFloat64(m.FlowSnapshotWriteErrors) >= 1 }, 5*time.Second, 10*time.Millisecond)
+	assert.Zero(t, testutil.ToFloat64(m.FlowSnapshotLastWrite))
+	assert.Zero(t, testutil.ToFloat64(m.FlowSnapshotBytes))
+
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	f.r.OnService(makeService("ns1", "svc1", 30001), nil)
+	require.NoError(t, f.sync())
+	snap.changed()
+	require.Eventually(t, func() bool { return testutil.ToFloat64(m.FlowSnapshotBytes) > 0 }, 5*time.Second, 10*time.Millisecond)
+	close(stop)
+	<-done
+	st, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, float64(st.Size()), testutil.ToFloat64(m.FlowSnapshotBytes))
+	assert.Positive(t, testutil.ToFloat64(m.FlowSnapshotLastWrite))
 }
 
 // BenchmarkColdFullSyncSnapshot is the first full sync of 10k Service ports (10 endpoints, 50

@@ -96,7 +96,7 @@ func newSyncer(cfg ReconcilerConfig, m *Metrics) *syncer {
 		rejected:      map[flows.Bridge]map[flows.Key]flows.Cookie{},
 	}
 	if cfg.FlowSnapshot != nil {
-		s.snap = newSnapshotter(*cfg.FlowSnapshot, cfg.NodeName, cfg.BucketsPerMessage)
+		s.snap = newSnapshotter(*cfg.FlowSnapshot, cfg.NodeName, cfg.BucketsPerMessage, m)
 	}
 	for _, b := range applyOrder {
 		s.rejected[b] = map[flows.Key]flows.Cookie{}

@@ -484,6 +484,81 @@ func TestComponentLabelledNodes(t *testing.T) {
 	}
 }
 
+// buildOverlay renders an overlay of deploy/ whose kustomization.yaml is body with BASE replaced
+// by the relative path of deploy/ (kustomize wants a relative base).
+func buildOverlay(t *testing.T, body string) []*unstructured.Unstructured {
+	t.Helper()
+	base, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	rel, err := filepath.Rel(dir, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(strings.ReplaceAll(body, "BASE", rel)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize build overlay: %v\n%s", err, body)
+	}
+	var objs []*unstructured.Unstructured
+	for _, r := range rm.Resources() {
+		b, err := r.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(b); err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, u)
+	}
+	return objs
+}
+
+// docOverlay is the fenced YAML block of docs/install.md whose first line is first, with
+// ../deploy (the docs' path of the base) replaced by BASE.
+func docOverlay(t *testing.T, first string) string {
+	t.Helper()
+	b, err := os.ReadFile("../docs/install.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)```yaml\n(" + regexp.QuoteMeta(first) + "\n.*?)```").FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("docs/install.md has no yaml block starting %q", first)
+	}
+	return strings.ReplaceAll(string(m[1]), "../deploy", "BASE")
+}
+
+// The overlay of docs/install.md "The cluster's settings", as it is written there, appends the
+// agent's --service-cidrs, --service-node-port-range, --external-ip-cidrs and
+// --nodeport-addresses, each a flag of srcip-agent, and changes nothing else of the DaemonSet.
+func TestOverlayClusterFlags(t *testing.T) {
+	flags := agentFlags(t)
+	objs := buildOverlay(t, docOverlay(t, "# overlay/kustomization.yaml: the cluster's settings"))
+	got := convert[appsv1.DaemonSet](t, find(t, objs, "DaemonSet", "srcip-agent"))
+	want := convert[appsv1.DaemonSet](t, find(t, buildDir(t, "."), "DaemonSet", "srcip-agent"))
+	agent, wantAgent := got.Spec.Template.Spec.Containers[0], want.Spec.Template.Spec.Containers[0]
+	n := len(wantAgent.Args)
+	added := []string{"--service-cidrs=10.96.0.0/12", "--service-node-port-range=30000-32767", "--external-ip-cidrs=192.0.2.0/24", "--nodeport-addresses=192.0.2.0/24"}
+	if agent.Name != "srcip-agent" || len(agent.Args) != n+len(added) || !slices.Equal(agent.Args[:n], wantAgent.Args) || !slices.Equal(agent.Args[n:], added) {
+		t.Fatalf("agent args %v, want the base's + %v", agent.Args, added)
+	}
+	for _, a := range added {
+		if name := strings.SplitN(strings.TrimPrefix(a, "--"), "=", 2)[0]; !flags[name] {
+			t.Errorf("%s is not a srcip-agent flag", a)
+		}
+	}
+	got.Spec.Template.Spec.Containers[0].Args = wantAgent.Args
+	if !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("the overlay changed more than the agent's args")
+	}
+}
+
 // checkNodeSetup checks the init container that runs srcip-agent node-setup: privileged, every
 // hostPath node-setup writes mounted at the node's own path, every argument a node-setup flag, its
 // settings from the generated ConfigMap.

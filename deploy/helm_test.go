@@ -7,9 +7,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -171,4 +173,38 @@ func TestHelmLabValuesMatchLabOverlay(t *testing.T) {
 		kobjs = append(kobjs, u)
 	}
 	compare(t, "lab values", objs, kobjs)
+}
+
+// The chart's agent values pass the cluster's settings (docs/install.md "The cluster's
+// settings") as the agent's flags, each a flag of srcip-agent, after the base's args; extraArgs
+// append to the agent's and to node-setup's. With the defaults none is passed
+// (TestHelmTemplateMatchesKustomize).
+func TestHelmAgentClusterValues(t *testing.T) {
+	agentF, setupF := agentFlags(t), agentFlags(t, "node-setup")
+	base := convert[appsv1.DaemonSet](t, find(t, helmTemplate(t), "DaemonSet", "srcip-agent"))
+	ds := convert[appsv1.DaemonSet](t, find(t, helmTemplate(t,
+		"--set", "agent.serviceCIDRs={10.96.0.0/12,10.97.0.0/16}",
+		"--set", "agent.serviceNodePortRange=30000-32000",
+		"--set", "agent.externalIPCIDRs={192.0.2.0/24}",
+		"--set", "agent.nodePortAddresses={192.0.2.0/24}",
+		"--set", "agent.extraArgs={--conntrack-zone-limit-percent=30}",
+		"--set", "nodeSetup.extraArgs={--geneve-port=6082}",
+	), "DaemonSet", "srcip-agent"))
+	check := func(what string, got, base []string, added []string, flags map[string]bool) {
+		t.Helper()
+		n := len(base)
+		if len(got) != n+len(added) || !slices.Equal(got[:n], base) || !slices.Equal(got[n:], added) {
+			t.Errorf("%s args %v, want the defaults' + %v", what, got, added)
+		}
+		for _, a := range added {
+			if name := strings.SplitN(strings.TrimPrefix(a, "--"), "=", 2)[0]; !flags[name] {
+				t.Errorf("%s: %s is not a flag", what, a)
+			}
+		}
+	}
+	check("agent", ds.Spec.Template.Spec.Containers[0].Args, base.Spec.Template.Spec.Containers[0].Args,
+		[]string{"--service-cidrs=10.96.0.0/12,10.97.0.0/16", "--service-node-port-range=30000-32000", "--external-ip-cidrs=192.0.2.0/24",
+			"--nodeport-addresses=192.0.2.0/24", "--conntrack-zone-limit-percent=30"}, agentF)
+	check("node-setup", ds.Spec.Template.Spec.InitContainers[0].Args, base.Spec.Template.Spec.InitContainers[0].Args,
+		[]string{"--geneve-port=6082"}, setupF)
 }

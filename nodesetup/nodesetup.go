@@ -14,7 +14,10 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ovs-srcip/ovs-srcip/ofctl"
@@ -93,6 +96,10 @@ type Config struct {
 	// it changes anything, when another process or another overlay's tunnel device holds it
 	// (checkGenevePort); 0: not checked.
 	GenevePort int
+	// FlowSnapshot is the agent's flow snapshot file (its --flow-snapshot): Teardown removes it
+	// and the temporary files of an interrupted write beside it (flowsnap.WriteFile's
+	// .<name>.*), so that a later install cannot replay the old pipeline; "": left alone.
+	FlowSnapshot string
 	// Logf reports each step's outcome (nil: discarded).
 	Logf func(format string, args ...any)
 }
@@ -262,6 +269,9 @@ func Teardown(ctx context.Context, cfg Config) (Result, error) {
 	defer db.Close()
 	r := &run{cfg: &cfg, db: db}
 	var errs []error
+	if err := r.removeFlowSnapshot(); err != nil {
+		errs = append(errs, fmt.Errorf("flow snapshot: %w", err))
+	}
 	if err := r.removeCNI(); err != nil {
 		errs = append(errs, fmt.Errorf("CNI files: %w", err))
 	}
@@ -278,6 +288,40 @@ func Teardown(ctx context.Context, cfg Config) (Result, error) {
 		errs = append(errs, fmt.Errorf("br-ex: %w", err))
 	}
 	return r.res, errors.Join(errs...)
+}
+
+// removeFlowSnapshot removes cfg.FlowSnapshot and the temporary files of an interrupted write
+// beside it; the directory stays (the DaemonSet's hostPath, maybe a mount point here).
+func (r *run) removeFlowSnapshot() error {
+	p := r.cfg.FlowSnapshot
+	if p == "" {
+		return nil
+	}
+	files := []string{p}
+	dir, tmpPrefix := filepath.Dir(p), "."+filepath.Base(p)+"."
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), tmpPrefix) && e.Type().IsRegular() {
+			files = append(files, filepath.Join(dir, e.Name()))
+		}
+	}
+	var errs []error
+	for i, f := range files {
+		switch err := os.Remove(f); {
+		case err == nil:
+			r.changed("removed the flow snapshot %s", f)
+		case errors.Is(err, os.ErrNotExist):
+			if i == 0 {
+				r.unchanged("no flow snapshot %s", f)
+			}
+		default:
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // GatewayPrefix is the host's gateway address of pod CIDR p: its first address, with p's length

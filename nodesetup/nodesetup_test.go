@@ -3,6 +3,7 @@ package nodesetup
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -78,6 +79,8 @@ func TestTeardownRemovesNothingWithoutOVSDB(t *testing.T) {
 	require.NoError(t, os.WriteFile(conflist, []byte("{}"), 0o644))
 	plugin := filepath.Join(binDir, "srcip-cni")
 	require.NoError(t, os.WriteFile(plugin, []byte("x"), 0o755))
+	snapshot := filepath.Join(t.TempDir(), "flows.snapshot")
+	require.NoError(t, os.WriteFile(snapshot, []byte("x"), 0o600))
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	for ep, want := range map[string]string{
@@ -85,11 +88,49 @@ func TestTeardownRemovesNothingWithoutOVSDB(t *testing.T) {
 		t.TempDir() + "/db.sock":           "nothing was removed",
 		"unix:" + t.TempDir() + "/db.sock": "nothing was removed",
 	} {
-		_, err := Teardown(ctx, Config{OVSDB: ep, CNIConfDir: confDir, CNIBinDir: binDir, StateDir: t.TempDir()})
+		_, err := Teardown(ctx, Config{OVSDB: ep, CNIConfDir: confDir, CNIBinDir: binDir, StateDir: t.TempDir(), FlowSnapshot: snapshot})
 		require.ErrorContains(t, err, want, ep)
 		assert.FileExists(t, conflist, ep)
 		assert.FileExists(t, plugin, ep)
+		assert.FileExists(t, snapshot, ep)
 	}
+}
+
+// Teardown's flow snapshot step removes the snapshot and the temporary files of an interrupted
+// write (flowsnap.WriteFile's .flows.snapshot.*), nothing else in the directory, and the
+// directory stays; a second run and a missing directory change nothing; "" leaves the file alone.
+func TestTeardownRemovesFlowSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	snapshot := filepath.Join(dir, "flows.snapshot")
+	for _, f := range []string{snapshot, filepath.Join(dir, ".flows.snapshot.123456"), filepath.Join(dir, "other"), filepath.Join(dir, ".other.1")} {
+		require.NoError(t, os.WriteFile(f, []byte("x"), 0o600))
+	}
+	var log []string
+	r := &run{cfg: &Config{FlowSnapshot: snapshot, Logf: func(format string, args ...any) { log = append(log, fmt.Sprintf(format, args...)) }}}
+	require.NoError(t, r.removeFlowSnapshot())
+	assert.Equal(t, 2, r.res.Changes)
+	assert.Equal(t, []string{"changed: removed the flow snapshot " + snapshot, "changed: removed the flow snapshot " + filepath.Join(dir, ".flows.snapshot.123456")}, log)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	assert.ElementsMatch(t, []string{"other", ".other.1"}, names)
+
+	log = nil
+	require.NoError(t, r.removeFlowSnapshot())
+	assert.Equal(t, 2, r.res.Changes, "a second run changes nothing")
+	assert.Equal(t, []string{"unchanged: no flow snapshot " + snapshot}, log)
+
+	r.cfg.FlowSnapshot = filepath.Join(dir, "missing", "flows.snapshot")
+	require.NoError(t, r.removeFlowSnapshot())
+	assert.Equal(t, 2, r.res.Changes)
+
+	require.NoError(t, os.WriteFile(snapshot, []byte("x"), 0o600))
+	r.cfg.FlowSnapshot = ""
+	require.NoError(t, r.removeFlowSnapshot())
+	assert.FileExists(t, snapshot)
 }
 
 // The boot script puts back what the state file records, on the bridge, with the NIC's flags.

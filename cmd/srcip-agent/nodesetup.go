@@ -119,8 +119,9 @@ func newNodeTeardownCommand() *cobra.Command {
 and loopback and host-local's allocations of the network, deletes the nftables table ip ovs-srcip,
 deletes br-int (with srcip-gw0 and every pod port on it), and, when node-setup built br-ex from a
 NIC (its state file in --state-dir), deletes br-ex and puts the NIC's addresses and routes back,
-then checks that the default gateway answers. net.ipv4.ip_forward is left at 1 (kube-proxy needs
-it). Stop the DaemonSet on the node first (the agent would re-create br-int).`,
+then checks that the default gateway answers, and removes the agent's flow snapshot
+(--flow-snapshot), so that a later install cannot replay the old flows. net.ipv4.ip_forward is left
+at 1 (kube-proxy needs it). Stop the DaemonSet on the node first (the agent would re-create br-int).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
@@ -137,6 +138,7 @@ it). Stop the DaemonSet on the node first (the agent would re-create br-int).`,
 		},
 	}
 	commonNodeFlags(cmd.Flags(), o)
+	cmd.Flags().StringVar(&o.cfg.FlowSnapshot, "flow-snapshot", DefaultFlowSnapshot, `the agent's flow snapshot (its --flow-snapshot), removed with the temporary files of an interrupted write beside it; "": left alone`)
 	return cmd
 }
 

@@ -130,7 +130,7 @@ func TestNodeSetupEgressInterface(t *testing.T) {
 		assert.NotContains(t, out, "changed: ", bad)
 	}
 
-	out, err = n.agent(t, bin, append([]string{"node-teardown"}, common...)...)
+	out, err = n.agent(t, bin, append([]string{"node-teardown", "--flow-snapshot="}, common...)...)
 	require.NoError(t, err)
 	assert.Contains(t, out, "changed: eth1 has its 1 addresses and 1 routes back, out of br-ex")
 	addrs = must(t, nil, "ip", "-n", n.netns, "-4", "-o", "addr", "show")
@@ -148,12 +148,12 @@ func TestNodeSetupEgressInterface(t *testing.T) {
 	_, err = n.agent(t, bin, setup...)
 	require.NoError(t, err)
 	must(t, nil, "ip", "-n", n.netns, "link", "del", "eth1")
-	out, err = n.agent(t, bin, append([]string{"node-teardown"}, common...)...)
+	out, err = n.agent(t, bin, append([]string{"node-teardown", "--flow-snapshot="}, common...)...)
 	require.NoError(t, err)
 	assert.Contains(t, out, "changed: eth1 is gone: its 1 addresses taken off br-ex, nothing to put back")
 	assert.NoFileExists(t, filepath.Join(n.dir, "state", nodesetup.EgressStateFile))
 	assert.NotContains(t, must(t, nil, "ip", "-n", n.netns, "-4", "rule", "show"), "7100")
-	out, err = n.agent(t, bin, append([]string{"node-teardown"}, common...)...)
+	out, err = n.agent(t, bin, append([]string{"node-teardown", "--flow-snapshot="}, common...)...)
 	require.NoError(t, err)
 	assert.Contains(t, out, "node-teardown: nothing changed")
 }

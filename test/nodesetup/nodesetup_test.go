@@ -173,6 +173,9 @@ func TestNodeSetupAndTeardown(t *testing.T) {
 		"--cni-bin-dir=" + binDir, "--cni-conf-dir=" + confDir, "--cni-data-dir=" + dataDir}
 	setup := append([]string{"node-setup", "--nic=auto", "--datapath-type=netdev", "--cluster-cidrs=10.244.0.0/16",
 		"--pod-cidr=10.244.1.0/24", "--cni-source-dir=" + src}, common...)
+	// The agent's flow snapshot (the DaemonSet's /run/ovs-srcip), which node-teardown removes.
+	snapshot := filepath.Join(n.dir, "run-ovs-srcip", "flows.snapshot")
+	teardown := append([]string{"node-teardown", "--flow-snapshot=" + snapshot}, common...)
 
 	start := time.Now()
 	out, err := n.agent(t, bin, setup...)
@@ -276,7 +279,7 @@ func TestNodeSetupAndTeardown(t *testing.T) {
 	require.ErrorContains(t, err, "pod CIDR 10.244.1.0/24 is not inside the cluster CIDRs [10.96.0.0/16]")
 	assert.NotContains(t, out, "changed: ")
 	// A bad --ovsdb makes node-teardown remove nothing.
-	_, err = n.agent(t, bin, append([]string{"node-teardown"}, append(slices.Clone(common), "--ovsdb=db.sock")...)...)
+	_, err = n.agent(t, bin, append(slices.Clone(teardown), "--ovsdb=db.sock")...)
 	require.ErrorContains(t, err, "want unix:PATH")
 	_, err = os.Stat(filepath.Join(confDir, nodesetup.ConflistName))
 	require.NoError(t, err, "conflist still there")
@@ -320,9 +323,15 @@ func TestNodeSetupAndTeardown(t *testing.T) {
 
 	// Teardown: everything back, twice.
 	require.NoError(t, os.MkdirAll(filepath.Join(dataDir, nodesetup.NetworkName), 0o755))
-	out, err = n.agent(t, bin, append([]string{"node-teardown"}, common...)...)
+	require.NoError(t, os.MkdirAll(filepath.Dir(snapshot), 0o755))
+	snapshotTmp := filepath.Join(filepath.Dir(snapshot), ".flows.snapshot.42") // an interrupted write's
+	for _, p := range []string{snapshot, snapshotTmp} {
+		require.NoError(t, os.WriteFile(p, []byte("snapshot"), 0o600))
+	}
+	out, err = n.agent(t, bin, teardown...)
 	require.NoError(t, err)
 	assert.Contains(t, out, "changed: eth0 has its 1 addresses and 2 routes back")
+	assert.Contains(t, out, "changed: removed the flow snapshot "+snapshot)
 	n.ping(t)
 	addrs = must(t, nil, "ip", "-n", n.netns, "-4", "-o", "addr", "show")
 	assert.Contains(t, addrs, "eth0    inet "+nodeIP+"/24")
@@ -344,11 +353,12 @@ func TestNodeSetupAndTeardown(t *testing.T) {
 	_, err = n.ns(t, "nft", "list", "table", "ip", "ovs-srcip")
 	assert.Error(t, err, "nft table left")
 	for _, p := range append([]string{filepath.Join(confDir, nodesetup.ConflistName), filepath.Join(n.dir, "state", nodesetup.StateFile), script,
-		filepath.Join(dataDir, nodesetup.NetworkName)}, pluginPaths(binDir)...) {
+		filepath.Join(dataDir, nodesetup.NetworkName), snapshot, snapshotTmp}, pluginPaths(binDir)...) {
 		_, err := os.Stat(p)
 		assert.ErrorIs(t, err, os.ErrNotExist, p)
 	}
-	out, err = n.agent(t, bin, append([]string{"node-teardown"}, common...)...)
+	assert.DirExists(t, filepath.Dir(snapshot), "the snapshot's directory (the DaemonSet's hostPath) stays")
+	out, err = n.agent(t, bin, teardown...)
 	require.NoError(t, err)
 	assert.Contains(t, out, "node-teardown: nothing changed")
 	n.ping(t)
