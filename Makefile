@@ -49,7 +49,8 @@ demo: deps build
 # no apt-get and no network (golden files, flows/, agent/ with the fakes, the pure tests of ofctl/,
 # cmd/ and nodesetup/). -short makes ovstest.StartDummy skip the tests that need a private OVS;
 # `make test-unit` runs them. Also the lab's program tables (hack/deps.sh against test/lab) and the
-# conformance runner's report logic. No deps: nothing is installed.
+# conformance runner's report logic and the settings files of make try-lab. No deps: nothing is
+# installed.
 PURE := ./openflow/... ./flows/... ./agent/... ./ofctl/... ./cmd/... ./nodesetup/... ./flowsnap/... ./version/...
 check:
 	$(GO) vet ./...
@@ -57,6 +58,7 @@ check:
 	$(GO) test -short $(PURE)
 	$(GO) test -short -run 'TestDepsInstallsEveryProgram|TestEveryExecutedProgramIsListed|TestCheckProgramsNamesThePackage' ./test/lab/
 	$(GO) test -short ./test/conformance/
+	$(GO) test -short ./test/cluster/trylab/
 
 vet:
 	$(GO) vet ./...

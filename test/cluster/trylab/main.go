@@ -147,7 +147,11 @@ func run() int {
 		say("lab %s closed in %v; netns left: %d %v", c.Lab.Prefix, time.Since(t).Round(time.Millisecond), len(left), left)
 	}()
 
-	overlay, values, err := writeSettings(c)
+	root, err := os.Getwd()
+	if err != nil {
+		return fail("%v", err)
+	}
+	overlay, values, err := writeSettings(filepath.Join(c.Lab.Dir, "try-lab"), root)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -231,15 +235,10 @@ func lines(c *cluster.Cluster, helm, release, overlay, values string) []info {
 	return l
 }
 
-// writeSettings writes a kustomize overlay of deploy/ and Helm values with the lab's node set-up
-// settings (br-ex exists already: NIC empty; no kernel module: netdev; pod MTU) into the lab dir
+// writeSettings writes a kustomize overlay of root/deploy and Helm values with the lab's node
+// set-up settings (br-ex exists already: NIC empty; no kernel module: netdev; pod MTU) into dir
 // and returns the overlay's directory and the values file.
-func writeSettings(c *cluster.Cluster) (overlay, values string, err error) {
-	root, err := os.Getwd()
-	if err != nil {
-		return "", "", err
-	}
-	dir := filepath.Join(c.Lab.Dir, "try-lab")
+func writeSettings(dir, root string) (overlay, values string, err error) {
 	overlay = filepath.Join(dir, "overlay")
 	if err := os.MkdirAll(overlay, 0o755); err != nil {
 		return "", "", err
