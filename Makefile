@@ -12,7 +12,7 @@ VERSION ?= $(shell cat VERSION)
 COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 LDFLAGS := -X github.com/ovs-srcip/ovs-srcip/version.Version=$(VERSION) -X github.com/ovs-srcip/ovs-srcip/version.Commit=$(COMMIT)
 
-.PHONY: all build image deps check demo test test-unit test-e2e test-conformance conformance conformance-build golden bench bench-datapath bench-podstart bench-go bench-api vet fmt clean clean-labs controlplane cluster
+.PHONY: all build image deps check demo test test-unit test-e2e test-conformance conformance conformance-build golden bench bench-datapath bench-podstart bench-go bench-api vet fmt clean clean-labs controlplane cluster try-lab
 
 # Extra flags for the demo, e.g. `make demo DEMO_ARGS=--keep` keeps the lab up for poking.
 DEMO_ARGS ?=
@@ -49,7 +49,8 @@ demo: deps build
 # no apt-get and no network (golden files, flows/, agent/ with the fakes, the pure tests of ofctl/,
 # cmd/ and nodesetup/). -short makes ovstest.StartDummy skip the tests that need a private OVS;
 # `make test-unit` runs them. Also the lab's program tables (hack/deps.sh against test/lab) and the
-# conformance runner's report logic. No deps: nothing is installed.
+# conformance runner's report logic and the settings files of make try-lab. No deps: nothing is
+# installed.
 PURE := ./openflow/... ./flows/... ./agent/... ./ofctl/... ./cmd/... ./nodesetup/... ./flowsnap/... ./version/...
 check:
 	$(GO) vet ./...
@@ -57,6 +58,7 @@ check:
 	$(GO) test -short $(PURE)
 	$(GO) test -short -run 'TestDepsInstallsEveryProgram|TestEveryExecutedProgramIsListed|TestCheckProgramsNamesThePackage' ./test/lab/
 	$(GO) test -short ./test/conformance/
+	$(GO) test -short ./test/cluster/trylab/
 
 vet:
 	$(GO) vet ./...
@@ -101,6 +103,18 @@ test-e2e: deps build controlplane cluster
 		| grep -v '^=== '
 	set -o pipefail; SRCIP_AGENT=$(BIN)/srcip-agent SRCIP_CLUSTER_PROXY_MODE=iptables $(GO) test -count=1 -p 1 -timeout 10m -v ./test/cluster/ \
 		| grep -v '^=== '
+
+# The real-kubelet lab that test/cluster/install installs ovs-srcip on, held until Ctrl-C or
+# kill <pid> (then closed): three nodes registered and NotReady (no CNI), nothing of ovs-srcip
+# installed, the release image (hack/image.sh, as make image writes it) imported into each node's
+# containerd: the empty cluster to try docs/install.md on ("Try it on the lab"). Prints, and writes
+# to /tmp/<lab>/try-lab.env, KUBECONFIG, kubectl, helm and ctr, the nodes (netns, how to enter
+# them, containerd sockets), the client, the router and the address ranges the install takes.
+# Refuses to start while another lab is up. TRY_LAB_ARGS adds flags, e.g. -proxy-mode iptables.
+TRY_LAB_ARGS ?=
+try-lab: deps controlplane cluster
+	$(GO) build -o $(BIN)/try-lab ./test/cluster/trylab
+	$(BIN)/try-lab $(TRY_LAB_ARGS)
 
 # Kubernetes' own e2e tests (e2e.test, ginkgo and kubectl v1.37.2, CoreDNS and the e2e images, built
 # from the Go module proxy and Debian's packages by hack/conformance/build.sh, cached like the control

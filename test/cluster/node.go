@@ -79,6 +79,15 @@ func (kn *KNode) enter() []string {
 	return []string{"nsenter", "-t", strconv.Itoa(kn.holder.pid), "-m", "-n", "-r"}
 }
 
+// Enter is the command line that runs a program on the node as a process of the node would run:
+// in its netns and its private mount namespace (its /etc/cni/net.d, /opt/cni/bin, /var/lib/kubelet,
+// /run/containerd, /var/run/openvswitch), e.g. append "sh" for a shell on the node.
+func (kn *KNode) Enter() []string { return kn.enter() }
+
+// ContainerdSocket is the node's containerd socket, reachable from the root netns too:
+// `ctr -a <socket> -n k8s.io images ls` (ctr from BinDir).
+func (kn *KNode) ContainerdSocket() string { return kn.path("containerd.sock") }
+
 // Exec runs argv in the node (its netns and mount namespace) and returns stdout.
 func (kn *KNode) Exec(argv ...string) (string, error) {
 	return kn.c.run(append(kn.enter(), argv...)...)

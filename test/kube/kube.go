@@ -39,6 +39,10 @@ import (
 	"github.com/ovs-srcip/ovs-srcip/test/lab"
 )
 
+// ServiceCIDR is the control plane's Service CIDR (kube-apiserver and kube-controller-manager
+// --service-cluster-ip-range in hack/controlplane/start.sh; kubeadm's default).
+const ServiceCIDR = "10.96.0.0/16"
+
 // The components, in start order.
 const (
 	Etcd                  = "etcd"

@@ -247,6 +247,43 @@ func Cleanup(prefix, baseDir string, logf func(string, ...any)) error {
 	return errors.Join(errs...)
 }
 
+// LiveLabs lists the labs with generated prefixes ("sl" + 4 hex: netns "slXXXX-*" or a directory
+// baseDir/slXXXX, default /tmp) whose owner process (recorded at New) is alive: prefix -> owner
+// pid. Those of dead owners are not listed (CleanupStale removes them).
+func LiveLabs(baseDir string) (map[string]int, error) {
+	if baseDir == "" {
+		baseDir = "/tmp"
+	}
+	existing, err := listNetns()
+	if err != nil {
+		return nil, err
+	}
+	prefixes := map[string]bool{}
+	for ns := range existing {
+		if i := strings.IndexByte(ns, '-'); i > 0 && generatedPrefix.MatchString(ns[:i]) {
+			prefixes[ns[:i]] = true
+		}
+	}
+	if ents, err := os.ReadDir(baseDir); err == nil {
+		for _, e := range ents {
+			if e.IsDir() && generatedPrefix.MatchString(e.Name()) {
+				prefixes[e.Name()] = true
+			}
+		}
+	}
+	live := map[string]int{}
+	for p := range prefixes {
+		dir := filepath.Join(baseDir, p)
+		if !ownerAlive(dir) {
+			continue
+		}
+		b, _ := os.ReadFile(filepath.Join(dir, "owner"))
+		pid, _ := strconv.Atoi(strings.Fields(string(b))[0])
+		live[p] = pid
+	}
+	return live, nil
+}
+
 // CleanupStale removes leftovers of crashed labs with generated prefixes
 // ("sl" + 4 hex): netns "slXXXX-*" and baseDir/slXXXX whose owner process
 // (recorded at New) is gone. Labs of live processes are left alone. It

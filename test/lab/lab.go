@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -520,6 +521,10 @@ func (l *Lab) Netns(name string) (string, error) {
 	}
 	return "", fmt.Errorf("lab %s: no netns for %q", l.Prefix, name)
 }
+
+// Routes are the router's routes to nodes: prefix -> node name (Config.Routes, default
+// {"203.0.113.0/24": IngressNode}): the LoadBalancer and externalIP range the lab sends to nodes.
+func (l *Lab) Routes() map[string]string { return maps.Clone(l.routes) }
 
 // NetnsNames lists every netns of the lab.
 func (l *Lab) NetnsNames() []string { return append([]string(nil), l.allNetns...) }
