@@ -132,12 +132,15 @@ conformance: deps build controlplane cluster
 	set -o pipefail; e2e=$$(hack/conformance/build.sh | tail -1) && \
 		$(BIN)/conformance-run -e2e "$$e2e" -agent $(BIN)/srcip-agent -out $(BIN)/conformance $(CONFORMANCE_ARGS)
 
-# The subset of make test: the [sig-network] [Conformance] tests in modes plain and all.
+# The subset of make test: the [sig-network] [Conformance] tests in modes plain and all, and the
+# Service tests that are not [Conformance] but exercise what the preserved path does beyond them
+# in mode all: the session-affinity timeout on a NodePort, the two "rejected" tests (no endpoints)
+# and the ETP change (docs/conformance.md).
 test-conformance: deps build controlplane cluster
 	$(GO) build -o $(BIN)/conformance-run ./test/conformance
 	set -o pipefail; e2e=$$(hack/conformance/build.sh | tail -1) && \
 		$(BIN)/conformance-run -e2e "$$e2e" -agent $(BIN)/srcip-agent -out $(BIN)/conformance-subset \
-		-focus '\[sig-network\].*\[Conformance\]' -modes plain,all
+		-focus '\[sig-network\].*\[Conformance\]|\[sig-network\] Services should (have session affinity timeout work for NodePort|be rejected|implement NodePort and HealthCheckNodePort correctly when ExternalTrafficPolicy changes)' -modes plain,all
 
 test: deps vet build test-unit test-e2e test-conformance
 
