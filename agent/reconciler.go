@@ -302,39 +302,21 @@ func (r *Reconciler) OnPod(prev, cur *corev1.Pod) {
 
 // OnEgressGateway implements Handler.
 func (r *Reconciler) OnEgressGateway(prev, cur *egressv1.EgressGateway) {
-	name := ""
-	if cur != nil {
-		name = cur.Name
-	} else {
-		name = prev.Name
-	}
-	if r.model.egwChanges.Update(name, prev, cur) {
+	if r.model.egwChanges.Update(clusterName(prev, cur), prev, cur) {
 		r.changed()
 	}
 }
 
 // OnServiceCIDR implements Handler.
 func (r *Reconciler) OnServiceCIDR(prev, cur *networkingv1.ServiceCIDR) {
-	name := ""
-	if cur != nil {
-		name = cur.Name
-	} else {
-		name = prev.Name
-	}
-	if r.model.cidrChanges.Update(name, prev, cur) {
+	if r.model.cidrChanges.Update(clusterName(prev, cur), prev, cur) {
 		r.changed()
 	}
 }
 
 // OnNamespace implements Handler.
 func (r *Reconciler) OnNamespace(prev, cur *corev1.Namespace) {
-	name := ""
-	if cur != nil {
-		name = cur.Name
-	} else {
-		name = prev.Name
-	}
-	if r.model.nsChanges.Update(name, prev, cur) {
+	if r.model.nsChanges.Update(clusterName(prev, cur), prev, cur) {
 		r.changed()
 	}
 }
@@ -356,6 +338,18 @@ func objKey[T any, P interface {
 		return nn(cur.GetNamespace(), cur.GetName())
 	}
 	return nn(prev.GetNamespace(), prev.GetName())
+}
+
+// clusterName is the name of a cluster-scoped object that changed from prev to cur (either may
+// be nil, not both).
+func clusterName[T any, P interface {
+	*T
+	GetName() string
+}](prev, cur P) string {
+	if cur != nil {
+		return cur.GetName()
+	}
+	return prev.GetName()
 }
 
 func objName(prev, cur *corev1.Node) string {
