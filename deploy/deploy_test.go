@@ -69,13 +69,13 @@ func build(t *testing.T) []*unstructured.Unstructured {
 	return append(buildDir(t, "crds"), buildDir(t, ".")...)
 }
 
-// buildDir renders one kustomization directory (relative to deploy/).
+// buildDir renders one kustomization directory (relative to deploy/, or absolute).
 func buildDir(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
 	rm, err := k.Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
-		t.Fatalf("kustomize build deploy/%s: %v", dir, err)
+		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
 	var objs []*unstructured.Unstructured
 	for _, r := range rm.Resources() {
@@ -408,20 +408,8 @@ func TestOverlayPreserveAll(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
-	if err != nil {
-		t.Fatalf("kustomize build overlay: %v", err)
-	}
 	var cmName, mode, ref string
-	for _, r := range rm.Resources() {
-		b, err := r.MarshalJSON()
-		if err != nil {
-			t.Fatal(err)
-		}
-		u := &unstructured.Unstructured{}
-		if err := u.UnmarshalJSON(b); err != nil {
-			t.Fatal(err)
-		}
+	for _, u := range buildDir(t, dir) {
 		switch {
 		case u.GetKind() == "ConfigMap" && strings.HasPrefix(u.GetName(), "srcip-agent-"):
 			cmName = u.GetName()
@@ -457,22 +445,7 @@ func TestComponentLabelledNodes(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
-	if err != nil {
-		t.Fatalf("kustomize build overlay: %v", err)
-	}
-	var objs []*unstructured.Unstructured
-	for _, r := range rm.Resources() {
-		b, err := r.MarshalJSON()
-		if err != nil {
-			t.Fatal(err)
-		}
-		u := &unstructured.Unstructured{}
-		if err := u.UnmarshalJSON(b); err != nil {
-			t.Fatal(err)
-		}
-		objs = append(objs, u)
-	}
+	objs := buildDir(t, dir)
 	got := convert[appsv1.DaemonSet](t, find(t, objs, "DaemonSet", "srcip-agent"))
 	want := convert[appsv1.DaemonSet](t, find(t, buildDir(t, "."), "DaemonSet", "srcip-agent"))
 	if sel := got.Spec.Template.Spec.NodeSelector; !maps.Equal(sel, map[string]string{"kubernetes.io/os": "linux", "ovs-srcip.io/enabled": "true"}) {
@@ -500,23 +473,7 @@ func buildOverlay(t *testing.T, body string) []*unstructured.Unstructured {
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(strings.ReplaceAll(body, "BASE", rel)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
-	if err != nil {
-		t.Fatalf("kustomize build overlay: %v\n%s", err, body)
-	}
-	var objs []*unstructured.Unstructured
-	for _, r := range rm.Resources() {
-		b, err := r.MarshalJSON()
-		if err != nil {
-			t.Fatal(err)
-		}
-		u := &unstructured.Unstructured{}
-		if err := u.UnmarshalJSON(b); err != nil {
-			t.Fatal(err)
-		}
-		objs = append(objs, u)
-	}
-	return objs
+	return buildDir(t, dir)
 }
 
 // docOverlay is the fenced YAML block of docs/install.md whose first line is first, with
