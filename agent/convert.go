@@ -383,7 +383,10 @@ func endpointsFor(portName string, proto flows.Protocol, eps []*discoveryv1.Endp
 		}
 	}
 	use := topo.filter(cands)
-	var ready, terminating []flows.Endpoint
+	var terminating []flows.Endpoint
+	// One allocation of the most it can hold (the Service ports keep it: a full sync holds
+	// every one at once).
+	ready := make([]flows.Endpoint, 0, len(cands))
 	for _, c := range cands {
 		switch {
 		case c.ready && use(c):
