@@ -49,8 +49,10 @@ type admission struct {
 	serviceCIDRs  []netip.Prefix
 	nodePortRange [2]uint16             // inclusive; zero: DefaultNodePortRange
 	nodeAddrs     map[netip.Addr]string // every address of every Node -> the Node's name
-	// podCIDRs are every Node's spec.podCIDRs -> the Node's name.
-	podCIDRs map[netip.Prefix]string
+	// podCIDRs are every Node's spec.podCIDRs -> the Node's name; podCIDRBits their distinct
+	// prefix lengths, longest first (podCIDROf).
+	podCIDRs    map[netip.Prefix]string
+	podCIDRBits []int
 	// nextHops are the next hops of this node's routes (RouteNextHops).
 	nextHops []netip.Addr
 	lbOf     map[types.NamespacedName][]netip.Addr
@@ -144,6 +146,13 @@ func (a *admission) setNodes(nodes map[string]*corev1.Node) bool {
 		return false
 	}
 	a.nodeAddrs, a.podCIDRs = next, cidrs
+	a.podCIDRBits = a.podCIDRBits[:0]
+	for p := range cidrs {
+		if !slices.Contains(a.podCIDRBits, p.Bits()) {
+			a.podCIDRBits = append(a.podCIDRBits, p.Bits())
+		}
+	}
+	slices.SortFunc(a.podCIDRBits, func(x, y int) int { return y - x })
 	return true
 }
 
@@ -293,15 +302,19 @@ func removeName[K comparable](idx map[K][]types.NamespacedName, k K, name types.
 }
 
 // podCIDROf returns the longest pod CIDR of any Node that holds ip (invalid: none; overlapping
-// CIDRs are a conflict of their own, the lowest address wins a tie).
+// CIDRs are a conflict of their own). Of each prefix length at most one prefix holds ip (ip
+// masked to that length), so there is no tie; it looks up
+// the masked address for each length of podCIDRBits, longest first: one map lookup per length
+// instead of a walk over every Node's CIDRs (every endpoint of every Service is checked).
 func (a *admission) podCIDROf(ip netip.Addr) netip.Prefix {
-	var best netip.Prefix
-	for p := range a.podCIDRs {
-		if p.Contains(ip) && (!best.IsValid() || p.Bits() > best.Bits() || (p.Bits() == best.Bits() && p.Addr().Less(best.Addr()))) {
-			best = p
+	for _, bits := range a.podCIDRBits {
+		if p, err := ip.Prefix(bits); err == nil {
+			if _, ok := a.podCIDRs[p]; ok {
+				return p
+			}
 		}
 	}
-	return best
+	return netip.Prefix{}
 }
 
 // podCIDROwner returns the Node whose pod CIDR holds ip ("" : none).
