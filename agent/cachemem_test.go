@@ -113,3 +113,25 @@ func TestCompactEndpoints(t *testing.T) {
 		t.Error("nil endpoints became non-nil")
 	}
 }
+
+// TestTrimSharesAnnotations: Services with the same single ovs-srcip.io annotation share one
+// map after the transform, and keep their values.
+func TestTrimSharesAnnotations(t *testing.T) {
+	mk := func(v string) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationPreserveSourceIP: v, "other": "x"}},
+			Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "a"}}}
+	}
+	a, _ := trimObject(mk("true"))
+	b, _ := trimObject(mk("true"))
+	c, _ := trimObject(mk("false"))
+	sa, sb, sc := a.(*corev1.Service), b.(*corev1.Service), c.(*corev1.Service)
+	if !reflect.DeepEqual(sa.Annotations, map[string]string{AnnotationPreserveSourceIP: "true"}) || !reflect.DeepEqual(sc.Annotations, map[string]string{AnnotationPreserveSourceIP: "false"}) {
+		t.Fatalf("annotations %v, %v", sa.Annotations, sc.Annotations)
+	}
+	if reflect.ValueOf(sa.Annotations).UnsafePointer() != reflect.ValueOf(sb.Annotations).UnsafePointer() {
+		t.Error("equal annotations not shared")
+	}
+	if sa.Spec.Selector != nil {
+		t.Error("selector kept")
+	}
+}

@@ -188,8 +188,9 @@ func (logEvents) Warn(obj runtime.Object, reason, message string) {
 // trimObject is the informers' transform: it drops from every cached object what the agent never
 // reads, before the object enters the cache, so that the caches (the agent's largest memory at 10k
 // Services) hold only the fields used: metadata.managedFields and ownerReferences, annotations other
-// than ovs-srcip.io/*, a Service's labels other than service.kubernetes.io/service-proxy-name
-// (Eligible), an EndpointSlice's labels other than kubernetes.io/service-name and its
+// than ovs-srcip.io/* (one shared map per single annotation: annotationSets), a Service's
+// labels other than service.kubernetes.io/service-proxy-name (Eligible), its selector and
+// status conditions, an EndpointSlice's labels other than kubernetes.io/service-name and its
 // endpoints' hostname, targetRef, zone and deprecatedTopology (the hints are kept), a Node's images, node info,
 // capacity, allocatable, volumes and conditions other than Ready. Conversions (convert.go), the
 // equality checks (equal.go) and the Events' object references read nothing of it.
@@ -210,6 +211,9 @@ func trimObject(obj any) (any, error) {
 				keep[k] = v
 			}
 		}
+		if len(keep) == 1 {
+			keep = annotationSets.intern(keep)
+		}
 		m.SetAnnotations(keep)
 	}
 	switch o := obj.(type) {
@@ -224,6 +228,9 @@ func trimObject(obj any) (any, error) {
 			}
 		}
 		o.Labels = keep
+		// Never read: the selector is the EndpointSlice controller's business, the conditions
+		// kube-proxy's and the cloud's.
+		o.Spec.Selector, o.Status.Conditions = nil, nil
 	case *discoveryv1.EndpointSlice:
 		if svc, ok := o.Labels[discoveryv1.LabelServiceName]; ok {
 			o.Labels = map[string]string{discoveryv1.LabelServiceName: svc}
@@ -319,6 +326,39 @@ func (in *interner) intern(s *string) *string {
 	}
 	in.m[*s] = s
 	return s
+}
+
+// annotationSets are the cached objects' ovs-srcip.io annotations when there is one: at 10k
+// opted-in Services one map of one entry instead of 10k.
+var annotationSets = mapInterner{max: 256}
+
+// mapInterner hands out one shared map per distinct single-entry map, for at most max of them
+// (then a map not seen yet is returned as it is): safe for concurrent use.
+type mapInterner struct {
+	mu  sync.Mutex
+	max int
+	m   map[[2]string]map[string]string
+}
+
+// intern returns the shared map equal to m, which has exactly one entry.
+func (in *mapInterner) intern(m map[string]string) map[string]string {
+	var key [2]string
+	for k, v := range m {
+		key = [2]string{k, v}
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if s, ok := in.m[key]; ok {
+		return s
+	}
+	if len(in.m) >= in.max {
+		return m
+	}
+	if in.m == nil {
+		in.m = map[[2]string]map[string]string{}
+	}
+	in.m[key] = m
+	return m
 }
 
 // egressServed reports whether the API server serves egressgateways in ovs-srcip.io/v1alpha1
