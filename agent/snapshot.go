@@ -175,7 +175,7 @@ func (s *snapshotter) run(ctx context.Context, stop <-chan struct{}) {
 			return
 		}
 		start := time.Now()
-		if err := flowsnap.WriteFile(s.cfg.Path, flowsnap.Encode(snap)); err != nil {
+		if err := flowsnap.WriteSnapshot(s.cfg.Path, snap); err != nil {
 			logger.Error(err, "Could not write the flow snapshot; flow-restore replays an older one, or only the base flow")
 			return
 		}
