@@ -56,23 +56,25 @@ type admission struct {
 	apiServiceCIDRs map[string][]netip.Prefix
 	nodePortRange   [2]uint16             // inclusive; zero: DefaultNodePortRange
 	nodeAddrs       map[netip.Addr]string // every address of every Node -> the Node's name
-	// podCIDRs are every Node's spec.podCIDRs -> the Node's name.
-	podCIDRs map[netip.Prefix]string
+	// podCIDRs are every Node's spec.podCIDRs -> the Node's name; podCIDRBits their distinct
+	// prefix lengths, longest first (podCIDROf).
+	podCIDRs    map[netip.Prefix]string
+	podCIDRBits []int
 	// nextHops are the next hops of this node's routes (RouteNextHops).
 	nextHops []netip.Addr
 	lbOf     map[types.NamespacedName][]netip.Addr
-	lbOwners map[netip.Addr]map[types.NamespacedName]bool
+	lbOwners map[netip.Addr][]types.NamespacedName
 	extUsers map[types.NamespacedName]bool // Services with spec.externalIPs
 	// clusterIPs are every Service's spec.clusterIPs -> the Services; clusterIPsOf by Service.
-	clusterIPs   map[netip.Addr]map[types.NamespacedName]bool
+	clusterIPs   map[netip.Addr][]types.NamespacedName
 	clusterIPsOf map[types.NamespacedName][]netip.Addr
 	// wants are the LoadBalancer IPs and externalIPs each address is asked for by (to recheck
 	// them when a ClusterIP comes or goes).
-	wants   map[netip.Addr]map[types.NamespacedName]bool
+	wants   map[netip.Addr][]types.NamespacedName
 	wantsOf map[types.NamespacedName][]netip.Addr
 	// nodePorts are every Service's nodePorts (flows.NodePortEntry) -> the Services, with their
 	// claim ranks; nodePortsOf by Service.
-	nodePorts   map[flows.EntryPoint]map[types.NamespacedName]bool
+	nodePorts   map[flows.EntryPoint][]types.NamespacedName
 	nodePortsOf map[types.NamespacedName][]flows.EntryPoint
 	rank        map[types.NamespacedName]claimRank
 	// served reports whether the agent serves a Service (Selector.Select); nil: none.
@@ -115,11 +117,11 @@ func newAdmission(externalCIDRs []netip.Prefix, nodePortRange [2]uint16) *admiss
 	}
 	return &admission{externalCIDRs: externalCIDRs, nodePortRange: nodePortRange, nodeAddrs: map[netip.Addr]string{},
 		podCIDRs: map[netip.Prefix]string{},
-		lbOf:     map[types.NamespacedName][]netip.Addr{}, lbOwners: map[netip.Addr]map[types.NamespacedName]bool{},
+		lbOf:     map[types.NamespacedName][]netip.Addr{}, lbOwners: map[netip.Addr][]types.NamespacedName{},
 		extUsers:   map[types.NamespacedName]bool{},
-		clusterIPs: map[netip.Addr]map[types.NamespacedName]bool{}, clusterIPsOf: map[types.NamespacedName][]netip.Addr{},
-		wants: map[netip.Addr]map[types.NamespacedName]bool{}, wantsOf: map[types.NamespacedName][]netip.Addr{},
-		nodePorts: map[flows.EntryPoint]map[types.NamespacedName]bool{}, nodePortsOf: map[types.NamespacedName][]flows.EntryPoint{},
+		clusterIPs: map[netip.Addr][]types.NamespacedName{}, clusterIPsOf: map[types.NamespacedName][]netip.Addr{},
+		wants: map[netip.Addr][]types.NamespacedName{}, wantsOf: map[types.NamespacedName][]netip.Addr{},
+		nodePorts: map[flows.EntryPoint][]types.NamespacedName{}, nodePortsOf: map[types.NamespacedName][]flows.EntryPoint{},
 		rank: map[types.NamespacedName]claimRank{}}
 }
 
@@ -151,6 +153,13 @@ func (a *admission) setNodes(nodes map[string]*corev1.Node) bool {
 		return false
 	}
 	a.nodeAddrs, a.podCIDRs = next, cidrs
+	a.podCIDRBits = a.podCIDRBits[:0]
+	for p := range cidrs {
+		if !slices.Contains(a.podCIDRBits, p.Bits()) {
+			a.podCIDRBits = append(a.podCIDRBits, p.Bits())
+		}
+	}
+	slices.SortFunc(a.podCIDRBits, func(x, y int) int { return y - x })
 	return true
 }
 
@@ -205,27 +214,23 @@ func (a *admission) setNextHops(hops []netip.Addr) bool {
 }
 
 // index replaces name's entry in a many-to-many index (old: its previous keys) and returns the
-// keys that were added or removed.
-func index[K comparable](idx map[K]map[types.NamespacedName]bool, of map[types.NamespacedName][]K, name types.NamespacedName, keys []K) []K {
+// keys that were added or removed. The Services of a key are a set kept as a slice (each once,
+// in the order they came): almost every key has one, and a map per key would cost ten times the
+// memory at 10k Services.
+func index[K comparable](idx map[K][]types.NamespacedName, of map[types.NamespacedName][]K, name types.NamespacedName, keys []K) []K {
 	old := of[name]
 	var changed []K
 	for _, k := range old {
 		if !slices.Contains(keys, k) {
 			changed = append(changed, k)
 		}
-		delete(idx[k], name)
-		if len(idx[k]) == 0 {
-			delete(idx, k)
-		}
+		removeName(idx, k, name)
 	}
 	for _, k := range keys {
 		if !slices.Contains(old, k) {
 			changed = append(changed, k)
 		}
-		if idx[k] == nil {
-			idx[k] = map[types.NamespacedName]bool{}
-		}
-		idx[k][name] = true
+		addName(idx, k, name)
 	}
 	if len(keys) == 0 {
 		delete(of, name)
@@ -287,19 +292,19 @@ func (a *admission) setService(name types.NamespacedName, svc *corev1.Service) (
 	nps = slices.Compact(nps)
 	aff := map[types.NamespacedName]bool{}
 	for _, ip := range index(a.clusterIPs, a.clusterIPsOf, name, cips) {
-		for o := range a.wants[ip] {
+		for _, o := range a.wants[ip] {
 			aff[o] = true
 		}
 	}
 	index(a.wants, a.wantsOf, name, wants)
 	for _, e := range index(a.nodePorts, a.nodePortsOf, name, nps) {
-		for o := range a.nodePorts[e] {
+		for _, o := range a.nodePorts[e] {
 			aff[o] = true
 		}
 	}
 	// A Service that still shares a nodePort may have changed its rank or its being served.
 	for _, e := range nps {
-		for o := range a.nodePorts[e] {
+		for _, o := range a.nodePorts[e] {
 			aff[o] = true
 		}
 	}
@@ -314,10 +319,7 @@ func (a *admission) setService(name types.NamespacedName, svc *corev1.Service) (
 		return false, affected
 	}
 	for _, ip := range old {
-		delete(a.lbOwners[ip], name)
-		if len(a.lbOwners[ip]) == 0 {
-			delete(a.lbOwners, ip)
-		}
+		removeName(a.lbOwners, ip, name)
 	}
 	if len(lbs) == 0 {
 		delete(a.lbOf, name)
@@ -325,24 +327,41 @@ func (a *admission) setService(name types.NamespacedName, svc *corev1.Service) (
 		a.lbOf[name] = lbs
 	}
 	for _, ip := range lbs {
-		if a.lbOwners[ip] == nil {
-			a.lbOwners[ip] = map[types.NamespacedName]bool{}
-		}
-		a.lbOwners[ip][name] = true
+		addName(a.lbOwners, ip, name)
 	}
 	return true, affected
 }
 
+// addName adds name to the set of k in idx (a slice, each name once).
+func addName[K comparable](idx map[K][]types.NamespacedName, k K, name types.NamespacedName) {
+	if !slices.Contains(idx[k], name) {
+		idx[k] = append(idx[k], name)
+	}
+}
+
+// removeName removes name from the set of k in idx, and k when its set is empty.
+func removeName[K comparable](idx map[K][]types.NamespacedName, k K, name types.NamespacedName) {
+	if rest := slices.DeleteFunc(idx[k], func(o types.NamespacedName) bool { return o == name }); len(rest) > 0 {
+		idx[k] = rest
+	} else {
+		delete(idx, k)
+	}
+}
+
 // podCIDROf returns the longest pod CIDR of any Node that holds ip (invalid: none; overlapping
-// CIDRs are a conflict of their own, the lowest address wins a tie).
+// CIDRs are a conflict of their own). Of each prefix length at most one prefix holds ip (ip
+// masked to that length), so there is no tie; it looks up
+// the masked address for each length of podCIDRBits, longest first: one map lookup per length
+// instead of a walk over every Node's CIDRs (every endpoint of every Service is checked).
 func (a *admission) podCIDROf(ip netip.Addr) netip.Prefix {
-	var best netip.Prefix
-	for p := range a.podCIDRs {
-		if p.Contains(ip) && (!best.IsValid() || p.Bits() > best.Bits() || (p.Bits() == best.Bits() && p.Addr().Less(best.Addr()))) {
-			best = p
+	for _, bits := range a.podCIDRBits {
+		if p, err := ip.Prefix(bits); err == nil {
+			if _, ok := a.podCIDRs[p]; ok {
+				return p
+			}
 		}
 	}
-	return best
+	return netip.Prefix{}
 }
 
 // podCIDROwner returns the Node whose pod CIDR holds ip ("" : none).
@@ -374,7 +393,7 @@ func (a *admission) clusterAddress(what string, ip netip.Addr) string {
 	}
 	if owners := a.clusterIPs[ip]; len(owners) > 0 {
 		names := make([]string, 0, len(owners))
-		for o := range owners {
+		for _, o := range owners {
 			names = append(names, o.String())
 		}
 		slices.Sort(names)
@@ -409,7 +428,7 @@ func (a *admission) admit(name types.NamespacedName, sps []flows.ServicePort) ([
 		if why := a.clusterAddress("externalIP", ip); why != "" {
 			return refuse(ip, "%s", why)
 		}
-		for o := range a.lbOwners[ip] {
+		for _, o := range a.lbOwners[ip] {
 			if o != name {
 				return refuse(ip, "externalIP %s is the LoadBalancer ingress IP of Service %s: refused", ip, o)
 			}
@@ -465,7 +484,7 @@ func (a *admission) admit(name types.NamespacedName, sps []flows.ServicePort) ([
 // older Service keeps it (claimRank): lost says that name loses it.
 func (a *admission) nodePortCollision(name types.NamespacedName, e flows.EntryPoint) (msg string, lost bool) {
 	var others []types.NamespacedName
-	for o := range a.nodePorts[e] {
+	for _, o := range a.nodePorts[e] {
 		if o != name && (a.served == nil || !a.served(o)) {
 			others = append(others, o)
 		}

@@ -127,17 +127,22 @@ func (a *Agent) Run(ctx context.Context) error {
 		return nil // cancelled before sync
 	}
 	logger.Info("State source synced; starting the sync loop", "fullSyncPeriod", a.cfg.FullSyncPeriod)
+	// Pod ports are tracked like API objects (podPortSource): their baseline is what OVSDB
+	// holds now, which the first full sync reads as well. Listed, and the first full sync
+	// requested, before the loop starts: the loop's first sync is then that full sync. (Asked
+	// for while the loop's first sync ran, it made a second full sync right after the first,
+	// which at 10k Services rebuilt every flow set again and took the memory the first one had
+	// returned.)
+	pods := &podPortSource{dp: a.cfg.Dataplane, rec: a.rec}
+	if err := pods.refresh(ctx); err != nil {
+		logger.Error(err, "Pod ports not listed; the full sync retries")
+	}
+	a.rec.RequestFullSync()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		a.runner.Loop(ctx)
 	}()
-	// Pod ports are tracked like API objects (podPortSource): their baseline is what OVSDB
-	// holds now, which the first full sync reads as well.
-	pods := &podPortSource{dp: a.cfg.Dataplane, rec: a.rec}
-	if err := pods.refresh(ctx); err != nil {
-		logger.Error(err, "Pod ports not listed; the full sync retries")
-	}
 	snapDone := make(chan struct{})
 	if snap := a.rec.syncer.snap; snap != nil {
 		go func() {
@@ -147,7 +152,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	} else {
 		close(snapDone)
 	}
-	a.rec.RequestFullSync()
 	tick := time.NewTicker(a.cfg.FullSyncPeriod)
 	defer tick.Stop()
 	for {

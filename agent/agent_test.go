@@ -7,12 +7,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/ovs-srcip/ovs-srcip/flows"
 	"github.com/ovs-srcip/ovs-srcip/ofctl/ofctltest"
+	"github.com/ovs-srcip/ovs-srcip/openflow"
 )
 
 const agentManifest = `apiVersion: v1
@@ -79,4 +82,48 @@ func TestConfigValidation(t *testing.T) {
 	for _, want := range []string{"node name", "state source", "dataplane", "br-ex", "br-int"} {
 		assert.Contains(t, err.Error(), want)
 	}
+}
+
+// TestAgentRunOneFullSyncAtStart: the start makes one full sync, not a second one right after
+// the first (at 10k Services a second full sync rebuilds every flow set again). The first sync
+// is slow (its bundles take 100 ms) and the pod ports' listing takes 30 ms, as a large first
+// sync outlasts the listing.
+func TestAgentRunOneFullSyncAtStart(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "cluster.yaml"), agentManifest)
+	a, err := New(Config{
+		ReconcilerConfig: ReconcilerConfig{
+			NodeName:  thisNode,
+			Dataplane: &slowPodPorts{newFakeDataplane()},
+			Bridges:   map[flows.Bridge]FlowBridge{flows.BrEx: &slowBundles{ofctltest.NewFake()}, flows.BrInt: &slowBundles{ofctltest.NewFake()}},
+		},
+		Source:          &ManifestSource{Dir: dir, NodeName: thisNode, Debounce: 10 * time.Millisecond},
+		MinSyncInterval: 10 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	require.Eventually(t, func() bool { return a.Ready() == nil }, 5*time.Second, 10*time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // 20 minimum sync intervals
+	m := &dto.Metric{}
+	require.NoError(t, a.rec.metrics.SyncDuration.WithLabelValues("full").(prometheus.Histogram).Write(m))
+	assert.Equal(t, uint64(1), m.GetHistogram().GetSampleCount(), "full syncs at start")
+	cancel()
+	require.NoError(t, <-done)
+}
+
+type slowPodPorts struct{ *fakeDataplane }
+
+func (d *slowPodPorts) PodPorts(ctx context.Context) ([]PodPort, error) {
+	time.Sleep(30 * time.Millisecond)
+	return d.fakeDataplane.PodPorts(ctx)
+}
+
+type slowBundles struct{ *ofctltest.Fake }
+
+func (b *slowBundles) Bundle(ctx context.Context, msgs []openflow.Message) error {
+	time.Sleep(50 * time.Millisecond)
+	return b.Fake.Bundle(ctx, msgs)
 }

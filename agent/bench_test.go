@@ -3,11 +3,14 @@ package agent
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
 	"runtime/metrics"
+	"runtime/pprof"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/stretchr/testify/require"
@@ -83,6 +86,9 @@ func BenchmarkPartialSync(b *testing.B) {
 // forced GC at br-ex's first bundle. model-ms, build-ms, resolve-ms and apply-ms are the mean
 // times of those steps (the forced GC is in apply's).
 //
+// With COLD_HEAP_PROFILE=FILE in the environment the heap profile (go tool pprof) at br-ex's
+// first bundle is written to FILE.
+//
 // bridge=null takes the messages as they are; bridge=encoding (encodingBridge) also encodes
 // them into OpenFlow, the agent's cost on the native path.
 func BenchmarkColdFullSync(b *testing.B) {
@@ -107,6 +113,11 @@ func BenchmarkColdFullSync(b *testing.B) {
 					onBundle := func([]openflow.Message) {
 						if mid == 0 {
 							mid = heap()
+							if fn := os.Getenv("COLD_HEAP_PROFILE"); fn != "" {
+								f, _ := os.Create(fn)
+								_ = pprof.WriteHeapProfile(f)
+								f.Close()
+							}
 						}
 					}
 					c.Bridges = map[flows.Bridge]FlowBridge{flows.BrEx: &nullBridge{onBundle: onBundle}, flows.BrInt: &nullBridge{}}
@@ -175,7 +186,9 @@ func seedLarge(r *Reconciler, n, eps, nodes int) {
 	}
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("svc%d", i)
-		r.OnService(nil, makeService("ns1", name, int32(20000+i)))
+		// A ClusterIP each, as the API server allocates (admission indexes them).
+		cip := fmt.Sprintf("10.96.%d.%d", i/250, i%250+1)
+		r.OnService(nil, makeService("ns1", name, int32(20000+i), func(s *corev1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = cip, []string{cip} }))
 		var es []discoveryv1.Endpoint
 		for j := 0; j < eps; j++ {
 			node := (i+j)%nodes + 1

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -305,6 +306,10 @@ type candidate struct {
 	forZones, forNodes []string
 }
 
+// candidatePool holds endpointsFor's scratch candidates (a full sync converts every Service
+// port, on every core).
+var candidatePool = sync.Pool{New: func() any { return new([]candidate) }}
+
 // endpointsFor picks the endpoints of one Service port as kube-proxy does for
 // externalTrafficPolicy Cluster (pkg/proxy/topology.go, CategorizeEndpoints): the ready ones
 // (conditions.ready unset counts as ready) of the IPv4 slices, narrowed by the hints; when none
@@ -317,7 +322,13 @@ type candidate struct {
 // node without the zone label) all ready endpoints. The port is matched by name and protocol.
 // The result is sorted and deduplicated.
 func endpointsFor(portName string, proto flows.Protocol, eps []*discoveryv1.EndpointSlice, topo topology) ([]flows.Endpoint, []string) {
-	var cands []candidate
+	pc := candidatePool.Get().(*[]candidate)
+	cands := (*pc)[:0]
+	defer func() {
+		clear(cands) // no strings kept alive by the pool
+		*pc = cands[:0]
+		candidatePool.Put(pc)
+	}()
 	var problems []string
 	for _, sl := range eps {
 		if sl == nil || sl.AddressType != discoveryv1.AddressTypeIPv4 {
@@ -347,10 +358,7 @@ func endpointsFor(portName string, proto flows.Protocol, eps []*discoveryv1.Endp
 		if !found {
 			continue
 		}
-		if cands == nil {
-			// Usually one slice: one allocation of the right size.
-			cands = make([]candidate, 0, len(sl.Endpoints))
-		}
+		cands = slices.Grow(cands, len(sl.Endpoints))
 		for _, ep := range sl.Endpoints {
 			if len(ep.Addresses) == 0 {
 				continue
@@ -383,7 +391,10 @@ func endpointsFor(portName string, proto flows.Protocol, eps []*discoveryv1.Endp
 		}
 	}
 	use := topo.filter(cands)
-	var ready, terminating []flows.Endpoint
+	var terminating []flows.Endpoint
+	// One allocation of the most it can hold (the Service ports keep it: a full sync holds
+	// every one at once).
+	ready := make([]flows.Endpoint, 0, len(cands))
 	for _, c := range cands {
 		switch {
 		case c.ready && use(c):

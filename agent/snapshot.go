@@ -3,6 +3,7 @@ package agent
 import (
 	"cmp"
 	"context"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -178,15 +179,16 @@ func (s *snapshotter) run(ctx context.Context, stop <-chan struct{}) {
 			return
 		}
 		start := time.Now()
-		data := flowsnap.Encode(snap)
-		if err := flowsnap.WriteFile(s.cfg.Path, data); err != nil {
+		if err := flowsnap.WriteSnapshot(s.cfg.Path, snap); err != nil {
 			s.metrics.FlowSnapshotWriteErrors.Inc()
 			logger.Error(err, "Could not write the flow snapshot; flow-restore replays an older one, or only the base flow")
 			return
 		}
 		written, last = gen, time.Now()
 		s.metrics.FlowSnapshotLastWrite.Set(float64(last.UnixNano()) / 1e9)
-		s.metrics.FlowSnapshotBytes.Set(float64(len(data)))
+		if fi, err := os.Stat(s.cfg.Path); err == nil {
+			s.metrics.FlowSnapshotBytes.Set(float64(fi.Size()))
+		}
 		logger.V(2).Info("Wrote the flow snapshot", "lines", snap.Lines(), "elapsed", time.Since(start).Round(time.Microsecond))
 	}
 	for {

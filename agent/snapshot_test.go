@@ -164,6 +164,12 @@ func BenchmarkColdFullSyncSnapshot(b *testing.B) {
 					size = len(data)
 					b.ReportMetric(float64(time.Since(start).Milliseconds()), "encode-ms")
 					b.ReportMetric(float64(s.Lines()), "lines")
+					// What one write allocates: the agent's (streaming) and the file built in
+					// memory first.
+					data = nil
+					path := f.r.cfg.FlowSnapshot.Path
+					b.ReportMetric(allocatedMB(func() { require.NoError(b, flowsnap.WriteSnapshot(path, s)) }), "write-alloc-MB")
+					b.ReportMetric(allocatedMB(func() { require.NoError(b, flowsnap.WriteFile(path, flowsnap.Encode(s))) }), "write-in-memory-alloc-MB")
 				}
 				// What the agent keeps after the sync (and, with a snapshot, after a write).
 				runtime.GC()
@@ -177,4 +183,13 @@ func BenchmarkColdFullSyncSnapshot(b *testing.B) {
 			}
 		})
 	}
+}
+
+// allocatedMB returns the MB of heap that fn allocates.
+func allocatedMB(fn func()) float64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.ReadMemStats(&after)
+	return float64(after.TotalAlloc-before.TotalAlloc) / 1e6
 }

@@ -23,11 +23,13 @@
 package flowsnap
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -80,25 +82,33 @@ var ErrCorrupt = errors.New("corrupt flow snapshot")
 // ErrStale is wrapped by Check's errors: the snapshot is intact but not for this node or boot.
 var ErrStale = errors.New("stale flow snapshot")
 
-// Encode renders s as a snapshot file.
+// Encode renders s as a snapshot file (EncodeTo into memory).
 func Encode(s *Snapshot) []byte {
 	var b bytes.Buffer
+	_ = EncodeTo(&b, s) // a bytes.Buffer does not fail
+	return b.Bytes()
+}
+
+// EncodeTo writes s as a snapshot file to w, the bytes Encode returns, as it renders them: the
+// file (about 20 MB at 10k Service ports) is never held in memory. The sha256 line is computed
+// on the way. It returns w's first error.
+func EncodeTo(w io.Writer, s *Snapshot) error {
+	h := sha256.New()
+	b := bufio.NewWriterSize(io.MultiWriter(w, h), 64<<10)
 	b.WriteString(header)
-	fmt.Fprintf(&b, "version %d\nnode %s\nboot-id %s\nwritten %s\n", Version, s.Node, s.BootID, s.Written.UTC().Format(time.RFC3339))
+	fmt.Fprintf(b, "version %d\nnode %s\nboot-id %s\nwritten %s\n", Version, s.Node, s.BootID, s.Written.UTC().Format(time.RFC3339))
 	for _, br := range s.Bridges {
-		fmt.Fprintf(&b, "bridge %s %d\n", br.Name, len(br.Lines))
+		fmt.Fprintf(b, "bridge %s %d\n", br.Name, len(br.Lines))
 		for _, l := range br.Lines {
 			b.WriteString(l)
 			b.WriteByte('\n')
 		}
 	}
-	return appendSum(b.Bytes())
-}
-
-// appendSum appends the sha256 line of body.
-func appendSum(body []byte) []byte {
-	sum := sha256.Sum256(body)
-	return fmt.Appendf(body, "sha256 %s\n", hex.EncodeToString(sum[:]))
+	if err := b.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "sha256 %s\n", hex.EncodeToString(h.Sum(nil)))
+	return err
 }
 
 // Decode parses a snapshot file. Its errors wrap ErrCorrupt and say what is wrong: no or another
@@ -206,6 +216,20 @@ func ReadBootID() string {
 // WriteFile writes data to path atomically: a temporary file in path's directory, fsync, rename
 // over path, fsync of the directory. A reader sees the old file or the new one, never a part.
 func WriteFile(path string, data []byte) error {
+	return writeAtomic(path, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// WriteSnapshot writes s to path atomically, as WriteFile does with Encode(s), streaming it
+// (EncodeTo) into the temporary file.
+func WriteSnapshot(path string, s *Snapshot) error {
+	return writeAtomic(path, func(w io.Writer) error { return EncodeTo(w, s) })
+}
+
+// writeAtomic is WriteFile with the content written by write.
+func writeAtomic(path string, write func(io.Writer) error) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
 	if err != nil {
@@ -213,7 +237,7 @@ func WriteFile(path string, data []byte) error {
 	}
 	tmp := f.Name()
 	defer os.Remove(tmp) // after a successful rename: ENOENT, ignored
-	if _, err := f.Write(data); err != nil {
+	if err := write(f); err != nil {
 		f.Close()
 		return fmt.Errorf("flow snapshot: write %s: %w", tmp, err)
 	}

@@ -3,7 +3,10 @@ package flowsnap
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -210,4 +213,24 @@ func TestRestore(t *testing.T) {
 		assert.Equal(t, "restored", outs[0].Action)
 		assert.Equal(t, [][]string{sample().Bridges[1].Lines}, ex.bundles)
 	})
+}
+
+// appendSum appends the sha256 line of body (as Encode ends a file).
+func appendSum(body []byte) []byte {
+	sum := sha256.Sum256(body)
+	return fmt.Appendf(body, "sha256 %s\n", hex.EncodeToString(sum[:]))
+}
+
+// TestWriteSnapshotStreams: WriteSnapshot's file is Encode's bytes, whose last line is the
+// sha256 of the rest.
+func TestWriteSnapshotStreams(t *testing.T) {
+	s := sample()
+	path := filepath.Join(t.TempDir(), "snap")
+	require.NoError(t, WriteSnapshot(path, s))
+	got, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, Encode(s), got)
+	body, _, ok := cutLastLine(got)
+	require.True(t, ok)
+	assert.Equal(t, appendSum(body), got)
 }

@@ -201,6 +201,7 @@ func run(ctx context.Context, o options) error {
 	case o.manifests != "":
 		src = &agent.ManifestSource{Dir: o.manifests, NodeName: o.nodeName}
 	default:
+		useListGates()
 		cfg, err := kubeConfig(o.kubeconfig)
 		if err != nil {
 			return err
