@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -92,6 +93,10 @@ func (r *run) installCNI() error {
 	if err := os.MkdirAll(c.CNIBinDir, 0o755); err != nil {
 		return err
 	}
+	rec, err := readCNIRecord(c.CNIBinDir)
+	if err != nil {
+		return err
+	}
 	for _, name := range CNIPlugins {
 		src := filepath.Join(c.CNISourceDir, name)
 		want, err := os.ReadFile(src)
@@ -99,9 +104,33 @@ func (r *run) installCNI() error {
 			return fmt.Errorf("plugin %s: %w (--cni-source-dir must hold %v; the image has them in %s)", name, err, CNIPlugins, DefaultCNISourceDir)
 		}
 		dst := filepath.Join(c.CNIBinDir, name)
-		if have, err := os.ReadFile(dst); err == nil && bytes.Equal(have, want) {
+		have, err := os.ReadFile(dst)
+		if err == nil && bytes.Equal(have, want) {
 			r.unchanged("%s", dst)
 			continue
+		}
+		switch {
+		case rec.owns(name):
+		case name == "srcip-cni" && err == nil:
+			// Ours by its name (a node-setup before the record installed it): replaced, and
+			// removed by node-teardown as always.
+		case errors.Is(err, os.ErrNotExist):
+			// Not there: node-setup's, removed by node-teardown.
+			rec.Installed = append(rec.Installed, name)
+		case err != nil:
+			return err
+		default:
+			// Another binary of that name (the distribution's CNI plugins, another CNI's): kept
+			// in CNIRecordBackupDir and put back by node-teardown.
+			if err := writeFileSync(filepath.Join(c.CNIBinDir, CNIRecordBackupDir), name, have); err != nil {
+				return fmt.Errorf("keep the node's own %s: %w", dst, err)
+			}
+			rec.Replaced = append(rec.Replaced, name)
+			r.changed("kept the node's own %s in %s (node-teardown puts it back)", dst, filepath.Join(c.CNIBinDir, CNIRecordBackupDir))
+		}
+		// The record first: a run interrupted after the install still knows the file is its own.
+		if err := writeCNIRecord(c.CNIBinDir, rec); err != nil {
+			return err
 		}
 		// A new file renamed over the old one: a running plugin process keeps its binary, and
 		// the runtime never executes a half-written file.
@@ -149,14 +178,23 @@ func (r *run) installCNI() error {
 	return nil
 }
 
-// removeCNI removes the conflist, the plugins (CNIPlugins) and host-local's allocations of the
-// network.
+// removeCNI removes the conflist, the plugins node-setup put in place (the CNIRecord: those it
+// installed are removed, those it replaced get the node's own binary back; srcip-cni always
+// goes), and host-local's allocations of the network. A plugin that was on the node before
+// node-setup, with the same content, is left: the distribution's CNI plugins and the next CNI
+// need it.
 func (r *run) removeCNI() error {
 	c := r.cfg
 	var errs []error
-	paths := []string{filepath.Join(c.CNIConfDir, ConflistName)}
-	for _, name := range CNIPlugins {
-		paths = append(paths, filepath.Join(c.CNIBinDir, name))
+	rec, err := readCNIRecord(c.CNIBinDir)
+	if err != nil {
+		return err
+	}
+	paths := []string{filepath.Join(c.CNIConfDir, ConflistName), filepath.Join(c.CNIBinDir, "srcip-cni")}
+	for _, name := range rec.Installed {
+		if name != "srcip-cni" {
+			paths = append(paths, filepath.Join(c.CNIBinDir, name))
+		}
 	}
 	for _, p := range paths {
 		switch err := os.Remove(p); {
@@ -168,6 +206,29 @@ func (r *run) removeCNI() error {
 			errs = append(errs, err)
 		}
 	}
+	backup := filepath.Join(c.CNIBinDir, CNIRecordBackupDir)
+	for _, name := range rec.Replaced {
+		dst := filepath.Join(c.CNIBinDir, name)
+		if err := os.Rename(filepath.Join(backup, name), dst); err != nil {
+			errs = append(errs, fmt.Errorf("put back the node's own %s: %w", dst, err))
+			continue
+		}
+		r.changed("put back the node's own %s", dst)
+	}
+	for _, name := range CNIPlugins {
+		if name != "srcip-cni" && !rec.owns(name) {
+			if _, err := os.Stat(filepath.Join(c.CNIBinDir, name)); err == nil {
+				r.unchanged("kept %s: it was on the node before node-setup", filepath.Join(c.CNIBinDir, name))
+			}
+		}
+	}
+	if len(errs) == 0 {
+		for _, p := range []string{backup, filepath.Join(c.CNIBinDir, CNIRecordFile)} {
+			if err := os.RemoveAll(p); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	data := filepath.Join(c.CNIDataDir, NetworkName)
 	if _, err := os.Stat(data); err == nil {
 		if err := os.RemoveAll(data); err != nil {
@@ -177,4 +238,72 @@ func (r *run) removeCNI() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// CNIRecordFile, in CNIBinDir, records which plugins node-setup put there (CNIRecord), so that
+// node-teardown removes only those; CNIRecordBackupDir, also in CNIBinDir, holds the node's own
+// binaries node-setup replaced. Both live beside the plugins (each node has its own CNIBinDir),
+// hidden (the runtime looks plugins up by name).
+const (
+	CNIRecordFile      = ".ovs-srcip-plugins.json"
+	CNIRecordBackupDir = ".ovs-srcip-replaced"
+)
+
+// CNIRecord is CNIRecordFile's content: plugin names (CNIPlugins).
+type CNIRecord struct {
+	// Installed were not on the node: node-teardown removes them.
+	Installed []string `json:"installed,omitempty"`
+	// Replaced were, with other content: node-teardown puts the kept binary back.
+	Replaced []string `json:"replaced,omitempty"`
+}
+
+func (r *CNIRecord) owns(name string) bool {
+	return slices.Contains(r.Installed, name) || slices.Contains(r.Replaced, name)
+}
+
+// readCNIRecord reads dir's CNIRecordFile; none is an empty record (a node node-setup has not
+// installed on, or one an older node-setup installed on: then teardown removes srcip-cni only).
+func readCNIRecord(dir string) (CNIRecord, error) {
+	var rec CNIRecord
+	b, err := os.ReadFile(filepath.Join(dir, CNIRecordFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return rec, nil
+	}
+	if err != nil {
+		return rec, err
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return rec, fmt.Errorf("%s: %w", filepath.Join(dir, CNIRecordFile), err)
+	}
+	return rec, nil
+}
+
+func writeCNIRecord(dir string, rec CNIRecord) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return writeFileSync(dir, CNIRecordFile, append(b, '\n'))
+}
+
+// writeFileSync writes dir/name (mode 0755, dir made if missing) through a synced temporary
+// file renamed over it.
+func writeFileSync(dir, name string, data []byte) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, "."+name+".tmp-")
+	if err != nil {
+		return err
+	}
+	_, werr := tmp.Write(data)
+	if err := errors.Join(werr, tmp.Sync(), tmp.Close(), os.Chmod(tmp.Name(), 0o755)); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,4 +151,59 @@ func TestRenderBootScript(t *testing.T) {
 		assert.Contains(t, s, want)
 	}
 	assert.Equal(t, `'a b'\''c'`, shellQuote("a b'c"))
+}
+
+// The CNI install records what it puts in CNIBinDir, and teardown removes only that: a plugin
+// that was on the node with the same content stays (the distribution's host-local), one with
+// other content is kept aside and put back (an older loopback), one that was missing goes
+// (portmap), srcip-cni always goes; a second setup changes nothing, a second teardown neither.
+func TestCNIPluginsTeardownKeepsTheNodesOwn(t *testing.T) {
+	src, bin, conf, data := t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()
+	for _, name := range CNIPlugins {
+		require.NoError(t, os.WriteFile(filepath.Join(src, name), []byte("ours "+name), 0o755))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(bin, "host-local"), []byte("ours host-local"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(bin, "loopback"), []byte("the node's loopback"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(bin, "bridge"), []byte("the node's bridge"), 0o755))
+	var log []string
+	cfg := &Config{CNISourceDir: src, CNIBinDir: bin, CNIConfDir: conf, CNIDataDir: data, BridgeInt: "br-int",
+		PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}, MTU: 1400,
+		Logf: func(format string, args ...any) { log = append(log, fmt.Sprintf(format, args...)) }}
+	r := &run{cfg: cfg}
+	require.NoError(t, r.installCNI())
+	for _, name := range CNIPlugins {
+		b, err := os.ReadFile(filepath.Join(bin, name))
+		require.NoError(t, err)
+		assert.Equal(t, "ours "+name, string(b))
+	}
+	rec, err := readCNIRecord(bin)
+	require.NoError(t, err)
+	assert.Equal(t, CNIRecord{Installed: []string{"srcip-cni", "portmap"}, Replaced: []string{"loopback"}}, rec)
+
+	changes := r.res.Changes
+	require.NoError(t, (&run{cfg: cfg}).installCNI())
+	again := &run{cfg: cfg}
+	require.NoError(t, again.installCNI())
+	assert.Zero(t, again.res.Changes, "a second setup changes nothing")
+	assert.NotZero(t, changes)
+
+	log = nil
+	r = &run{cfg: cfg}
+	require.NoError(t, r.removeCNI())
+	t.Log(strings.Join(log, "\n"))
+	entries, err := os.ReadDir(bin)
+	require.NoError(t, err)
+	got := map[string]string{}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(bin, e.Name()))
+		require.NoError(t, err)
+		got[e.Name()] = string(b)
+	}
+	assert.Equal(t, map[string]string{"host-local": "ours host-local", "loopback": "the node's loopback", "bridge": "the node's bridge"}, got)
+	assert.Contains(t, log, "unchanged: kept "+filepath.Join(bin, "host-local")+": it was on the node before node-setup")
+	assert.NoFileExists(t, filepath.Join(conf, ConflistName))
+
+	r = &run{cfg: cfg}
+	require.NoError(t, r.removeCNI())
+	assert.Zero(t, r.res.Changes, "a second teardown changes nothing")
 }
