@@ -300,6 +300,10 @@ func writeServices(out io.Writer, r *agent.Report, wide bool) {
 				n = append(n, "not applied")
 			}
 			port := p.PortName + "/" + p.Protocol
+			if p.PortName == "" {
+				// A Service's only port may be unnamed: its number then.
+				port = fmt.Sprintf("%d/%s", p.Port, p.Protocol)
+			}
 			if !wide {
 				entries := "-"
 				if len(p.EntryPoints) > 0 {

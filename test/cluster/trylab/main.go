@@ -167,7 +167,7 @@ func run() int {
 	fmt.Printf("try-lab: lab %s up in %v (nodes registered after their start: %s): NotReady (no CNI), nothing of ovs-srcip\n"+
 		"  installed, %s:%s imported on every node: the cluster `make test` installs ovs-srcip on (test/cluster/install)\n",
 		c.Lab.Prefix, up.Round(time.Millisecond), strings.Join(reg, ", "), imageRepo, *release)
-	fmt.Printf("try-lab: env file %s (. it: these variables, KUBECONFIG exported, aliases kubectl and helm):\n%s", env, body)
+	fmt.Printf("try-lab: env file %s (. it: these variables, KUBECONFIG exported, shell functions kubectl and helm):\n%s", env, body)
 	fmt.Printf("try-lab: docs/install.md on this lab: the node set-up settings of these nodes are NIC= (br-ex exists), DATAPATH_TYPE=netdev, MTU=%d\n", podMTU)
 	fmt.Printf("try-lab: pid %d: Ctrl-C or kill %d closes the lab\n", os.Getpid(), os.Getpid())
 	<-ctx.Done()
@@ -226,7 +226,7 @@ func lines(c *cluster.Cluster, helm, release, overlay, values string) []info {
 		info{"NODE_CIDR", router.Masked().String(), "the node underlay (every InternalIP)"},
 		info{"CLUSTER_CIDR", clusterCIDR, "kube-controller-manager --cluster-cidr: node set-up's CLUSTER_CIDRS / nodeSetup.clusterCIDRs"},
 		info{"SERVICE_CIDR", kube.ServiceCIDR, "kube-apiserver --service-cluster-ip-range: the agent's --service-cidrs"},
-		info{"EXTERNAL_CIDRS", strings.Join(extCIDRs, ","), "LoadBalancer IPs and externalIPs the router sends to the nodes: the agent's --external-ip-cidrs"},
+		info{"EXTERNAL_CIDRS", strings.Join(extCIDRs, ","), "addresses the router sends to the nodes, for LoadBalancer IPs (served without a flag) and externalIPs (served only inside the agent's --external-ip-cidrs)"},
 		info{"NODE_PORT_RANGE", nodePortRange, "kube-apiserver --service-node-port-range: the agent's --service-node-port-range"},
 		info{"KUSTOMIZE_OVERLAY", overlay, "deploy/ with the lab's node set-up settings: kubectl apply -k deploy/crds && kubectl apply -k $KUSTOMIZE_OVERLAY"},
 		info{"HELM_VALUES", values, "the chart's values for the lab's nodes: helm install ovs-srcip deploy/helm/ovs-srcip -n kube-system -f $HELM_VALUES"},
@@ -284,7 +284,9 @@ func envFile(c *cluster.Cluster, path string, l []info) string {
 	for _, i := range l {
 		fmt.Fprintf(&b, "%s=%s  # %s\n", i.key, shellQuote(i.value), i.comment)
 	}
-	b.WriteString("export KUBECONFIG\nalias kubectl=\"$KUBECTL\" helm=\"$HELM\"\n")
+	// Functions, not aliases: a script that sources the file gets them too (a shell expands
+	// aliases only when interactive).
+	b.WriteString("export KUBECONFIG\nkubectl() { \"$KUBECTL\" \"$@\"; }\nhelm() { \"$HELM\" \"$@\"; }\n")
 	return b.String()
 }
 
