@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -56,4 +57,32 @@ func TestAffinityPeriodRotatesTheHashBasis(t *testing.T) {
 	require.NoError(t, f.sync())
 	assert.Equal(t, uint64(0), period("sticky"))
 	assert.True(t, f.r.model.nextAffinityPeriod().IsZero())
+}
+
+// The period timer drives the rotation on its own, with the real clock and the Runner: with a 1 s
+// timeout the basis advances every second without any object change.
+func TestAffinityPeriodTimerRotates(t *testing.T) {
+	f := newFixture(t)
+	f.seedNodes(f.r)
+	timeout := int32(1)
+	f.r.OnService(nil, makeService("ns1", "sticky", 30100, func(s *corev1.Service) {
+		s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+		s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: &timeout}}
+	}))
+	runner := NewRunner(f.r.Sync, RunnerConfig{MinInterval: 10 * time.Millisecond, RetryMin: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond})
+	f.r.SetTrigger(runner.Run)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); runner.Loop(ctx) }()
+	defer func() { cancel(); <-done }()
+	runner.Run()
+	period := func() uint64 {
+		f.r.syncMu.Lock()
+		defer f.r.syncMu.Unlock()
+		return f.r.model.st.Services[svcKey("sticky")].AffinityPeriod
+	}
+	require.Eventually(t, func() bool { return period() != 0 }, 2*time.Second, 10*time.Millisecond)
+	first := period()
+	require.Eventually(t, func() bool { return period() >= first+3 }, 5*time.Second, 20*time.Millisecond,
+		"the basis advanced from %d to %d in 5 s", first, period())
 }

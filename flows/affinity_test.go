@@ -85,3 +85,23 @@ func TestAffinityShapes(t *testing.T) {
 		assert.NotEqual(t, ExServiceAffinityOut, Table(f.Table))
 	}
 }
+
+// Consecutive periods get unrelated hash bases; period 0 none.
+func TestAffinityBasis(t *testing.T) {
+	assert.Zero(t, AffinityBasis(0))
+	seen := map[uint64]bool{}
+	for p := uint64(1); p < 1000; p++ {
+		b := AffinityBasis(p)
+		assert.False(t, seen[b], "period %d", p)
+		seen[b] = true
+		assert.Greater(t, bitsDiffer(b, AffinityBasis(p+1)), 10, "periods %d and %d", p, p+1)
+	}
+}
+
+func bitsDiffer(a, b uint64) int {
+	n := 0
+	for x := a ^ b; x != 0; x &= x - 1 {
+		n++
+	}
+	return n
+}

@@ -134,7 +134,7 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 	}
 	g := OFGroup{ID: sp.GroupID, Type: of.GroupSelect, SelectionFields: fields}
 	if affinity {
-		g.SelectionParam = sp.AffinityPeriod
+		g.SelectionParam = AffinityBasis(sp.AffinityPeriod)
 	}
 	// Bucket ids are a function of the endpoint (BucketIDs), and the buckets are ordered by id:
 	// OVS's choice for a connection then depends only on the set of endpoints, never on their
@@ -209,6 +209,20 @@ func AffinityPeriodAt(t time.Time, seconds uint32) (period uint64, next time.Tim
 	s := max(t.Unix(), 0)
 	period = uint64(s) / uint64(seconds)
 	return period, time.Unix(int64(period+1)*int64(seconds), 0)
+}
+
+// AffinityBasis is the select group's hash basis (selection_method_param) in affinity period
+// period: the period through the SplitMix64 finalizer, so that consecutive periods get unrelated
+// bases (Open vSwitch 3.1 hashes the basis with hash_uint64, and consecutive small bases were
+// seen to pick the same bucket several periods in a row); 0 for period 0 (no basis).
+func AffinityBasis(period uint64) uint64 {
+	if period == 0 {
+		return 0
+	}
+	z := period + 0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
 }
 
 // MaxAffinitySeconds is the longest idle timeout a learned affinity flow can have: an OpenFlow

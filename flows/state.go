@@ -314,7 +314,8 @@ type ServicePort struct {
 	AffinitySeconds uint32
 	// AffinityPeriod numbers the AffinitySeconds-long period of wall-clock time this port's flows
 	// were built in: floor(unix seconds / AffinitySeconds), computed alike on every node
-	// (AffinityPeriodAt). It is the select group's hash basis (selection_method_param), so a
+	// (AffinityPeriodAt). It gives the select group's hash basis (selection_method_param,
+	// AffinityBasis), so a
 	// client whose learned choice idled out is hashed afresh in a later period, as kube-proxy
 	// chooses afresh after timeoutSeconds, while every node agrees within one. 0 without affinity.
 	AffinityPeriod uint64
