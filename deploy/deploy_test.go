@@ -395,21 +395,8 @@ func checkFlowRestore(t *testing.T, fr, agent corev1.Container, volPath map[stri
 // TestOverlayPreserveAll: an overlay that merges PRESERVE_SOURCE_IP=all into the ConfigMap
 // srcip-agent (docs/install.md "Serving every Service") gets a DaemonSet whose agent reads all.
 func TestOverlayPreserveAll(t *testing.T) {
-	base, err := filepath.Abs(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	rel, err := filepath.Rel(dir, base) // kustomize wants a relative base
-	if err != nil {
-		t.Fatal(err)
-	}
-	overlay := "resources: [" + rel + "]\nconfigMapGenerator:\n  - name: srcip-agent\n    namespace: ovs-srcip\n    behavior: merge\n    literals: [PRESERVE_SOURCE_IP=all]\n"
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	var cmName, mode, ref string
-	for _, u := range buildDir(t, dir) {
+	for _, u := range buildOverlay(t, "resources: [BASE]\nconfigMapGenerator:\n  - name: srcip-agent\n    namespace: ovs-srcip\n    behavior: merge\n    literals: [PRESERVE_SOURCE_IP=all]\n") {
 		switch {
 		case u.GetKind() == "ConfigMap" && strings.HasPrefix(u.GetName(), "srcip-agent-"):
 			cmName = u.GetName()
@@ -432,20 +419,7 @@ func TestOverlayPreserveAll(t *testing.T) {
 // runs the DaemonSet on Linux nodes labelled ovs-srcip.io/enabled=true only, and changes nothing
 // else of it.
 func TestComponentLabelledNodes(t *testing.T) {
-	base, err := filepath.Abs(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	rel, err := filepath.Rel(dir, base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	overlay := "resources: [" + rel + "]\ncomponents: [" + filepath.Join(rel, "components", "labelled-nodes") + "]\n"
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	objs := buildDir(t, dir)
+	objs := buildOverlay(t, "resources: [BASE]\ncomponents: [BASE/components/labelled-nodes]\n")
 	got := convert[appsv1.DaemonSet](t, find(t, objs, "DaemonSet", "srcip-agent"))
 	want := convert[appsv1.DaemonSet](t, find(t, buildDir(t, "."), "DaemonSet", "srcip-agent"))
 	if sel := got.Spec.Template.Spec.NodeSelector; !maps.Equal(sel, map[string]string{"kubernetes.io/os": "linux", "ovs-srcip.io/enabled": "true"}) {
