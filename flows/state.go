@@ -287,6 +287,11 @@ type ServicePort struct {
 	Namespace, Name, PortName string
 	// Protocol is spec.ports[i].protocol.
 	Protocol Protocol
+	// Family is the IP family this ServicePort serves: every address below (LoadBalancerIPs,
+	// ExternalIPs, SourceRanges, Endpoints) is of this family, and its NodePort is served on the
+	// NodePort addresses of this family. A dual-stack Service port is two ServicePorts, one per
+	// family (spec.ipFamilies; EndpointSlices by addressType).
+	Family Family
 	// Port is spec.ports[i].port: the port on LoadBalancer ingress IPs and externalIPs.
 	Port uint16
 	// NodePort is spec.ports[i].nodePort, 0 when the Service has none.
@@ -327,9 +332,10 @@ type ServicePort struct {
 	Rank Rank
 }
 
-// Key identifies the Service port (namespace/name:portName/protocol).
+// Key identifies the Service port (namespace/name:portName/protocol, then /IPv6 for the IPv6
+// family).
 func (s *ServicePort) Key() Key {
-	return Key{Kind: KindServicePort, Namespace: s.Namespace, Name: s.Name, Port: s.PortName, Protocol: s.Protocol}
+	return Key{Kind: KindServicePort, Namespace: s.Namespace, Name: s.Name, Port: s.PortName, Protocol: s.Protocol, Family: s.Family}
 }
 
 // Endpoint is one backend of a Service port (discovery.k8s.io/v1 Endpoint plus the port).

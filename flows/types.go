@@ -43,7 +43,41 @@ type Key struct {
 	// Port and Protocol identify a Service port (spec.ports[i].name and protocol).
 	Port     string
 	Protocol Protocol
+	// Family is the IP family of a Service port's flow set: a dual-stack Service port has one
+	// flow set (and one select group) per family, so programming its IPv6 path never changes its
+	// IPv4 one. The zero value is IPv4, whose keys render as before families existed (their
+	// cookies are unchanged).
+	Family Family
 }
+
+// Family is an IP family, as core/v1 IPFamily ("IPv4", "IPv6") and discovery/v1 AddressType
+// name it. The zero value is IPv4.
+type Family uint8
+
+// IP families.
+const (
+	IPv4 Family = iota
+	IPv6
+)
+
+// String returns "IPv4" or "IPv6" (the core/v1 IPFamily spelling).
+func (f Family) String() string {
+	if f == IPv6 {
+		return "IPv6"
+	}
+	return "IPv4"
+}
+
+// FamilyOf returns the family of a (an IPv4-mapped IPv6 address is IPv6: callers unmap first).
+func FamilyOf(a netip.Addr) Family {
+	if a.Is6() {
+		return IPv6
+	}
+	return IPv4
+}
+
+// Has reports whether a is a valid address of family f.
+func (f Family) Has(a netip.Addr) bool { return a.IsValid() && FamilyOf(a) == f }
 
 // String renders the key for logs: kind/namespace/name[:port/proto].
 func (k Key) String() string {
@@ -68,6 +102,9 @@ func (k Key) appendText(b []byte) []byte {
 	switch k.Kind {
 	case KindServicePort:
 		b = append(append(append(append(b, ':'), k.Port...), '/'), k.Protocol...)
+		if k.Family == IPv6 {
+			b = append(b, "/IPv6"...)
+		}
 	case KindServiceDrain:
 		b = append(append(b, '/'), k.Protocol...)
 	}
