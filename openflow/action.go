@@ -1,6 +1,7 @@
 package openflow
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net"
 	"net/netip"
@@ -127,21 +128,28 @@ func (a Move) AppendText(b []byte) []byte {
 	return a.Dst.AppendText(append(b, "->"...))
 }
 
-// SetField sets a whole field: set_field:192.0.2.12->tun_dst, set_field:0->tcp_dst. Build it
-// with SetTunDst or SetTCPDst (and the like), which fix the value's rendering.
+// SetField sets a whole field: set_field:192.0.2.12->tun_dst, set_field:0->tcp_dst,
+// set_field:2001:db8::1->ipv6_src. Build it with SetTunDst, SetTCPDst, SetAddr, SetIPSrc,
+// SetIPDst, SetMAC or SetValue, which fix the value's rendering.
 type SetField struct {
 	Field Field
 	Value uint64
-	ip    bool       // render addr, the IPv4 address Value holds
+	ip    bool       // render addr (an IPv4 address is also in Value)
 	addr  netip.Addr // when ip
+	mac   bool       // render Value as a MAC
 }
 
 func (SetField) isAction() {}
 
 // SetTunDst sets the tunnel's outer IPv4 destination (an address that is not IPv4 fails Check
 // and Encode).
-func SetTunDst(a netip.Addr) SetField {
-	s := SetField{Field: FieldTunDst, ip: true, addr: a}
+func SetTunDst(a netip.Addr) SetField { return SetAddr(FieldTunDst, a) }
+
+// SetAddr sets an address field to a: ip_src, ip_dst and tun_dst take an IPv4 address,
+// ipv6_src, ipv6_dst and nd_target an IPv6 one; another family (or a field that holds no
+// address) fails Check and Encode. ovs-fields(7) prerequisites apply to the flow it runs in.
+func SetAddr(f Field, a netip.Addr) SetField {
+	s := SetField{Field: f, ip: true, addr: a}
 	if a.Is4() {
 		b := a.As4()
 		s.Value = uint64(b[0])<<24 | uint64(b[1])<<16 | uint64(b[2])<<8 | uint64(b[3])
@@ -149,15 +157,82 @@ func SetTunDst(a netip.Addr) SetField {
 	return s
 }
 
+// SetIPSrc sets the source address in a's family: ip_src for an IPv4 address, ipv6_src for
+// any other.
+func SetIPSrc(a netip.Addr) SetField {
+	if a.Is4() {
+		return SetAddr(FieldIPv4Src, a)
+	}
+	return SetAddr(FieldIPv6Src, a)
+}
+
+// SetIPDst sets the destination address in a's family (ip_dst or ipv6_dst).
+func SetIPDst(a netip.Addr) SetField {
+	if a.Is4() {
+		return SetAddr(FieldIPv4Dst, a)
+	}
+	return SetAddr(FieldIPv6Dst, a)
+}
+
+// SetMAC sets a 48-bit MAC field (eth_src, eth_dst, arp_sha, arp_tha, nd_sll, nd_tll):
+// set_field:02:00:c0:00:02:0b->nd_tll. A MAC that is not 6 bytes fails Check and Encode.
+func SetMAC(f Field, mac net.HardwareAddr) SetField {
+	s := SetField{Field: f, mac: true}
+	if len(mac) == 6 {
+		s.Value = binary.BigEndian.Uint64(append([]byte{0, 0}, mac...))
+	} else {
+		s.Value = 1 << 63 // marks the bad length for check
+	}
+	return s
+}
+
+// SetValue sets an integer field of at most 64 bits (icmpv6_type, tcp_src, reg0...) to v,
+// rendered in decimal: set_field:136->icmpv6_type. A value wider than the field fails Check
+// and Encode.
+func SetValue(f Field, v uint64) SetField { return SetField{Field: f, Value: v} }
+
 // SetTCPDst sets the TCP destination port.
-func SetTCPDst(port uint16) SetField { return SetField{Field: FieldTCPDst, Value: uint64(port)} }
+func SetTCPDst(port uint16) SetField { return SetValue(FieldTCPDst, uint64(port)) }
+
+// check reports a value of the wrong family, length or width for the field.
+func (a SetField) check() error {
+	bits := a.Field.Bits()
+	switch {
+	case a.ip:
+		switch {
+		case bits == 32 && !a.addr.Is4():
+			return fmt.Errorf("set_field: %v is no IPv4 address (%s)", a.addr, a.Field)
+		case bits == 128 && !a.addr.Is6():
+			return fmt.Errorf("set_field: %v is no IPv6 address (%s)", a.addr, a.Field)
+		case bits != 32 && bits != 128:
+			return fmt.Errorf("set_field: %s holds no address", a.Field)
+		}
+	case a.mac:
+		if bits != 48 {
+			return fmt.Errorf("set_field: %s holds no MAC", a.Field)
+		}
+		if a.Value>>48 != 0 {
+			return fmt.Errorf("set_field: MAC is not 6 bytes")
+		}
+	case bits > 64:
+		return fmt.Errorf("set_field: %s is wider than 64 bits", a.Field)
+	case bits < 64 && a.Value>>bits != 0:
+		return fmt.Errorf("set_field: %d does not fit %s", a.Value, a.Field)
+	}
+	return nil
+}
 
 // AppendText implements Action.
 func (a SetField) AppendText(b []byte) []byte {
 	b = append(b, "set_field:"...)
-	if a.ip {
+	switch {
+	case a.ip:
 		b = a.addr.AppendTo(b)
-	} else {
+	case a.mac:
+		var m [8]byte
+		binary.BigEndian.PutUint64(m[:], a.Value)
+		b = append(b, net.HardwareAddr(m[2:]).String()...)
+	default:
 		b = strconv.AppendUint(b, a.Value, 10)
 	}
 	return append(append(b, "->"...), a.Field.String()...)
@@ -359,15 +434,15 @@ func CheckActions(acts []Action) error {
 			if err := a.Check(); err != nil {
 				return err
 			}
-			if a.NAT != nil && (a.NAT.Dst.IsValid() && !a.NAT.Dst.Addr().Is4() || a.NAT.Src.IsValid() && !a.NAT.Src.Is4()) {
-				return fmt.Errorf("ct: nat address not IPv4")
+			if a.NAT != nil && a.NAT.Dst.IsValid() && a.NAT.Src.IsValid() && a.NAT.Dst.Addr().Is4() != a.NAT.Src.Is4() {
+				return fmt.Errorf("ct: nat addresses of two families")
 			}
 			if err := CheckActions(a.Exec); err != nil {
 				return err
 			}
 		case SetField:
-			if a.ip && !a.addr.Is4() {
-				return fmt.Errorf("set_field: %v is no IPv4 address", a.addr)
+			if err := a.check(); err != nil {
+				return err
 			}
 		case ModDLSrc:
 			if len(a.MAC) != 6 {

@@ -28,8 +28,8 @@ func (r rawAction) UnmarshalBinary([]byte) error {
 // nxmHeaders are the 32-bit NXM headers of the fields (unmasked), from libOpenflow's table.
 var nxmHeaders = sync.OnceValue(func() map[Field]uint32 {
 	m := map[Field]uint32{}
-	for f := FieldInPort; f < FieldReg0+16; f++ {
-		if h, err := of13.FindFieldHeaderByName(f.NXM(), false); err == nil {
+	for f := FieldInPort; f < fieldEnd; f++ {
+		if h, err := findField(f.NXM(), false); err == nil {
 			m[f] = h.MarshalHeader()
 		}
 	}
@@ -122,8 +122,8 @@ func appendMove(b []byte, a Move) ([]byte, error) {
 
 // appendCT appends NXAST_CT (nx_action_conntrack: Nicira header, flags, zone_src 0, the
 // immediate zone, recirc_table (0xff: none), pad, alg 0; 24 bytes) followed by its NXAST_NAT
-// (nx_action_nat: header, pad, flags, range_present, the IPv4 minimum and the port range,
-// padded to 8 bytes) and its exec actions; the ct's length covers them.
+// (nx_action_nat: header, pad, flags, range_present, the IPv4 or IPv6 minimum and the port
+// range, padded to 8 bytes) and its exec actions; the ct's length covers them.
 func appendCT(b []byte, c CT) ([]byte, error) {
 	if err := c.Check(); err != nil {
 		return nil, err
@@ -163,23 +163,26 @@ func appendNAT(b []byte, n *NAT) ([]byte, error) {
 	b = appendNXHeader(b, 0, nxastNAT)
 	var flags, present uint16
 	var ranges []byte
+	// The ranges present follow in the order ipv4 min, ipv4 max, ipv6 min (16 bytes), ipv6
+	// max, proto min, proto max; only the minimums are written (one address, one port).
 	switch {
 	case n.Dst.IsValid():
-		if !n.Dst.Addr().Is4() {
-			return nil, fmt.Errorf("nat(dst=%s): IPv6 not encoded", n.Dst)
-		}
 		flags = of13.NX_NAT_F_DST
-		present = of13.NX_NAT_RANGE_IPV4_MIN | of13.NX_NAT_RANGE_PROTO_MIN | of13.NX_NAT_RANGE_PROTO_MAX
-		a := n.Dst.Addr().As4()
-		ranges = append(a[:], byte(n.Dst.Port()>>8), byte(n.Dst.Port()), byte(n.Dst.Port()>>8), byte(n.Dst.Port()))
-	case n.Src.IsValid():
-		if !n.Src.Is4() {
-			return nil, fmt.Errorf("nat(src=%s): IPv6 not encoded", n.Src)
+		p := n.Dst.Port()
+		if n.Dst.Addr().Is4() {
+			present = of13.NX_NAT_RANGE_IPV4_MIN
+		} else {
+			present = of13.NX_NAT_RANGE_IPV6_MIN
 		}
+		present |= of13.NX_NAT_RANGE_PROTO_MIN | of13.NX_NAT_RANGE_PROTO_MAX
+		ranges = append(n.Dst.Addr().AsSlice(), byte(p>>8), byte(p), byte(p>>8), byte(p))
+	case n.Src.IsValid():
 		flags = of13.NX_NAT_F_SRC
 		present = of13.NX_NAT_RANGE_IPV4_MIN
-		a := n.Src.As4()
-		ranges = a[:]
+		if !n.Src.Is4() {
+			present = of13.NX_NAT_RANGE_IPV6_MIN
+		}
+		ranges = n.Src.AsSlice()
 	}
 	b = append(b, 0, 0) // pad
 	b = binary.BigEndian.AppendUint16(b, flags)

@@ -118,52 +118,68 @@ func be64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 // matchRank is the order match TLVs are encoded in: every field after its prerequisites
 // (ovs-fields(7) "Prerequisites"), as OVS's own encoder orders them for the fields used here.
 func matchRank(f Field) int {
+	// Even ranks are the IPv4 pipeline's (their order fixes the bytes of every existing flow);
+	// the IPv6 fields take the odd ranks next to their IPv4 counterparts.
 	switch f {
 	case FieldInPort:
 		return 0
 	case FieldEthSrc:
-		return 1
-	case FieldEthDst:
 		return 2
-	case FieldEthType:
-		return 3
-	case FieldIPProto:
+	case FieldEthDst:
 		return 4
-	case FieldIPv4Src:
-		return 5
-	case FieldIPv4Dst:
+	case FieldEthType:
 		return 6
-	case FieldIPFrag:
-		return 7
-	case FieldARPOp:
+	case FieldIPProto:
 		return 8
-	case FieldARPSPA:
-		return 9
-	case FieldARPTPA:
+	case FieldIPv4Src:
 		return 10
-	case FieldTCPSrc, FieldUDPSrc:
+	case FieldIPv6Src:
 		return 11
-	case FieldTCPDst, FieldUDPDst:
+	case FieldIPv4Dst:
 		return 12
-	case FieldTCPFlags:
+	case FieldIPv6Dst:
 		return 13
-	case FieldICMPType:
+	case FieldIPFrag:
 		return 14
+	case FieldARPOp:
+		return 16
+	case FieldARPSPA:
+		return 18
+	case FieldARPTPA:
+		return 20
+	case FieldTCPSrc, FieldUDPSrc:
+		return 22
+	case FieldTCPDst, FieldUDPDst:
+		return 24
+	case FieldTCPFlags:
+		return 26
+	case FieldICMPType:
+		return 28
+	case FieldICMPv6Type:
+		return 29
+	case FieldICMPv6Code:
+		return 31
+	case FieldNDTarget: // after icmpv6_type, its prerequisite
+		return 33
+	case FieldNDSLL:
+		return 35
+	case FieldNDTLL:
+		return 37
 	case FieldCTState:
-		return 40
+		return 80
 	case FieldCTMark:
-		return 41
+		return 82
 	case FieldCTLabel:
-		return 42
+		return 84
 	case FieldTunID:
-		return 43
+		return 86
 	case FieldTunSrc:
-		return 44
+		return 88
 	}
 	if f >= FieldReg0 && f < FieldReg0+16 {
-		return 20 + int(f-FieldReg0)
+		return 40 + 2*int(f-FieldReg0)
 	}
-	return 100
+	return 200
 }
 
 // Encode implements Message: an OFPT_FLOW_MOD. As ovs-ofctl does in OpenFlow 1.1+, an add
@@ -247,7 +263,7 @@ func oxmHeaderOf(name string, hasMask bool) (oxmHeader, error) {
 	if h, ok := oxmHeaders.Load(k); ok {
 		return h.(oxmHeader), nil
 	}
-	f, err := of13.FindFieldHeaderByName(name, hasMask)
+	f, err := findField(name, hasMask)
 	if err != nil {
 		return oxmHeader{}, err
 	}
@@ -296,7 +312,7 @@ func appendMatch(b []byte, f *Flow) ([]byte, error) {
 	if pi.ipProto >= 0 {
 		tlvs = append(tlvs, matchTLV{matchRank(FieldIPProto), "OXM_OF_IP_PROTO", []byte{byte(pi.ipProto)}, nil})
 	}
-	var seen [2]uint64 // ranks (< 128) already matched
+	var seen [4]uint64 // ranks (< 256) already matched
 	for _, mt := range f.Match {
 		r := matchRank(mt.Field())
 		if seen[r/64]&(1<<(r%64)) != 0 {
@@ -385,7 +401,7 @@ func appendInstructions(b []byte, acts []Action) ([]byte, error) {
 
 // header returns libOpenflow's field header of r's field (NXM) and r's offset and width.
 func header(r FieldRef) (*of13.MatchField, uint16, uint16, error) {
-	f, err := of13.FindFieldHeaderByName(r.Field.NXM(), false)
+	f, err := findField(r.Field.NXM(), false)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -419,12 +435,15 @@ func encodeAction(a Action) (of13.Action, error) {
 		}
 		return loadValue(a.Value, f, ofs, n)
 	case SetField:
-		if a.ip && !a.addr.Is4() {
-			return nil, fmt.Errorf("set_field: %v is no IPv4 address", a.addr)
+		if err := a.check(); err != nil {
+			return nil, err
 		}
 		f, _, n, err := header(Ref(a.Field))
 		if err != nil {
 			return nil, err
+		}
+		if a.ip && a.addr.Is6() {
+			return setBytes(f, a.addr.AsSlice()), nil
 		}
 		return loadValue(a.Value, f, 0, n)
 	case ModDLSrc:
@@ -481,6 +500,14 @@ func loadValue(value uint64, f *of13.MatchField, ofs, n uint16) (of13.Action, er
 		field.Length = uint8(2 * width)
 	}
 	return of13.NewActionSetField(field), nil
+}
+
+// setBytes builds the OpenFlow 1.5 set-field action that writes v (the whole field, network
+// byte order: an IPv6 address) into f.
+func setBytes(f *of13.MatchField, v []byte) of13.Action {
+	field := *f
+	field.Value = &of13.ByteArrayField{Data: v, Length: uint8(len(v))}
+	return of13.NewActionSetField(field)
 }
 
 // setTunnel is NXAST_SET_TUNNEL (struct nx_action_set_tunnel: Nicira header, subtype 2, pad,
@@ -637,6 +664,8 @@ func appendHashField(b []byte, f Field) ([]byte, error) {
 	switch f {
 	case FieldIPv4Src, FieldIPv4Dst:
 		return appendTLV(b, f.info().oxm, []byte{0xff, 0xff, 0xff, 0xff}, nil)
+	case FieldIPv6Src, FieldIPv6Dst:
+		return appendTLV(b, f.info().oxm, slices.Repeat([]byte{0xff}, 16), nil)
 	case FieldTCPSrc, FieldTCPDst, FieldUDPSrc, FieldUDPDst:
 		return appendTLV(b, f.info().oxm, []byte{0xff, 0xff}, nil)
 	}

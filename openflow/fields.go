@@ -23,6 +23,8 @@ package openflow
 import (
 	"fmt"
 	"strconv"
+
+	of13 "github.com/contiv/libOpenflow/openflow13"
 )
 
 // Field is a packet or metadata field as ovs-fields(7) names it.
@@ -56,6 +58,25 @@ const (
 	FieldTunSrc                    // tun_src, 32 bits
 	FieldTunDst                    // tun_dst, 32 bits
 	FieldReg0                      // reg0..reg15 follow, 32 bits each
+)
+
+// IPv6 fields (numbered after the registers, so the fields above keep their values). Their
+// prerequisites are those of ovs-fields(7): an IPv6 protocol (ProtoIPv6, ProtoTCP6, ProtoUDP6,
+// ProtoICMP6) for ipv6_src and ipv6_dst, icmp6 for icmpv6_type and icmpv6_code, and icmp6 with
+// icmpv6_type 135 (Neighbor Solicitation) or 136 (Neighbor Advertisement) for nd_target, nd_sll
+// (135 only) and nd_tll (136 only); nd_reserved and nd_options_type (OVS 2.11+) are of an NS or
+// an NA, and are encoded as OXM class 0x1000 (they have no NXM name: NXM() names the OXM).
+const (
+	FieldIPv6Src       Field = FieldReg0 + 16 + iota // ipv6_src, 128 bits (NXM_NX_IPV6_SRC, OXM_OF_IPV6_SRC)
+	FieldIPv6Dst                                     // ipv6_dst, 128 bits (NXM_NX_IPV6_DST, OXM_OF_IPV6_DST)
+	FieldICMPv6Type                                  // icmpv6_type, 8 bits
+	FieldICMPv6Code                                  // icmpv6_code, 8 bits
+	FieldNDTarget                                    // nd_target, 128 bits: the ND target address
+	FieldNDSLL                                       // nd_sll, 48 bits: the source link-layer address option of an NS
+	FieldNDTLL                                       // nd_tll, 48 bits: the target link-layer address option of an NA
+	FieldNDReserved                                  // nd_reserved, 32 bits: an NA's flags (R 0x80000000, S 0x40000000, O 0x20000000), the rest reserved
+	FieldNDOptionsType                               // nd_options_type, 8 bits: the ND option's type (1 source, 2 target link-layer address)
+	fieldEnd                                         // one past the last field
 )
 
 // Reg returns register field reg0..reg15 (n 0..15).
@@ -99,6 +120,35 @@ var fieldInfos = [...]fieldInfo{
 	FieldTunID:    {"tun_id", "NXM_NX_TUN_ID", "NXM_NX_TUN_ID", 64},
 	FieldTunSrc:   {"tun_src", "NXM_NX_TUN_IPV4_SRC", "NXM_NX_TUN_IPV4_SRC", 32},
 	FieldTunDst:   {"tun_dst", "NXM_NX_TUN_IPV4_DST", "NXM_NX_TUN_IPV4_DST", 32},
+
+	FieldIPv6Src:    {"ipv6_src", "NXM_NX_IPV6_SRC", "OXM_OF_IPV6_SRC", 128},
+	FieldIPv6Dst:    {"ipv6_dst", "NXM_NX_IPV6_DST", "OXM_OF_IPV6_DST", 128},
+	FieldICMPv6Type: {"icmpv6_type", "NXM_NX_ICMPV6_TYPE", "OXM_OF_ICMPV6_TYPE", 8},
+	FieldICMPv6Code: {"icmpv6_code", "NXM_NX_ICMPV6_CODE", "OXM_OF_ICMPV6_CODE", 8},
+	FieldNDTarget:   {"nd_target", "NXM_NX_ND_TARGET", "OXM_OF_IPV6_ND_TARGET", 128},
+	FieldNDSLL:      {"nd_sll", "NXM_NX_ND_SLL", "OXM_OF_IPV6_ND_SLL", 48},
+	FieldNDTLL:      {"nd_tll", "NXM_NX_ND_TLL", "OXM_OF_IPV6_ND_TLL", 48},
+	// No NXM: OVS (2.11+) has these two as OXMs of class 0x1000 only (ovs-fields(7)).
+	FieldNDReserved:    {"nd_reserved", "ERICOXM_OF_ICMPV6_ND_RESERVED", "ERICOXM_OF_ICMPV6_ND_RESERVED", 32},
+	FieldNDOptionsType: {"nd_options_type", "ERICOXM_OF_ICMPV6_ND_OPTIONS_TYPE", "ERICOXM_OF_ICMPV6_ND_OPTIONS_TYPE", 8},
+}
+
+// ericFields are the headers of the fields libOpenflow's table lacks: OXM class 0x1000
+// (ERICOXM_OF_), field 1 nd_reserved (4 bytes), field 2 nd_options_type (1 byte).
+var ericFields = map[string]of13.MatchField{
+	"ERICOXM_OF_ICMPV6_ND_RESERVED":     {Class: 0x1000, Field: 1, Length: 4},
+	"ERICOXM_OF_ICMPV6_ND_OPTIONS_TYPE": {Class: 0x1000, Field: 2, Length: 1},
+}
+
+// findField is libOpenflow's FindFieldHeaderByName with the fields of ericFields added.
+func findField(name string, hasMask bool) (*of13.MatchField, error) {
+	if f, ok := ericFields[name]; ok {
+		if hasMask {
+			return nil, fmt.Errorf("field %s is not maskable", name)
+		}
+		return &f, nil
+	}
+	return of13.FindFieldHeaderByName(name, hasMask)
 }
 
 func (f Field) info() fieldInfo {

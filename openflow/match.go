@@ -11,14 +11,19 @@ import (
 // Protocol is the ovs-fields(7) protocol shorthand a flow matches on (eth_type and ip_proto).
 type Protocol uint8
 
-// Protocols (IPv4 and ARP; the pipeline is IPv4-only today).
+// Protocols. The IPv6 ones are numbered after the IPv4 ones and ARP; V6 and V4 map a protocol
+// to its twin of the other family, ForAddr to the twin of an address's family.
 const (
-	ProtoNone Protocol = iota
-	ProtoIP            // ip: eth_type=0x0800
-	ProtoTCP           // tcp: ip, ip_proto=6
-	ProtoUDP           // udp: ip, ip_proto=17
-	ProtoICMP          // icmp: ip, ip_proto=1
-	ProtoARP           // arp: eth_type=0x0806
+	ProtoNone  Protocol = iota
+	ProtoIP             // ip: eth_type=0x0800
+	ProtoTCP            // tcp: ip, ip_proto=6
+	ProtoUDP            // udp: ip, ip_proto=17
+	ProtoICMP           // icmp: ip, ip_proto=1
+	ProtoARP            // arp: eth_type=0x0806
+	ProtoIPv6           // ipv6: eth_type=0x86dd
+	ProtoTCP6           // tcp6: ipv6, ip_proto=6
+	ProtoUDP6           // udp6: ipv6, ip_proto=17
+	ProtoICMP6          // icmp6: ipv6, ip_proto=58 (ICMPv6, RFC 4443)
 )
 
 var protoInfos = [...]struct {
@@ -26,16 +31,105 @@ var protoInfos = [...]struct {
 	ethType int
 	ipProto int
 }{
-	ProtoNone: {"", -1, -1},
-	ProtoIP:   {"ip", 0x0800, -1},
-	ProtoTCP:  {"tcp", 0x0800, 6},
-	ProtoUDP:  {"udp", 0x0800, 17},
-	ProtoICMP: {"icmp", 0x0800, 1},
-	ProtoARP:  {"arp", 0x0806, -1},
+	ProtoNone:  {"", -1, -1},
+	ProtoIP:    {"ip", 0x0800, -1},
+	ProtoTCP:   {"tcp", 0x0800, 6},
+	ProtoUDP:   {"udp", 0x0800, 17},
+	ProtoICMP:  {"icmp", 0x0800, 1},
+	ProtoARP:   {"arp", 0x0806, -1},
+	ProtoIPv6:  {"ipv6", 0x86dd, -1},
+	ProtoTCP6:  {"tcp6", 0x86dd, 6},
+	ProtoUDP6:  {"udp6", 0x86dd, 17},
+	ProtoICMP6: {"icmp6", 0x86dd, 58},
 }
 
-// String is the shorthand ("tcp"), empty for ProtoNone.
+// String is the shorthand ("tcp", "tcp6"), empty for ProtoNone.
 func (p Protocol) String() string { return protoInfos[p].name }
+
+// EthType is the protocol's eth_type (0x0800, 0x86dd, 0x0806), 0 for ProtoNone.
+func (p Protocol) EthType() uint16 { return uint16(max(protoInfos[p].ethType, 0)) }
+
+// IPProto is the protocol's ip_proto (6, 17, 1, 58), 0 when it matches none (ip, ipv6, arp).
+func (p Protocol) IPProto() uint8 { return uint8(max(protoInfos[p].ipProto, 0)) }
+
+// IsIPv6 reports an IPv6 protocol (ipv6, tcp6, udp6, icmp6).
+func (p Protocol) IsIPv6() bool { return protoInfos[p].ethType == 0x86dd }
+
+// IsIPv4 reports an IPv4 protocol (ip, tcp, udp, icmp).
+func (p Protocol) IsIPv4() bool { return protoInfos[p].ethType == 0x0800 }
+
+// IsTCP reports tcp or tcp6; IsUDP udp or udp6.
+func (p Protocol) IsTCP() bool { return p == ProtoTCP || p == ProtoTCP6 }
+
+// IsUDP reports udp or udp6.
+func (p Protocol) IsUDP() bool { return p == ProtoUDP || p == ProtoUDP6 }
+
+// V6 is the IPv6 twin of p: ip -> ipv6, tcp -> tcp6, udp -> udp6, icmp -> icmp6 (ICMPv6 is
+// another protocol with other types: a flow matching icmp_type needs icmpv6_type instead); an
+// IPv6 protocol is itself, ProtoNone and ProtoARP (no IPv6 twin; IPv6 resolves neighbors with
+// ICMPv6) are ProtoNone.
+func (p Protocol) V6() Protocol {
+	switch p {
+	case ProtoIP, ProtoIPv6:
+		return ProtoIPv6
+	case ProtoTCP, ProtoTCP6:
+		return ProtoTCP6
+	case ProtoUDP, ProtoUDP6:
+		return ProtoUDP6
+	case ProtoICMP, ProtoICMP6:
+		return ProtoICMP6
+	}
+	return ProtoNone
+}
+
+// V4 is the IPv4 twin of p (the inverse of V6): an IPv4 protocol is itself, ProtoARP is
+// ProtoARP, ProtoNone is ProtoNone.
+func (p Protocol) V4() Protocol {
+	switch p {
+	case ProtoIPv6:
+		return ProtoIP
+	case ProtoTCP6:
+		return ProtoTCP
+	case ProtoUDP6:
+		return ProtoUDP
+	case ProtoICMP6:
+		return ProtoICMP
+	}
+	return p
+}
+
+// ForAddr is p's twin of a's family: V4 for an IPv4 address, V6 for any other (an IPv4-mapped
+// IPv6 address is IPv6, as netip.Addr.Is4 has it).
+func (p Protocol) ForAddr(a netip.Addr) Protocol {
+	if a.Is4() {
+		return p.V4()
+	}
+	return p.V6()
+}
+
+// IPSrcField is the source address field of p's family: FieldIPv4Src (ip_src) for an IPv4
+// protocol, FieldIPv6Src (ipv6_src) for an IPv6 one; 0 (no field) for ProtoNone and ProtoARP.
+func (p Protocol) IPSrcField() Field {
+	switch {
+	case p.IsIPv4():
+		return FieldIPv4Src
+	case p.IsIPv6():
+		return FieldIPv6Src
+	}
+	return 0
+}
+
+// IPDstField is the destination address field of p's family (ip_dst or ipv6_dst; see
+// IPSrcField).
+func (p Protocol) IPDstField() Field {
+	switch {
+	case p.IsIPv4():
+		return FieldIPv4Dst
+	case p.IsIPv6():
+		return FieldIPv6Dst
+	}
+	return 0
+}
 
 // Reserved OpenFlow 1.1+ port numbers (ofp_port_no).
 const (
@@ -59,26 +153,50 @@ type Match interface {
 }
 
 func (inPortMatch) check(Protocol) error { return nil }
-func (m macMatch) check(Protocol) error {
+func (m macMatch) check(proto Protocol) error {
 	if len(m.mac) != 6 {
 		return fmt.Errorf("%s: MAC %v is not 6 bytes", m.f, m.mac)
 	}
+	return m.checkProto(proto)
+}
+func (m macMatch) checkProto(proto Protocol) error {
+	if (m.f == FieldNDSLL || m.f == FieldNDTLL) && proto != ProtoICMP6 {
+		return fmt.Errorf("%s without icmp6", m.f)
+	}
 	return nil
 }
-func (m ipMatch) check(Protocol) error {
+func (m ipMatch) check(proto Protocol) error {
+	if m.f.Bits() == 128 {
+		if !m.p.IsValid() || !m.p.Addr().Is6() {
+			return fmt.Errorf("%s: %v is no IPv6 address or prefix", m.f, m.p)
+		}
+		switch {
+		case m.f == FieldNDTarget && proto != ProtoICMP6:
+			return fmt.Errorf("nd_target without icmp6")
+		case !proto.IsIPv6():
+			return fmt.Errorf("%s without an IPv6 protocol (ipv6, tcp6, udp6, icmp6)", m.f)
+		}
+		return nil
+	}
 	if !m.p.IsValid() || !m.p.Addr().Is4() {
 		return fmt.Errorf("%s: %v is no IPv4 address or prefix", m.f, m.p)
+	}
+	if (m.f == FieldIPv4Src || m.f == FieldIPv4Dst) && proto.IsIPv6() {
+		return fmt.Errorf("%s with an IPv6 protocol (ipv6_src, ipv6_dst are its fields)", m.f)
 	}
 	return nil
 }
 func (m u16Match) check(proto Protocol) error {
-	if (m.f == FieldTCPSrc || m.f == FieldTCPDst) && proto != ProtoTCP && proto != ProtoUDP {
+	switch {
+	case (m.f == FieldTCPSrc || m.f == FieldTCPDst) && !proto.IsTCP() && !proto.IsUDP():
 		return fmt.Errorf("tp_src or tp_dst without tcp or udp")
+	case (m.f == FieldICMPv6Type || m.f == FieldICMPv6Code) && proto != ProtoICMP6:
+		return fmt.Errorf("%s without icmp6", m.f)
 	}
 	return nil
 }
 func (m flagsMatch) check(proto Protocol) error {
-	if m.f == FieldTCPFlags && proto != ProtoTCP {
+	if m.f == FieldTCPFlags && !proto.IsTCP() {
 		return fmt.Errorf("tcp_flags without tcp")
 	}
 	return nil
@@ -119,12 +237,23 @@ func EthDst(mac net.HardwareAddr) Match { return newMAC(FieldEthDst, mac) }
 // newMAC keeps a copy of mac; one that is not 6 bytes fails Check and Encode.
 func newMAC(f Field, mac net.HardwareAddr) macMatch { return macMatch{f, slices.Clone(mac)} }
 
+// NDSLL matches the source link-layer address option of a Neighbor Solicitation (nd_sll=MAC;
+// icmp6 with icmpv6_type=135).
+func NDSLL(mac net.HardwareAddr) Match { return newMAC(FieldNDSLL, mac) }
+
+// NDTLL matches the target link-layer address option of a Neighbor Advertisement (nd_tll=MAC;
+// icmp6 with icmpv6_type=136).
+func NDTLL(mac net.HardwareAddr) Match { return newMAC(FieldNDTLL, mac) }
+
 func (m macMatch) Field() Field { return m.f }
 func (m macMatch) AppendText(b []byte) []byte {
-	if m.f == FieldEthSrc {
+	switch m.f {
+	case FieldEthSrc:
 		b = append(b, "dl_src="...)
-	} else {
+	case FieldEthDst:
 		b = append(b, "dl_dst="...)
+	default:
+		b = append(append(b, m.f.String()...), '=')
 	}
 	return append(b, m.mac.String()...)
 }
@@ -153,6 +282,55 @@ func IPv4SrcPrefix(p netip.Prefix) Match { return newIP(FieldIPv4Src, p, false) 
 // IPv4DstPrefix matches IPv4 destinations in p (nw_dst=A.B.C.D/N).
 func IPv4DstPrefix(p netip.Prefix) Match { return newIP(FieldIPv4Dst, p, false) }
 
+// IPv6Src matches the IPv6 source address (ipv6_src=2001:db8::1; an IPv6 protocol).
+func IPv6Src(a netip.Addr) Match { return newIP(FieldIPv6Src, netip.PrefixFrom(a, 128), true) }
+
+// IPv6Dst matches the IPv6 destination address (ipv6_dst=2001:db8::1; an IPv6 protocol).
+func IPv6Dst(a netip.Addr) Match { return newIP(FieldIPv6Dst, netip.PrefixFrom(a, 128), true) }
+
+// IPv6SrcPrefix matches IPv6 sources in p (ipv6_src=2001:db8::/64, the prefix as given).
+func IPv6SrcPrefix(p netip.Prefix) Match { return newIP(FieldIPv6Src, p, false) }
+
+// IPv6DstPrefix matches IPv6 destinations in p (ipv6_dst=2001:db8::/64).
+func IPv6DstPrefix(p netip.Prefix) Match { return newIP(FieldIPv6Dst, p, false) }
+
+// NDTarget matches the target address of a Neighbor Solicitation or Advertisement
+// (nd_target=2001:db8::1; icmp6 with icmpv6_type 135 or 136).
+func NDTarget(a netip.Addr) Match { return newIP(FieldNDTarget, netip.PrefixFrom(a, 128), true) }
+
+// IPSrc matches the source address in a's family: IPv4Src for an IPv4 address, IPv6Src for
+// any other (the flow's protocol must be of that family: Protocol.ForAddr).
+func IPSrc(a netip.Addr) Match {
+	if a.Is4() {
+		return IPv4Src(a)
+	}
+	return IPv6Src(a)
+}
+
+// IPDst matches the destination address in a's family (IPv4Dst or IPv6Dst; see IPSrc).
+func IPDst(a netip.Addr) Match {
+	if a.Is4() {
+		return IPv4Dst(a)
+	}
+	return IPv6Dst(a)
+}
+
+// IPSrcPrefix matches sources in p in its family (IPv4SrcPrefix or IPv6SrcPrefix; see IPSrc).
+func IPSrcPrefix(p netip.Prefix) Match {
+	if p.Addr().Is4() {
+		return IPv4SrcPrefix(p)
+	}
+	return IPv6SrcPrefix(p)
+}
+
+// IPDstPrefix matches destinations in p in its family (IPv4DstPrefix or IPv6DstPrefix).
+func IPDstPrefix(p netip.Prefix) Match {
+	if p.Addr().Is4() {
+		return IPv4DstPrefix(p)
+	}
+	return IPv6DstPrefix(p)
+}
+
 // ARPSPA matches the ARP sender protocol address (arp_spa=A.B.C.D).
 func ARPSPA(a netip.Addr) Match { return newIP(FieldARPSPA, netip.PrefixFrom(a, 32), true) }
 
@@ -168,11 +346,12 @@ func ARPTPAPrefix(p netip.Prefix) Match { return newIP(FieldARPTPA, p, false) }
 // TunSrc matches the tunnel's outer IPv4 source (tun_src=A.B.C.D).
 func TunSrc(a netip.Addr) Match { return newIP(FieldTunSrc, netip.PrefixFrom(a, 32), true) }
 
-// newIP keeps p; one that is no IPv4 address or prefix fails Check and Encode.
+// newIP keeps p; one of the wrong family for f fails Check and Encode.
 func newIP(f Field, p netip.Prefix, addr bool) ipMatch { return ipMatch{f, p, addr} }
 
 var ipKeys = map[Field]string{FieldIPv4Src: "nw_src=", FieldIPv4Dst: "nw_dst=", FieldARPSPA: "arp_spa=",
-	FieldARPTPA: "arp_tpa=", FieldTunSrc: "tun_src="}
+	FieldARPTPA: "arp_tpa=", FieldTunSrc: "tun_src=", FieldIPv6Src: "ipv6_src=", FieldIPv6Dst: "ipv6_dst=",
+	FieldNDTarget: "nd_target="}
 
 func (m ipMatch) Field() Field { return m.f }
 func (m ipMatch) AppendText(b []byte) []byte {
@@ -186,12 +365,13 @@ func (m ipMatch) tlv(proto Protocol) (string, []byte, []byte, error) {
 	if err := m.check(proto); err != nil {
 		return "", nil, nil, err
 	}
-	a := m.p.Masked().Addr().As4()
-	if m.p.Bits() == 32 {
-		return m.f.info().oxm, a[:], nil, nil
+	a := m.p.Masked().Addr().AsSlice()
+	width := len(a) * 8
+	if m.p.Bits() == width {
+		return m.f.info().oxm, a, nil, nil
 	}
-	mask := net.CIDRMask(m.p.Bits(), 32)
-	return m.f.info().oxm, a[:], []byte(mask), nil
+	mask := net.CIDRMask(m.p.Bits(), width)
+	return m.f.info().oxm, a, []byte(mask), nil
 }
 
 type u16Match struct {
@@ -211,6 +391,14 @@ func TPDst(port uint16) Match { return u16Match{FieldTCPDst, port} }
 // ICMPType matches the ICMPv4 type (icmp_type=N).
 func ICMPType(t uint8) Match { return u16Match{FieldICMPType, uint16(t)} }
 
+// ICMPv6Type matches the ICMPv6 type (icmpv6_type=N; icmp6): 1 Destination Unreachable, 2
+// Packet Too Big, 3 Time Exceeded, 4 Parameter Problem, 135 Neighbor Solicitation, 136
+// Neighbor Advertisement (RFC 4443, RFC 4861).
+func ICMPv6Type(t uint8) Match { return u16Match{FieldICMPv6Type, uint16(t)} }
+
+// ICMPv6Code matches the ICMPv6 code (icmpv6_code=N; icmp6).
+func ICMPv6Code(c uint8) Match { return u16Match{FieldICMPv6Code, uint16(c)} }
+
 func (m u16Match) Field() Field { return m.f }
 func (m u16Match) AppendText(b []byte) []byte {
 	switch m.f {
@@ -222,6 +410,10 @@ func (m u16Match) AppendText(b []byte) []byte {
 		b = append(b, "tp_dst="...)
 	case FieldICMPType:
 		b = append(b, "icmp_type="...)
+	case FieldICMPv6Type:
+		b = append(b, "icmpv6_type="...)
+	case FieldICMPv6Code:
+		b = append(b, "icmpv6_code="...)
 	}
 	return strconv.AppendUint(b, uint64(m.v), 10)
 }
@@ -231,15 +423,20 @@ func (m u16Match) tlv(proto Protocol) (string, []byte, []byte, error) {
 		return "OXM_OF_ARP_OP", be16(m.v), nil, nil
 	case FieldICMPType:
 		return "OXM_OF_ICMPV4_TYPE", []byte{byte(m.v)}, nil, nil
+	case FieldICMPv6Type, FieldICMPv6Code:
+		if err := m.check(proto); err != nil {
+			return "", nil, nil, err
+		}
+		return m.f.info().oxm, []byte{byte(m.v)}, nil, nil
 	}
 	dir := "SRC"
 	if m.f == FieldTCPDst {
 		dir = "DST"
 	}
-	switch proto {
-	case ProtoTCP:
+	switch {
+	case proto.IsTCP():
 		return "OXM_OF_TCP_" + dir, be16(m.v), nil, nil
-	case ProtoUDP:
+	case proto.IsUDP():
 		return "OXM_OF_UDP_" + dir, be16(m.v), nil, nil
 	}
 	return "", nil, nil, fmt.Errorf("tp_%s without tcp or udp", map[string]string{"SRC": "src", "DST": "dst"}[dir])
@@ -335,7 +532,7 @@ func (m flagsMatch) tlv(proto Protocol) (string, []byte, []byte, error) {
 		}
 	}
 	if m.f == FieldTCPFlags {
-		if proto != ProtoTCP {
+		if !proto.IsTCP() {
 			return "", nil, nil, fmt.Errorf("tcp_flags without tcp")
 		}
 		return "NXM_NX_TCP_FLAGS", be16(uint16(v)), be16(uint16(mask)), nil

@@ -2,6 +2,7 @@ package openflow
 
 import (
 	"fmt"
+	"net/netip"
 	"strconv"
 )
 
@@ -57,8 +58,10 @@ func (f *Flow) AppendText(b []byte) []byte {
 func (f *Flow) String() string { return string(f.AppendText(nil)) }
 
 // Check reports a flow that ovs-ofctl would refuse or Encode cannot encode (see CheckActions;
-// matches: an IPv4 field given another address family, a MAC that is not 6 bytes, tp_src/tp_dst
-// without tcp or udp, a field twice), without encoding it.
+// matches: an address field given the other family, an IPv4 field on an IPv6 protocol or an
+// IPv6 field without one, a MAC that is not 6 bytes, tp_src/tp_dst without tcp or udp, ND and
+// ICMPv6 fields without icmp6, a field twice; a ct nat address of the other family than the
+// flow's protocol), without encoding it.
 func (f *Flow) Check() error {
 	seen := map[int]bool{}
 	for _, m := range f.Match {
@@ -71,7 +74,30 @@ func (f *Flow) Check() error {
 			return err
 		}
 	}
+	if err := checkNATFamily(f.Protocol, f.Actions); err != nil {
+		return err
+	}
 	return CheckActions(f.Actions)
+}
+
+// checkNATFamily reports a ct nat address whose family is not that of proto (OVS refuses
+// nat(dst=[v6]) in an ip flow as inconsistent with the match); no protocol, no check.
+func checkNATFamily(proto Protocol, acts []Action) error {
+	if !proto.IsIPv4() && !proto.IsIPv6() {
+		return nil
+	}
+	for _, a := range acts {
+		c, ok := a.(CT)
+		if !ok || c.NAT == nil {
+			continue
+		}
+		for _, addr := range []netip.Addr{c.NAT.Dst.Addr(), c.NAT.Src} {
+			if addr.IsValid() && addr.Is4() != proto.IsIPv4() {
+				return fmt.Errorf("ct: nat address %v in a %s flow", addr, proto)
+			}
+		}
+	}
+	return nil
 }
 
 // GroupType is an OpenFlow group type.
@@ -94,7 +120,8 @@ type GroupDesc struct {
 	ID   uint32
 	Type GroupType
 	// SelectionFields, when set, are hashed to pick a bucket (selection_method=hash, a select
-	// group only): IPv4Src, TCPSrc, UDPSrc... (FieldIPv4Src names itself ip_src).
+	// group only): FieldIPv4Src or FieldIPv6Src (ip_src, ipv6_src: all their bits), FieldTCPSrc,
+	// FieldUDPSrc... (FieldIPv4Src names itself ip_src).
 	SelectionFields []Field
 	// SelectionParam is the hash basis of a select group with SelectionFields
 	// (selection_method_param, a 64-bit unsigned integer; 0: none, the text omits it): the same
