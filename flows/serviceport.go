@@ -44,27 +44,36 @@ import (
 // the group picks again.
 func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 	fs := &FlowSet{Key: sp.Key(), Bridge: BrEx}
-	var proto of.Protocol
+	proto, err := sp.Family.protocol(sp.Protocol)
+	if err != nil {
+		return nil, fmt.Errorf("service port %s: %w", sp.Key(), err)
+	}
+	clientIP := proto.IPSrcField() // ip_src or ipv6_src
+	zone := sp.Family.ServiceZone()
 	var fields []of.Field
 	switch sp.Protocol {
 	case TCP:
-		proto, fields = of.ProtoTCP, []of.Field{of.FieldIPv4Src, of.FieldTCPSrc}
+		fields = []of.Field{clientIP, of.FieldTCPSrc}
 	case UDP:
-		proto, fields = of.ProtoUDP, []of.Field{of.FieldIPv4Src, of.FieldUDPSrc}
-	default:
-		return nil, fmt.Errorf("service port %s: protocol %q not supported", sp.Key(), sp.Protocol)
+		fields = []of.Field{clientIP, of.FieldUDPSrc}
 	}
 	affinity := sp.AffinitySeconds > 0
 	if affinity {
 		// The client IP alone: one client, one endpoint, the same on every node.
-		fields = []of.Field{of.FieldIPv4Src}
+		fields = []of.Field{clientIP}
 	}
 	if !OwnedGroup(sp.GroupID) {
 		return nil, fmt.Errorf("service port %s: group id %#x outside the agent's range", sp.Key(), sp.GroupID)
 	}
+	if affinity && sp.Family == IPv6 {
+		// The affinity registers hold an IPv4 endpoint (RegAffinityEndpoint is 32 bits).
+		fs.Declined = "sessionAffinity over IPv6 is not served yet"
+		fs.Warnings = append(fs.Warnings, fmt.Sprintf("port %s/%s (IPv6) declined: %s; the host (kube-proxy) serves it, with SNAT", sp.PortName, sp.Protocol, fs.Declined))
+		return fs, fs.Finish()
+	}
 	var outside []string
 	for _, ep := range sp.Endpoints {
-		if ep.IP.Is4() && ep.Port != 0 && !st.routableOn(ep.IP, ep.NodeName) {
+		if sp.Family.Has(ep.IP) && ep.Port != 0 && !st.routableOn(ep.IP, ep.NodeName) {
 			outside = append(outside, netip.AddrPortFrom(ep.IP, ep.Port).String())
 		}
 	}
@@ -118,11 +127,11 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 			continue
 		}
 		fs.EntryPoints = append(fs.EntryPoints, e)
-		lb := flow(ExServiceLB, prioEntry, proto, 0, entryMatch(e), CT{Zone: ZoneService, NAT: &NAT{}, Table: uint8(ExServiceCT), HasTable: true})
+		lb := flow(ExServiceLB, prioEntry, proto, 0, entryMatch(e), CT{Zone: zone, NAT: &NAT{}, Table: uint8(ExServiceCT), HasTable: true})
 		var ct []of.Flow
 		if filter && sp.sourceFiltered(e) {
 			for _, r := range ranges {
-				m := append(append(slices.Clone(nc), of.IPv4SrcPrefix(r)), entryMatch(e)...)
+				m := append(append(slices.Clone(nc), of.IPSrcPrefix(r)), entryMatch(e)...)
 				ct = append(ct, flow(ExServiceCT, prioEntry, proto, 0, m, toEndpoint...))
 			}
 			ct = append(ct, flow(ExServiceCT, prioSourceDeny, proto, 0, append(slices.Clone(nc), entryMatch(e)...), DropFor(DropSourceRange)))
@@ -160,7 +169,7 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 			fs.Endpoints = append(fs.Endpoints, ep)
 		}
 		nats[i] = NAT{Dst: ep}
-		commit := CT{Commit: true, Zone: ZoneService, Table: uint8(ExServiceOut), HasTable: true,
+		commit := CT{Commit: true, Zone: zone, Table: uint8(ExServiceOut), HasTable: true,
 			NAT: &nats[i], Exec: clientMACExec}
 		acts[i] = commit
 		g.Buckets[i] = Bucket{ID: b.id, Weight: 100, Actions: acts[i : i+1 : i+1]}
@@ -190,12 +199,12 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 	return fs, fs.Finish()
 }
 
-// usableEndpoints returns the endpoints of sp a bucket can DNAT to (IPv4 with a port), possibly
-// with duplicates (BuildServicePort compacts them once sorted by bucket id).
+// usableEndpoints returns the endpoints of sp a bucket can DNAT to (of sp.Family, with a port),
+// possibly with duplicates (BuildServicePort compacts them once sorted by bucket id).
 func usableEndpoints(sp *ServicePort) []netip.AddrPort {
 	eps := make([]netip.AddrPort, 0, len(sp.Endpoints))
 	for _, ep := range sp.Endpoints {
-		if ep.IP.Is4() && ep.Port != 0 {
+		if sp.Family.Has(ep.IP) && ep.Port != 0 {
 			eps = append(eps, netip.AddrPortFrom(ep.IP, ep.Port))
 		}
 	}
@@ -271,7 +280,8 @@ func AffinityLearn(idle uint16, cookie Cookie, ep netip.AddrPort) of.Action {
 var clientMACExec = []of.Action{CTLabelClientMAC.MoveFrom(nxmEthSrc)}[:1:1]
 
 // hostAddr reports whether a is an address of this node's host stack: its InternalIP or a
-// NodePort address.
+// NodePort address (of either family: an address is compared with those of its own family only,
+// as netip.Addr equality has it).
 func (st *State) hostAddr(a netip.Addr) bool {
 	return a == st.self().InternalIP || slices.Contains(st.NodePortAddresses, a)
 }
@@ -309,14 +319,15 @@ func (sp *ServicePort) sourceFiltered(e EntryPoint) bool {
 }
 
 // sourceRanges returns the source ranges that filter sp's LoadBalancer IPs and externalIPs:
-// IPv4, masked, sorted, without a range contained in another; filter is false when sp does not
-// filter, or when a range is 0.0.0.0/0 (everyone is let in, no filter flows).
+// of sp.Family, masked, sorted, without a range contained in another; filter is false when sp
+// does not filter, or when a range is 0.0.0.0/0 (::/0 for IPv6: everyone is let in, no filter
+// flows).
 func sourceRanges(sp *ServicePort) (ranges []netip.Prefix, filter bool) {
 	if !sp.FilterSources {
 		return nil, false
 	}
 	for _, r := range sp.SourceRanges {
-		if !r.IsValid() || !r.Addr().Is4() {
+		if !r.IsValid() || !sp.Family.Has(r.Addr()) {
 			continue
 		}
 		if r.Bits() == 0 {
@@ -346,12 +357,59 @@ func entryMatch(e EntryPoint) []of.Match {
 	return []of.Match{nwDst(e.Addr.Addr()), of.TPDst(e.Addr.Port())}
 }
 
-// nwDst matches the IPv4 destination address a.
-func nwDst(a netip.Addr) of.Match { return of.IPv4Dst(a) }
+// nwDst matches the destination address a: nw_dst for IPv4, ipv6_dst for IPv6.
+func nwDst(a netip.Addr) of.Match { return of.IPDst(a) }
+
+// ServiceZone returns the conntrack zone of family f's Service traffic on br-ex: ZoneService for
+// IPv4, ZoneService6 for IPv6.
+func (f Family) ServiceZone() uint16 {
+	if f == IPv6 {
+		return ZoneService6
+	}
+	return ZoneService
+}
+
+// protocol returns the OpenFlow protocol of a Service port's L4 protocol in family f: tcp, udp
+// for IPv4; tcp6, udp6 for IPv6.
+func (f Family) protocol(p Protocol) (of.Protocol, error) {
+	var proto of.Protocol
+	switch p {
+	case TCP:
+		proto = of.ProtoTCP
+	case UDP:
+		proto = of.ProtoUDP
+	default:
+		return of.ProtoNone, fmt.Errorf("protocol %q not supported", p)
+	}
+	if f == IPv6 {
+		return proto.V6(), nil
+	}
+	return proto, nil
+}
+
+// servesIPv6 reports whether this node runs IPv6: one of its pod CIDRs or NodePort addresses
+// is IPv6. Only then does br-ex carry the IPv6 twins of its base flows (BuildExBase), so the
+// pipeline of an IPv4-only node is what it was before families existed.
+func (st *State) servesIPv6() bool {
+	for _, a := range st.NodePortAddresses {
+		if a.Is6() {
+			return true
+		}
+	}
+	if n, ok := st.Nodes[st.Node]; ok {
+		for _, c := range n.PodCIDRs {
+			if c.Addr().Is6() {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // Claims returns the entry points sp asks for, in the form that Services compete for: the NodePort
-// as NodePortEntry (every NodePort address of a node), then each LoadBalancer ingress IP and
-// externalIP with the Service port; IPv4 only, without duplicates.
+// as NodePortEntry (every NodePort address of a node; the same claim for both families of a
+// dual-stack Service, which share the nodePort), then each LoadBalancer ingress IP and
+// externalIP of sp.Family with the Service port, without duplicates.
 func (sp *ServicePort) Claims() []EntryPoint {
 	var out []EntryPoint
 	add := func(e EntryPoint) {
@@ -364,7 +422,7 @@ func (sp *ServicePort) Claims() []EntryPoint {
 	}
 	for _, as := range [][]netip.Addr{sp.LoadBalancerIPs, sp.ExternalIPs} {
 		for _, a := range as {
-			if a.Is4() && sp.Port != 0 {
+			if sp.Family.Has(a) && sp.Port != 0 {
 				add(EntryPoint{Protocol: sp.Protocol, Addr: netip.AddrPortFrom(a, sp.Port)})
 			}
 		}
@@ -373,8 +431,9 @@ func (sp *ServicePort) Claims() []EntryPoint {
 }
 
 // EntryPoints returns the entry points sp is served on by a node whose NodePort addresses are
-// nodePortAddrs: Claims with the NodePort expanded to each IPv4 NodePort address, without
-// duplicates (an LB IP equal to a node address with the NodePort's number is one entry point).
+// nodePortAddrs: Claims with the NodePort expanded to each NodePort address of sp.Family,
+// without duplicates (an LB IP equal to a node address with the NodePort's number is one entry
+// point).
 func (sp *ServicePort) EntryPoints(nodePortAddrs []netip.Addr) []EntryPoint {
 	var out []EntryPoint
 	seen := map[EntryPoint]bool{}
@@ -390,7 +449,7 @@ func (sp *ServicePort) EntryPoints(nodePortAddrs []netip.Addr) []EntryPoint {
 			continue
 		}
 		for _, a := range nodePortAddrs {
-			if a.Is4() {
+			if sp.Family.Has(a) {
 				add(EntryPoint{Protocol: c.Protocol, Addr: netip.AddrPortFrom(a, c.Addr.Port())})
 			}
 		}
