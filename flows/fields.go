@@ -262,8 +262,10 @@ var (
 	// RegAffinityPort is reg4 on br-ex: the select group id of the sessionAffinity Service port
 	// a new connection is for, set by ExServiceCT; learned flows match it.
 	RegAffinityPort = NewRegField("RegAffinityPort", 4, 0, 31)
-	// RegAffinityEndpoint is reg5 on br-ex: the IPv4 address of the endpoint a learned flow
-	// recorded for the client (0: none).
+	// RegAffinityEndpoint is reg5 on br-ex: the endpoint a learned flow recorded for the client
+	// (0: none): its IPv4 address, or for an IPv6 Service port its bucket id (unique in the
+	// group, the same on every node; an address does not fit 32 bits). Matched with
+	// RegAffinityEndpointPort, never 0 for an endpoint.
 	RegAffinityEndpoint = NewRegField("RegAffinityEndpoint", 5, 0, 31)
 	// RegAffinityEndpointPort is reg6[0..15] on br-ex: that endpoint's port.
 	RegAffinityEndpointPort = NewRegField("RegAffinityEndpointPort", 6, 0, 15)
@@ -419,7 +421,7 @@ func Fields() []FieldDoc {
 		{fmt.Sprintf("`%s` `%s` (br-int)", RegScratch.name, RegScratch.Ref()), "scratch", "ARP responder address swap"},
 		{fmt.Sprintf("`%s` `%s` (br-int)", RegEgressIP.name, RegEgressIP.Ref()), "IPv4", "the egress IP of a local pod's egress packet (IntL3Forwarding -> IntEgressOut)"},
 		{fmt.Sprintf("`%s` `%s` (br-ex)", RegAffinityPort.name, RegAffinityPort.Ref()), "group id", "the sessionAffinity Service port of a new connection (ExServiceCT -> ExServiceAffinity, ExServiceAffinityOut)"},
-		{fmt.Sprintf("`%s` `%s` (br-ex)", RegAffinityEndpoint.name, RegAffinityEndpoint.Ref()), "IPv4", "the endpoint a learned affinity flow recorded for the client (0: none)"},
+		{fmt.Sprintf("`%s` `%s` (br-ex)", RegAffinityEndpoint.name, RegAffinityEndpoint.Ref()), "IPv4 or bucket id", "the endpoint a learned affinity flow recorded for the client (0: none): its IPv4 address, an IPv6 endpoint's bucket id"},
 		{fmt.Sprintf("`%s` `%s` (br-ex)", RegAffinityEndpointPort.name, RegAffinityEndpointPort.Ref()), "port", "that endpoint's port"},
 		{fmt.Sprintf("`%s` `%s` (br-ex)", RegAffinityClientPort.name, RegAffinityClientPort.Ref()), "port", "the client's source port, copied so that each new connection of a sessionAffinity port is an upcall (its learn takes effect at once)"},
 		{"Geneve VNI `VNIPod`", fmt.Sprint(VNIPod), "pod to pod (P3)"},

@@ -65,12 +65,6 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 	if !OwnedGroup(sp.GroupID) {
 		return nil, fmt.Errorf("service port %s: group id %#x outside the agent's range", sp.Key(), sp.GroupID)
 	}
-	if affinity && sp.Family == IPv6 {
-		// The affinity registers hold an IPv4 endpoint (RegAffinityEndpoint is 32 bits).
-		fs.Declined = "sessionAffinity over IPv6 is not served yet"
-		fs.Warnings = append(fs.Warnings, fmt.Sprintf("port %s/%s (IPv6) declined: %s; the host (kube-proxy) serves it, with SNAT", sp.PortName, sp.Protocol, fs.Declined))
-		return fs, fs.Finish()
-	}
 	var outside []string
 	for _, ep := range sp.Endpoints {
 		if sp.Family.Has(ep.IP) && ep.Port != 0 && !st.routableOn(ep.IP, ep.NodeName) {
@@ -179,12 +173,18 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 			// The bucket names its endpoint in the registers and resubmits to
 			// ExServiceAffinityOut, whose flow for that endpoint learns and commits, as it does
 			// for a client whose learned flow named the endpoint.
-			epIP, epPort := uint32(ipv4Value(ep.Addr())), uint32(ep.Port())
-			g.Buckets[i].Actions = []of.Action{RegAffinityEndpoint.Load(epIP), RegAffinityEndpointPort.Load(epPort), of.Resubmit{Table: uint8(ExServiceAffinityOut)}}
+			// RegAffinityEndpoint names the endpoint by its IPv4 address, an IPv6 one (128 bits
+			// do not fit a register) by its bucket id, unique in the group and the same on
+			// every node.
+			epTag, epPort := b.id, uint32(ep.Port())
+			if sp.Family == IPv4 {
+				epTag = uint32(ipv4Value(ep.Addr()))
+			}
+			g.Buckets[i].Actions = []of.Action{RegAffinityEndpoint.Load(epTag), RegAffinityEndpointPort.Load(epPort), of.Resubmit{Table: uint8(ExServiceAffinityOut)}}
 			c := AffinityCookie(sp.Key(), sp.AffinitySeconds, ep)
 			fs.Learned = append(fs.Learned, c)
-			m := []of.Match{RegAffinityPort.MatchValue(sp.GroupID), RegAffinityEndpoint.MatchValue(epIP), RegAffinityEndpointPort.MatchValue(epPort)}
-			fs.Flows = append(fs.Flows, flow(ExServiceAffinityOut, prioEntry, proto, 0, m, AffinityLearn(idle, c, ep), commit))
+			m := []of.Match{RegAffinityPort.MatchValue(sp.GroupID), RegAffinityEndpoint.MatchValue(epTag), RegAffinityEndpointPort.MatchValue(epPort)}
+			fs.Flows = append(fs.Flows, flow(ExServiceAffinityOut, prioEntry, proto, 0, m, affinityLearn(idle, c, ep, epTag), commit))
 		}
 	}
 	if affinity && len(ids) > 0 {
@@ -249,8 +249,8 @@ func AffinityCookie(k Key, seconds uint32, ep netip.AddrPort) Cookie {
 }
 
 // AffinityLearn is the learn action (ovs-actions(7) "The learn action") of a sessionAffinity
-// Service port's ExServiceAffinityOut flow for endpoint ep: it records the client's choice in
-// ExServiceAffinity,
+// Service port's ExServiceAffinityOut flow for IPv4 endpoint ep: it records the client's choice
+// in ExServiceAffinity,
 //
 //	table=ExServiceAffinity, priority=prioEntry, idle_timeout=idle (seconds), cookie=cookie
 //	ip, reg4=<RegAffinityPort of this packet>, nw_src=<this packet's nw_src>
@@ -258,18 +258,29 @@ func AffinityCookie(k Key, seconds uint32, ep netip.AddrPort) Cookie {
 //
 // replacing the client's earlier choice (same match and priority) or refreshing it. Only new
 // connections run it, so its idle timer restarts at each new connection of the client, as
-// kube-proxy's affinity timeout does.
+// kube-proxy's affinity timeout does. An IPv6 port's learn (BuildServicePort) matches ipv6 and
+// ipv6_src and loads the endpoint's bucket id instead of its address.
 func AffinityLearn(idle uint16, cookie Cookie, ep netip.AddrPort) of.Action {
+	return affinityLearn(idle, cookie, ep, uint32(ipv4Value(ep.Addr())))
+}
+
+// affinityLearn is AffinityLearn for an endpoint of either family named by tag in
+// RegAffinityEndpoint (its IPv4 address, or its bucket id for IPv6).
+func affinityLearn(idle uint16, cookie Cookie, ep netip.AddrPort, tag uint32) of.Action {
+	ethType, client := uint64(0x800), of.Ref(of.FieldIPv4Src)
+	if ep.Addr().Is6() {
+		ethType, client = 0x86dd, of.Ref(of.FieldIPv6Src)
+	}
 	return of.Learn{
 		Table:       uint8(ExServiceAffinity),
 		Priority:    prioEntry,
 		IdleTimeout: idle,
 		Cookie:      uint64(cookie),
 		Specs: []of.LearnSpec{
-			{Kind: of.LearnMatch, Dst: of.Ref(of.FieldEthType), Value: 0x800},
+			{Kind: of.LearnMatch, Dst: of.Ref(of.FieldEthType), Value: ethType},
 			{Kind: of.LearnMatch, Dst: RegAffinityPort.ref(), Src: RegAffinityPort.ref(), FromField: true},
-			{Kind: of.LearnMatch, Dst: of.Ref(of.FieldIPv4Src), Src: of.Ref(of.FieldIPv4Src), FromField: true},
-			{Kind: of.LearnLoad, Dst: RegAffinityEndpoint.ref(), Value: ipv4Value(ep.Addr())},
+			{Kind: of.LearnMatch, Dst: client, Src: client, FromField: true},
+			{Kind: of.LearnLoad, Dst: RegAffinityEndpoint.ref(), Value: uint64(tag)},
 			{Kind: of.LearnLoad, Dst: RegAffinityEndpointPort.ref(), Value: uint64(ep.Port())},
 		},
 	}
