@@ -139,7 +139,7 @@ func GoldenStates() map[string]*State {
 // ServicePorts (IPv4 as GoldenWebTCP; IPv6 with the NodePort, LoadBalancer IP 2001:db8:113::100
 // filtered to 2001:db8:51:100::/64 and one endpoint on node2), its UDP port an IPv6 one with an
 // endpoint on node2 (the UDP fragments of 2001:db8::11). An IPv6 entry point that went away
-// drains, and an IPv6 port with sessionAffinity is declined.
+// drains, and an IPv6 port with sessionAffinity (demo/sticky) learns its clients by ipv6_src.
 func GoldenDualStack() *State {
 	v6 := ServicePort{Namespace: "demo", Name: "web", PortName: "http", Protocol: TCP, Family: IPv6, Port: 80, NodePort: 30080,
 		LoadBalancerIPs: []netip.Addr{goldenIP("2001:db8:113::100")},
