@@ -19,9 +19,14 @@ import (
 // connection (TCP: a SYN) goes to the select group, whose bucket per endpoint commits the DNAT
 // and stores the client's MAC in ct_label, then to br-int, which routes it to the endpoint's node.
 //
+// An IPv6 ServicePort (sp.Family) has the same flows in its family: tcp6/udp6, ipv6_dst and
+// ipv6_src, IPv6 endpoints, the NodePort on the IPv6 NodePort addresses only, every ct in
+// ZoneService6 (Family.ServiceZone); docs/pipeline.md "IPv6 on br-ex".
+//
 // With sp.FilterSources (spec.loadBalancerSourceRanges, docs/field-cases.md#c32) the new
-// connections to a LoadBalancer IP or externalIP go to the group only from sp.SourceRanges (one
-// flow per range, nw_src); the others are dropped by a flow just below (prioSourceDeny).
+// connections to a LoadBalancer IP or externalIP go to the group only from sp.SourceRanges of
+// sp.Family (one flow per range, nw_src or ipv6_src); the others are dropped by a flow just
+// below (prioSourceDeny).
 // Established connections are not filtered. NodePorts are not filtered.
 //
 // A port with an endpoint outside every node's pod CIDRs (a hostNetwork endpoint, which br-int
