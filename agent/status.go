@@ -189,7 +189,7 @@ type ServiceReport struct {
 	Problems  []string `json:"problems,omitempty"`
 	Conflicts []string `json:"conflicts,omitempty"`
 	// Declined says what of the Service the agent leaves to the host, each with the reason (the
-	// SourceIPDeclined Events): the whole Service (no IPv4 family) or its SCTP ports.
+	// SourceIPDeclined Events): its SCTP ports.
 	Declined []string `json:"declined,omitempty"`
 	// Warnings are the endpoints whose nodeName disagrees with the Node owning their pod CIDR.
 	Warnings []string `json:"warnings,omitempty"`
@@ -205,10 +205,14 @@ type RefusedReport struct {
 
 // ServicePortReport is one port of an opted-in Service as this node programs it.
 type ServicePortReport struct {
-	// Key is the flow set's key (service-port/ns/name:port/PROTO).
+	// Key is the flow set's key (service-port/ns/name:port/PROTO, then /IPv6 for the IPv6
+	// family).
 	Key      string `json:"key"`
 	PortName string `json:"portName"`
 	Protocol string `json:"protocol"`
+	// Family is the IP family of the port's flow set, "IPv4" or "IPv6" (flows.Family): a
+	// dual-stack Service port has one of each.
+	Family string `json:"family"`
 	Port     int    `json:"port"`
 	NodePort int    `json:"nodePort,omitempty"`
 	// EntryPoints are the entry points programmed on this node (ip:port/PROTO).
@@ -438,7 +442,7 @@ func (r *Reconciler) serviceReport(name types.NamespacedName, svc *corev1.Servic
 	}
 	for _, k := range m.svcKeys[name] {
 		sp := m.st.Services[k]
-		pr := ServicePortReport{Key: k.String(), PortName: sp.PortName, Protocol: string(sp.Protocol), Port: int(sp.Port),
+		pr := ServicePortReport{Key: k.String(), PortName: sp.PortName, Protocol: string(sp.Protocol), Family: sp.Family.String(), Port: int(sp.Port),
 			NodePort: int(sp.NodePort), Group: sp.GroupID, EntryPoints: []string{}, Endpoints: []EndpointReport{}}
 		for _, e := range sp.EntryPoints(m.st.NodePortAddresses) {
 			pr.EntryPoints = append(pr.EntryPoints, e.String())
@@ -458,7 +462,7 @@ func (r *Reconciler) serviceReport(name types.NamespacedName, svc *corev1.Servic
 		var eps []netip.AddrPort
 		nodeOf := map[netip.AddrPort]string{}
 		for _, ep := range sp.Endpoints {
-			if ep.IP.Is4() && ep.Port != 0 {
+			if sp.Family.Has(ep.IP) && ep.Port != 0 {
 				ap := netip.AddrPortFrom(ep.IP, ep.Port)
 				eps = append(eps, ap)
 				nodeOf[ap] = ep.NodeName
@@ -476,7 +480,7 @@ func (r *Reconciler) serviceReport(name types.NamespacedName, svc *corev1.Servic
 		sr.Ports = append(sr.Ports, pr)
 	}
 	slices.SortFunc(sr.Ports, func(a, b ServicePortReport) int {
-		return cmp.Or(cmp.Compare(a.PortName, b.PortName), strings.Compare(a.Protocol, b.Protocol))
+		return cmp.Or(cmp.Compare(a.PortName, b.PortName), strings.Compare(a.Protocol, b.Protocol), strings.Compare(a.Family, b.Family))
 	})
 	return sr
 }
