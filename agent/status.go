@@ -212,7 +212,7 @@ type ServicePortReport struct {
 	Protocol string `json:"protocol"`
 	// Family is the IP family of the port's flow set, "IPv4" or "IPv6" (flows.Family): a
 	// dual-stack Service port has one of each.
-	Family string `json:"family"`
+	Family   string `json:"family"`
 	Port     int    `json:"port"`
 	NodePort int    `json:"nodePort,omitempty"`
 	// EntryPoints are the entry points programmed on this node (ip:port/PROTO).
