@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -302,7 +303,9 @@ func TestAdmissionPerFamily(t *testing.T) {
 	f.r = f.newReconcilerWith(func(c *ReconcilerConfig) {
 		c.ExternalIPCIDRs = extCIDRs
 		c.ServiceCIDRs = prefixes("10.96.0.0/16", "fd00:96::/112")
-		c.RouteNextHops = func(context.Context) ([]netip.Addr, error) { return []netip.Addr{addr("fe80::1"), addr("2001:db8:ff::fe")}, nil }
+		c.RouteNextHops = func(context.Context) ([]netip.Addr, error) {
+			return []netip.Addr{addr("fe80::1"), addr("2001:db8:ff::fe")}, nil
+		}
 	})
 	dualNode := func(name, ip4, ip6, cidr4, cidr6 string) *corev1.Node {
 		return makeNode(name, ip4, cidr4, ready, func(n *corev1.Node) {
@@ -402,4 +405,45 @@ func TestLocalPodDualStackInState(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, []netip.Addr{addr("10.244.1.5"), addr("fd00:10:244:1::5")}, p.IPs)
 	assert.Equal(t, 0, p.Rank.Tier)
+}
+
+// statBridge is a FlowBridge whose FlowStats returns fixed counters.
+type statBridge struct {
+	FlowBridge
+	stats []flows.FlowStat
+}
+
+func (b statBridge) FlowStats(context.Context) ([]flows.FlowStat, error) { return b.stats, nil }
+
+// The per-Service-port metrics of a dual-stack port add up its two flow sets under one series:
+// two series with the same labels would fail the whole scrape.
+func TestFlowMetricsDualStackOneSeries(t *testing.T) {
+	f := newFixture(t)
+	f.seedNodes(f.r)
+	f.r.OnService(nil, makeService("ns1", "web", 30090, dualStack))
+	f.r.OnEndpointSlice(nil, makeSlice("ns1", "web", "web-v4", ep("10.244.1.5", "node1")))
+	require.NoError(t, f.sync())
+	c4 := f.r.Applied(flows.BrEx)[svcKey("web")].Cookie
+	c6 := f.r.Applied(flows.BrEx)[v6Key("web")].Cookie
+	require.NotZero(t, c4)
+	require.NotZero(t, c6)
+	require.NotEqual(t, c4, c6)
+	br := statBridge{FlowBridge: f.ex, stats: []flows.FlowStat{
+		{Cookie: c4, Table: flows.ExServiceLB, Packets: 5},
+		{Cookie: c6, Table: flows.ExServiceLB, Packets: 7},
+	}}
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(newFlowStatsCollector(f.r, map[flows.Bridge]FlowBridge{flows.BrEx: br, flows.BrInt: f.in})))
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	found := false
+	for _, mf := range mfs {
+		if mf.GetName() != "srcip_agent_service_packets_total" {
+			continue
+		}
+		require.Len(t, mf.GetMetric(), 1)
+		assert.Equal(t, 12.0, mf.GetMetric()[0].GetCounter().GetValue())
+		found = true
+	}
+	assert.True(t, found)
 }
