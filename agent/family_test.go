@@ -232,6 +232,8 @@ func TestSingleToDualStackLeavesIPv4Alone(t *testing.T) {
 		fams = append(fams, p.Family+" "+p.Key)
 	}
 	assert.Equal(t, []string{"IPv4 service-port/ns1/web:http/TCP", "IPv6 service-port/ns1/web:http/TCP/IPv6"}, fams)
+	assert.Equal(t, "ns1/web http/TCP", ObjectName(svcKey("web")))
+	assert.Equal(t, "ns1/web http/TCP/IPv6", ObjectName(v6Key("web")))
 
 	// Back to SingleStack: the IPv6 ServicePort goes, the IPv4 one stays as it was.
 	f.r.OnService(dual, single)

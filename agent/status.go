@@ -265,11 +265,14 @@ type ZoneReport struct {
 }
 
 // ObjectName renders the object a flow-set key serves, for people: "demo/web http/TCP" for a
-// Service port, "demo/echo-a" for a pod, "node2" for a node, the entry point of a drain, the
+// Service port ("demo/web http/TCP/IPv6" for its IPv6 flow set), "demo/echo-a" for a pod, "node2" for a node, the entry point of a drain, the
 // address of udp-fragments; "" for the base pipelines.
 func ObjectName(k flows.Key) string {
 	switch k.Kind {
 	case flows.KindServicePort:
+		if k.Family == flows.IPv6 {
+			return k.Namespace + "/" + k.Name + " " + k.Port + "/" + string(k.Protocol) + "/IPv6"
+		}
 		return k.Namespace + "/" + k.Name + " " + k.Port + "/" + string(k.Protocol)
 	case flows.KindServiceDrain:
 		return k.Name + "/" + string(k.Protocol)
