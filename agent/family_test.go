@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -232,6 +233,7 @@ func TestSingleToDualStackLeavesIPv4Alone(t *testing.T) {
 		fams = append(fams, p.Family+" "+p.Key)
 	}
 	assert.Equal(t, []string{"IPv4 service-port/ns1/web:http/TCP", "IPv6 service-port/ns1/web:http/TCP/IPv6"}, fams)
+	assert.Equal(t, []string{"198.51.100.9:80/TCP", "[2001:db8:100::9]:80/TCP", "nodePort 30090/TCP"}, sortedCopy(rep.Services[0].Requested))
 	assert.Equal(t, "ns1/web http/TCP", ObjectName(svcKey("web")))
 	assert.Equal(t, "ns1/web http/TCP/IPv6", ObjectName(v6Key("web")))
 
@@ -448,4 +450,10 @@ func TestFlowMetricsDualStackOneSeries(t *testing.T) {
 		found = true
 	}
 	assert.True(t, found)
+}
+
+func sortedCopy(ss []string) []string {
+	out := slices.Clone(ss)
+	slices.Sort(out)
+	return out
 }

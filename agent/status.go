@@ -415,11 +415,11 @@ func (r *Reconciler) serviceReport(name types.NamespacedName, svc *corev1.Servic
 		}
 		for _, ing := range svc.Status.LoadBalancer.Ingress {
 			if ing.IP != "" {
-				sr.Requested = append(sr.Requested, fmt.Sprintf("%s:%d/%s", ing.IP, p.Port, proto))
+				sr.Requested = append(sr.Requested, requestedEntry(ing.IP, p.Port, proto))
 			}
 		}
 		for _, ip := range svc.Spec.ExternalIPs {
-			sr.Requested = append(sr.Requested, fmt.Sprintf("%s:%d/%s", ip, p.Port, proto))
+			sr.Requested = append(sr.Requested, requestedEntry(ip, p.Port, proto))
 		}
 	}
 	for _, re := range m.refused[name] {
@@ -575,4 +575,14 @@ func bucketIDsOf(fam flows.Family, eps []netip.AddrPort) (ids map[netip.AddrPort
 		}
 	}()
 	return flows.BucketIDs(eps)
+}
+
+// requestedEntry renders an entry point a Service asks for as ip:port/PROTO, an IPv6 address in
+// brackets ([2001:db8::1]:80/TCP, as flows.EntryPoint prints it); an address that does not parse
+// as written.
+func requestedEntry(ip string, port int32, proto string) string {
+	if a, err := netip.ParseAddr(ip); err == nil && a.Unmap().Is6() && port > 0 && port <= 65535 {
+		return netip.AddrPortFrom(a.Unmap(), uint16(port)).String() + "/" + proto
+	}
+	return fmt.Sprintf("%s:%d/%s", ip, port, proto)
 }
