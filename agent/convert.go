@@ -132,10 +132,10 @@ func Eligible(svc *corev1.Service, externalCIDRs []netip.Prefix) bool {
 	if sp.Type == corev1.ServiceTypeNodePort || sp.Type == corev1.ServiceTypeLoadBalancer {
 		return true
 	}
-	fams, _ := ServiceFamilies(svc)
+	fams := serviceFamilies(svc)
 	return slices.ContainsFunc(sp.ExternalIPs, func(s string) bool {
 		a, err := netip.ParseAddr(strings.TrimSpace(s))
-		if err != nil || !slices.Contains(fams, flows.FamilyOf(a.Unmap())) {
+		if err != nil || !fams.has(flows.FamilyOf(a.Unmap())) {
 			return false
 		}
 		return slices.ContainsFunc(externalCIDRs, func(p netip.Prefix) bool { return p.Contains(a.Unmap()) })
@@ -202,7 +202,7 @@ func (s Selector) ServicePorts(svc *corev1.Service, eps []*discoveryv1.EndpointS
 	var problems []string
 	warn := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 
-	fams, famDesc := ServiceFamilies(svc)
+	fams := serviceFamilies(svc)
 	// By family (flows.Family is the index): LoadBalancer ingress IPs and externalIPs.
 	var lbIPs, extIPs [2][]netip.Addr
 	add := func(field, s string, to *[2][]netip.Addr) {
@@ -213,8 +213,8 @@ func (s Selector) ServicePorts(svc *corev1.Service, eps []*discoveryv1.EndpointS
 		}
 		a = a.Unmap()
 		f := flows.FamilyOf(a)
-		if !slices.Contains(fams, f) {
-			warn("%s %q skipped: the Service has no %s family (%s)", field, s, f, famDesc)
+		if !fams.has(f) {
+			warn("%s %q skipped: the Service has no %s family (%s)", field, s, f, familiesFrom(svc))
 			return
 		}
 		to[f] = append(to[f], a)
@@ -228,10 +228,10 @@ func (s Selector) ServicePorts(svc *corev1.Service, eps []*discoveryv1.EndpointS
 	for _, s := range svc.Spec.ExternalIPs {
 		add("spec.externalIPs", s, &extIPs)
 	}
-	for _, f := range fams {
+	for f := range lbIPs {
 		lbIPs[f], extIPs[f] = sortedUnique(lbIPs[f]), sortedUnique(extIPs[f])
 	}
-	filter, ranges, msgs := SourceRanges(svc, fams)
+	filter, ranges, msgs := sourceRanges(svc, fams)
 	problems = append(problems, msgs...)
 	affinity := AffinitySeconds(svc)
 
@@ -253,7 +253,7 @@ func (s Selector) ServicePorts(svc *corev1.Service, eps []*discoveryv1.EndpointS
 			continue
 		}
 		for _, f := range []flows.Family{flows.IPv4, flows.IPv6} {
-			if !slices.Contains(fams, f) {
+			if !fams.has(f) {
 				continue
 			}
 			sp := flows.ServicePort{
@@ -279,23 +279,33 @@ func (s Selector) ServicePorts(svc *corev1.Service, eps []*discoveryv1.EndpointS
 // (a manifest without them, a headless Service) is IPv4. The order of spec.ipFamilies (the
 // primary family) does not matter: every family is served alike.
 func ServiceFamilies(svc *corev1.Service) (fams []flows.Family, from string) {
-	addFam := func(f flows.Family) {
-		if !slices.Contains(fams, f) {
+	set := serviceFamilies(svc)
+	for _, f := range []flows.Family{flows.IPv4, flows.IPv6} {
+		if set.has(f) {
 			fams = append(fams, f)
 		}
 	}
+	return fams, familiesFrom(svc)
+}
+
+// famSet is a set of IP families (bit 1<<Family).
+type famSet uint8
+
+func (s famSet) has(f flows.Family) bool { return s&(1<<f) != 0 }
+
+// serviceFamilies is ServiceFamilies as a set, without allocating (every Service of a full sync
+// is converted).
+func serviceFamilies(svc *corev1.Service) famSet {
+	var set famSet
 	if fs := svc.Spec.IPFamilies; len(fs) > 0 {
-		var names []string
 		for _, f := range fs {
-			names = append(names, string(f))
 			switch f {
 			case corev1.IPv4Protocol:
-				addFam(flows.IPv4)
+				set |= 1 << flows.IPv4
 			case corev1.IPv6Protocol:
-				addFam(flows.IPv6)
+				set |= 1 << flows.IPv6
 			}
 		}
-		from = "spec.ipFamilies " + strings.Join(names, ",")
 	} else {
 		ips := svc.Spec.ClusterIPs
 		if len(ips) == 0 && svc.Spec.ClusterIP != "" {
@@ -303,16 +313,35 @@ func ServiceFamilies(svc *corev1.Service) (fams []flows.Family, from string) {
 		}
 		for _, s := range ips {
 			if a, err := netip.ParseAddr(s); err == nil {
-				addFam(flows.FamilyOf(a.Unmap()))
+				set |= 1 << flows.FamilyOf(a.Unmap())
 			}
 		}
-		from = "spec.clusterIPs " + strings.Join(ips, ",")
 	}
-	if len(fams) == 0 {
-		return []flows.Family{flows.IPv4}, "no spec.ipFamilies nor spec.clusterIPs: IPv4"
+	if set == 0 {
+		set = 1 << flows.IPv4
 	}
-	slices.Sort(fams)
-	return fams, from
+	return set
+}
+
+// familiesFrom says what serviceFamilies read, for messages.
+func familiesFrom(svc *corev1.Service) string {
+	if fs := svc.Spec.IPFamilies; len(fs) > 0 {
+		names := make([]string, 0, len(fs))
+		for _, f := range fs {
+			names = append(names, string(f))
+		}
+		return "spec.ipFamilies " + strings.Join(names, ",")
+	}
+	ips := svc.Spec.ClusterIPs
+	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
+		ips = []string{svc.Spec.ClusterIP}
+	}
+	for _, s := range ips {
+		if _, err := netip.ParseAddr(s); err == nil {
+			return "spec.clusterIPs " + strings.Join(ips, ",")
+		}
+	}
+	return "no spec.ipFamilies nor spec.clusterIPs: IPv4"
 }
 
 // AffinitySeconds returns the session affinity timeout of svc in seconds (flows.ServicePort
@@ -338,6 +367,14 @@ func AffinitySeconds(svc *corev1.Service) uint32 {
 // such family; unlike kube-proxy, which filters nothing on a family the list does not name).
 // Surrounding spaces are trimmed. ranges is indexed by flows.Family.
 func SourceRanges(svc *corev1.Service, fams []flows.Family) (filter bool, ranges [2][]netip.Prefix, problems []string) {
+	var set famSet
+	for _, f := range fams {
+		set |= 1 << f
+	}
+	return sourceRanges(svc, set)
+}
+
+func sourceRanges(svc *corev1.Service, fams famSet) (filter bool, ranges [2][]netip.Prefix, problems []string) {
 	if len(svc.Spec.LoadBalancerSourceRanges) == 0 {
 		return false, ranges, nil
 	}
@@ -360,11 +397,11 @@ func SourceRanges(svc *corev1.Service, fams []flows.Family) (filter bool, ranges
 		})
 		ranges[f] = slices.Compact(ranges[f])
 	}
-	for _, f := range fams {
-		if len(ranges[f]) > 0 {
+	for _, f := range []flows.Family{flows.IPv4, flows.IPv6} {
+		if !fams.has(f) || len(ranges[f]) > 0 {
 			continue
 		}
-		if f == flows.IPv4 && len(fams) == 1 {
+		if f == flows.IPv4 && fams == 1<<flows.IPv4 {
 			// The message of an IPv4-only Service, as before families.
 			problems = append(problems, "spec.loadBalancerSourceRanges has no valid IPv4 CIDR: new connections to the LoadBalancer IPs and externalIPs are refused from every client (NodePorts are not filtered)")
 			continue
@@ -372,7 +409,7 @@ func SourceRanges(svc *corev1.Service, fams []flows.Family) (filter bool, ranges
 		problems = append(problems, fmt.Sprintf("spec.loadBalancerSourceRanges has no valid %s CIDR: new connections to the %s LoadBalancer IPs and externalIPs are refused from every client (NodePorts are not filtered)", f, f))
 	}
 	for f := range ranges {
-		if !slices.Contains(fams, flows.Family(f)) {
+		if !fams.has(flows.Family(f)) {
 			ranges[f] = nil // no ServicePort of that family
 		}
 	}
