@@ -134,7 +134,7 @@ func Eligible(svc *corev1.Service, externalCIDRs []netip.Prefix) bool {
 	}
 	fams := serviceFamilies(svc)
 	return slices.ContainsFunc(sp.ExternalIPs, func(s string) bool {
-		a, err := netip.ParseAddr(strings.TrimSpace(s))
+		a, err := netip.ParseAddr(s)
 		if err != nil || !fams.has(flows.FamilyOf(a.Unmap())) {
 			return false
 		}
@@ -206,7 +206,7 @@ func (s Selector) ServicePorts(svc *corev1.Service, eps []*discoveryv1.EndpointS
 	// By family (flows.Family is the index): LoadBalancer ingress IPs and externalIPs.
 	var lbIPs, extIPs [2][]netip.Addr
 	add := func(field, s string, to *[2][]netip.Addr) {
-		a, err := netip.ParseAddr(strings.TrimSpace(s))
+		a, err := netip.ParseAddr(s)
 		if err != nil {
 			warn("%s %q skipped: %v", field, s, err)
 			return
