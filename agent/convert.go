@@ -106,7 +106,8 @@ func (s Selector) Select(svc *corev1.Service) (ok bool, via, reason string) {
 
 // Eligible reports whether svc, without the annotation, is served under PreserveAll: its
 // externalTrafficPolicy is Cluster (or unset); it has an external entry point: type NodePort or
-// LoadBalancer, or an IPv4 externalIP inside externalCIDRs (--external-ip-cidrs: a ClusterIP
+// LoadBalancer, or an externalIP of one of its families (ServiceFamilies) inside externalCIDRs
+// (--external-ip-cidrs, either family: a ClusterIP
 // Service whose externalIPs the agent would refuse anyway stays kube-proxy's, with no Event);
 // it is neither ExternalName nor headless; it is not handed to another proxy (label
 // LabelServiceProxyName) nor labelled headless (LabelHeadless). sessionAffinity ClientIP is
@@ -131,9 +132,13 @@ func Eligible(svc *corev1.Service, externalCIDRs []netip.Prefix) bool {
 	if sp.Type == corev1.ServiceTypeNodePort || sp.Type == corev1.ServiceTypeLoadBalancer {
 		return true
 	}
+	fams := serviceFamilies(svc)
 	return slices.ContainsFunc(sp.ExternalIPs, func(s string) bool {
-		a, err := parseIPv4(s)
-		return err == nil && slices.ContainsFunc(externalCIDRs, func(p netip.Prefix) bool { return p.Contains(a) })
+		a, err := netip.ParseAddr(s)
+		if err != nil || !fams.has(flows.FamilyOf(a.Unmap())) {
+			return false
+		}
+		return slices.ContainsFunc(externalCIDRs, func(p netip.Prefix) bool { return p.Contains(a.Unmap()) })
 	})
 }
 
@@ -171,11 +176,16 @@ func ServicePorts(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]flow
 
 // ServicePorts converts a served Service (Select) and its EndpointSlices (those labelled
 // kubernetes.io/service-name=<svc.Name> in its namespace) into one flows.ServicePort per TCP or
-// UDP spec.ports entry. Services that are not served give no ports; the reason they are not is
-// returned as a problem (an Event), except for the opt-out "false" and for Services that are
-// simply not ours (no reason). Problems (bad addresses, missing ports) are returned as
-// messages; the offending item is skipped and the rest converted. GroupIDs are left zero for the
-// caller to assign.
+// UDP spec.ports entry and IP family of the Service (ServiceFamilies: spec.ipFamilies), in
+// spec.ports order and, for one port, IPv4 before IPv6. Each ServicePort holds only its
+// family's LoadBalancer ingress IPs, externalIPs, loadBalancerSourceRanges and endpoints (the
+// EndpointSlices of that addressType), so a dual-stack port is two ServicePorts with their own
+// keys and groups, and adding a family leaves the other's ServicePort unchanged. An address of
+// a family the Service does not have is reported and skipped. Services that are not served give
+// no ports; the reason they are not is returned as a problem (an Event), except for the opt-out
+// "false" and for Services that are simply not ours (no reason). Problems (bad addresses,
+// missing ports) are returned as messages; the offending item is skipped and the rest
+// converted. GroupIDs are left zero for the caller to assign.
 func (s Selector) ServicePorts(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]flows.ServicePort, []string) {
 	ok, _, reason := s.Select(svc)
 	if !ok {
@@ -192,26 +202,36 @@ func (s Selector) ServicePorts(svc *corev1.Service, eps []*discoveryv1.EndpointS
 	var problems []string
 	warn := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 
-	var lbIPs, extIPs []netip.Addr
+	fams := serviceFamilies(svc)
+	// By family (flows.Family is the index): LoadBalancer ingress IPs and externalIPs.
+	var lbIPs, extIPs [2][]netip.Addr
+	add := func(field, s string, to *[2][]netip.Addr) {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			warn("%s %q skipped: %v", field, s, err)
+			return
+		}
+		a = a.Unmap()
+		f := flows.FamilyOf(a)
+		if !fams.has(f) {
+			warn("%s %q skipped: the Service has no %s family (%s)", field, s, f, familiesFrom(svc))
+			return
+		}
+		to[f] = append(to[f], a)
+	}
 	for _, ing := range svc.Status.LoadBalancer.Ingress {
 		if ing.IP == "" {
 			continue // hostname-only ingress: nothing to match on
 		}
-		if a, err := parseIPv4(ing.IP); err != nil {
-			warn("status.loadBalancer.ingress ip %q skipped: %v", ing.IP, err)
-		} else {
-			lbIPs = append(lbIPs, a)
-		}
+		add("status.loadBalancer.ingress ip", ing.IP, &lbIPs)
 	}
 	for _, s := range svc.Spec.ExternalIPs {
-		if a, err := parseIPv4(s); err != nil {
-			warn("spec.externalIPs %q skipped: %v", s, err)
-		} else {
-			extIPs = append(extIPs, a)
-		}
+		add("spec.externalIPs", s, &extIPs)
 	}
-	lbIPs, extIPs = sortedUnique(lbIPs), sortedUnique(extIPs)
-	filter, ranges, msgs := SourceRanges(svc)
+	for f := range lbIPs {
+		lbIPs[f], extIPs[f] = sortedUnique(lbIPs[f]), sortedUnique(extIPs[f])
+	}
+	filter, ranges, msgs := sourceRanges(svc, fams)
 	problems = append(problems, msgs...)
 	affinity := AffinitySeconds(svc)
 
@@ -232,20 +252,96 @@ func (s Selector) ServicePorts(svc *corev1.Service, eps []*discoveryv1.EndpointS
 			warn("port %q: nodePort %d out of range, skipped", p.Name, p.NodePort)
 			continue
 		}
-		sp := flows.ServicePort{
-			Namespace: svc.Namespace, Name: svc.Name, PortName: p.Name,
-			Protocol: proto, Port: uint16(p.Port), NodePort: uint16(p.NodePort),
-			LoadBalancerIPs: slices.Clone(lbIPs), ExternalIPs: slices.Clone(extIPs),
-			FilterSources: filter, SourceRanges: slices.Clone(ranges),
-			AffinitySeconds: affinity,
-			Rank:            flows.Rank{Created: svc.CreationTimestamp.Time},
+		for _, f := range []flows.Family{flows.IPv4, flows.IPv6} {
+			if !fams.has(f) {
+				continue
+			}
+			sp := flows.ServicePort{
+				Namespace: svc.Namespace, Name: svc.Name, PortName: p.Name,
+				Protocol: proto, Family: f, Port: uint16(p.Port), NodePort: uint16(p.NodePort),
+				LoadBalancerIPs: slices.Clone(lbIPs[f]), ExternalIPs: slices.Clone(extIPs[f]),
+				FilterSources: filter, SourceRanges: slices.Clone(ranges[f]),
+				AffinitySeconds: affinity,
+				Rank:            flows.Rank{Created: svc.CreationTimestamp.Time},
+			}
+			var msgs []string
+			sp.Endpoints, msgs = endpointsFor(p.Name, proto, f, eps, topo)
+			problems = append(problems, msgs...)
+			out = append(out, sp)
 		}
-		var msgs []string
-		sp.Endpoints, msgs = endpointsFor(p.Name, proto, eps, topo)
-		problems = append(problems, msgs...)
-		out = append(out, sp)
 	}
 	return out, problems
+}
+
+// ServiceFamilies returns the IP families svc is served on, IPv4 before IPv6, and what they were
+// read from (for messages): spec.ipFamilies when set (entries other than IPv4 and IPv6 are
+// ignored), else the families of spec.clusterIPs (spec.clusterIP); a Service that shows neither
+// (a manifest without them, a headless Service) is IPv4. The order of spec.ipFamilies (the
+// primary family) does not matter: every family is served alike.
+func ServiceFamilies(svc *corev1.Service) (fams []flows.Family, from string) {
+	set := serviceFamilies(svc)
+	for _, f := range []flows.Family{flows.IPv4, flows.IPv6} {
+		if set.has(f) {
+			fams = append(fams, f)
+		}
+	}
+	return fams, familiesFrom(svc)
+}
+
+// famSet is a set of IP families (bit 1<<Family).
+type famSet uint8
+
+func (s famSet) has(f flows.Family) bool { return s&(1<<f) != 0 }
+
+// serviceFamilies is ServiceFamilies as a set, without allocating (every Service of a full sync
+// is converted).
+func serviceFamilies(svc *corev1.Service) famSet {
+	var set famSet
+	if fs := svc.Spec.IPFamilies; len(fs) > 0 {
+		for _, f := range fs {
+			switch f {
+			case corev1.IPv4Protocol:
+				set |= 1 << flows.IPv4
+			case corev1.IPv6Protocol:
+				set |= 1 << flows.IPv6
+			}
+		}
+	} else {
+		ips := svc.Spec.ClusterIPs
+		if len(ips) == 0 && svc.Spec.ClusterIP != "" {
+			ips = []string{svc.Spec.ClusterIP}
+		}
+		for _, s := range ips {
+			if a, err := netip.ParseAddr(s); err == nil {
+				set |= 1 << flows.FamilyOf(a.Unmap())
+			}
+		}
+	}
+	if set == 0 {
+		set = 1 << flows.IPv4
+	}
+	return set
+}
+
+// familiesFrom says what serviceFamilies read, for messages.
+func familiesFrom(svc *corev1.Service) string {
+	if fs := svc.Spec.IPFamilies; len(fs) > 0 {
+		names := make([]string, 0, len(fs))
+		for _, f := range fs {
+			names = append(names, string(f))
+		}
+		return "spec.ipFamilies " + strings.Join(names, ",")
+	}
+	ips := svc.Spec.ClusterIPs
+	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
+		ips = []string{svc.Spec.ClusterIP}
+	}
+	for _, s := range ips {
+		if _, err := netip.ParseAddr(s); err == nil {
+			return "spec.clusterIPs " + strings.Join(ips, ",")
+		}
+	}
+	return "no spec.ipFamilies nor spec.clusterIPs: IPv4"
 }
 
 // AffinitySeconds returns the session affinity timeout of svc in seconds (flows.ServicePort
@@ -262,15 +358,25 @@ func AffinitySeconds(svc *corev1.Service) uint32 {
 	return uint32(corev1.DefaultClientIPServiceAffinitySeconds)
 }
 
-// SourceRanges reads spec.loadBalancerSourceRanges (docs/field-cases.md#c32). filter is true
-// when the field has any entry: new connections to the Service's LoadBalancer IPs and
-// externalIPs are then let in only from ranges, its valid IPv4 CIDRs (sorted, masked, without
-// duplicates). A malformed entry is reported and allows nobody: it never widens access, so a
-// list without a valid IPv4 CIDR lets nobody in (IPv6 CIDRs are valid but do not apply to the
-// IPv4 entry points). Surrounding spaces are trimmed.
-func SourceRanges(svc *corev1.Service) (filter bool, ranges []netip.Prefix, problems []string) {
+// SourceRanges reads spec.loadBalancerSourceRanges (docs/field-cases.md#c32) for the families
+// fams (ServiceFamilies). filter is true when the field has any entry: new connections to the
+// Service's LoadBalancer IPs and externalIPs of a family are then let in only from that family's
+// valid CIDRs, ranges[family] (sorted, masked, without duplicates). A malformed entry is
+// reported and allows nobody: it never widens access, so a family of fams without a valid CIDR
+// of its own lets nobody in to that family's LoadBalancer IPs and externalIPs (reported once per
+// such family; unlike kube-proxy, which filters nothing on a family the list does not name).
+// Surrounding spaces are trimmed. ranges is indexed by flows.Family.
+func SourceRanges(svc *corev1.Service, fams []flows.Family) (filter bool, ranges [2][]netip.Prefix, problems []string) {
+	var set famSet
+	for _, f := range fams {
+		set |= 1 << f
+	}
+	return sourceRanges(svc, set)
+}
+
+func sourceRanges(svc *corev1.Service, fams famSet) (filter bool, ranges [2][]netip.Prefix, problems []string) {
 	if len(svc.Spec.LoadBalancerSourceRanges) == 0 {
-		return false, nil, nil
+		return false, ranges, nil
 	}
 	for _, s := range svc.Spec.LoadBalancerSourceRanges {
 		p, err := netip.ParsePrefix(strings.TrimSpace(s))
@@ -278,19 +384,34 @@ func SourceRanges(svc *corev1.Service) (filter bool, ranges []netip.Prefix, prob
 			problems = append(problems, fmt.Sprintf("spec.loadBalancerSourceRanges %q is not a CIDR: it lets nobody in (%v)", s, err))
 			continue
 		}
-		if p.Addr().Is4() {
-			ranges = append(ranges, p.Masked())
-		}
+		p = p.Masked()
+		f := flows.FamilyOf(p.Addr())
+		ranges[f] = append(ranges[f], p)
 	}
-	slices.SortFunc(ranges, func(a, b netip.Prefix) int {
-		if c := a.Addr().Compare(b.Addr()); c != 0 {
-			return c
+	for f := range ranges {
+		slices.SortFunc(ranges[f], func(a, b netip.Prefix) int {
+			if c := a.Addr().Compare(b.Addr()); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.Bits(), b.Bits())
+		})
+		ranges[f] = slices.Compact(ranges[f])
+	}
+	for _, f := range []flows.Family{flows.IPv4, flows.IPv6} {
+		if !fams.has(f) || len(ranges[f]) > 0 {
+			continue
 		}
-		return cmp.Compare(a.Bits(), b.Bits())
-	})
-	ranges = slices.Compact(ranges)
-	if len(ranges) == 0 {
-		problems = append(problems, "spec.loadBalancerSourceRanges has no valid IPv4 CIDR: new connections to the LoadBalancer IPs and externalIPs are refused from every client (NodePorts are not filtered)")
+		if f == flows.IPv4 && fams == 1<<flows.IPv4 {
+			// The message of an IPv4-only Service, as before families.
+			problems = append(problems, "spec.loadBalancerSourceRanges has no valid IPv4 CIDR: new connections to the LoadBalancer IPs and externalIPs are refused from every client (NodePorts are not filtered)")
+			continue
+		}
+		problems = append(problems, fmt.Sprintf("spec.loadBalancerSourceRanges has no valid %s CIDR: new connections to the %s LoadBalancer IPs and externalIPs are refused from every client (NodePorts are not filtered)", f, f))
+	}
+	for f := range ranges {
+		if !fams.has(flows.Family(f)) {
+			ranges[f] = nil // no ServicePort of that family
+		}
 	}
 	return true, ranges, problems
 }
@@ -312,7 +433,8 @@ var candidatePool = sync.Pool{New: func() any { return new([]candidate) }}
 
 // endpointsFor picks the endpoints of one Service port as kube-proxy does for
 // externalTrafficPolicy Cluster (pkg/proxy/topology.go, CategorizeEndpoints): the ready ones
-// (conditions.ready unset counts as ready) of the IPv4 slices, narrowed by the hints; when none
+// (conditions.ready unset counts as ready) of the slices of family fam (addressType IPv4 or
+// IPv6; FQDN slices are never used), narrowed by the hints; when none
 // is ready, the serving terminating ones (KEP-1669), whatever their hints. The hints
 // (EndpointSlice endpoints[].hints, written by the EndpointSlice controller for
 // trafficDistribution PreferClose/PreferSameZone/PreferSameNode or the topology-mode
@@ -320,8 +442,9 @@ var candidatePool = sync.Pool{New: func() any { return new([]candidate) }}
 // are used; otherwise, when every ready endpoint has a zone hint and one names this node's
 // zone, only those; otherwise (an endpoint without a hint, no hint for this node's zone, or a
 // node without the zone label) all ready endpoints. The port is matched by name and protocol.
-// The result is sorted and deduplicated.
-func endpointsFor(portName string, proto flows.Protocol, eps []*discoveryv1.EndpointSlice, topo topology) ([]flows.Endpoint, []string) {
+// The hints and the fallback are applied per family (one call per family). The result is sorted
+// and deduplicated.
+func endpointsFor(portName string, proto flows.Protocol, fam flows.Family, eps []*discoveryv1.EndpointSlice, topo topology) ([]flows.Endpoint, []string) {
 	pc := candidatePool.Get().(*[]candidate)
 	cands := (*pc)[:0]
 	defer func() {
@@ -331,7 +454,7 @@ func endpointsFor(portName string, proto flows.Protocol, eps []*discoveryv1.Endp
 	}()
 	var problems []string
 	for _, sl := range eps {
-		if sl == nil || sl.AddressType != discoveryv1.AddressTypeIPv4 {
+		if sl == nil || sl.AddressType != sliceAddressType[fam] {
 			continue
 		}
 		var port uint16
@@ -363,7 +486,7 @@ func endpointsFor(portName string, proto flows.Protocol, eps []*discoveryv1.Endp
 			if len(ep.Addresses) == 0 {
 				continue
 			}
-			a, err := parseIPv4(ep.Addresses[0])
+			a, err := parseFamily(ep.Addresses[0], fam)
 			if err != nil {
 				problems = append(problems, fmt.Sprintf("EndpointSlice %s: endpoint address %q skipped: %v", sl.Name, ep.Addresses[0], err))
 				continue
@@ -408,6 +531,9 @@ func endpointsFor(portName string, proto flows.Protocol, eps []*discoveryv1.Endp
 	}
 	return dedupeEndpoints(ready), problems
 }
+
+// sliceAddressType is the EndpointSlice addressType of each family.
+var sliceAddressType = [2]discoveryv1.AddressType{flows.IPv4: discoveryv1.AddressTypeIPv4, flows.IPv6: discoveryv1.AddressTypeIPv6}
 
 // filter returns which ready candidates the hints let this node use (endpointsFor's rule).
 func (t topology) filter(cands []candidate) func(candidate) bool {
@@ -455,8 +581,11 @@ func dedupeEndpoints(eps []flows.Endpoint) []flows.Endpoint {
 	return slices.CompactFunc(eps, func(a, b flows.Endpoint) bool { return a.IP == b.IP && a.Port == b.Port })
 }
 
-// ConvertNode converts a Node: its first IPv4 InternalIP and its IPv4 spec.podCIDRs (spec.podCIDR
-// when podCIDRs is empty). Its collision rank (flows.Rank) is its creationTimestamp, and one tier
+// ConvertNode converts a Node: its first IPv4 InternalIP (the Geneve underlay, which is IPv4
+// only for now) and its spec.podCIDRs of both families, masked, in their order (spec.podCIDR
+// when podCIDRs is empty). A Node without an IPv4 InternalIP is an error; one whose InternalIPs
+// are all IPv6 says that an IPv6 underlay is not supported yet. Its collision rank (flows.Rank)
+// is its creationTimestamp, and one tier
 // lower when it is not Ready (a stale Node object left after a re-install whose pod CIDR was
 // given to another node loses to a Ready one). It is Down when its Ready condition is present
 // and not True (False: the kubelet reports trouble; Unknown: the node stopped reporting).
@@ -472,16 +601,25 @@ func ConvertNode(n *corev1.Node) (flows.Node, error) {
 			out.Down = true
 		}
 	}
+	var v6 []string
 	for _, a := range n.Status.Addresses {
 		if a.Type != corev1.NodeInternalIP {
 			continue
 		}
-		if ip, err := parseIPv4(a.Address); err == nil {
+		ip, err := netip.ParseAddr(a.Address)
+		if err != nil {
+			continue
+		}
+		if ip = ip.Unmap(); ip.Is4() {
 			out.InternalIP = ip
 			break
 		}
+		v6 = append(v6, ip.String())
 	}
 	if !out.InternalIP.IsValid() {
+		if len(v6) > 0 {
+			return out, fmt.Errorf("node %s has only IPv6 InternalIPs (%s): IPv6 underlay not supported yet (the Geneve underlay needs an IPv4 InternalIP), so the node is not programmed", n.Name, strings.Join(v6, ", "))
+		}
 		return out, fmt.Errorf("node %s has no IPv4 InternalIP", n.Name)
 	}
 	cidrs := n.Spec.PodCIDRs
@@ -493,30 +631,35 @@ func ConvertNode(n *corev1.Node) (flows.Node, error) {
 		if err != nil {
 			return out, fmt.Errorf("node %s: podCIDR %q: %w", n.Name, c, err)
 		}
-		if p.Addr().Is4() {
-			out.PodCIDRs = append(out.PodCIDRs, p.Masked())
-		}
+		out.PodCIDRs = append(out.PodCIDRs, p.Masked())
 	}
 	return out, nil
 }
 
-// NodePortAddresses returns the addresses of n on which NodePorts are served: its IPv4
-// InternalIP and ExternalIP addresses, restricted to allowed when allowed is not empty (the
-// --nodeport-addresses flag). The result is sorted and deduplicated.
+// NodePortAddresses returns the addresses of n on which NodePorts are served: its InternalIP
+// and ExternalIP addresses of both families, restricted per family to the prefixes of allowed
+// (the --nodeport-addresses flag) of that family when allowed has any (kube-proxy's rule: a
+// family without a prefix in the flag keeps all its addresses). The result is sorted (IPv4
+// first) and deduplicated.
 func NodePortAddresses(n *corev1.Node, allowed []netip.Prefix) []netip.Addr {
 	if n == nil {
 		return nil
+	}
+	var restricted [2]bool
+	for _, p := range allowed {
+		restricted[flows.FamilyOf(p.Addr())] = true
 	}
 	var out []netip.Addr
 	for _, a := range n.Status.Addresses {
 		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
 			continue
 		}
-		ip, err := parseIPv4(a.Address)
+		ip, err := netip.ParseAddr(a.Address)
 		if err != nil {
 			continue
 		}
-		if len(allowed) > 0 && !slices.ContainsFunc(allowed, func(p netip.Prefix) bool { return p.Contains(ip) }) {
+		ip = ip.Unmap()
+		if restricted[flows.FamilyOf(ip)] && !slices.ContainsFunc(allowed, func(p netip.Prefix) bool { return p.Contains(ip) }) {
 			continue
 		}
 		out = append(out, ip)
@@ -524,8 +667,9 @@ func NodePortAddresses(n *corev1.Node, allowed []netip.Prefix) []netip.Addr {
 	return sortedUnique(out)
 }
 
-// LocalPod joins an OVSDB pod port with its Pod object (nil when unknown). The port's own IPs win;
-// otherwise the Pod's IPv4 status.podIPs are used. ok is false when the pod has no usable IP yet.
+// LocalPod joins an OVSDB pod port with its Pod object (nil when unknown). The port's own IPs
+// (both families) win; otherwise the Pod's status.podIPs (both families) are used. Which of them
+// lie in this node's pod CIDRs of their family is BuildPod's check. ok is false when the pod has no usable IP yet.
 // Its collision rank (flows.Rank): tier 0 when the Pod's status lists every IP of the port, 1 when
 // the Pod exists but does not confirm them (yet: srcip-cni's ADD waits for the flows, the kubelet
 // writes status.podIPs after it), 2 without a Pod object; Created is the Pod's creationTimestamp.
@@ -544,7 +688,7 @@ func LocalPod(pp PodPort, pod *corev1.Pod) (p flows.Pod, ok bool, problems []str
 		}
 	}()
 	for _, a := range pp.IPs {
-		if a = a.Unmap(); a.Is4() {
+		if a = a.Unmap(); a.IsValid() {
 			p.IPs = append(p.IPs, a)
 		}
 	}
@@ -559,9 +703,7 @@ func LocalPod(pp PodPort, pod *corev1.Pod) (p flows.Pod, ok bool, problems []str
 				problems = append(problems, fmt.Sprintf("status.podIPs %q skipped: %v", s.IP, err))
 				continue
 			}
-			if a = a.Unmap(); a.Is4() {
-				p.IPs = append(p.IPs, a)
-			}
+			p.IPs = append(p.IPs, a.Unmap())
 		}
 	}
 	p.IPs = sortedUnique(p.IPs)
@@ -611,21 +753,26 @@ func podConfirms(pod *corev1.Pod, p flows.Pod) bool {
 		ips = []corev1.PodIP{{IP: pod.Status.PodIP}}
 	}
 	for _, a := range p.IPs {
-		if !slices.ContainsFunc(ips, func(x corev1.PodIP) bool { return x.IP == a.String() }) {
+		if !slices.ContainsFunc(ips, func(x corev1.PodIP) bool {
+			b, err := netip.ParseAddr(x.IP)
+			return err == nil && b.Unmap() == a
+		}) {
 			return false
 		}
 	}
 	return len(p.IPs) > 0
 }
 
-func parseIPv4(s string) (netip.Addr, error) {
+// parseFamily parses an address of family fam (an IPv4-mapped IPv6 address is its IPv4
+// address).
+func parseFamily(s string, fam flows.Family) (netip.Addr, error) {
 	a, err := netip.ParseAddr(s)
 	if err != nil {
 		return netip.Addr{}, err
 	}
 	a = a.Unmap()
-	if !a.Is4() {
-		return netip.Addr{}, fmt.Errorf("not an IPv4 address (IPv6 is not supported yet)")
+	if !fam.Has(a) {
+		return netip.Addr{}, fmt.Errorf("not an %s address", fam)
 	}
 	return a, nil
 }

@@ -152,7 +152,7 @@ func TestServicePorts(t *testing.T) {
 			})},
 		},
 		{
-			name: "duplicates across slices deduplicated, IPv6 slices ignored",
+			name: "duplicates across slices deduplicated, IPv6 slices ignored by an IPv4-only Service",
 			svc:  makeService("ns1", "svc1", 30080),
 			slices: []*discoveryv1.EndpointSlice{
 				makeSlice("ns1", "svc1", "svc1-a", ep("10.244.1.5", "node1")),
@@ -230,7 +230,11 @@ func TestConvertNode(t *testing.T) {
 	assert.Equal(t, 0, ready.Rank.Tier)
 
 	_, err = ConvertNode(makeNode("node3", "fd00::3", "10.244.3.0/24"))
-	assert.Error(t, err, "no IPv4 InternalIP")
+	require.Error(t, err, "no IPv4 InternalIP")
+	assert.Contains(t, err.Error(), "node node3 has only IPv6 InternalIPs (fd00::3): IPv6 underlay not supported yet")
+	_, err = ConvertNode(makeNode("node3", "node3.example", "10.244.3.0/24"))
+	require.Error(t, err)
+	assert.Equal(t, "node node3 has no IPv4 InternalIP", err.Error())
 	_, err = ConvertNode(makeNode("node3", "192.168.0.3", "bad"))
 	assert.Error(t, err)
 }
@@ -241,9 +245,10 @@ func TestNodePortAddresses(t *testing.T) {
 			corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "198.51.100.1"},
 			corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "fd00::1"})
 	})
-	assert.Equal(t, []netip.Addr{addr("192.168.0.1"), addr("198.51.100.1")}, NodePortAddresses(n, nil))
-	assert.Equal(t, []netip.Addr{addr("192.168.0.1")},
-		NodePortAddresses(n, []netip.Prefix{netip.MustParsePrefix("192.168.0.0/24")}))
+	assert.Equal(t, []netip.Addr{addr("192.168.0.1"), addr("198.51.100.1"), addr("fd00::1")}, NodePortAddresses(n, nil))
+	assert.Equal(t, []netip.Addr{addr("192.168.0.1"), addr("fd00::1")},
+		NodePortAddresses(n, []netip.Prefix{netip.MustParsePrefix("192.168.0.0/24")}),
+		"a family without a prefix in --nodeport-addresses keeps all its addresses (kube-proxy's rule)")
 	assert.Nil(t, NodePortAddresses(nil, nil))
 }
 
@@ -253,7 +258,8 @@ func TestLocalPod(t *testing.T) {
 	p, ok, problems := LocalPod(pp, pod)
 	assert.True(t, ok)
 	assert.Empty(t, problems)
-	assert.Equal(t, []netip.Addr{addr("10.244.1.5")}, p.IPs)
+	assert.Equal(t, []netip.Addr{addr("10.244.1.5"), addr("fd00::5")}, p.IPs, "both families")
+	assert.Equal(t, 0, p.Rank.Tier, "the Pod confirms the IPs of both families")
 
 	pp.IPs = []netip.Addr{addr("10.244.1.9")}
 	p, ok, _ = LocalPod(pp, pod)

@@ -4,9 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
-	"slices"
 	"strconv"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -25,15 +23,13 @@ type DeclinedPort struct {
 }
 
 // Declines says what of a served Service (Select) the agent declines: the whole Service
-// (service: it has no IPv4 family, docs/pipeline.md "Declined Services") or some of its ports
-// (ports: SCTP ports, which the pipeline does not serve; s.SCTP says why for this node's
-// datapath). A Service not served gives nothing.
+// (service; nothing declines a whole Service now that both IP families are converted, each to
+// ServicePorts of its own: ServiceFamilies) or some of its ports (ports: SCTP ports, which the
+// pipeline does not serve; s.SCTP says why for this node's datapath). A Service not served
+// gives nothing.
 func (s Selector) Declines(svc *corev1.Service) (service string, ports []DeclinedPort) {
 	if ok, _, _ := s.Select(svc); !ok {
 		return "", nil
-	}
-	if ok, fam := hasIPv4Family(svc); !ok {
-		return fmt.Sprintf("declined: the Service has no IPv4 family (%s); this node's pipeline is IPv4 only until dual-stack support lands, so it programs none of its entry points and the host (kube-proxy) serves it", fam), nil
 	}
 	why := s.SCTP
 	if why == "" {
@@ -50,35 +46,6 @@ func (s Selector) Declines(svc *corev1.Service) (service string, ports []Decline
 		ports = append(ports, DeclinedPort{Port: name, Reason: fmt.Sprintf("port %s declined: %s; this node programs no entry point for it and the host (kube-proxy) serves it, with SNAT (the client IP is not kept)", name, why)})
 	}
 	return "", ports
-}
-
-// hasIPv4Family reports whether svc has the IPv4 family: spec.ipFamilies when set, else the
-// family of spec.clusterIPs (spec.clusterIP); a Service that shows neither (a manifest without
-// them, a headless Service) counts as IPv4. fam describes what was read.
-func hasIPv4Family(svc *corev1.Service) (ok bool, fam string) {
-	if fs := svc.Spec.IPFamilies; len(fs) > 0 {
-		var names []string
-		for _, f := range fs {
-			names = append(names, string(f))
-		}
-		return slices.Contains(fs, corev1.IPv4Protocol), "spec.ipFamilies " + strings.Join(names, ",")
-	}
-	ips := svc.Spec.ClusterIPs
-	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
-		ips = []string{svc.Spec.ClusterIP}
-	}
-	known := false
-	for _, s := range ips {
-		a, err := netip.ParseAddr(s)
-		if err != nil {
-			continue
-		}
-		if a.Unmap().Is4() {
-			return true, ""
-		}
-		known = true
-	}
-	return !known, "spec.clusterIPs " + strings.Join(ips, ",")
 }
 
 // SCTPSupport says whether a datapath can conntrack and NAT SCTP with its ports, from br-ex's

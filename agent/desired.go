@@ -63,14 +63,14 @@ type DesiredOptions struct {
 	Events EventSink
 	// Ports are the node's ofports and MACs (nil: PlaceholderPorts).
 	Ports *flows.Ports
-	// PodPorts are the node's pod ports (nil: a placeholder port per Pod of the node with an IPv4
+	// PodPorts are the node's pod ports (nil: a placeholder port per Pod of the node with a
 	// podIP, ofport 100, 101, ... in name order).
 	PodPorts []PodPort
 }
 
 // RenderDesired returns the bundle lines ("flow add ...", "group add_or_mod ...") a first full
 // sync of node would write into empty bridges, given cluster objects, without touching OVS: the
-// ofports are PlaceholderPorts and every Pod of the node with an IPv4 podIP gets a placeholder
+// ofports are PlaceholderPorts and every Pod of the node with a podIP (either family) gets a placeholder
 // pod port (ofport 100, 101, ... in name order). It fails when node is not one of the Nodes of objs. nodePortCIDRs and externalIPCIDRs are the agent's
 // --nodeport-addresses and --external-ip-cidrs. Problems are reported to events (nil: logged).
 func RenderDesired(ctx context.Context, node string, objs []runtime.Object, nodePortCIDRs, externalIPCIDRs []netip.Prefix, events EventSink) (map[flows.Bridge][]string, error) {

@@ -81,13 +81,17 @@ func (c *flowStatsCollector) Collect(ch chan<- prometheus.Metric) {
 				continue
 			}
 			dropInfo, isDrop := flows.DropAt(b, s.Table, s.Priority, kind)
+			noEndpoints := empty[k]
+			// The series are by Service port without its family: a dual-stack port's IPv4 and
+			// IPv6 flow sets add up (two series with the same labels would fail the scrape).
+			k.Family = flows.IPv4
 			switch {
 			case s.Table == flows.ExServiceLB:
 				pk[k] += float64(s.Packets)
 			case s.Table != flows.ExServiceCT:
 			case isDrop:
 				addDrop(sd, k, dropInfo.Reason, float64(s.Packets))
-			case empty[k]:
+			case noEndpoints:
 				// A port without endpoints hands its new connections to the host, whose
 				// kube-proxy rejects them.
 				drops[flows.DropNoEndpoints] += float64(s.Packets)

@@ -422,8 +422,13 @@ func (m *model) updateNodes(logger klog.Logger, names map[string]bool, touched m
 		if n := m.nodes[name]; n == nil {
 			m.report(nil, "node/"+name, "", nil)
 		} else if fn, err := ConvertNode(n); err != nil {
-			m.report(n, "node/"+name, ReasonInvalid, []string{err.Error()})
-			logger.V(2).Info("Node skipped", "node", klog.KObj(n), "reason", err.Error())
+			// At the default level when the problem is new (an Event was sent): an IPv6-only
+			// Node (no IPv4 underlay) is a refusal an operator must see.
+			if m.report(n, "node/"+name, ReasonInvalid, []string{err.Error()}) {
+				logger.Info("Node skipped", "node", klog.KObj(n), "reason", err.Error())
+			} else {
+				logger.V(2).Info("Node skipped", "node", klog.KObj(n), "reason", err.Error())
+			}
 		} else {
 			m.report(n, "node/"+name, ReasonInvalid, nil)
 			m.st.Nodes[name] = fn
@@ -470,7 +475,7 @@ func (m *model) updatePods(logger klog.Logger, names map[types.NamespacedName]bo
 			m.report(pod, "pod/"+name.String(), ReasonInvalid, problems)
 		}
 		if !ok {
-			logger.V(2).Info("Pod port without usable IPv4 address or ofport, skipped", "pod", klog.KRef(name.Namespace, name.Name), "interface", pp.Interface)
+			logger.V(2).Info("Pod port without usable IP address or ofport, skipped", "pod", klog.KRef(name.Namespace, name.Name), "interface", pp.Interface)
 			continue
 		}
 		m.st.Pods[k] = p

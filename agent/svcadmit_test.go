@@ -187,10 +187,10 @@ func TestNodePortCollisionWithPlainService(t *testing.T) {
 	}
 }
 
-// A Service without the IPv4 family is declined as a whole with a SourceIPDeclined Event: no
-// entry point (its IPv4 NodePort is not captured with an empty group), and the report says
-// declined, never "no endpoints".
-func TestIPv6OnlyServiceDeclined(t *testing.T) {
+// An IPv6-only Service is no longer declined (issue 22): it gets IPv6 ServicePorts only (its
+// key ".../IPv6"), no IPv4 one (its IPv4 NodePort addresses are not captured), and no
+// SourceIPDeclined Event. ServiceFamilies reads spec.ipFamilies, else spec.clusterIPs.
+func TestIPv6OnlyServiceServedOnIPv6(t *testing.T) {
 	f := newFixture(t)
 	f.seedNodes(f.r)
 	v6 := makeService("ns1", "v6", 30600, func(s *corev1.Service) {
@@ -200,28 +200,45 @@ func TestIPv6OnlyServiceDeclined(t *testing.T) {
 	f.r.OnService(nil, v6)
 	require.NoError(t, f.sync())
 	_, ok := f.r.Applied(flows.BrEx)[svcKey("v6")]
-	assert.False(t, ok, "no service-port flow set for an IPv6-only Service")
-	assert.Contains(t, f.eventText(), ReasonDeclined+": declined: the Service has no IPv4 family (spec.ipFamilies IPv6)")
+	assert.False(t, ok, "no IPv4 service-port flow set for an IPv6-only Service")
+	k6 := svcKey("v6")
+	k6.Family = flows.IPv6
+	sp, ok := f.r.model.st.Services[k6]
+	require.True(t, ok, "the IPv6 ServicePort is in the State")
+	assert.Equal(t, flows.IPv6, sp.Family)
+	assert.Equal(t, uint16(30600), sp.NodePort)
+	assert.NotContains(t, f.eventText(), ReasonDeclined)
 	rep := f.r.Report()
 	require.Len(t, rep.Services, 1)
 	s := rep.Services[0]
-	assert.Empty(t, s.Ports)
-	require.Len(t, s.Declined, 1)
-	assert.Contains(t, s.Declined[0], "no IPv4 family")
+	assert.Empty(t, s.Declined)
+	require.Len(t, s.Ports, 1)
+	assert.Equal(t, "IPv6", s.Ports[0].Family)
 
-	// Dual-stack (IPv6 first) is served on IPv4; a Service seen only by its clusterIPs is judged by them.
+	// Dual-stack (IPv6 first): both families, each its own ServicePort and group.
 	dual := v6.DeepCopy()
 	dual.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}
 	f.r.OnService(v6, dual)
 	require.NoError(t, f.sync())
 	assert.Equal(t, []string{"192.168.0.1:30600/TCP"}, f.entries("v6"))
+	sp4, sp6 := f.r.model.st.Services[svcKey("v6")], f.r.model.st.Services[k6]
+	assert.NotEqual(t, sp4.GroupID, sp6.GroupID)
 	for _, c := range []struct {
 		ips  []string
-		want bool
-	}{{nil, true}, {[]string{"fd00::1"}, false}, {[]string{"10.96.0.1"}, true}, {[]string{"None"}, true}} {
-		svc := makeService("ns1", "x", 1, func(s *corev1.Service) { s.Spec.ClusterIPs = c.ips })
-		ok, _ := hasIPv4Family(svc)
-		assert.Equal(t, c.want, ok, "%v", c.ips)
+		fams []corev1.IPFamily
+		want []flows.Family
+	}{
+		{nil, nil, []flows.Family{flows.IPv4}},
+		{[]string{"fd00::1"}, nil, []flows.Family{flows.IPv6}},
+		{[]string{"10.96.0.1"}, nil, []flows.Family{flows.IPv4}},
+		{[]string{"None"}, nil, []flows.Family{flows.IPv4}},
+		{[]string{"fd00::1", "10.96.0.1"}, nil, []flows.Family{flows.IPv4, flows.IPv6}},
+		{[]string{"10.96.0.1"}, []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}, []flows.Family{flows.IPv4, flows.IPv6}},
+		{nil, []corev1.IPFamily{"bogus", corev1.IPv6Protocol}, []flows.Family{flows.IPv6}},
+	} {
+		svc := makeService("ns1", "x", 1, func(s *corev1.Service) { s.Spec.ClusterIPs, s.Spec.IPFamilies = c.ips, c.fams })
+		got, _ := ServiceFamilies(svc)
+		assert.Equal(t, c.want, got, "%v %v", c.ips, c.fams)
 	}
 }
 
@@ -330,7 +347,7 @@ func TestTopologyHints(t *testing.T) {
 			return e
 		}()}, []string{b}},
 	} {
-		got, problems := endpointsFor("http", flows.TCP, slice(tc.eps...), tc.topo)
+		got, problems := endpointsFor("http", flows.TCP, flows.IPv4, slice(tc.eps...), tc.topo)
 		assert.Empty(t, problems)
 		assert.Equal(t, tc.want, ips(got), tc.name)
 	}

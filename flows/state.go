@@ -27,9 +27,10 @@ type State struct {
 	Node string
 	// Ports holds the OpenFlow port numbers and MAC addresses discovered through OVSDB.
 	Ports Ports
-	// NodePortAddresses are the addresses of this node on which NodePorts are served
-	// (default: the Node's InternalIP and ExternalIP addresses; see the agent's
-	// --nodeport-addresses flag).
+	// NodePortAddresses are the addresses of this node on which NodePorts are served, of both
+	// families, sorted (IPv4 first) (default: the Node's InternalIP and ExternalIP addresses;
+	// see the agent's --nodeport-addresses flag). A ServicePort's NodePort is served on those of
+	// its Family.
 	NodePortAddresses []netip.Addr
 	// Nodes holds every node of the cluster, this one included, by name.
 	Nodes map[string]Node
@@ -242,7 +243,8 @@ type Node struct {
 	// InternalIP is the node's InternalIP from status.addresses; it is the Geneve underlay
 	// address (outer IPv4 source/destination) of that node.
 	InternalIP netip.Addr
-	// PodCIDRs is spec.podCIDRs: the pod subnets routed to that node.
+	// PodCIDRs is spec.podCIDRs: the pod subnets routed to that node, of both families, masked,
+	// in spec order (the agent's ConvertNode).
 	PodCIDRs []netip.Prefix
 	// Rank orders this node's flow set against others that render the same flow (a Node that is
 	// not Ready, e.g. a stale object whose pod CIDR was given to another node, loses).

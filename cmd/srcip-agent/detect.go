@@ -33,12 +33,17 @@ func sctpSupport(ctx context.Context, db *ofctl.DB, br *ofctl.OpenFlow, bridge s
 	return why
 }
 
-// routeNextHops returns the IPv4 next hops (gateways, multipath included) of every route of the
-// host's main and other tables (agent.ReconcilerConfig.RouteNextHops).
+// routeNextHops returns the IPv4 and IPv6 next hops (gateways, multipath included; IPv6
+// link-local ones too) of every route of the host's main and other tables
+// (agent.ReconcilerConfig.RouteNextHops: admission refuses them in their own family).
 func routeNextHops(context.Context) ([]netip.Addr, error) {
-	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
-	if err != nil {
-		return nil, fmt.Errorf("list routes: %w", err)
+	var routes []netlink.Route
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		rs, err := netlink.RouteListFiltered(fam, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+		if err != nil {
+			return nil, fmt.Errorf("list routes: %w", err)
+		}
+		routes = append(routes, rs...)
 	}
 	var out []netip.Addr
 	add := func(ip []byte) {

@@ -45,7 +45,7 @@ func newNames(rep *agent.Report) *names {
 			n.groups[p.Group] = p
 			n.svcOf[p.Group] = s.Namespace + "/" + s.Name
 			for _, e := range p.Endpoints {
-				n.eps[endpointKey{svc: s.Namespace + "/" + s.Name + " " + p.PortName + "/" + p.Protocol, addr: e.Addr}] = e
+				n.eps[endpointKey{svc: s.Namespace + "/" + s.Name + " " + p.PortName + "/" + p.Protocol + familySuffix(*p), addr: e.Addr}] = e
 			}
 		}
 	}
@@ -85,7 +85,7 @@ func (n *names) cookie(c flows.Cookie) string {
 func (n *names) group(id uint32) string {
 	if n != nil {
 		if p, ok := n.groups[id]; ok {
-			return fmt.Sprintf("of %s %s/%s, %d bucket(s)", n.svcOf[id], p.PortName, p.Protocol, p.Buckets)
+			return fmt.Sprintf("of %s %s/%s%s, %d bucket(s)", n.svcOf[id], p.PortName, p.Protocol, familySuffix(*p), p.Buckets)
 		}
 	}
 	if flows.OwnedGroup(id) {

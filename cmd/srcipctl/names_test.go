@@ -30,11 +30,11 @@ func TestEndpointNamesPerService(t *testing.T) {
 	}
 }
 
-// A declined Service (no IPv4 family, SCTP only) shows as declined, never as opted in without a
-// port, and never blames the EndpointSlices.
+// A declined Service (SCTP only; an IPv6-only Service is no longer declined, issue 22) shows as
+// declined, never as opted in without a port, and never blames the EndpointSlices.
 func TestDeclinedServiceShown(t *testing.T) {
-	rep := &agent.Report{Services: []agent.ServiceReport{{Namespace: "a", Name: "v6", OptedIn: true, Annotated: true, Annotation: "true",
-		Declined: []string{"declined: the Service has no IPv4 family (spec.ipFamilies IPv6)"}}}}
+	rep := &agent.Report{Services: []agent.ServiceReport{{Namespace: "a", Name: "sctp", OptedIn: true, Annotated: true, Annotation: "true",
+		Declined: []string{"port assoc 9999/SCTP declined: the pipeline does not serve SCTP"}}}}
 	var st, ls, narrow bytes.Buffer
 	writeStatus(&st, rep, nil)
 	writeServices(&ls, rep, true)
@@ -43,7 +43,7 @@ func TestDeclinedServiceShown(t *testing.T) {
 		t.Errorf("narrow services:\n%s", narrow.String())
 	}
 	for _, out := range []string{st.String(), ls.String()} {
-		if !strings.Contains(out, "no IPv4 family") || strings.Contains(out, "no-endpoints") {
+		if !strings.Contains(out, "the pipeline does not serve SCTP") || strings.Contains(out, "no-endpoints") {
 			t.Errorf("output:\n%s", out)
 		}
 	}

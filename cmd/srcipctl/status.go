@@ -219,7 +219,7 @@ func writeStatus(out io.Writer, r *agent.Report, counters map[counterKey]*servic
 			if p.Rejected {
 				applied += ", REJECTED by Open vSwitch (see the SourceIPRejected Event)"
 			}
-			fmt.Fprintf(out, "  port %s/%s %d", p.PortName, p.Protocol, p.Port)
+			fmt.Fprintf(out, "  port %s/%s%s %d", p.PortName, p.Protocol, familySuffix(p), p.Port)
 			if p.NodePort != 0 {
 				fmt.Fprintf(out, " nodePort %d", p.NodePort)
 			}
@@ -230,7 +230,11 @@ func writeStatus(out io.Writer, r *agent.Report, counters map[counterKey]*servic
 			fmt.Fprintf(out, "    entry points: %s\n", orDash(strings.Join(p.EntryPoints, ", ")))
 			if counters != nil {
 				if c := counters[counterKey{s.Namespace, s.Name, p.PortName, p.Protocol}]; c != nil {
-					fmt.Fprintf(out, "    counters: %s\n", c)
+					both := ""
+					if dualPort(s.Ports, p) {
+						both = " (IPv4 and IPv6 together)"
+					}
+					fmt.Fprintf(out, "    counters%s: %s\n", both, c)
 				} else {
 					fmt.Fprintf(out, "    counters: none\n")
 				}
@@ -304,6 +308,7 @@ func writeServices(out io.Writer, r *agent.Report, wide bool) {
 				// A Service's only port may be unnamed: its number then.
 				port = fmt.Sprintf("%d/%s", p.Port, p.Protocol)
 			}
+			port += familySuffix(p)
 			if !wide {
 				entries := "-"
 				if len(p.EntryPoints) > 0 {
@@ -425,3 +430,24 @@ func portsOf(r *agent.Report) (flows.Ports, []agent.PodPort, error) {
 }
 
 func sortStrings(s []string) { slices.Sort(s) }
+
+// familySuffix is "/IPv6" for the IPv6 flow set of a Service port ("" for IPv4, whose output is
+// as before families): a dual-stack port is one flow set per family (agent.ServicePortReport.
+// Family), shown as "http/TCP" and "http/TCP/IPv6" like their keys.
+func familySuffix(p agent.ServicePortReport) string {
+	if p.Family == "IPv6" {
+		return "/IPv6"
+	}
+	return ""
+}
+
+// dualPort reports whether ports has p's Service port in another family too (the metrics add
+// the families of a port up).
+func dualPort(ports []agent.ServicePortReport, p agent.ServicePortReport) bool {
+	for _, o := range ports {
+		if o.PortName == p.PortName && o.Protocol == p.Protocol && o.Family != p.Family {
+			return true
+		}
+	}
+	return false
+}

@@ -127,7 +127,7 @@ func entryOwner(v *nodeView, entry netip.AddrPort, proto string) (string, string
 		for _, p := range s.Ports {
 			for _, e := range p.EntryPoints {
 				if e == want {
-					return s.Namespace + "/" + s.Name + " " + p.PortName + "/" + p.Protocol, ""
+					return s.Namespace + "/" + s.Name + " " + p.PortName + "/" + p.Protocol + familySuffix(p), ""
 				}
 			}
 		}
