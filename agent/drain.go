@@ -108,15 +108,25 @@ func (s *syncer) maintainDrains(ctx context.Context, final map[flows.Key]*flows.
 			return
 		}
 		dumped = true
-		var err error
-		dsts, err = s.cfg.Conntrack.ConntrackDestinations(ctx, flows.ZoneService)
-		if err != nil {
-			s.metrics.ConntrackOps.WithLabelValues("dump", "error").Inc()
-			logger.Error(err, "Could not read the service conntrack zone; drains are kept until their maximum period")
-			dsts = nil
-			return
+		// Both families' Service zones (ZoneService, ZoneService6): entry points of the two
+		// families never collide, so one map holds both dumps.
+		for _, zone := range []uint16{flows.ZoneService, flows.ZoneService6} {
+			d, err := s.cfg.Conntrack.ConntrackDestinations(ctx, zone)
+			if err != nil {
+				s.metrics.ConntrackOps.WithLabelValues("dump", "error").Inc()
+				logger.Error(err, "Could not read a service conntrack zone; drains are kept until their maximum period", "zone", zone)
+				dsts = nil
+				return
+			}
+			s.metrics.ConntrackOps.WithLabelValues("dump", "ok").Inc()
+			if dsts == nil {
+				dsts = d
+				continue
+			}
+			for e, n := range d {
+				dsts[e] += n
+			}
 		}
-		s.metrics.ConntrackOps.WithLabelValues("dump", "ok").Inc()
 	}
 	if !s.drainsRecovered {
 		s.drainsRecovered = true
@@ -216,7 +226,7 @@ func (s *syncer) udpFlushes(final map[flows.Key]*flows.FlowSet, gone map[flows.K
 func (s *syncer) flush(ctx context.Context, reqs []flushReq) {
 	logger := klog.FromContext(ctx)
 	for _, q := range reqs {
-		if err := s.cfg.Conntrack.FlushConntrack(ctx, flows.ConntrackFilter{Zone: flows.ZoneService, Protocol: flows.UDP, ReplySrc: q.endpoint, OrigDst: q.origDst}); err != nil {
+		if err := s.cfg.Conntrack.FlushConntrack(ctx, flows.ConntrackFilter{Zone: flows.FamilyOf(q.endpoint.Addr()).ServiceZone(), Protocol: flows.UDP, ReplySrc: q.endpoint, OrigDst: q.origDst}); err != nil {
 			s.metrics.ConntrackOps.WithLabelValues("flush", "error").Inc()
 			logger.Error(err, "Could not flush the UDP conntrack entries of a removed endpoint", "endpoint", q.endpoint, "entryPoint", q.origDst)
 			continue

@@ -99,11 +99,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"op", "result"}),
 		ConntrackZoneLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: ns, Name: "conntrack_zone_limit",
-			Help: "Maximum number of conntrack entries of each zone of the pipeline (0: bounded by the datapath's total only), by zone (ZoneService, ZonePod).",
+			Help: "Maximum number of conntrack entries of each zone of the pipeline (0: bounded by the datapath's total only), by zone (ZoneService, ZonePod, ZoneService6).",
 		}, []string{"zone"}),
 		ConntrackZoneEntries: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: ns, Name: "conntrack_zone_entries",
-			Help: "Conntrack entries of each zone of the pipeline at the last full sync, by zone (ZoneService, ZonePod); a zone at its limit refuses new connections.",
+			Help: "Conntrack entries of each zone of the pipeline at the last full sync, by zone (ZoneService, ZonePod, ZoneService6); a zone at its limit refuses new connections.",
 		}, []string{"zone"}),
 		DrainingEntryPoints: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Name: "draining_entry_points",

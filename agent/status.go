@@ -471,7 +471,7 @@ func (r *Reconciler) serviceReport(name types.NamespacedName, svc *corev1.Servic
 				nodeOf[ap] = ep.NodeName
 			}
 		}
-		ids := bucketIDsOf(sp.Family, eps)
+		ids := flows.BucketIDs(eps)
 		for _, ap := range eps {
 			pr.Endpoints = append(pr.Endpoints, EndpointReport{Addr: ap.String(), Bucket: ids[ap], Pod: pods[ap.Addr()], Node: nodeOf[ap]})
 		}
@@ -559,22 +559,6 @@ func addrString(a netip.Addr) string {
 		return ""
 	}
 	return a.String()
-}
-
-// bucketIDsOf is flows.BucketIDs of one family's endpoints. flows.BucketIDs panics on an IPv6
-// endpoint until its hash takes IPv6 (issue 22, helper ofv6): the report of an IPv6 port then
-// shows its endpoints with bucket 0 rather than crashing the status endpoint. Remove the recover
-// once flows.BucketIDs documents IPv6.
-func bucketIDsOf(fam flows.Family, eps []netip.AddrPort) (ids map[netip.AddrPort]uint32) {
-	if fam == flows.IPv4 {
-		return flows.BucketIDs(eps)
-	}
-	defer func() {
-		if recover() != nil {
-			ids = nil
-		}
-	}()
-	return flows.BucketIDs(eps)
 }
 
 // requestedEntry renders an entry point a Service asks for as ip:port/PROTO, an IPv6 address in

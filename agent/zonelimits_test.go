@@ -52,7 +52,7 @@ func TestZoneLimits(t *testing.T) {
 	f.r = f.newReconcilerWith(func(c *ReconcilerConfig) { c.Conntrack = lim; c.ZoneLimitPercent = 40 })
 	f.seedNodes(f.r)
 	require.NoError(t, f.sync())
-	assert.Equal(t, map[uint16]int{flows.ZoneService: 400, flows.ZonePod: 400}, lim.limits)
+	assert.Equal(t, map[uint16]int{flows.ZoneService: 400, flows.ZonePod: 400, flows.ZoneService6: 400}, lim.limits)
 	assert.Equal(t, 1, lim.sets)
 	f.r.RequestFullSync()
 	require.NoError(t, f.sync())

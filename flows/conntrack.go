@@ -37,5 +37,5 @@ func Zones() []struct {
 	return []struct {
 		Zone uint16
 		Name string
-	}{{ZoneService, "ZoneService"}, {ZonePod, "ZonePod"}}
+	}{{ZoneService, "ZoneService"}, {ZonePod, "ZonePod"}, {ZoneService6, "ZoneService6"}}
 }
