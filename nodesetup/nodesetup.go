@@ -200,6 +200,11 @@ func Setup(ctx context.Context, cfg Config) (Result, error) {
 	if err := checkPodCIDRFamilies(cfg.PodCIDRs); err != nil {
 		return Result{}, err
 	}
+	if cfg.MTU != 0 {
+		if err := checkIPv6MTU(cfg.MTU, cfg.PodCIDRs); err != nil {
+			return Result{}, err
+		}
+	}
 	if len(cfg.ClusterCIDRs) == 0 {
 		return Result{}, errors.New("no cluster CIDR: give --cluster-cidrs (kube-controller-manager's --cluster-cidr, e.g. 10.244.0.0/16)")
 	}
@@ -240,8 +245,8 @@ func Setup(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.MTU == 0 {
 		cfg.MTU = underlayMTU - GeneveOverhead
 	}
-	if hasV6(cfg.PodCIDRs) && cfg.MTU < MinIPv6MTU {
-		return r.res, fmt.Errorf("pod MTU %d is below IPv6's minimum link MTU %d and the node has the IPv6 pod CIDR %v: give the underlay (br-ex) an MTU of at least %d, or --mtu", cfg.MTU, MinIPv6MTU, ofFamily(cfg.PodCIDRs, knftables.IPv6Family), MinIPv6MTU+GeneveOverhead)
+	if err := checkIPv6MTU(cfg.MTU, cfg.PodCIDRs); err != nil {
+		return r.res, err
 	}
 	if err := r.setupGateway(ctx); err != nil {
 		return r.res, fmt.Errorf("gateway port: %w", err)
@@ -276,6 +281,14 @@ func checkPodCIDRFamilies(pods []netip.Prefix) error {
 	}
 	if v6 > 1 {
 		return fmt.Errorf("pod CIDRs %v: at most one IPv6 pod CIDR per node (spec.podCIDRs has one per family)", pods)
+	}
+	return nil
+}
+
+// checkIPv6MTU refuses a pod MTU below IPv6's minimum link MTU on a node with an IPv6 pod CIDR.
+func checkIPv6MTU(mtu int, pods []netip.Prefix) error {
+	if hasV6(pods) && mtu < MinIPv6MTU {
+		return fmt.Errorf("pod MTU %d is below IPv6's minimum link MTU %d and the node has the IPv6 pod CIDR %v: give the underlay (br-ex) an MTU of at least %d (Geneve over IPv4 adds %d bytes), or --mtu", mtu, MinIPv6MTU, ofFamily(pods, knftables.IPv6Family), MinIPv6MTU+GeneveOverhead, GeneveOverhead)
 	}
 	return nil
 }
