@@ -193,6 +193,7 @@ func runNodeSetup(ctx context.Context, o *nodeSetupOptions) error {
 			return err
 		}
 		logf("node %s: pod CIDRs %v", o.nodeName, o.cfg.PodCIDRs)
+		o.cfg.PodCIDRs = familiesServed(o.cfg.PodCIDRs, o.cfg.ClusterCIDRs, logf)
 		if !o.cfg.NodeIP.IsValid() {
 			if o.cfg.NodeIP, err = nodesetup.NodeInternalIP(ctx, cs, o.nodeName); err != nil {
 				return err
@@ -206,6 +207,21 @@ func runNodeSetup(ctx context.Context, o *nodeSetupOptions) error {
 	}
 	summary("node-setup", res)
 	return nil
+}
+
+// familiesServed drops the Node's IPv6 pod CIDR when --cluster-cidrs has no IPv6 CIDR (a
+// dual-stack cluster whose DaemonSet was configured before ovs-srcip served IPv6): the node stays
+// IPv4-only as before, and says how to serve IPv6, instead of refusing the pod CIDR as outside the
+// cluster CIDRs. A --pod-cidr given by hand is taken as it is.
+func familiesServed(pods, cluster []netip.Prefix, logf func(string, ...any)) []netip.Prefix {
+	if slices.ContainsFunc(cluster, func(p netip.Prefix) bool { return p.Addr().Is6() }) {
+		return pods
+	}
+	out := slices.DeleteFunc(slices.Clone(pods), func(p netip.Prefix) bool { return p.Addr().Is6() })
+	if len(out) != len(pods) {
+		logf("note: the Node's IPv6 pod CIDR is not served: --cluster-cidrs %v has no IPv6 CIDR (add the cluster's IPv6 --cluster-cidr to serve IPv6 pods); pod CIDRs %v", cluster, out)
+	}
+	return out
 }
 
 func parsePrefixes(ss []string) ([]netip.Prefix, error) {
