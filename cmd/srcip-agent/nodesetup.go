@@ -118,12 +118,12 @@ func newNodeTeardownCommand() *cobra.Command {
 		Use:   "node-teardown",
 		Short: "Undo node-setup: CNI files, nftables table, br-int with srcip-gw0, br-ex (the NIC gets its addresses and routes back); idempotent",
 		Long: `node-teardown undoes node-setup, idempotently: removes the conflist, srcip-cni, host-local
-and loopback and host-local's allocations of the network, deletes the nftables table ip ovs-srcip,
+and loopback and host-local's allocations of the network, deletes the nftables tables ip and ip6 ovs-srcip,
 deletes br-int (with srcip-gw0 and every pod port on it), and, when node-setup built br-ex from a
-NIC (its state file in --state-dir), deletes br-ex and puts the NIC's addresses and routes back,
+NIC (its state file in --state-dir), deletes br-ex and puts the NIC's IPv4 and IPv6 addresses and routes back,
 then checks that the default gateway answers, and removes the agent's flow snapshot
-(--flow-snapshot), so that a later install cannot replay the old flows. net.ipv4.ip_forward is left
-at 1 (kube-proxy needs it). Stop the DaemonSet on the node first (the agent would re-create br-int).`,
+(--flow-snapshot), so that a later install cannot replay the old flows. net.ipv4.ip_forward and
+net.ipv6.conf.all.forwarding are left at 1 (kube-proxy needs them). Stop the DaemonSet on the node first (the agent would re-create br-int).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
