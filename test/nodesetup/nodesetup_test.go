@@ -469,6 +469,21 @@ func TestNodeSetupDualStack(t *testing.T) {
 	assert.Contains(t, out, "node-setup: nothing changed")
 	assert.NotRegexp(t, `(?m)^changed: `, out)
 
+	// Real packets through the masquerade: a pod (a netns on br-int, forwarded with NORMAL here:
+	// no agent) pings the peer over each family; the peer has no route to the pod CIDRs, so a
+	// reply comes back only to the node's address, i.e. only when the pod's packet was
+	// masqueraded (table ip / ip6 ovs-srcip).
+	n.podPing(t, true)
+	// The control: without the IPv6 masquerade rule no IPv6 reply comes back; node-setup puts
+	// the rule back (the table is not the one it would write).
+	must(t, nil, "ip", "netns", "exec", n.netns, "nft", "flush", "chain", "ip6", "ovs-srcip", "postrouting")
+	n.podPing(t, false)
+	out, err = n.agent(t, bin, setup...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "changed: nftables table ip6 ovs-srcip")
+	assert.Contains(t, out, "unchanged: nftables table ip ovs-srcip")
+	n.podPing(t, true)
+
 	// The node without its IPv6 pod CIDR: no IPv6 gateway, no IPv6 cluster route, no ip6 table;
 	// the uplink's IPv6 stays on br-ex.
 	v4only := slices.Clone(setup)
@@ -513,6 +528,42 @@ func TestNodeSetupDualStack(t *testing.T) {
 	out, err = n.agent(t, bin, teardown...)
 	require.NoError(t, err)
 	assert.Contains(t, out, "node-teardown: nothing changed")
+}
+
+// podPing attaches a pod (netns <node>-pod: 10.244.1.5/24 and 2001:db8:244:1::5/64, default
+// routes via srcip-gw0's gateways) to br-int with a NORMAL flow, pings the peer over IPv4 and
+// IPv6 from it (the IPv6 ping fails unless v6ok), and removes it again.
+func (n *node) podPing(t *testing.T, v6ok bool) {
+	t.Helper()
+	pod := n.netns + "-pod"
+	must(t, nil, "ip", "netns", "add", pod)
+	defer func() { _, _ = run(t, nil, "ip", "netns", "del", pod) }()
+	must(t, nil, "ip", "link", "add", "name", "eth0", "netns", pod, "type", "veth", "peer", "name", "podh0", "netns", n.netns)
+	// The host end as srcip-cni leaves it on the userspace datapath (hostEndQuiet).
+	must(t, nil, "ip", "netns", "exec", n.netns, "sysctl", "-q", "-w", "net.ipv4.conf.podh0.forwarding=0", "net.ipv6.conf.podh0.disable_ipv6=1")
+	must(t, nil, "ip", "-n", n.netns, "link", "set", "podh0", "arp", "off", "up")
+	must(t, nil, "ip", "netns", "exec", pod, "sysctl", "-q", "-w", "net.ipv6.conf.eth0.accept_dad=0", "net.ipv6.conf.eth0.accept_ra=0")
+	must(t, nil, "ip", "-n", pod, "addr", "add", "10.244.1.5/24", "dev", "eth0")
+	must(t, nil, "ip", "-n", pod, "addr", "add", "2001:db8:244:1::5/64", "dev", "eth0")
+	must(t, nil, "ip", "-n", pod, "link", "set", "eth0", "up")
+	must(t, nil, "ip", "-n", pod, "route", "add", "default", "via", "10.244.1.1")
+	must(t, nil, "ip", "-n", pod, "-6", "route", "add", "default", "via", "2001:db8:244:1::1")
+	_, err := n.vsctl(t, "add-port", "br-int", "podh0")
+	require.NoError(t, err)
+	defer func() { _, _ = n.vsctl(t, "--if-exists", "del-port", "br-int", "podh0") }()
+	must(t, n.ovsEnv(), "ovs-ofctl", "add-flow", "br-int", "priority=0,actions=NORMAL")
+	defer func() { _, _ = run(t, n.ovsEnv(), "ovs-ofctl", "del-flows", "br-int") }()
+	for _, dst := range []string{peerIP, peerIP6} {
+		if dst == peerIP6 && !v6ok {
+			_, err := run(t, nil, "ip", "netns", "exec", pod, "ping", "-c", "2", "-i", "0.2", "-W", "1", dst)
+			require.Error(t, err, "ping %s from the pod without the IPv6 masquerade", dst)
+			continue
+		}
+		out, err := run(t, nil, "ip", "netns", "exec", pod, "ping", "-c", "3", "-i", "0.2", "-W", "2", dst)
+		require.NoError(t, err, "ping %s from the pod (masqueraded to the node's address)", dst)
+		assert.Contains(t, out, " 0% packet loss")
+		assert.NotContains(t, out, "DUP!")
+	}
 }
 
 func pluginPaths(dir string) []string {
