@@ -469,6 +469,36 @@ func TestNodeSetupDualStack(t *testing.T) {
 	assert.Contains(t, out, "node-setup: nothing changed")
 	assert.NotRegexp(t, `(?m)^changed: `, out)
 
+	// A reboot (as in TestNodeSetupAndTeardown): ovs-vswitchd restarts without flows, the
+	// distribution's configuration has put both families back on eth0; the boot script puts them
+	// on br-ex again (ip -6 lines included).
+	vsd := pidOf(t, filepath.Join(n.dir, "ovs-vswitchd.pid"))
+	must(t, nil, "ovs-appctl", "-t", filepath.Join(n.dir, fmt.Sprintf("ovs-vswitchd.%d.ctl", vsd)), "exit", "--cleanup")
+	for i := 0; i < 50 && lab.PidAlive(vsd); i++ {
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.False(t, lab.PidAlive(vsd))
+	must(t, nil, "ip", "netns", "exec", n.netns, "sysctl", "-q", "-w", "net.ipv6.conf.eth0.disable_ipv6=0")
+	must(t, nil, "ip", "-n", n.netns, "addr", "add", nodeIP+"/24", "dev", "eth0")
+	must(t, nil, "ip", "-n", n.netns, "addr", "add", nodeIP6+"/64", "dev", "eth0", "nodad")
+	must(t, nil, "ip", "-n", n.netns, "route", "replace", "default", "via", peerIP, "dev", "eth0", "metric", "50")
+	must(t, nil, "ip", "-n", n.netns, "-6", "route", "replace", "default", "via", peerLL, "dev", "eth0", "metric", "50")
+	must(t, n.ovsEnv(), "ip", "netns", "exec", n.netns, "ovs-vswitchd", "unix:"+n.dir+"/db.sock",
+		"--pidfile", "--detach", "--no-chdir", "--log-file", "-vconsole:off")
+	must(t, n.ovsEnv(), "ip", "netns", "exec", n.netns, "sh", "-x", filepath.Join(n.dir, "state", nodesetup.BootScript))
+	n.ping(t)
+	n.ping6(t)
+	addrs6 = must(t, nil, "ip", "-n", n.netns, "-6", "-o", "addr", "show")
+	assert.Regexp(t, `br-ex\s+inet6 `+regexp.QuoteMeta(nodeIP6)+`/64 scope global`, addrs6)
+	assert.NotContains(t, addrs6, "eth0 ")
+	routes6 = must(t, nil, "ip", "-n", n.netns, "-6", "route", "show")
+	assert.Contains(t, routes6, "default via "+peerLL+" dev br-ex")
+	assert.Contains(t, routes6, route6+" via "+peerIP6+" dev br-ex")
+	must(t, n.ovsEnv(), "ip", "netns", "exec", n.netns, "sh", filepath.Join(n.dir, "state", nodesetup.BootScript)) // twice: no error
+	out, err = n.agent(t, bin, setup...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "unchanged: br-ex exists (no NIC to move)")
+
 	// Real packets through the masquerade: a pod (a netns on br-int, forwarded with NORMAL here:
 	// no agent) pings the peer over each family; the peer has no route to the pod CIDRs, so a
 	// reply comes back only to the node's address, i.e. only when the pod's packet was
