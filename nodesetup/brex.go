@@ -216,6 +216,34 @@ func nicAddrsRoutes(link netlink.Link, v6 bool) ([]netlink.Addr, []netlink.Route
 	return addrs, out, nil
 }
 
+// withoutDynamicIPv6 returns addrs and routes without any IPv6 one when the NIC has dynamic IPv6
+// configuration (an IPv6 address without IFA_F_PERMANENT or with a finite valid lifetime, a
+// route from a router advertisement: the static IPv6 routes may need the dynamic address's
+// prefix), and the dynamic parts, described; unchanged when the IPv6 configuration is static.
+func withoutDynamicIPv6(addrs []netlink.Addr, routes []netlink.Route) ([]netlink.Addr, []netlink.Route, []string) {
+	var dyn []string
+	for _, a := range addrs {
+		if a.IP.To4() == nil && (a.Flags&unix.IFA_F_PERMANENT == 0 || (a.ValidLft > 0 && a.ValidLft != infinityLifetime)) {
+			dyn = append(dyn, "address "+a.IPNet.String())
+		}
+	}
+	for _, r := range routes {
+		if r.Protocol == unix.RTPROT_RA {
+			dst := "default"
+			if r.Dst != nil {
+				dst = r.Dst.String()
+			}
+			dyn = append(dyn, "route "+dst+" (proto ra)")
+		}
+	}
+	if len(dyn) == 0 {
+		return addrs, routes, nil
+	}
+	addrs = slices.DeleteFunc(addrs, func(a netlink.Addr) bool { return a.IP.To4() == nil })
+	routes = slices.DeleteFunc(routes, func(r netlink.Route) bool { return r.Family == unix.AF_INET6 })
+	return addrs, routes, dyn
+}
+
 // defaultRouteLink returns the name of the interface of the IPv4 default route of the main
 // table (the one with the lowest metric).
 func defaultRouteLink() (string, error) {
@@ -276,6 +304,17 @@ func (r *run) setupBrEx(ctx context.Context) (int, error) {
 	addrs, routes, err := nicAddrsRoutes(link, true)
 	if err != nil {
 		return 0, err
+	}
+	if !hasV6(c.PodCIDRs) {
+		// A node without an IPv6 pod CIDR is set up as before IPv6 when the NIC's IPv6 is
+		// dynamic (SLAAC, DHCPv6, router advertisements): no reason to refuse, and all of its
+		// IPv6 addresses and routes are left on the NIC.
+		var left []string
+		addrs, routes, left = withoutDynamicIPv6(addrs, routes)
+		if len(left) > 0 {
+			c.Logf("note: %s's IPv6 configuration is dynamic and stays on it, not moved to %s (the node has no IPv6 pod CIDR; IPv6 through %s stops once it is a port of %s): %s",
+				nic, c.BridgeEx, nic, c.BridgeEx, strings.Join(left, ", "))
+		}
 	}
 	if brErr == nil && slices.Contains(ports, nic) && len(addrs) == 0 {
 		r.unchanged("%s holds %s, whose addresses are on %s", c.BridgeEx, nic, c.BridgeEx)

@@ -228,7 +228,8 @@ var dhcpClients = []string{"dhclient", "dhcpcd", "udhcpc", "dhcpcd5"}
 // signs, in this order: an IPv4 or global IPv6 address of the NIC without IFA_F_PERMANENT or with
 // a finite valid lifetime (what dhclient, systemd-networkd, NetworkManager and dhcpcd add, and
 // IPv6 SLAAC); an IPv6 route learned from a router advertisement (proto ra: it would expire on
-// br-ex, and net.ipv6.conf.all.forwarding=1 stops the kernel taking new ones); a DHCP client
+// br-ex, and net.ipv6.conf.all.forwarding=1 stops the kernel taking new ones; setupBrEx leaves
+// both out of the check, and on the NIC, on a node without an IPv6 pod CIDR); a DHCP client
 // process (dhcpClients) in this network namespace with the NIC's name among its arguments; a
 // systemd-networkd lease file of the NIC (/run/systemd/netif/leases/<ifindex>) when node-setup
 // runs in the host's network namespace. what names the NIC in the error ("NIC eth0",

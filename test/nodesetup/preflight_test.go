@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -168,6 +169,34 @@ func TestNodeSetupRefusesDynamicIPv6(t *testing.T) {
 	assert.Regexp(t, `NIC eth0 is configured by DHCP: its address 2001:db8:1::10/64 is dynamic \(valid_lft 3[56]\d\ds, SLAAC or a DHCPv6 lease\)`, err.Error())
 	assert.NotContains(t, out, "changed: ")
 	untouched("dynamic IPv6 address")
+	// The same NIC on a node without an IPv6 pod CIDR is set up as before IPv6: its dynamic IPv6
+	// address is no reason to refuse, and eth0's IPv6 (address and routes) stays on it; IPv4 moves.
+	v4only := slices.Clone(setup)
+	for i, a := range v4only {
+		switch {
+		case strings.HasPrefix(a, "--pod-cidr="):
+			v4only[i] = "--pod-cidr=10.244.1.0/24"
+		case strings.HasPrefix(a, "--cluster-cidrs="):
+			v4only[i] = "--cluster-cidrs=10.244.0.0/16"
+		}
+	}
+	out, err = n.agent(t, bin, v4only...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "note: eth0's IPv6 configuration is dynamic and stays on it, not moved to br-ex (the node has no IPv6 pod CIDR")
+	assert.Contains(t, out, "changed: moved eth0 into br-ex with 1 addresses and 2 routes")
+	assert.Contains(t, must(t, nil, "ip", "-n", n.netns, "-6", "route", "show"), route6+" via "+peerIP6+" dev eth0")
+	assert.Contains(t, must(t, nil, "ip", "-n", n.netns, "-6", "-o", "addr", "show", "dev", "eth0"), "inet6 "+nodeIP6+"/64")
+	n.ping(t)
+	teardown := []string{"node-teardown", "--flow-snapshot="}
+	for _, a := range setup {
+		if strings.HasPrefix(a, "--ovs") || strings.HasPrefix(a, "--state-dir=") || strings.HasPrefix(a, "--cni-bin-dir=") ||
+			strings.HasPrefix(a, "--cni-conf-dir=") || strings.HasPrefix(a, "--cni-data-dir=") {
+			teardown = append(teardown, a)
+		}
+	}
+	out, err = n.agent(t, bin, teardown...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "changed: eth0 has its 1 addresses and 2 routes back")
 	must(t, nil, "ip", "-n", n.netns, "addr", "change", nodeIP6+"/64", "dev", "eth0", "valid_lft", "forever", "preferred_lft", "forever")
 
 	must(t, nil, "ip", "-n", n.netns, "-6", "route", "add", "2001:db8:98::/48", "via", peerLL, "dev", "eth0", "proto", "ra")
