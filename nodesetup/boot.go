@@ -54,6 +54,8 @@ ip -4 addr flush dev %s
 		fmt.Fprintf(&b, "sysctl -q -w net.ipv4.conf.%s.rp_filter=1\n", strings.ReplaceAll(st.NIC, ".", "/"))
 	}
 	if st.hasIPv6() {
+		// br-ex's device is new after a reboot and takes net.ipv6.conf.default.
+		fmt.Fprintf(&b, "sysctl -q -w net.ipv6.conf.%s.disable_ipv6=0\n", strings.ReplaceAll(st.BridgeEx, ".", "/"))
 		fmt.Fprintf(&b, "ip -6 addr flush dev %s scope global\n", nic)
 	}
 	if st.IPv6Disabled != "" {

@@ -383,6 +383,12 @@ func (r *run) setupBrEx(ctx context.Context) (int, error) {
 	if err := netlink.LinkSetUp(br); err != nil {
 		return 0, fmt.Errorf("set %s up: %w", c.BridgeEx, err)
 	}
+	if st.hasIPv6() {
+		// br-ex's device is new and takes net.ipv6.conf.default: IPv6 may be off on it.
+		if err := ensureIPv6On(c.BridgeEx); err != nil {
+			return 0, err
+		}
+	}
 	// br-ex is fail_mode=secure: without a flow it forwards nothing, and the agent that writes
 	// its flows is not running yet. Until it is, br-ex forwards with NORMAL: the agent's own
 	// table-0 NORMAL flow has the same match and replaces this one.

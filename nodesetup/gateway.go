@@ -82,6 +82,12 @@ func (r *run) setupGateway(ctx context.Context) error {
 			want[GatewayPrefix(p)] = unix.RT_SCOPE_UNIVERSE
 		}
 	}
+	if hasV6(c.PodCIDRs) {
+		// A new device takes net.ipv6.conf.default: IPv6 may be off on it.
+		if err := ensureIPv6On(c.GatewayPort); err != nil {
+			return err
+		}
+	}
 	have, err := netlink.AddrList(link, unix.AF_INET)
 	if err != nil {
 		return fmt.Errorf("addresses of %s: %w", c.GatewayPort, err)
@@ -260,6 +266,16 @@ func routeSource6(c *Config) (netip.Addr, error) {
 // ipv6RouteMetric is the metric the kernel gives an IPv6 route added without one
 // (IP6_RT_PRIO_USER), set explicitly on the routes to the IPv6 cluster CIDRs.
 const ipv6RouteMetric = 1024
+
+// ensureIPv6On sets net.ipv6.conf.<dev>.disable_ipv6=0 when it is 1.
+func ensureIPv6On(dev string) error {
+	p := disableIPv6Path(dev)
+	v, err := readSysctl(p)
+	if err != nil || v == "0" {
+		return err
+	}
+	return writeSysctl(p, "0")
+}
 
 func hasV4(ps []netip.Prefix) bool {
 	return slices.ContainsFunc(ps, func(p netip.Prefix) bool { return p.Addr().Is4() })

@@ -205,6 +205,11 @@ func Setup(ctx context.Context, cfg Config) (Result, error) {
 			return Result{}, err
 		}
 	}
+	if hasV6(cfg.PodCIDRs) {
+		if _, err := os.Stat(ipv6ForwardPath); err != nil {
+			return Result{}, fmt.Errorf("the node has the IPv6 pod CIDR %v but this kernel has no IPv6 (%s: %w; booted with ipv6.disable=1?): nothing was changed", ofFamily(cfg.PodCIDRs, knftables.IPv6Family), ipv6ForwardPath, err)
+		}
+	}
 	if len(cfg.ClusterCIDRs) == 0 {
 		return Result{}, errors.New("no cluster CIDR: give --cluster-cidrs (kube-controller-manager's --cluster-cidr, e.g. 10.244.0.0/16)")
 	}

@@ -211,7 +211,7 @@ func TestRenderBootScript(t *testing.T) {
 		Routes: []SavedRoute{{Dst: "::/0", Gw: "fe80::1", Metric: 1024, Protocol: 4}, {Dst: "2001:db8:99::/48", Gw: "2001:db8:1::1", Protocol: 4}}},
 		"/var/lib/ovs-srcip/node-setup.json")
 	for _, want := range []string{
-		"ip -6 addr flush dev ens3 scope global\n", "sysctl -q -w net.ipv6.conf.ens3.disable_ipv6=1\n",
+		"sysctl -q -w net.ipv6.conf.br-ex.disable_ipv6=0\n", "ip -6 addr flush dev ens3 scope global\n", "sysctl -q -w net.ipv6.conf.ens3.disable_ipv6=1\n",
 		"ip addr replace 2001:db8:1::10/64 dev br-ex scope 0 nodad\n",
 		"ip -6 route replace default via fe80::1 dev br-ex metric 1024 proto 4 scope 0\n",
 		"ip -6 route replace 2001:db8:99::/48 via 2001:db8:1::1 dev br-ex metric 0 proto 4 scope 0\n",

@@ -408,6 +408,9 @@ func TestNodeSetupDualStack(t *testing.T) {
 	n := startNodeFamilies(t, true)
 	n.ping(t)
 	n.ping6(t)
+	// New devices (br-ex's, srcip-gw0) start with IPv6 off, as on a host whose default is off
+	// while the uplink has it on: node-setup turns it on where it puts IPv6 addresses.
+	must(t, nil, "ip", "netns", "exec", n.netns, "sysctl", "-q", "-w", "net.ipv6.conf.default.disable_ipv6=1")
 	src := filepath.Join(n.dir, "cni-src")
 	require.NoError(t, os.MkdirAll(src, 0o755))
 	for _, p := range nodesetup.CNIPlugins {
