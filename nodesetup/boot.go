@@ -22,8 +22,9 @@ func (c *Config) bootScriptPath() string { return filepath.Join(c.StateDir, Boot
 
 // RenderBootScript returns the boot script for st: wait for br-ex, the bootstrap NORMAL flow
 // when table 0 has no flow, the NIC's IPv4 addresses off the NIC (the distribution's network
-// configuration puts them back there at boot) and onto br-ex with its routes, and on the
-// userspace datapath ARP off and strict rp_filter on the NIC. Running it twice changes nothing.
+// configuration puts them back there at boot; its global IPv6 addresses too) and onto br-ex with
+// its routes (IPv6 ones with ip -6, addresses nodad), and on the userspace datapath ARP off and
+// strict rp_filter on the NIC (and IPv6 off on it when IPv6 addresses moved). Running it twice changes nothing.
 func RenderBootScript(st *State, statePath string) string {
 	q := shellQuote
 	br, nic := q(st.BridgeEx), q(st.NIC)
@@ -52,6 +53,14 @@ ip -4 addr flush dev %s
 	if st.RPFilter != "" {
 		fmt.Fprintf(&b, "sysctl -q -w net.ipv4.conf.%s.rp_filter=1\n", strings.ReplaceAll(st.NIC, ".", "/"))
 	}
+	if st.hasIPv6() {
+		// br-ex's device is new after a reboot and takes net.ipv6.conf.default.
+		fmt.Fprintf(&b, "sysctl -q -w net.ipv6.conf.%s.disable_ipv6=0\n", strings.ReplaceAll(st.BridgeEx, ".", "/"))
+		fmt.Fprintf(&b, "ip -6 addr flush dev %s scope global\n", nic)
+	}
+	if st.IPv6Disabled != "" {
+		fmt.Fprintf(&b, "sysctl -q -w net.ipv6.conf.%s.disable_ipv6=1\n", strings.ReplaceAll(st.NIC, ".", "/"))
+	}
 	for _, a := range st.Addrs {
 		fmt.Fprintf(&b, "ip addr replace %s", q(a.CIDR))
 		if a.Broadcast != "" {
@@ -60,6 +69,9 @@ ip -4 addr flush dev %s
 		fmt.Fprintf(&b, " dev %s scope %d", br, a.Scope)
 		if a.Flags&unix.IFA_F_NOPREFIXROUTE != 0 {
 			b.WriteString(" noprefixroute")
+		}
+		if strings.Contains(a.CIDR, ":") {
+			b.WriteString(" nodad")
 		}
 		b.WriteString("\n")
 	}
@@ -72,11 +84,14 @@ ip -4 addr flush dev %s
 // renderRoute writes the "ip route replace" line of r through br, in table (0: main).
 func renderRoute(b *strings.Builder, r SavedRoute, br string, table int) {
 	q := shellQuote
-	dst := r.Dst
-	if dst == "0.0.0.0/0" {
+	dst, fam := r.Dst, ""
+	if strings.Contains(dst, ":") {
+		fam = "-6 "
+	}
+	if dst == "0.0.0.0/0" || dst == "::/0" {
 		dst = "default"
 	}
-	fmt.Fprintf(b, "ip route replace %s", q(dst))
+	fmt.Fprintf(b, "ip %sroute replace %s", fam, q(dst))
 	if r.Gw != "" {
 		fmt.Fprintf(b, " via %s", q(r.Gw))
 	}

@@ -32,12 +32,19 @@ type State struct {
 	// userspace datapath only: the node's kernel also receives the NIC's frames there, and
 	// without the reverse-path check it would take every packet to the node twice (once from the
 	// NIC, once from br-ex). Empty: not changed.
-	RPFilter string       `json:"rpFilter,omitempty"`
-	Addrs    []SavedAddr  `json:"addrs"`
-	Routes   []SavedRoute `json:"routes"`
+	RPFilter string `json:"rpFilter,omitempty"`
+	// IPv6Disabled is the NIC's net.ipv6.conf.<nic>.disable_ipv6 before node-setup set it to 1,
+	// userspace datapath with IPv6 addresses moved only: the node's kernel also receives the
+	// NIC's frames there and, IPv6 having no rp_filter, would take every IPv6 packet to the node
+	// twice. Empty: not changed.
+	IPv6Disabled string `json:"ipv6Disabled,omitempty"`
+	// Addrs are the NIC's IPv4 addresses and its global IPv6 addresses (link-local fe80::/10 is
+	// the kernel's, on the NIC and on br-ex alike).
+	Addrs  []SavedAddr  `json:"addrs"`
+	Routes []SavedRoute `json:"routes"`
 }
 
-// SavedAddr is one IPv4 address of the NIC.
+// SavedAddr is one IPv4 or global IPv6 address of the NIC.
 type SavedAddr struct {
 	CIDR      string `json:"cidr"`
 	Broadcast string `json:"broadcast,omitempty"`
@@ -50,10 +57,10 @@ type SavedAddr struct {
 	PreferedLft int `json:"preferedLft,omitempty"`
 }
 
-// SavedRoute is one IPv4 route of the main table through the NIC (not the kernel's prefix
-// routes, which come back with the addresses).
+// SavedRoute is one IPv4 or IPv6 route of the main table through the NIC (not the kernel's
+// prefix routes, which come back with the addresses).
 type SavedRoute struct {
-	Dst      string `json:"dst"` // "0.0.0.0/0" for the default route
+	Dst      string `json:"dst"` // "0.0.0.0/0" or "::/0" for the default route
 	Gw       string `json:"gw,omitempty"`
 	Src      string `json:"src,omitempty"`
 	Metric   int    `json:"metric,omitempty"`
@@ -84,6 +91,11 @@ func (s SavedAddr) addr() (*netlink.Addr, error) {
 		return nil, err
 	}
 	a := &netlink.Addr{IPNet: ipn, Flags: s.Flags, Scope: s.Scope, ValidLft: s.ValidLft, PreferedLft: s.PreferedLft}
+	if ipn.IP.To4() == nil {
+		// Usable at once where it lands (br-ex, or the NIC again): it was the node's address a
+		// moment ago, no duplicate to detect.
+		a.Flags |= unix.IFA_F_NODAD
+	}
 	if s.Broadcast != "" {
 		a.Broadcast = net.ParseIP(s.Broadcast)
 	}
@@ -93,6 +105,9 @@ func (s SavedAddr) addr() (*netlink.Addr, error) {
 func saveRoute(r netlink.Route) SavedRoute {
 	s := SavedRoute{Dst: "0.0.0.0/0", Metric: r.Priority, Scope: int(r.Scope), Protocol: int(r.Protocol),
 		Type: r.Type, Flags: r.Flags, MTU: r.MTU, AdvMSS: r.AdvMSS}
+	if r.Family == unix.AF_INET6 {
+		s.Dst = "::/0"
+	}
 	if r.Dst != nil {
 		s.Dst = r.Dst.String()
 	}
@@ -113,6 +128,9 @@ func (s SavedRoute) route(link int) (*netlink.Route, error) {
 	r := &netlink.Route{LinkIndex: link, Dst: dst, Priority: s.Metric, Scope: netlink.Scope(s.Scope),
 		Protocol: netlink.RouteProtocol(s.Protocol), Type: s.Type, Flags: s.Flags, MTU: s.MTU, AdvMSS: s.AdvMSS,
 		Table: unix.RT_TABLE_MAIN, Family: unix.AF_INET}
+	if dst.IP.To4() == nil {
+		r.Family = unix.AF_INET6
+	}
 	if s.Gw != "" {
 		r.Gw = net.ParseIP(s.Gw)
 	}
@@ -159,17 +177,34 @@ func (c *Config) writeState(st *State) error {
 	return os.Rename(tmp, c.statePath())
 }
 
-// nicAddrs returns the NIC's IPv4 addresses and its main-table IPv4 routes other than the
-// kernel's prefix routes.
-func nicAddrsRoutes(link netlink.Link) ([]netlink.Addr, []netlink.Route, error) {
-	addrs, err := netlink.AddrList(link, unix.AF_INET)
-	if err != nil {
-		return nil, nil, fmt.Errorf("addresses of %s: %w", link.Attrs().Name, err)
+// nicAddrsRoutes returns the NIC's IPv4 addresses and its main-table IPv4 routes other than the
+// kernel's prefix routes; with v6 also its IPv6 addresses other than link-local ones (fe80::/10,
+// the kernel's) and its main-table IPv6 routes other than the kernel's (prefix routes,
+// fe80::/64).
+func nicAddrsRoutes(link netlink.Link, v6 bool) ([]netlink.Addr, []netlink.Route, error) {
+	fams := []int{unix.AF_INET}
+	if v6 {
+		fams = append(fams, unix.AF_INET6)
 	}
-	routes, err := netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{LinkIndex: link.Attrs().Index, Table: unix.RT_TABLE_MAIN},
-		netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
-	if err != nil {
-		return nil, nil, fmt.Errorf("routes of %s: %w", link.Attrs().Name, err)
+	var addrs []netlink.Addr
+	var routes []netlink.Route
+	for _, fam := range fams {
+		as, err := netlink.AddrList(link, fam)
+		if err != nil {
+			return nil, nil, fmt.Errorf("addresses of %s: %w", link.Attrs().Name, err)
+		}
+		for _, a := range as {
+			if fam == unix.AF_INET6 && (a.IP.IsLinkLocalUnicast() || a.IP.To4() != nil) {
+				continue
+			}
+			addrs = append(addrs, a)
+		}
+		rs, err := netlink.RouteListFiltered(fam, &netlink.Route{LinkIndex: link.Attrs().Index, Table: unix.RT_TABLE_MAIN},
+			netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
+		if err != nil {
+			return nil, nil, fmt.Errorf("routes of %s: %w", link.Attrs().Name, err)
+		}
+		routes = append(routes, rs...)
 	}
 	var out []netlink.Route
 	for _, r := range routes {
@@ -179,6 +214,34 @@ func nicAddrsRoutes(link netlink.Link) ([]netlink.Addr, []netlink.Route, error) 
 		out = append(out, r)
 	}
 	return addrs, out, nil
+}
+
+// withoutDynamicIPv6 returns addrs and routes without any IPv6 one when the NIC has dynamic IPv6
+// configuration (an IPv6 address without IFA_F_PERMANENT or with a finite valid lifetime, a
+// route from a router advertisement: the static IPv6 routes may need the dynamic address's
+// prefix), and the dynamic parts, described; unchanged when the IPv6 configuration is static.
+func withoutDynamicIPv6(addrs []netlink.Addr, routes []netlink.Route) ([]netlink.Addr, []netlink.Route, []string) {
+	var dyn []string
+	for _, a := range addrs {
+		if a.IP.To4() == nil && (a.Flags&unix.IFA_F_PERMANENT == 0 || (a.ValidLft > 0 && a.ValidLft != infinityLifetime)) {
+			dyn = append(dyn, "address "+a.IPNet.String())
+		}
+	}
+	for _, r := range routes {
+		if r.Protocol == unix.RTPROT_RA {
+			dst := "default"
+			if r.Dst != nil {
+				dst = r.Dst.String()
+			}
+			dyn = append(dyn, "route "+dst+" (proto ra)")
+		}
+	}
+	if len(dyn) == 0 {
+		return addrs, routes, nil
+	}
+	addrs = slices.DeleteFunc(addrs, func(a netlink.Addr) bool { return a.IP.To4() == nil })
+	routes = slices.DeleteFunc(routes, func(r netlink.Route) bool { return r.Family == unix.AF_INET6 })
+	return addrs, routes, dyn
 }
 
 // defaultRouteLink returns the name of the interface of the IPv4 default route of the main
@@ -238,9 +301,20 @@ func (r *run) setupBrEx(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("NIC %s: %w (check --nic)", nic, err)
 	}
-	addrs, routes, err := nicAddrsRoutes(link)
+	addrs, routes, err := nicAddrsRoutes(link, true)
 	if err != nil {
 		return 0, err
+	}
+	if !hasV6(c.PodCIDRs) {
+		// A node without an IPv6 pod CIDR is set up as before IPv6 when the NIC's IPv6 is
+		// dynamic (SLAAC, DHCPv6, router advertisements): no reason to refuse, and all of its
+		// IPv6 addresses and routes are left on the NIC.
+		var left []string
+		addrs, routes, left = withoutDynamicIPv6(addrs, routes)
+		if len(left) > 0 {
+			c.Logf("note: %s's IPv6 configuration is dynamic and stays on it, not moved to %s (the node has no IPv6 pod CIDR; IPv6 through %s stops once it is a port of %s): %s",
+				nic, c.BridgeEx, nic, c.BridgeEx, strings.Join(left, ", "))
+		}
 	}
 	if brErr == nil && slices.Contains(ports, nic) && len(addrs) == 0 {
 		r.unchanged("%s holds %s, whose addresses are on %s", c.BridgeEx, nic, c.BridgeEx)
@@ -309,6 +383,12 @@ func (r *run) setupBrEx(ctx context.Context) (int, error) {
 	if err := netlink.LinkSetUp(br); err != nil {
 		return 0, fmt.Errorf("set %s up: %w", c.BridgeEx, err)
 	}
+	if st.hasIPv6() {
+		// br-ex's device is new and takes net.ipv6.conf.default: IPv6 may be off on it.
+		if err := ensureIPv6On(c.BridgeEx); err != nil {
+			return 0, err
+		}
+	}
 	// br-ex is fail_mode=secure: without a flow it forwards nothing, and the agent that writes
 	// its flows is not running yet. Until it is, br-ex forwards with NORMAL: the agent's own
 	// table-0 NORMAL flow has the same match and replaces this one.
@@ -353,6 +433,9 @@ func (r *run) setupBrEx(ctx context.Context) (int, error) {
 	}
 	moveErr := moveAddrsRoutes(link, br, st)
 	moved := time.Since(start)
+	if moveErr == nil && dpType == "netdev" && st.hasIPv6() {
+		moveErr = r.nicIPv6Off(st)
+	}
 	if moveErr == nil {
 		if _, _, err := r.db.WaitInterface(ctx, nic, false, 30*time.Second); err != nil {
 			moveErr = err
@@ -417,9 +500,10 @@ func moveAddrsRoutes(nic, br netlink.Link, st *State) error {
 	return nil
 }
 
-// verifyGateways checks that every gateway of the saved routes answers ARP through link: one
-// UDP datagram to its discard port makes the kernel resolve it, then its neighbour entry on
-// link must become reachable.
+// verifyGateways checks that every gateway of the saved routes answers ARP (IPv4) or neighbour
+// solicitations (IPv6, a link-local gateway through link's zone) through link: one UDP datagram
+// to its discard port makes the kernel resolve it, then its neighbour entry on link must become
+// reachable.
 func verifyGateways(ctx context.Context, link netlink.Link, st *State, timeout time.Duration) error {
 	var gws []net.IP
 	for _, sr := range st.Routes {
@@ -428,11 +512,18 @@ func verifyGateways(ctx context.Context, link netlink.Link, st *State, timeout t
 		}
 	}
 	for _, gw := range gws {
+		fam, network, host := unix.AF_INET, "udp4", gw.String()
+		if gw.To4() == nil {
+			fam, network = unix.AF_INET6, "udp6"
+			if gw.IsLinkLocalUnicast() {
+				host += "%" + link.Attrs().Name
+			}
+		}
 		// A fresh resolution, not an entry left from before the move.
-		_ = netlink.NeighDel(&netlink.Neigh{LinkIndex: link.Attrs().Index, IP: gw, Family: unix.AF_INET})
+		_ = netlink.NeighDel(&netlink.Neigh{LinkIndex: link.Attrs().Index, IP: gw, Family: fam})
 		deadline := time.Now().Add(timeout)
 		for {
-			if c, err := net.Dial("udp4", net.JoinHostPort(gw.String(), "9")); err == nil {
+			if c, err := net.Dial(network, net.JoinHostPort(host, "9")); err == nil {
 				_, _ = c.Write([]byte{0})
 				c.Close()
 			}
@@ -440,7 +531,7 @@ func verifyGateways(ctx context.Context, link netlink.Link, st *State, timeout t
 				break
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("gateway %s does not answer ARP through %s within %s", gw, link.Attrs().Name, timeout)
+				return fmt.Errorf("gateway %s does not answer ARP (IPv4) or neighbour solicitations (IPv6) through %s within %s", gw, link.Attrs().Name, timeout)
 			}
 			select {
 			case <-ctx.Done():
@@ -453,7 +544,11 @@ func verifyGateways(ctx context.Context, link netlink.Link, st *State, timeout t
 }
 
 func neighReachable(link netlink.Link, ip net.IP) bool {
-	ns, err := netlink.NeighList(link.Attrs().Index, unix.AF_INET)
+	fam := unix.AF_INET
+	if ip.To4() == nil {
+		fam = unix.AF_INET6
+	}
+	ns, err := netlink.NeighList(link.Attrs().Index, fam)
 	if err != nil {
 		return false
 	}
@@ -506,6 +601,11 @@ func (r *run) restoreNIC(ctx context.Context, st *State) error {
 	}
 	if deleted {
 		r.changed("deleted %s", st.BridgeEx)
+	}
+	if st.IPv6Disabled != "" {
+		if err := writeSysctl(disableIPv6Path(st.NIC), st.IPv6Disabled); err != nil {
+			return err
+		}
 	}
 	for _, sa := range st.Addrs {
 		a, err := sa.addr()
@@ -608,6 +708,36 @@ func (r *run) teardownBrEx(ctx context.Context) error {
 }
 
 func rpFilterPath(nic string) string { return "/proc/sys/net/ipv4/conf/" + nic + "/rp_filter" }
+
+func disableIPv6Path(nic string) string { return "/proc/sys/net/ipv6/conf/" + nic + "/disable_ipv6" }
+
+// hasIPv6 reports whether st moved an IPv6 address.
+func (st *State) hasIPv6() bool {
+	return slices.ContainsFunc(st.Addrs, func(a SavedAddr) bool { return strings.Contains(a.CIDR, ":") })
+}
+
+// nicIPv6Off sets net.ipv6.conf.<nic>.disable_ipv6=1 on the userspace datapath once the NIC's
+// IPv6 addresses are on br-ex (State.IPv6Disabled: the old value, saved first for teardown).
+func (r *run) nicIPv6Off(st *State) error {
+	old, err := readSysctl(disableIPv6Path(st.NIC))
+	if err != nil {
+		return err
+	}
+	if old == "1" {
+		return nil
+	}
+	if st.IPv6Disabled == "" {
+		st.IPv6Disabled = old
+		if err := r.cfg.writeState(st); err != nil {
+			return err
+		}
+	}
+	if err := writeSysctl(disableIPv6Path(st.NIC), "1"); err != nil {
+		return err
+	}
+	r.changed("net.ipv6.conf.%s.disable_ipv6=1 (userspace datapath: the kernel would take the NIC's copy of each IPv6 packet too)", st.NIC)
+	return nil
+}
 
 func readSysctl(path string) (string, error) {
 	b, err := os.ReadFile(path)

@@ -46,7 +46,8 @@ type PluginConfig struct {
 	IPAM      IPAMConfig `json:"ipam"`
 }
 
-// IPAMConfig is host-local's configuration: one range set with a range per pod CIDR.
+// IPAMConfig is host-local's configuration: one range set per family, each with a range per pod
+// CIDR of that family (IPv4 first; a pod gets one address of each range set).
 type IPAMConfig struct {
 	Type    string        `json:"type"`
 	Ranges  [][]IPAMRange `json:"ranges"`
@@ -66,18 +67,33 @@ type IPAMRoute struct {
 }
 
 // RenderConflist returns the conflist for the node's pod CIDRs (the gateway of each is its
-// first address, held by the host on the gateway port).
+// first address, held by the host on the gateway port): host-local gets a range set per family
+// (IPv4, then IPv6) and a default route per family ("0.0.0.0/0", "::/0"), so that a pod of a
+// dual-stack node gets an address and a default route of each. A v4-only node's conflist is
+// byte for byte the IPv4-only releases'.
 func RenderConflist(bridge, ovsdb, ovsRunDir string, mtu int, flowWait time.Duration, dataDir string, podCIDRs []netip.Prefix) ([]byte, error) {
-	var rs []IPAMRange
-	for _, p := range podCIDRs {
-		rs = append(rs, IPAMRange{Subnet: p.Masked().String(), Gateway: GatewayPrefix(p).Addr().String()})
+	var ranges [][]IPAMRange
+	var routes []IPAMRoute
+	for _, fam := range []struct {
+		v4  bool
+		dst string
+	}{{true, "0.0.0.0/0"}, {false, "::/0"}} {
+		var rs []IPAMRange
+		for _, p := range podCIDRs {
+			if p.Addr().Is4() == fam.v4 {
+				rs = append(rs, IPAMRange{Subnet: p.Masked().String(), Gateway: GatewayPrefix(p).Addr().String()})
+			}
+		}
+		if len(rs) > 0 {
+			ranges = append(ranges, rs)
+			routes = append(routes, IPAMRoute{Dst: fam.dst})
+		}
 	}
 	cl := Conflist{CNIVersion: "1.1.0", Name: NetworkName, Plugins: []any{
 		PluginConfig{
 			Type: "srcip-cni", Bridge: bridge, OVSDB: ovsdb, OVSRunDir: ovsRunDir, MTU: mtu,
 			FlowWait: flowWait.String(),
-			IPAM: IPAMConfig{Type: "host-local", Ranges: [][]IPAMRange{rs},
-				Routes: []IPAMRoute{{Dst: "0.0.0.0/0"}}, DataDir: dataDir},
+			IPAM:     IPAMConfig{Type: "host-local", Ranges: ranges, Routes: routes, DataDir: dataDir},
 		},
 		PortmapConfig{Type: "portmap", Capabilities: map[string]bool{"portMappings": true}, Backend: "nftables"},
 	}}

@@ -208,7 +208,7 @@ func (r *run) preflightEgressInterfaces(ctx context.Context) error {
 			return fmt.Errorf("--egress-interface %s: %w (no such network device on this node)", ei.NIC, err)
 		}
 		if bridge == "" {
-			addrs, routes, err := nicAddrsRoutes(link)
+			addrs, routes, err := nicAddrsRoutes(link, false)
 			if err != nil {
 				return err
 			}
@@ -354,7 +354,7 @@ func (r *run) setupEgressNIC(ctx context.Context, ei EgressInterface, st *Egress
 	if err != nil {
 		return fmt.Errorf("%w (check --egress-interface)", err)
 	}
-	addrs, routes, err := nicAddrsRoutes(link)
+	addrs, routes, err := nicAddrsRoutes(link, false)
 	if err != nil {
 		return err
 	}

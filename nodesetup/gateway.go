@@ -16,8 +16,8 @@ import (
 )
 
 // setupGateway makes br-int (br-ex's datapath type) with the internal port srcip-gw0 holding the
-// gateway address of each pod CIDR at the pod MTU, up, and the cluster CIDRs routed through it
-// from the node IP (routeSource).
+// gateway address of each pod CIDR (IPv4 and IPv6) at the pod MTU, up, and the cluster CIDRs
+// routed through it from the node IP (routeSource; IPv6: routeSource6).
 func (r *run) setupGateway(ctx context.Context) error {
 	c := r.cfg
 	_, dpType, err := r.db.Bridge(ctx, c.BridgeEx)
@@ -63,23 +63,48 @@ func (r *run) setupGateway(ctx context.Context) error {
 	// then the node IP - on a multi-homed host too, where without it the kernel would take the
 	// host's first global address in device order, maybe another NIC's (e2e: "expected client
 	// IP to be preserved" of the ExternalTrafficPolicy short-circuit).
-	src, err := routeSource(c)
-	if err != nil {
-		return err
+	//
+	// IPv6: the gateway address of each IPv6 pod CIDR, nodad (usable at once); its prefix route
+	// (the kernel's) routes the node's IPv6 pod CIDR to srcip-gw0. IPv6 has no address scope to
+	// set: the kernel's link-local fe80:: address stays, every other IPv6 address goes.
+	var src netip.Addr
+	want := map[netip.Prefix]int{}
+	if hasV4(c.ClusterCIDRs) {
+		if src, err = routeSource(c); err != nil {
+			return err
+		}
+		want[netip.PrefixFrom(src, 32)] = unix.RT_SCOPE_UNIVERSE
 	}
 	nodeIP := netip.PrefixFrom(src, 32)
-	want := map[netip.Prefix]int{nodeIP: unix.RT_SCOPE_UNIVERSE}
 	for _, p := range c.PodCIDRs {
 		want[GatewayPrefix(p)] = unix.RT_SCOPE_LINK
+		if p.Addr().Is6() {
+			want[GatewayPrefix(p)] = unix.RT_SCOPE_UNIVERSE
+		}
+	}
+	if hasV6(c.PodCIDRs) {
+		// A new device takes net.ipv6.conf.default: IPv6 may be off on it.
+		if err := ensureIPv6On(c.GatewayPort); err != nil {
+			return err
+		}
 	}
 	have, err := netlink.AddrList(link, unix.AF_INET)
 	if err != nil {
 		return fmt.Errorf("addresses of %s: %w", c.GatewayPort, err)
 	}
+	have6, err := netlink.AddrList(link, unix.AF_INET6)
+	if err != nil {
+		return fmt.Errorf("IPv6 addresses of %s: %w", c.GatewayPort, err)
+	}
+	for _, a := range have6 {
+		if !a.IP.IsLinkLocalUnicast() {
+			have = append(have, a)
+		}
+	}
 	for _, a := range have {
 		p := ipNetPrefix(a.IPNet)
 		scope, ok := want[p]
-		if ok && a.Scope == scope {
+		if ok && (a.Scope == scope || p.Addr().Is6()) {
 			delete(want, p)
 			r.unchanged("address %s on %s", p, c.GatewayPort)
 			continue
@@ -98,6 +123,9 @@ func (r *run) setupGateway(ctx context.Context) error {
 		if p == nodeIP {
 			addr.Flags = unix.IFA_F_NOPREFIXROUTE
 		}
+		if p.Addr().Is6() {
+			addr.Flags = unix.IFA_F_NODAD
+		}
 		if err := netlink.AddrAdd(link, addr); err != nil {
 			return fmt.Errorf("address %s on %s: %w", p, c.GatewayPort, err)
 		}
@@ -109,16 +137,34 @@ func (r *run) setupGateway(ctx context.Context) error {
 	if err := checkClusterRoutes(c.GatewayPort, c.ClusterCIDRs); err != nil {
 		return err
 	}
+	var src6 netip.Addr
+	if hasV6(c.ClusterCIDRs) {
+		if src6, err = routeSource6(c); err != nil {
+			return err
+		}
+	}
 	for _, cc := range c.ClusterCIDRs {
 		want := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: prefixIPNet(cc.Masked()), Src: net.IP(src.AsSlice()),
 			Scope: netlink.SCOPE_LINK, Table: unix.RT_TABLE_MAIN, Protocol: unix.RTPROT_STATIC, Family: unix.AF_INET}
-		routes, err := netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Dst: want.Dst, Table: unix.RT_TABLE_MAIN},
+		if cc.Addr().Is6() {
+			// IPv6 routes have no scope (universe); the source is the node's IPv6 address when
+			// br-ex has one (routeSource6), else the kernel's choice.
+			want.Family, want.Scope, want.Src, want.Priority = unix.AF_INET6, netlink.SCOPE_UNIVERSE, nil, ipv6RouteMetric
+			if src6.IsValid() {
+				want.Src = net.IP(src6.AsSlice())
+			}
+		}
+		src := src
+		if cc.Addr().Is6() {
+			src = src6
+		}
+		routes, err := netlink.RouteListFiltered(want.Family, &netlink.Route{Dst: want.Dst, Table: unix.RT_TABLE_MAIN},
 			netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
 		if err != nil {
 			return fmt.Errorf("routes to %s: %w", cc, err)
 		}
 		if slices.ContainsFunc(routes, func(rt netlink.Route) bool {
-			return rt.LinkIndex == want.LinkIndex && rt.Src.Equal(want.Src) && rt.Gw == nil && rt.Priority == 0
+			return rt.LinkIndex == want.LinkIndex && rt.Src.Equal(want.Src) && rt.Gw == nil && rt.Priority == want.Priority
 		}) {
 			r.unchanged("route %s dev %s src %s", cc, c.GatewayPort, src)
 			continue
@@ -137,10 +183,14 @@ func (r *run) setupGateway(ctx context.Context) error {
 	for _, p := range c.PodCIDRs {
 		wantDst[p.Masked()] = true
 	}
-	onGw, err := netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{LinkIndex: link.Attrs().Index, Table: unix.RT_TABLE_MAIN},
-		netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
-	if err != nil {
-		return fmt.Errorf("routes on %s: %w", c.GatewayPort, err)
+	var onGw []netlink.Route
+	for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
+		rs, err := netlink.RouteListFiltered(fam, &netlink.Route{LinkIndex: link.Attrs().Index, Table: unix.RT_TABLE_MAIN},
+			netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
+		if err != nil {
+			return fmt.Errorf("routes on %s: %w", c.GatewayPort, err)
+		}
+		onGw = append(onGw, rs...)
 	}
 	for _, rt := range onGw {
 		if rt.Dst == nil || rt.Protocol == unix.RTPROT_KERNEL || wantDst[ipNetPrefix(rt.Dst)] {
@@ -194,12 +244,56 @@ func routeSource(c *Config) (netip.Addr, error) {
 	return netip.Addr{}, fmt.Errorf("%s has no global IPv4 address (the node IP) to use as the source of the routes to the pods: give --node-ip", c.BridgeEx)
 }
 
+// routeSource6 is the source address of the host's routes to the IPv6 cluster CIDRs: br-ex's
+// first global IPv6 address (the node's; invalid when br-ex has none: the kernel then chooses).
+func routeSource6(c *Config) (netip.Addr, error) {
+	link, err := netlink.LinkByName(c.BridgeEx)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("%s: %w", c.BridgeEx, err)
+	}
+	addrs, err := netlink.AddrList(link, unix.AF_INET6)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("IPv6 addresses of %s: %w", c.BridgeEx, err)
+	}
+	for _, a := range addrs {
+		if a.Scope == unix.RT_SCOPE_UNIVERSE && !a.IP.IsLinkLocalUnicast() && a.Flags&(unix.IFA_F_TENTATIVE|unix.IFA_F_DADFAILED) == 0 {
+			return ipNetPrefix(a.IPNet).Addr(), nil
+		}
+	}
+	return netip.Addr{}, nil
+}
+
+// ipv6RouteMetric is the metric the kernel gives an IPv6 route added without one
+// (IP6_RT_PRIO_USER), set explicitly on the routes to the IPv6 cluster CIDRs.
+const ipv6RouteMetric = 1024
+
+// ensureIPv6On sets net.ipv6.conf.<dev>.disable_ipv6=0 when it is 1.
+func ensureIPv6On(dev string) error {
+	p := disableIPv6Path(dev)
+	v, err := readSysctl(p)
+	if err != nil || v == "0" {
+		return err
+	}
+	return writeSysctl(p, "0")
+}
+
+func hasV4(ps []netip.Prefix) bool {
+	return slices.ContainsFunc(ps, func(p netip.Prefix) bool { return p.Addr().Is4() })
+}
+func hasV6(ps []netip.Prefix) bool {
+	return slices.ContainsFunc(ps, func(p netip.Prefix) bool { return p.Addr().Is6() })
+}
+
 // checkClusterRoutes refuses cluster CIDRs that the main routing table already sends through
 // another device than gw (a previous CNI, a VPN, a blackhole): replacing that route would take
 // the other network's traffic over silently.
 func checkClusterRoutes(gw string, cidrs []netip.Prefix) error {
 	for _, cc := range cidrs {
-		routes, err := netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Dst: prefixIPNet(cc.Masked()), Table: unix.RT_TABLE_MAIN},
+		fam := unix.AF_INET
+		if cc.Addr().Is6() {
+			fam = unix.AF_INET6
+		}
+		routes, err := netlink.RouteListFiltered(fam, &netlink.Route{Dst: prefixIPNet(cc.Masked()), Table: unix.RT_TABLE_MAIN},
 			netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
 		if err != nil {
 			return fmt.Errorf("routes to %s: %w", cc, err)

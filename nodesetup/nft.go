@@ -13,14 +13,23 @@ import (
 	"sigs.k8s.io/knftables"
 )
 
-const ipForwardPath = "/proc/sys/net/ipv4/ip_forward"
+const (
+	ipForwardPath   = "/proc/sys/net/ipv4/ip_forward"
+	ipv6ForwardPath = "/proc/sys/net/ipv6/conf/all/forwarding"
+)
 
-// nftObjects returns the chains and rules of table ip ovs-srcip: pod traffic to anything that
-// is not a pod is masqueraded to the address of the interface it leaves by (the node IP), and
-// the host forwards what enters or leaves through the gateway port. Every rule's comment ends in
-// a hash of the whole table, so that a later run sees whether the table is still the one it
-// would write.
-func nftObjects(podCIDRs, clusterCIDRs []netip.Prefix, gwPort string) ([]*knftables.Chain, []*knftables.Rule) {
+// nftObjects returns the chains and rules of table ip ovs-srcip (or, with family
+// knftables.IPv6Family, of its twin table ip6 ovs-srcip; the CIDRs are then the IPv6 ones): pod
+// traffic to anything that is not a pod is masqueraded to the address of the interface it leaves
+// by (the node IP), and the host forwards what enters or leaves through the gateway port. Every
+// rule's comment ends in a hash of the whole table, so that a later run sees whether the table
+// is still the one it would write (the IPv4 table's rules and hash are those of the IPv4-only
+// releases).
+func nftObjects(family knftables.Family, podCIDRs, clusterCIDRs []netip.Prefix, gwPort string) ([]*knftables.Chain, []*knftables.Rule) {
+	ip := "ip"
+	if family == knftables.IPv6Family {
+		ip = "ip6"
+	}
 	set := func(ps []netip.Prefix) string {
 		var s []string
 		for _, p := range ps {
@@ -35,7 +44,7 @@ func nftObjects(podCIDRs, clusterCIDRs []netip.Prefix, gwPort string) ([]*knftab
 			Priority: knftables.PtrTo(knftables.FilterPriority)},
 	}
 	rules := []*knftables.Rule{
-		{Chain: "postrouting", Rule: knftables.Concat("ip saddr", set(podCIDRs), "ip daddr !=", set(clusterCIDRs), "masquerade"),
+		{Chain: "postrouting", Rule: knftables.Concat(ip+" saddr", set(podCIDRs), ip+" daddr !=", set(clusterCIDRs), "masquerade"),
 			Comment: knftables.PtrTo("pods to outside the cluster: masquerade")},
 		{Chain: "forward", Rule: knftables.Concat("iifname", `"`+gwPort+`"`, "accept"),
 			Comment: knftables.PtrTo("from pods")},
@@ -56,13 +65,44 @@ func nftObjects(podCIDRs, clusterCIDRs []netip.Prefix, gwPort string) ([]*knftab
 	return chains, rules
 }
 
+// setupNFT writes table ip ovs-srcip for the IPv4 pod CIDRs and table ip6 ovs-srcip for the
+// IPv6 ones. A family without a pod CIDR on this node gets no table (one left from an earlier
+// configuration is deleted): a v4-only node has no ip6 table.
 func (r *run) setupNFT(ctx context.Context) error {
 	c := r.cfg
-	nft, err := knftables.New(knftables.IPv4Family, NFTable)
+	for _, fam := range []knftables.Family{knftables.IPv4Family, knftables.IPv6Family} {
+		pods, cluster := ofFamily(c.PodCIDRs, fam), ofFamily(c.ClusterCIDRs, fam)
+		if len(pods) == 0 {
+			if err := r.deleteNFT(ctx, fam); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := r.writeNFT(ctx, fam, pods, cluster); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ofFamily returns the prefixes of ps of nftables family fam (ip: IPv4, ip6: IPv6).
+func ofFamily(ps []netip.Prefix, fam knftables.Family) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range ps {
+		if p.Addr().Is4() == (fam == knftables.IPv4Family) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (r *run) writeNFT(ctx context.Context, fam knftables.Family, pods, cluster []netip.Prefix) error {
+	c := r.cfg
+	nft, err := knftables.New(fam, NFTable)
 	if err != nil {
 		return fmt.Errorf("%w (node-setup needs the nft program, nftables >= 1.0.1, and CAP_NET_ADMIN)", err)
 	}
-	chains, rules := nftObjects(c.PodCIDRs, c.ClusterCIDRs, c.GatewayPort)
+	chains, rules := nftObjects(fam, pods, cluster, c.GatewayPort)
 	have, err := nft.ListRules(ctx, "")
 	if err != nil && !knftables.IsNotFound(err) {
 		return err
@@ -75,7 +115,7 @@ func (r *run) setupNFT(ctx context.Context) error {
 			}
 		}
 		if same {
-			r.unchanged("nftables table ip %s (masquerade of %v to outside %v)", NFTable, c.PodCIDRs, c.ClusterCIDRs)
+			r.unchanged("nftables table %s %s (masquerade of %v to outside %v)", fam, NFTable, pods, cluster)
 			return nil
 		}
 	}
@@ -89,19 +129,32 @@ func (r *run) setupNFT(ctx context.Context) error {
 		tx.Add(rl)
 	}
 	if err := nft.Run(ctx, tx); err != nil {
-		return fmt.Errorf("write table ip %s: %w", NFTable, err)
+		return fmt.Errorf("write table %s %s: %w", fam, NFTable, err)
 	}
-	r.changed("nftables table ip %s: masquerade %v to outside %v, forward accepts for %s", NFTable, c.PodCIDRs, c.ClusterCIDRs, c.GatewayPort)
+	r.changed("nftables table %s %s: masquerade %v to outside %v, forward accepts for %s", fam, NFTable, pods, cluster, c.GatewayPort)
 	return nil
 }
 
+// teardownNFT deletes both tables (ip and ip6 ovs-srcip).
 func (r *run) teardownNFT(ctx context.Context) error {
-	nft, err := knftables.New(knftables.IPv4Family, NFTable)
+	var errs []error
+	for _, fam := range []knftables.Family{knftables.IPv4Family, knftables.IPv6Family} {
+		if err := r.deleteNFT(ctx, fam); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (r *run) deleteNFT(ctx context.Context, fam knftables.Family) error {
+	nft, err := knftables.New(fam, NFTable)
 	if err != nil {
-		return fmt.Errorf("%w (node-teardown needs the nft program and CAP_NET_ADMIN)", err)
+		return fmt.Errorf("%w (node-setup and node-teardown need the nft program and CAP_NET_ADMIN)", err)
 	}
 	if _, err := nft.List(ctx, "chains"); knftables.IsNotFound(err) {
-		r.unchanged("no nftables table ip %s", NFTable)
+		if fam == knftables.IPv4Family {
+			r.unchanged("no nftables table %s %s", fam, NFTable)
+		}
 		return nil
 	} else if err != nil {
 		return err
@@ -109,28 +162,41 @@ func (r *run) teardownNFT(ctx context.Context) error {
 	tx := nft.NewTransaction()
 	tx.Delete(&knftables.Table{})
 	if err := nft.Run(ctx, tx); err != nil {
-		return fmt.Errorf("delete table ip %s: %w", NFTable, err)
+		return fmt.Errorf("delete table %s %s: %w", fam, NFTable, err)
 	}
-	r.changed("deleted nftables table ip %s", NFTable)
+	r.changed("deleted nftables table %s %s", fam, NFTable)
 	return nil
 }
 
-// setupForwarding sets net.ipv4.ip_forward=1 (node-teardown leaves it: kube-proxy needs it too).
+// setupForwarding sets net.ipv4.ip_forward=1, and net.ipv6.conf.all.forwarding=1 when the node
+// has an IPv6 pod CIDR (node-teardown leaves both: kube-proxy needs them too). IPv6 forwarding
+// makes every interface with accept_ra=1 ignore router advertisements: the node's IPv6 routes
+// must be static (checkNotDHCP refuses an uplink route learned from one).
 func (r *run) setupForwarding() error {
-	b, err := os.ReadFile(ipForwardPath)
+	if err := r.setSysctlOne(ipForwardPath, "net.ipv4.ip_forward"); err != nil {
+		return err
+	}
+	if len(ofFamily(r.cfg.PodCIDRs, knftables.IPv6Family)) > 0 {
+		return r.setSysctlOne(ipv6ForwardPath, "net.ipv6.conf.all.forwarding")
+	}
+	return nil
+}
+
+func (r *run) setSysctlOne(path, name string) error {
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("read net.ipv4.ip_forward: %w", err)
+		return fmt.Errorf("read %s: %w", name, err)
 	}
 	if strings.TrimSpace(string(b)) == "1" {
-		r.unchanged("net.ipv4.ip_forward=1")
+		r.unchanged("%s=1", name)
 		return nil
 	}
-	if err := os.WriteFile(ipForwardPath, []byte("1\n"), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte("1\n"), 0o644); err != nil {
 		if errors.Is(err, os.ErrPermission) || errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("set net.ipv4.ip_forward=1: %w (the init container must be privileged: /proc/sys is read-only otherwise)", err)
+			return fmt.Errorf("set %s=1: %w (the init container must be privileged: /proc/sys is read-only otherwise)", name, err)
 		}
-		return fmt.Errorf("set net.ipv4.ip_forward=1: %w", err)
+		return fmt.Errorf("set %s=1: %w", name, err)
 	}
-	r.changed("net.ipv4.ip_forward=1")
+	r.changed("%s=1", name)
 	return nil
 }

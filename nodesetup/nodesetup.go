@@ -1,8 +1,9 @@
 // Package nodesetup is the node set-up step of ovs-srcip (srcip-agent node-setup and
 // node-teardown, the DaemonSet's init container): br-ex built from a plain NIC (the NIC's IPv4
-// addresses and routes moved onto br-ex's internal port), br-int with the host's gateway port
-// srcip-gw0 and the route to the cluster's pod CIDRs, the nftables masquerade of pod traffic
-// leaving the cluster, and the CNI install (plugin binaries and the conflist). Every step is
+// and global IPv6 addresses and routes moved onto br-ex's internal port), br-int with the host's
+// gateway port srcip-gw0 (a gateway address per pod CIDR, IPv4 and IPv6) and the routes to the
+// cluster's pod CIDRs, the nftables masquerade of pod traffic leaving the cluster (table ip and,
+// with an IPv6 pod CIDR, ip6 ovs-srcip), and the CNI install (plugin binaries and the conflist). Every step is
 // idempotent: a second run changes nothing and says so. Teardown undoes all of it.
 //
 // OVS is reached only through package ofctl; links, addresses and routes through netlink;
@@ -19,6 +20,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"sigs.k8s.io/knftables"
 
 	"github.com/ovs-srcip/ovs-srcip/ofctl"
 )
@@ -38,13 +41,21 @@ const (
 	ConflistName = "10-ovs-srcip.conflist"
 	// NetworkName is the conflist's network name (also host-local's directory under dataDir).
 	NetworkName = "ovs-srcip"
-	// NFTable is the nftables table (family ip) of the masquerade.
+	// NFTable is the nftables table of the masquerade: family ip, and its twin of family ip6 on a
+	// node with an IPv6 pod CIDR.
 	NFTable = "ovs-srcip"
 	// StateFile is the file in StateDir that records what the br-ex step moved.
 	StateFile = "node-setup.json"
-	// GeneveOverhead is what Geneve adds to each packet (docs/field-cases.md#c09): the pod MTU
-	// is the underlay MTU minus this.
+	// GeneveOverhead is what Geneve adds to each packet over the IPv4 underlay
+	// (docs/field-cases.md#c09): the pod MTU is the underlay MTU minus this, for inner IPv4 and
+	// IPv6 packets alike. Over an IPv6 underlay it would be GeneveOverheadIPv6.
 	GeneveOverhead = 50
+	// GeneveOverheadIPv6 is Geneve's overhead over an IPv6 underlay (40-byte IPv6 header instead
+	// of 20): not used while the underlay is IPv4.
+	GeneveOverheadIPv6 = 70
+	// MinIPv6MTU is IPv6's minimum link MTU (RFC 8200): the least pod MTU of a node with an IPv6
+	// pod CIDR.
+	MinIPv6MTU = 1280
 	// NICAuto as Config.NIC picks the interface of the IPv4 default route.
 	NICAuto = "auto"
 )
@@ -68,14 +79,19 @@ type Config struct {
 	OVSDB, OVSRunDir string
 	// StateDir keeps the state file of the br-ex step.
 	StateDir string
-	// ClusterCIDRs are the cluster's pod CIDRs (routed to the gateway port; never masqueraded).
+	// ClusterCIDRs are the cluster's pod CIDRs, IPv4 and IPv6 (routed to the gateway port; never
+	// masqueraded).
 	ClusterCIDRs []netip.Prefix
-	// PodCIDRs are this node's pod CIDRs (IPv4): the gateway addresses and the IPAM ranges.
+	// PodCIDRs are this node's pod CIDRs (IPv4, IPv6 or both: spec.podCIDRs): the gateway
+	// addresses and the IPAM ranges (one range set per family). Without an IPv6 one nothing IPv6
+	// is written: no IPv6 gateway address, no IPv6 range, no table ip6 ovs-srcip, no IPv6
+	// forwarding sysctl.
 	PodCIDRs []netip.Prefix
 	// NodeIP is the node's InternalIP, the source of the host's routes to the cluster CIDRs
 	// (gateway.go routeSource); invalid: br-ex's first global IPv4 address.
 	NodeIP netip.Addr
 	// MTU is the pod MTU (gateway port and conflist); 0: the underlay's MTU - GeneveOverhead.
+	// With an IPv6 pod CIDR it must be at least MinIPv6MTU.
 	MTU int
 	// FlowWait is srcip-cni's bound on the wait for the agent's flows (conflist flowWait).
 	FlowWait time.Duration
@@ -181,9 +197,17 @@ func Setup(ctx context.Context, cfg Config) (Result, error) {
 	if len(cfg.PodCIDRs) == 0 {
 		return Result{}, errors.New("no pod CIDR: give --pod-cidr, or --node-name with a Node whose spec.podCIDRs is set (kube-controller-manager --allocate-node-cidrs)")
 	}
-	for _, p := range cfg.PodCIDRs {
-		if !p.Addr().Is4() || p.Bits() > 30 {
-			return Result{}, fmt.Errorf("pod CIDR %s: want an IPv4 network of at most /30", p)
+	if err := checkPodCIDRFamilies(cfg.PodCIDRs); err != nil {
+		return Result{}, err
+	}
+	if cfg.MTU != 0 {
+		if err := checkIPv6MTU(cfg.MTU, cfg.PodCIDRs); err != nil {
+			return Result{}, err
+		}
+	}
+	if hasV6(cfg.PodCIDRs) {
+		if _, err := os.Stat(ipv6ForwardPath); err != nil {
+			return Result{}, fmt.Errorf("the node has the IPv6 pod CIDR %v but this kernel has no IPv6 (%s: %w; booted with ipv6.disable=1?): nothing was changed", ofFamily(cfg.PodCIDRs, knftables.IPv6Family), ipv6ForwardPath, err)
 		}
 	}
 	if len(cfg.ClusterCIDRs) == 0 {
@@ -226,6 +250,9 @@ func Setup(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.MTU == 0 {
 		cfg.MTU = underlayMTU - GeneveOverhead
 	}
+	if err := checkIPv6MTU(cfg.MTU, cfg.PodCIDRs); err != nil {
+		return r.res, err
+	}
 	if err := r.setupGateway(ctx); err != nil {
 		return r.res, fmt.Errorf("gateway port: %w", err)
 	}
@@ -239,6 +266,36 @@ func Setup(ctx context.Context, cfg Config) (Result, error) {
 		return r.res, fmt.Errorf("CNI install: %w", err)
 	}
 	return r.res, nil
+}
+
+// checkPodCIDRFamilies refuses a pod CIDR too small for a gateway and a pod (an IPv4 network
+// longer than /30, an IPv6 one longer than /126) and two IPv6 pod CIDRs (srcip-cni gives a pod
+// one address per family: host-local takes one range set per family, and a second IPv6 range
+// would be a second range set). Several IPv4 pod CIDRs stay allowed (one range set, as before).
+func checkPodCIDRFamilies(pods []netip.Prefix) error {
+	v6 := 0
+	for _, p := range pods {
+		switch {
+		case p.Addr().Is4() && p.Bits() > 30:
+			return fmt.Errorf("pod CIDR %s: want an IPv4 network of at most /30", p)
+		case p.Addr().Is6() && p.Bits() > 126:
+			return fmt.Errorf("pod CIDR %s: want an IPv6 network of at most /126", p)
+		case p.Addr().Is6():
+			v6++
+		}
+	}
+	if v6 > 1 {
+		return fmt.Errorf("pod CIDRs %v: at most one IPv6 pod CIDR per node (spec.podCIDRs has one per family)", pods)
+	}
+	return nil
+}
+
+// checkIPv6MTU refuses a pod MTU below IPv6's minimum link MTU on a node with an IPv6 pod CIDR.
+func checkIPv6MTU(mtu int, pods []netip.Prefix) error {
+	if hasV6(pods) && mtu < MinIPv6MTU {
+		return fmt.Errorf("pod MTU %d is below IPv6's minimum link MTU %d and the node has the IPv6 pod CIDR %v: give the underlay (br-ex) an MTU of at least %d (Geneve over IPv4 adds %d bytes), or --mtu", mtu, MinIPv6MTU, ofFamily(pods, knftables.IPv6Family), MinIPv6MTU+GeneveOverhead, GeneveOverhead)
+	}
+	return nil
 }
 
 // checkPodCIDRsInCluster refuses a node pod CIDR that is not inside one of the cluster CIDRs:

@@ -7,12 +7,14 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/knftables"
 )
 
 func TestGatewayPrefix(t *testing.T) {
@@ -41,22 +43,72 @@ func TestRenderConflist(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &v))
 }
 
+// Dual-stack: a range set per family (IPv4 first) and a default route per family; host-local
+// then hands each pod an address of each family.
+func TestRenderConflistDualStack(t *testing.T) {
+	b, err := RenderConflist("br-int", "unix:/var/run/openvswitch/db.sock", "/var/run/openvswitch", 1450, 20*time.Second,
+		"/var/lib/cni/networks", []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("fd00:10:244:1::/64")})
+	require.NoError(t, err)
+	var cl struct {
+		Plugins []struct {
+			IPAM json.RawMessage `json:"ipam"`
+		} `json:"plugins"`
+	}
+	require.NoError(t, json.Unmarshal(b, &cl))
+	assert.JSONEq(t, `{"type": "host-local",
+		"ranges": [[{"subnet": "10.244.1.0/24", "gateway": "10.244.1.1"}], [{"subnet": "fd00:10:244:1::/64", "gateway": "fd00:10:244:1::1"}]],
+		"routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}], "dataDir": "/var/lib/cni/networks"}`, string(cl.Plugins[0].IPAM))
+}
+
 // The rules' comments carry a hash of the whole table: the same inputs give the same comments,
 // any change of CIDRs or port gives others (that is how a run sees that the table is current).
 func TestNFTObjectsFingerprint(t *testing.T) {
 	pod := []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}
 	cluster := []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
-	chains, rules := nftObjects(pod, cluster, "srcip-gw0")
+	chains, rules := nftObjects(knftables.IPv4Family, pod, cluster, "srcip-gw0")
 	require.Len(t, chains, 2)
 	require.Len(t, rules, 3)
 	assert.Equal(t, "ip saddr { 10.244.1.0/24 } ip daddr != { 10.244.0.0/16 } masquerade", rules[0].Rule)
 	assert.Equal(t, `iifname "srcip-gw0" accept`, rules[1].Rule)
-	_, again := nftObjects(pod, cluster, "srcip-gw0")
+	_, again := nftObjects(knftables.IPv4Family, pod, cluster, "srcip-gw0")
 	assert.Equal(t, *rules[0].Comment, *again[0].Comment)
-	_, other := nftObjects(pod, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, "srcip-gw0")
+	_, other := nftObjects(knftables.IPv4Family, pod, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, "srcip-gw0")
 	assert.NotEqual(t, *rules[0].Comment, *other[0].Comment)
-	_, other = nftObjects(pod, cluster, "gw1")
+	_, other = nftObjects(knftables.IPv4Family, pod, cluster, "gw1")
 	assert.NotEqual(t, *rules[1].Comment, *other[1].Comment)
+	// The IPv4 table is the IPv4-only releases' (a node upgraded in place finds it unchanged).
+	assert.Equal(t, "pods to outside the cluster: masquerade #7b739fbdd9e6", *rules[0].Comment)
+}
+
+// The ip6 twin: the same chains and forward rules, the masquerade with ip6 matches, its own hash.
+func TestNFTObjectsIPv6(t *testing.T) {
+	pod := []netip.Prefix{netip.MustParsePrefix("fd00:10:244:1::/64")}
+	cluster := []netip.Prefix{netip.MustParsePrefix("fd00:10:244::/56")}
+	chains, rules := nftObjects(knftables.IPv6Family, pod, cluster, "srcip-gw0")
+	require.Len(t, chains, 2)
+	require.Len(t, rules, 3)
+	assert.Equal(t, "ip6 saddr { fd00:10:244:1::/64 } ip6 daddr != { fd00:10:244::/56 } masquerade", rules[0].Rule)
+	assert.Equal(t, `iifname "srcip-gw0" accept`, rules[1].Rule)
+	assert.Equal(t, `oifname "srcip-gw0" accept`, rules[2].Rule)
+	mixed := append(slices.Clone(pod), netip.MustParsePrefix("10.244.1.0/24"))
+	assert.Equal(t, pod, ofFamily(mixed, knftables.IPv6Family))
+	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}, ofFamily(mixed, knftables.IPv4Family))
+}
+
+// Pod CIDRs: IPv4 at most /30, IPv6 at most /126, one IPv6 per node.
+func TestCheckPodCIDRFamilies(t *testing.T) {
+	pp := func(ss ...string) []netip.Prefix {
+		var out []netip.Prefix
+		for _, s := range ss {
+			out = append(out, netip.MustParsePrefix(s))
+		}
+		return out
+	}
+	assert.NoError(t, checkPodCIDRFamilies(pp("10.244.1.0/24")))
+	assert.NoError(t, checkPodCIDRFamilies(pp("10.244.1.0/24", "10.245.0.0/25", "fd00:10:244:1::/64")))
+	assert.ErrorContains(t, checkPodCIDRFamilies(pp("10.244.1.0/31")), "IPv4 network of at most /30")
+	assert.ErrorContains(t, checkPodCIDRFamilies(pp("10.244.1.0/24", "fd00::/127")), "IPv6 network of at most /126")
+	assert.ErrorContains(t, checkPodCIDRFamilies(pp("10.244.1.0/24", "fd00:1::/64", "fd00:2::/64")), "at most one IPv6 pod CIDR")
 }
 
 // A pod CIDR outside the cluster CIDRs is refused before anything is touched (not even OVSDB:
@@ -151,6 +203,22 @@ func TestRenderBootScript(t *testing.T) {
 		assert.Contains(t, s, want)
 	}
 	assert.Equal(t, `'a b'\''c'`, shellQuote("a b'c"))
+
+	// IPv6: the NIC's global IPv6 addresses flushed, IPv6 off on it (userspace datapath), the
+	// addresses nodad, the routes with ip -6.
+	s = RenderBootScript(&State{NIC: "ens3", BridgeEx: "br-ex", IPv6Disabled: "0",
+		Addrs:  []SavedAddr{{CIDR: "192.0.2.10/24"}, {CIDR: "2001:db8:1::10/64"}},
+		Routes: []SavedRoute{{Dst: "::/0", Gw: "fe80::1", Metric: 1024, Protocol: 4}, {Dst: "2001:db8:99::/48", Gw: "2001:db8:1::1", Protocol: 4}}},
+		"/var/lib/ovs-srcip/node-setup.json")
+	for _, want := range []string{
+		"sysctl -q -w net.ipv6.conf.br-ex.disable_ipv6=0\n", "ip -6 addr flush dev ens3 scope global\n", "sysctl -q -w net.ipv6.conf.ens3.disable_ipv6=1\n",
+		"ip addr replace 2001:db8:1::10/64 dev br-ex scope 0 nodad\n",
+		"ip -6 route replace default via fe80::1 dev br-ex metric 1024 proto 4 scope 0\n",
+		"ip -6 route replace 2001:db8:99::/48 via 2001:db8:1::1 dev br-ex metric 0 proto 4 scope 0\n",
+	} {
+		assert.Contains(t, s, want)
+	}
+	assert.NotContains(t, s, "192.0.2.10/24 dev br-ex scope 0 nodad")
 }
 
 // The CNI install records what it puts in CNIBinDir, and teardown removes only that: a plugin

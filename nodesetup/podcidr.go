@@ -10,8 +10,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// PodCIDRsFromNode returns the IPv4 entries of Node node's spec.podCIDRs, waiting (polling
-// every 2 s, at most wait) until kube-controller-manager has allocated them.
+// PodCIDRsFromNode returns Node node's spec.podCIDRs, IPv4 and IPv6 (at most one per family:
+// the API server's rule; IPv4 first), waiting (polling every 2 s, at most wait) until
+// kube-controller-manager has allocated them. An IPv6 entry is taken only with an IPv4 one (the
+// underlay, the node IP and the routes' source stay IPv4): an IPv6-only node waits, then fails.
 func PodCIDRsFromNode(ctx context.Context, cs kubernetes.Interface, node string, wait time.Duration, logf func(string, ...any)) ([]netip.Prefix, error) {
 	deadline := time.Now().Add(wait)
 	var last string
@@ -21,22 +23,24 @@ func PodCIDRsFromNode(ctx context.Context, cs kubernetes.Interface, node string,
 		case err != nil:
 			last = err.Error()
 		default:
-			var out []netip.Prefix
+			var v4, v6 []netip.Prefix
 			for _, s := range n.Spec.PodCIDRs {
 				p, err := netip.ParsePrefix(s)
 				if err != nil {
 					return nil, fmt.Errorf("node %s: spec.podCIDRs %q: %w", node, s, err)
 				}
 				if p.Addr().Is4() {
-					out = append(out, p.Masked())
+					v4 = append(v4, p.Masked())
+				} else if len(v6) == 0 {
+					v6 = append(v6, p.Masked())
 				}
 			}
-			if len(out) > 0 {
-				return out, nil
+			if len(v4) > 0 {
+				return append(v4, v6...), nil
 			}
 			last = "spec.podCIDRs has no IPv4 CIDR yet"
 			if len(n.Spec.PodCIDRs) > 0 {
-				last = fmt.Sprintf("spec.podCIDRs %v has no IPv4 CIDR (ovs-srcip is IPv4 only)", n.Spec.PodCIDRs)
+				last = fmt.Sprintf("spec.podCIDRs %v has no IPv4 CIDR (ovs-srcip needs an IPv4 pod CIDR: IPv4-only or dual-stack)", n.Spec.PodCIDRs)
 			}
 		}
 		if time.Now().After(deadline) {

@@ -225,8 +225,11 @@ var dhcpClients = []string{"dhclient", "dhcpcd", "udhcpc", "dhcpcd5"}
 // checkNotDHCP refuses a NIC configured by DHCP, before anything moves: once the NIC is a port of
 // br-ex a DHCP client on it gets no lease (the datapath takes the NIC's frames), the lease's
 // address, moved to br-ex, would expire there, and a renewal would put it back on the NIC. The
-// signs, in this order: an IPv4 address of the NIC without IFA_F_PERMANENT or with a finite
-// valid lifetime (what dhclient, systemd-networkd, NetworkManager and dhcpcd add); a DHCP client
+// signs, in this order: an IPv4 or global IPv6 address of the NIC without IFA_F_PERMANENT or with
+// a finite valid lifetime (what dhclient, systemd-networkd, NetworkManager and dhcpcd add, and
+// IPv6 SLAAC); an IPv6 route learned from a router advertisement (proto ra: it would expire on
+// br-ex, and net.ipv6.conf.all.forwarding=1 stops the kernel taking new ones; setupBrEx leaves
+// both out of the check, and on the NIC, on a node without an IPv6 pod CIDR); a DHCP client
 // process (dhcpClients) in this network namespace with the NIC's name among its arguments; a
 // systemd-networkd lease file of the NIC (/run/systemd/netif/leases/<ifindex>) when node-setup
 // runs in the host's network namespace. what names the NIC in the error ("NIC eth0",
@@ -235,12 +238,28 @@ func checkNotDHCP(what string, link netlink.Link, addrs []netlink.Addr, routes [
 	nic := link.Attrs().Name
 	var sign string
 	for _, a := range addrs {
-		if a.IPNet == nil || a.IP.To4() == nil {
+		if a.IPNet == nil || a.IP.IsLinkLocalUnicast() {
 			continue
 		}
 		if a.Flags&unix.IFA_F_PERMANENT == 0 || (a.ValidLft > 0 && a.ValidLft != infinityLifetime) {
-			sign = fmt.Sprintf("its address %s is dynamic (valid_lft %s, a DHCP lease)", a.IPNet, lifetime(a.ValidLft))
+			what := "a DHCP lease"
+			if a.IP.To4() == nil {
+				what = "SLAAC or a DHCPv6 lease"
+			}
+			sign = fmt.Sprintf("its address %s is dynamic (valid_lft %s, %s)", a.IPNet, lifetime(a.ValidLft), what)
 			break
+		}
+	}
+	if sign == "" {
+		for _, r := range routes {
+			if r.Protocol == unix.RTPROT_RA {
+				dst := "default"
+				if r.Dst != nil && maskBits(r.Dst) != 0 {
+					dst = r.Dst.String()
+				}
+				sign = fmt.Sprintf("its IPv6 route %s via %s was learned from a router advertisement (set net.ipv6.conf.%s.accept_ra=0 and configure the route statically)", dst, r.Gw, nic)
+				break
+			}
 		}
 	}
 	if sign == "" {
@@ -266,7 +285,7 @@ func checkNotDHCP(what string, link netlink.Link, addrs []netlink.Addr, routes [
 	}
 	var static []string
 	for _, a := range addrs {
-		if a.IPNet != nil && a.IP.To4() != nil {
+		if a.IPNet != nil && !a.IP.IsLinkLocalUnicast() {
 			static = append(static, a.IPNet.String())
 		}
 	}

@@ -61,22 +61,24 @@ func newNodeSetupCommand() *cobra.Command {
 		Long: `node-setup prepares the node, idempotently (a second run changes nothing and says so):
  1. br-ex from a plain NIC (--nic; nothing to do when br-ex already holds it): creates br-ex
     (--datapath-type, fail_mode=secure with a NORMAL flow until the agent's flows replace it) with
-    the NIC's MAC, adds the NIC and moves its IPv4 addresses and routes onto br-ex in one quick
+    the NIC's MAC, adds the NIC and moves its IPv4 and global IPv6 addresses and routes onto br-ex in one quick
     sequence, then checks that the default gateway answers through br-ex (else it rolls back).
     What was moved is saved in --state-dir for node-teardown, with a boot script
     (--state-dir/brex-boot.sh) that puts br-ex back after a reboot (docs/install.md "Reboots").
- 2. br-int with the internal port srcip-gw0 holding the first address of each pod CIDR, at the
-    pod MTU, and the cluster CIDRs routed through it.
- 3. nftables table ip ovs-srcip: pod traffic to outside the cluster CIDRs is masqueraded;
-    forwarding through srcip-gw0 accepted; net.ipv4.ip_forward=1.
+ 2. br-int with the internal port srcip-gw0 holding the first address of each pod CIDR (IPv4
+    and IPv6), at the pod MTU, and the cluster CIDRs routed through it.
+ 3. nftables table ip ovs-srcip (and ip6 ovs-srcip with an IPv6 pod CIDR): pod traffic to
+    outside the cluster CIDRs is masqueraded; forwarding through srcip-gw0 accepted;
+    net.ipv4.ip_forward=1 (and net.ipv6.conf.all.forwarding=1 with an IPv6 pod CIDR).
  1b. --egress-interface NIC[=ROUTER] (repeatable): each secondary NIC becomes a second uplink of
     br-ex (Port tag 4094, external_ids ovs-srcip.io/egress-subnets), its addresses and routes move
     to br-ex, and ip rule from <its subnets> lookup <table 7100+> (default via ROUTER) routes what
     is sourced there out of it (egress IPs in those subnets, docs/egress.md "Secondary NICs").
  4. CNI: srcip-cni, host-local, loopback and portmap copied from --cni-source-dir into --cni-bin-dir, the
     conflist written in place into --cni-conf-dir.
-Refused before anything changes: a NIC configured by DHCP (a dynamic address, or a DHCP client
-running for it: configure it statically first), a TCP port of the agent
+Refused before anything changes: a NIC configured by DHCP (a dynamic address, IPv6 SLAAC
+included, an IPv6 route from a router advertisement, or a DHCP client running for it: configure
+it statically first), a TCP port of the agent
 (--metrics-bind-address, --debug-bind-address: give the agent's values) another process listens
 on, and the Geneve port (--geneve-port) held by another process or overlay than Open vSwitch.
 The pod CIDR comes from --pod-cidr or from the Node object (--node-name), waiting for
@@ -94,8 +96,8 @@ spec.podCIDRs. It runs as the DaemonSet's init container (privileged, host netwo
 	commonNodeFlags(f, o)
 	f.StringVar(&o.cfg.NIC, "nic", "", `the plain NIC to build br-ex from ("auto": the interface of the IPv4 default route); empty: br-ex must exist already`)
 	f.StringVar(&o.cfg.DatapathType, "datapath-type", "system", `datapath_type of a br-ex that node-setup creates: "system" (the openvswitch kernel module) or "netdev" (userspace); br-int gets br-ex's`)
-	f.StringSliceVar(&o.clusterCIDRs, "cluster-cidrs", nil, "comma-separated pod CIDRs of the whole cluster (kube-controller-manager --cluster-cidr), routed to srcip-gw0 and never masqueraded; required")
-	f.StringSliceVar(&o.podCIDRs, "pod-cidr", nil, "this node's pod CIDR(s); default: the Node's spec.podCIDRs (--node-name)")
+	f.StringSliceVar(&o.clusterCIDRs, "cluster-cidrs", nil, "comma-separated pod CIDRs of the whole cluster, IPv4 and IPv6 (kube-controller-manager --cluster-cidr), routed to srcip-gw0 and never masqueraded; required")
+	f.StringSliceVar(&o.podCIDRs, "pod-cidr", nil, "this node's pod CIDR(s): IPv4, or IPv4 and one IPv6 (dual-stack); default: the Node's spec.podCIDRs (--node-name)")
 	f.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's Node object, for spec.podCIDRs; default $NODE_NAME")
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the Kubernetes API; empty inside a Pod: the in-cluster config")
 	f.DurationVar(&o.podCIDRWait, "pod-cidr-wait", 5*time.Minute, "how long to wait for the Node's spec.podCIDRs")
@@ -116,12 +118,12 @@ func newNodeTeardownCommand() *cobra.Command {
 		Use:   "node-teardown",
 		Short: "Undo node-setup: CNI files, nftables table, br-int with srcip-gw0, br-ex (the NIC gets its addresses and routes back); idempotent",
 		Long: `node-teardown undoes node-setup, idempotently: removes the conflist, srcip-cni, host-local
-and loopback and host-local's allocations of the network, deletes the nftables table ip ovs-srcip,
+and loopback and host-local's allocations of the network, deletes the nftables tables ip and ip6 ovs-srcip,
 deletes br-int (with srcip-gw0 and every pod port on it), and, when node-setup built br-ex from a
-NIC (its state file in --state-dir), deletes br-ex and puts the NIC's addresses and routes back,
+NIC (its state file in --state-dir), deletes br-ex and puts the NIC's IPv4 and IPv6 addresses and routes back,
 then checks that the default gateway answers, and removes the agent's flow snapshot
-(--flow-snapshot), so that a later install cannot replay the old flows. net.ipv4.ip_forward is left
-at 1 (kube-proxy needs it). Stop the DaemonSet on the node first (the agent would re-create br-int).`,
+(--flow-snapshot), so that a later install cannot replay the old flows. net.ipv4.ip_forward and
+net.ipv6.conf.all.forwarding are left at 1 (kube-proxy needs them). Stop the DaemonSet on the node first (the agent would re-create br-int).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
@@ -191,6 +193,7 @@ func runNodeSetup(ctx context.Context, o *nodeSetupOptions) error {
 			return err
 		}
 		logf("node %s: pod CIDRs %v", o.nodeName, o.cfg.PodCIDRs)
+		o.cfg.PodCIDRs = familiesServed(o.cfg.PodCIDRs, o.cfg.ClusterCIDRs, logf)
 		if !o.cfg.NodeIP.IsValid() {
 			if o.cfg.NodeIP, err = nodesetup.NodeInternalIP(ctx, cs, o.nodeName); err != nil {
 				return err
@@ -206,6 +209,21 @@ func runNodeSetup(ctx context.Context, o *nodeSetupOptions) error {
 	return nil
 }
 
+// familiesServed drops the Node's IPv6 pod CIDR when --cluster-cidrs has no IPv6 CIDR (a
+// dual-stack cluster whose DaemonSet was configured before ovs-srcip served IPv6): the node stays
+// IPv4-only as before, and says how to serve IPv6, instead of refusing the pod CIDR as outside the
+// cluster CIDRs. A --pod-cidr given by hand is taken as it is.
+func familiesServed(pods, cluster []netip.Prefix, logf func(string, ...any)) []netip.Prefix {
+	if slices.ContainsFunc(cluster, func(p netip.Prefix) bool { return p.Addr().Is6() }) {
+		return pods
+	}
+	out := slices.DeleteFunc(slices.Clone(pods), func(p netip.Prefix) bool { return p.Addr().Is6() })
+	if len(out) != len(pods) {
+		logf("note: the Node's IPv6 pod CIDR is not served: --cluster-cidrs %v has no IPv6 CIDR (add the cluster's IPv6 --cluster-cidr to serve IPv6 pods); pod CIDRs %v", cluster, out)
+	}
+	return out
+}
+
 func parsePrefixes(ss []string) ([]netip.Prefix, error) {
 	cidrs, err := agent.ParseCIDRs(ss)
 	if err != nil {
@@ -213,10 +231,17 @@ func parsePrefixes(ss []string) ([]netip.Prefix, error) {
 	}
 	var out []netip.Prefix
 	for _, p := range cidrs {
-		if !p.Addr().Is4() {
-			return nil, fmt.Errorf("%s: ovs-srcip is IPv4 only", p)
-		}
 		out = append(out, p.Masked())
 	}
+	// IPv4 first, then IPv6, each in the given order (the conflist's range sets, the tables).
+	slices.SortStableFunc(out, func(a, b netip.Prefix) int {
+		switch {
+		case a.Addr().Is4() == b.Addr().Is4():
+			return 0
+		case a.Addr().Is4():
+			return -1
+		}
+		return 1
+	})
 	return out, nil
 }

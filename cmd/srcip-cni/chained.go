@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -28,6 +29,13 @@ import (
 // neighbour entry for the next hop (no ARP on that interface). srcip-agent then programs the
 // port like a pod of its own, by the main address: selected connections go to the egress
 // gateway, the rest is handed to the host (srcip-gw0).
+//
+// Families: the chained egress is IPv4 only. The egress interface carries no IPv6 (disable_ipv6=1
+// on it: no link-local address, no router solicitation, nothing of the main CNI's IPv6 traffic
+// can take it), and EgressDestinations are IPv4 CIDRs. A dual-stack main CNI keeps its IPv6
+// address, routes and traffic untouched. A pod without an IPv4 address in prevResult (an
+// IPv6-only main CNI) gets no egress interface: ADD passes prevResult on unchanged and says so on
+// stderr, CHECK accepts it, DEL has nothing of its own to remove.
 
 // chainedAddress returns the IPv4 address of prevResult the egress routes use as source: the
 // first IPv4 address on an interface in the sandbox (or on no named interface). Error: no
@@ -49,8 +57,12 @@ func chainedAddress(conf *NetConf) (*current.Result, *current.IPConfig, error) {
 		}
 		return prev, c, nil
 	}
-	return nil, nil, errors.New("srcip-cni: prevResult has no IPv4 address of the pod (srcip-agent serves IPv4 pods)")
+	return prev, nil, errNoChainedIPv4
 }
+
+// errNoChainedIPv4 is chainedAddress's error for a prevResult without an IPv4 address of the pod
+// (then the prevResult is returned with it).
+var errNoChainedIPv4 = errors.New("srcip-cni: prevResult has no IPv4 address of the pod (the chained egress is IPv4 only)")
 
 // chainedAdd is ADD in chained mode: the egress interface, its routes and neighbour entry, the
 // port on the bridge; it waits for srcip-agent's flows like ADD and returns prevResult with the
@@ -62,6 +74,11 @@ func chainedAdd(args *skel.CmdArgs, conf *NetConf) (err error) {
 		return err
 	}
 	prev, addr, err := chainedAddress(conf)
+	if errors.Is(err, errNoChainedIPv4) {
+		fmt.Fprintf(os.Stderr, "srcip-cni: pod %s/%s has no IPv4 address from the main CNI: no egress interface (the chained egress is IPv4 only); prevResult passed on\n",
+			kargs.K8S_POD_NAMESPACE, kargs.K8S_POD_NAME)
+		return types.PrintResult(prev, conf.CNIVersion)
+	}
 	if err != nil {
 		return err
 	}
@@ -109,6 +126,11 @@ func chainedAdd(args *skel.CmdArgs, conf *NetConf) (err error) {
 		link, err := netlink.LinkByName(conf.EgressIfName)
 		if err != nil {
 			return err
+		}
+		// IPv4 only (see above), before the link goes up: no link-local address, no RS.
+		p6 := "/proc/sys/net/ipv6/conf/" + conf.EgressIfName + "/disable_ipv6"
+		if err := os.WriteFile(p6, []byte("1"), 0o644); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%s=1: %w", p6, err) // ErrNotExist: no IPv6 in the kernel
 		}
 		if err := netlink.LinkSetUp(link); err != nil {
 			return fmt.Errorf("set %s up: %w", conf.EgressIfName, err)
@@ -201,6 +223,9 @@ func chainedDel(args *skel.CmdArgs, conf *NetConf) error {
 // prevResult's address.
 func chainedCheck(args *skel.CmdArgs, conf *NetConf) error {
 	_, addr, err := chainedAddress(conf)
+	if errors.Is(err, errNoChainedIPv4) {
+		return nil // ADD made nothing (IPv6-only main CNI)
+	}
 	if err != nil {
 		return err
 	}

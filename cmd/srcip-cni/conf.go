@@ -35,6 +35,11 @@ const (
 //	{"type": "srcip-cni", "bridge": "br-int", "ovsdb": "unix:/var/run/openvswitch/db.sock",
 //	 "ovsRunDir": "/var/run/openvswitch", "mtu": 1450, "flowWait": "20s",
 //	 "ipam": {"type": "host-local", ...}}
+//
+// "ipam" gives one range set per family of the node's pod CIDRs (host-local "ranges":
+// [[{"subnet": "10.244.1.0/24", ...}], [{"subnet": "fd00:10:244:1::/64", ...}]]): the pod gets one
+// address per family, a default route per family via that family's gateway, and
+// external_ids:ip_addresses lists them all.
 type NetConf struct {
 	types.PluginConf
 	// Bridge is the integration bridge pods are attached to (default DefaultBridge).
@@ -47,7 +52,8 @@ type NetConf struct {
 	// set it.
 	OVSRunDir string `json:"ovsRunDir,omitempty"`
 	// MTU of the pod's interface and the host end, in bytes: at most the underlay MTU - 50
-	// (Geneve). Default DefaultMTU.
+	// (Geneve over an IPv4 underlay; 70 over an IPv6 one), and at least 1280 when the pod has an
+	// IPv6 address (RFC 8200's minimum link MTU). Default DefaultMTU.
 	MTU int `json:"mtu,omitempty"`
 	// FlowWaitRaw is how long ADD waits for srcip-agent to program the pod, a Go duration
 	// ("20s"; default DefaultFlowWait). Parsed into FlowWait.

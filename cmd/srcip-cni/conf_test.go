@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -111,12 +112,55 @@ func TestHostVethName(t *testing.T) {
 func TestAddDefaultRoute(t *testing.T) {
 	res := &current.Result{}
 	require.NoError(t, json.Unmarshal([]byte(`{"ips":[{"address":"10.244.1.5/24","gateway":"10.244.1.1"}]}`), res))
-	addDefaultRoute(res)
+	addDefaultRoutes(res)
 	require.Len(t, res.Routes, 1)
 	assert.Equal(t, "0.0.0.0/0", res.Routes[0].Dst.String())
 	assert.Equal(t, "10.244.1.1", res.Routes[0].GW.String())
-	addDefaultRoute(res)
+	addDefaultRoutes(res)
 	assert.Len(t, res.Routes, 1)
+}
+
+// Dual-stack: a default route per family via that family's gateway; host-local's configured
+// 0.0.0.0/0 (node-setup's conflist before IPv6) does not stand in for the IPv6 one.
+func TestAddDefaultRoutesDualStack(t *testing.T) {
+	res := &current.Result{}
+	require.NoError(t, json.Unmarshal([]byte(`{"ips":[{"address":"10.244.1.5/24","gateway":"10.244.1.1"},
+		{"address":"fd00:10:244:1::5/64","gateway":"fd00:10:244:1::1"}],"routes":[{"dst":"0.0.0.0/0"}]}`), res))
+	addDefaultRoutes(res)
+	require.Len(t, res.Routes, 2)
+	assert.Equal(t, "0.0.0.0/0", res.Routes[0].Dst.String())
+	assert.Nil(t, res.Routes[0].GW, "host-local's own route: ConfigureIface takes the family's gateway")
+	assert.Equal(t, "::/0", res.Routes[1].Dst.String())
+	assert.Equal(t, "fd00:10:244:1::1", res.Routes[1].GW.String())
+	addDefaultRoutes(res)
+	assert.Len(t, res.Routes, 2)
+	assert.Equal(t, "10.244.1.5/24,fd00:10:244:1::5/64", ipAddresses(res), "external_ids:ip_addresses lists both")
+
+	v6only := &current.Result{}
+	require.NoError(t, json.Unmarshal([]byte(`{"ips":[{"address":"fd00:10:244:1::5/64","gateway":"fd00:10:244:1::1"}]}`), v6only))
+	addDefaultRoutes(v6only)
+	require.Len(t, v6only.Routes, 1)
+	assert.Equal(t, "::/0", v6only.Routes[0].Dst.String())
+}
+
+func TestCheckFamilies(t *testing.T) {
+	for _, tc := range []struct{ ips, want string }{
+		{`[{"address":"10.244.1.5/24"}]`, ""},
+		{`[{"address":"fd00:10:244:1::5/64"}]`, ""},
+		{`[{"address":"10.244.1.5/24"},{"address":"fd00:10:244:1::5/64"}]`, ""},
+		{`[]`, "no address"},
+		{`[{"address":"10.244.1.5/24"},{"address":"10.244.2.5/24"}]`, "2 IPv4 and 0 IPv6 addresses"},
+		{`[{"address":"fd00::5/64"},{"address":"fd01::5/64"}]`, "0 IPv4 and 2 IPv6 addresses"},
+	} {
+		res := &current.Result{}
+		require.NoError(t, json.Unmarshal([]byte(`{"ips":`+tc.ips+`}`), res))
+		err := checkFamilies(res)
+		if tc.want == "" {
+			assert.NoError(t, err, tc.ips)
+		} else {
+			assert.ErrorContains(t, err, tc.want, tc.ips)
+		}
+	}
 }
 
 func TestParseConfChained(t *testing.T) {
@@ -134,4 +178,24 @@ func TestParseConfChained(t *testing.T) {
 		_, err := parseConf([]byte(bad), true)
 		assert.Error(t, err, bad)
 	}
+}
+
+// Chained mode takes the main CNI's IPv4 address of a dual-stack pod, and reports an IPv6-only
+// prevResult as errNoChainedIPv4 with the prevResult (ADD passes it on unchanged).
+func TestChainedAddressFamilies(t *testing.T) {
+	base := `{"cniVersion":"1.1.0","name":"n","type":"srcip-cni","mode":"chained","egressDestinations":["198.51.100.0/24"],
+	 "prevResult":{"cniVersion":"1.1.0","interfaces":[{"name":"eth0","sandbox":"/var/run/netns/x"}],"ips":%s}}`
+	c, err := parseConf([]byte(fmt.Sprintf(base, `[{"address":"fd00::5/64","interface":0},{"address":"10.0.0.5/24","interface":0}]`)), true)
+	require.NoError(t, err)
+	_, addr, err := chainedAddress(c)
+	require.NoError(t, err)
+	assert.Equal(t, "10.0.0.5/24", addr.Address.String())
+
+	c, err = parseConf([]byte(fmt.Sprintf(base, `[{"address":"fd00::5/64","interface":0}]`)), true)
+	require.NoError(t, err)
+	prev, addr, err := chainedAddress(c)
+	assert.ErrorIs(t, err, errNoChainedIPv4)
+	assert.Nil(t, addr)
+	require.NotNil(t, prev)
+	assert.Equal(t, "fd00::5/64", ipAddresses(prev))
 }

@@ -29,6 +29,10 @@ const connectWait = 10 * time.Second
 // userspaceDatapath is Bridge.datapath_type of Open vSwitch's userspace datapath.
 const userspaceDatapath = "netdev"
 
+// minIPv6MTU is IPv6's minimum link MTU (RFC 8200 section 5), in bytes: the least "mtu" of a pod
+// with an IPv6 address.
+const minIPv6MTU = 1280
+
 // connect connects to the OVSDB of conf, with an error that says what to check. The client
 // monitors every port, or with opts less (ADD: ofctl.OnlyPorts of its own port, so that in a burst
 // of pod starts no ADD receives and caches the others' ports).
@@ -42,9 +46,10 @@ func connect(ctx context.Context, conf *NetConf, opts ...ofctl.ConnectOption) (*
 	return db, nil
 }
 
-// cmdAdd creates the pod's veth, gets its addresses from the IPAM plugin, attaches the host end
-// to the bridge with the pod's identity in external_ids, and returns once srcip-agent has
-// programmed the pod (CNI spec ADD). Anything it made is undone when it fails.
+// cmdAdd creates the pod's veth, gets its addresses from the IPAM plugin (one per family of the
+// configuration's range sets: IPv4, IPv6 or both), sets a default route per family via that
+// family's gateway, attaches the host end to the bridge with the pod's identity and every
+// address in external_ids, and returns once srcip-agent has programmed the pod (CNI spec ADD). Anything it made is undone when it fails.
 func cmdAdd(args *skel.CmdArgs) (err error) {
 	conf, err := parseConf(args.StdinData, true)
 	if err != nil {
@@ -99,10 +104,13 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	if err != nil {
 		return fmt.Errorf("srcip-cni: IPAM plugin %q result: %w", conf.IPAM.Type, err)
 	}
-	if !slices.ContainsFunc(result.IPs, func(c *current.IPConfig) bool { return c.Address.IP.To4() != nil }) {
-		return fmt.Errorf("srcip-cni: IPAM plugin %q returned no IPv4 address (srcip-agent serves IPv4 pods)", conf.IPAM.Type)
+	if err := checkFamilies(result); err != nil {
+		return fmt.Errorf("srcip-cni: IPAM plugin %q: %w", conf.IPAM.Type, err)
 	}
-	addDefaultRoute(result)
+	if hasIPv6(result) && conf.MTU < minIPv6MTU {
+		return fmt.Errorf("srcip-cni: \"mtu\" %d is below IPv6's minimum link MTU %d and the pod has an IPv6 address (%s): raise the underlay MTU or \"mtu\"", conf.MTU, minIPv6MTU, ipAddresses(result))
+	}
+	addDefaultRoutes(result)
 
 	// 2. The veth and the pod's interface.
 	// Leftovers of an earlier ADD of this attachment that did not finish (a killed runtime).
@@ -137,6 +145,13 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 		c.Interface = current.Int(1)
 	}
 	err = netns.Do(func(ns.NetNS) error {
+		if hasIPv6(result) {
+			// Before the addresses and before the link goes up: the IPv6 address is usable at
+			// once (no DAD), and no router advertisement adds routes beside srcip-cni's.
+			if err := podIPv6Sysctls(args.IfName); err != nil {
+				return err
+			}
+		}
 		if err := ipam.ConfigureIface(args.IfName, result); err != nil {
 			return err
 		}
@@ -181,21 +196,67 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	return types.PrintResult(result, conf.CNIVersion)
 }
 
-// addDefaultRoute adds a default route via the first IPv4 address's gateway when the IPAM
-// result has none (host-local's "routes" may be left out of the configuration).
-func addDefaultRoute(res *current.Result) {
-	for _, r := range res.Routes {
-		if r.Dst.IP.To4() != nil && ip.IsIPNetZero(&r.Dst) {
-			return
-		}
-	}
+// checkFamilies refuses an IPAM result without an address, or with two addresses of one family
+// (one range set per family, as node-setup writes the conflist: the agent keys a pod's flows by
+// one address per family).
+func checkFamilies(res *current.Result) error {
+	var v4, v6 int
 	for _, c := range res.IPs {
-		if c.Address.IP.To4() != nil && c.Gateway != nil {
-			res.Routes = append(res.Routes, &types.Route{
-				Dst: net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, GW: c.Gateway})
-			return
+		if c.Address.IP.To4() != nil {
+			v4++
+		} else {
+			v6++
 		}
 	}
+	switch {
+	case v4+v6 == 0:
+		return errors.New("no address in the result (\"ranges\" of the IPAM configuration: one range set per family of the node's pod CIDRs)")
+	case v4 > 1 || v6 > 1:
+		return fmt.Errorf("%d IPv4 and %d IPv6 addresses: want at most one per family (one range set per family, not two ranges of one family in two range sets)", v4, v6)
+	}
+	return nil
+}
+
+// addDefaultRoutes adds, per family, a default route via that family's first address's gateway
+// when the IPAM result has none of that family (host-local's "routes" may be left out of the
+// configuration, or list 0.0.0.0/0 only).
+func addDefaultRoutes(res *current.Result) {
+	for _, v4 := range []bool{true, false} {
+		is := func(ip net.IP) bool { return (ip.To4() != nil) == v4 }
+		if slices.ContainsFunc(res.Routes, func(r *types.Route) bool { return is(r.Dst.IP) && ip.IsIPNetZero(&r.Dst) }) {
+			continue
+		}
+		for _, c := range res.IPs {
+			if !is(c.Address.IP) || c.Gateway == nil {
+				continue
+			}
+			dst := net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}
+			if !v4 {
+				dst = net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}
+			}
+			res.Routes = append(res.Routes, &types.Route{Dst: dst, GW: c.Gateway})
+			break
+		}
+	}
+}
+
+func hasIPv6(res *current.Result) bool {
+	return slices.ContainsFunc(res.IPs, func(c *current.IPConfig) bool { return c.Address.IP.To4() == nil })
+}
+
+// podIPv6Sysctls sets net.ipv6.conf.<ifName>.accept_dad=0 (the pod's IPv6 address is never
+// tentative: usable when ADD returns; host-local hands out each address once per node, and
+// br-int's neighbour discovery answers for the gateway only) and accept_ra=0 (the pod's IPv6
+// routes are srcip-cni's; nothing on br-int sends router advertisements, and none is to be
+// taken). Called in the pod's network namespace before the link goes up.
+func podIPv6Sysctls(ifName string) error {
+	for _, kv := range [][2]string{{"accept_dad", "0"}, {"accept_ra", "0"}} {
+		p := "/proc/sys/net/ipv6/conf/" + ifName + "/" + kv[0]
+		if err := os.WriteFile(p, []byte(kv[1]), 0o644); err != nil {
+			return fmt.Errorf("%s=%s: %w (is IPv6 enabled in the kernel?)", p, kv[1], err)
+		}
+	}
+	return nil
 }
 
 // ipAddresses renders the result's addresses as external_ids:ip_addresses ("10.244.1.5/24,...").
@@ -425,7 +486,9 @@ func cmdGC(args *skel.CmdArgs) error {
 // hostEndQuiet keeps the node's own IP stack out of the pod's traffic on the userspace datapath,
 // where the kernel also receives every frame of the veth's host end (OVS reads it through a packet
 // socket): ARP off, so the node never answers the pod's ARP for the gateway address it holds on
-// srcip-gw0 itself, and IPv4 forwarding off on the device (docs/lab-facts.md pitfall 12).
+// srcip-gw0 itself, IPv4 forwarding off on the device (docs/lab-facts.md pitfall 12), and IPv6
+// off on the device (net.ipv6.conf.<name>.disable_ipv6=1: no link-local address, no neighbour
+// discovery answers, no forwarding of the pod's IPv6 frames by the node; OVS still reads them).
 func hostEndQuiet(name string) error {
 	link, err := netlink.LinkByName(name)
 	if err != nil {
@@ -437,6 +500,10 @@ func hostEndQuiet(name string) error {
 	p := "/proc/sys/net/ipv4/conf/" + name + "/forwarding"
 	if err := os.WriteFile(p, []byte("0"), 0o644); err != nil {
 		return fmt.Errorf("host end %s: %s: %w", name, p, err)
+	}
+	p6 := "/proc/sys/net/ipv6/conf/" + name + "/disable_ipv6"
+	if err := os.WriteFile(p6, []byte("1"), 0o644); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("host end %s: %s: %w", name, p6, err) // ErrNotExist: no IPv6 in the kernel
 	}
 	return nil
 }

@@ -90,7 +90,10 @@ func build(t *testing.T, dir string) {
 	}
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvNode(t, nodeYAML) }
+
+// newEnvNode is newEnv with the Node object nodeManifest.
+func newEnvNode(t *testing.T, nodeManifest string) *env {
 	tmp, err := os.MkdirTemp("", "srcip-cni")
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(tmp) })
@@ -99,7 +102,7 @@ func newEnv(t *testing.T) *env {
 		require.NoError(t, os.MkdirAll(d, 0o755))
 	}
 	build(t, e.bins)
-	require.NoError(t, os.WriteFile(filepath.Join(e.manifests, "nodes.yaml"), []byte(nodeYAML), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(e.manifests, "nodes.yaml"), []byte(nodeManifest), 0o644))
 	_, err = lab.CleanupStale("", t.Logf)
 	require.NoError(t, err)
 	e.lab, err = lab.New(lab.Config{ManifestsDir: e.manifests, AgentBin: filepath.Join(e.bins, "srcip-agent"), Logf: t.Logf})
@@ -430,4 +433,85 @@ func mtuOf(t *testing.T, netns, dev string) int64 {
 func dump(e *env) string {
 	f, err := e.lab.DumpFlows(node, "br-int")
 	return f + fmt.Sprint(errors.Join(err))
+}
+
+// Dual-stack: the node's spec.podCIDRs has an IPv4 and an IPv6 CIDR, and the conflist (as
+// node-setup writes it: nodesetup.RenderConflist) a host-local range set per family. ADD gives the
+// pod one address of each, a default route of each via that family's gateway, the IPv6 address
+// usable at once (accept_dad=0: never tentative) and no router advertisements taken
+// (accept_ra=0); the port's external_ids:ip_addresses and the result list both; CHECK passes;
+// DEL releases both.
+func TestCNIDualStack(t *testing.T) {
+	const (
+		podCIDR6 = "2001:db8:244:1::/64"
+		gateway6 = "2001:db8:244:1::1"
+	)
+	e := newEnvNode(t, strings.Replace(nodeYAML, "podCIDRs: [10.244.1.0/24]", "podCIDRs: [10.244.1.0/24, "+podCIDR6+"]", 1))
+	e.startAgent()
+	ns := e.addPod("ds", "uid-ds")
+	// The runtime's pod namespace has IPv6 on (addPod turned it off for the v4 tests).
+	inNetns(t, ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=0", "net.ipv6.conf.default.disable_ipv6=0")
+	ipam := map[string]any{
+		"type": "host-local",
+		"ranges": [][]map[string]string{
+			{{"subnet": podCIDR, "gateway": gateway}},
+			{{"subnet": podCIDR6, "gateway": gateway6}},
+		},
+		"routes":  []map[string]string{{"dst": "0.0.0.0/0"}, {"dst": "::/0"}},
+		"dataDir": e.ipamDir,
+	}
+	conf := func(prev *current.Result) []byte { return e.conf("20s", prev, map[string]any{"ipam": ipam}) }
+	r := e.cni("ADD", "ctr-ds", netnsPath(ns), "ds", "uid-ds", conf(nil))
+	require.NoError(t, r.err, "ADD: %s %s", r.stdout, r.stderr)
+	res := &current.Result{}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), res))
+
+	// The result: both addresses with their gateways, both default routes.
+	require.Len(t, res.IPs, 2, "one address per family")
+	assert.Equal(t, "10.244.1.2/24", res.IPs[0].Address.String())
+	assert.Equal(t, gateway, res.IPs[0].Gateway.String())
+	assert.Equal(t, "2001:db8:244:1::2/64", res.IPs[1].Address.String())
+	assert.Equal(t, gateway6, res.IPs[1].Gateway.String())
+	var dsts []string
+	for _, rt := range res.Routes {
+		dsts = append(dsts, rt.Dst.String())
+	}
+	assert.ElementsMatch(t, []string{"0.0.0.0/0", "::/0"}, dsts)
+	t.Logf("ADD result: %s", strings.TrimSpace(r.stdout))
+
+	// The pod: both addresses, the IPv6 one not tentative; both default routes; DAD and RA off.
+	addrs := inNetns(t, ns, "ip", "-o", "addr", "show", "dev", "eth0")
+	t.Logf("pod addresses:\n%s", addrs)
+	assert.Contains(t, addrs, "inet 10.244.1.2/24")
+	assert.Contains(t, addrs, "inet6 2001:db8:244:1::2/64")
+	assert.NotContains(t, addrs, "tentative", "DAD off: the address is usable when ADD returns")
+	assert.NotContains(t, addrs, "dadfailed")
+	assert.Contains(t, inNetns(t, ns, "ip", "-4", "route", "show", "default"), "default via "+gateway+" dev eth0")
+	routes6 := inNetns(t, ns, "ip", "-6", "route", "show")
+	t.Logf("pod IPv6 routes:\n%s", routes6)
+	assert.Contains(t, routes6, "default via "+gateway6+" dev eth0")
+	assert.Contains(t, routes6, podCIDR6+" dev eth0")
+	assert.NotContains(t, routes6, "proto ra", "no route from a router advertisement")
+	for k, want := range map[string]string{"accept_dad": "0", "accept_ra": "0", "disable_ipv6": "0"} {
+		assert.Equal(t, want, strings.TrimSpace(inNetns(t, ns, "cat", "/proc/sys/net/ipv6/conf/eth0/"+k)), "net.ipv6.conf.eth0.%s", k)
+	}
+
+	// The port: ip_addresses lists both (the agent reads it: agent.LocalPod); the host end of the
+	// userspace datapath has IPv6 off (the node's stack keeps out of the pod's IPv6 frames).
+	row := e.ifaceOf("ctr-ds")
+	t.Logf("Interface of ctr-ds: %s", row)
+	assert.Regexp(t, `ip_addresses="?10\.244\.1\.2/24,2001:db8:244:1::2/64"?`, row)
+	hostEnd := res.Interfaces[0].Name
+	assert.Equal(t, "1", strings.TrimSpace(inNetns(t, e.node.Netns, "cat", "/proc/sys/net/ipv6/conf/"+hostEnd+"/disable_ipv6")))
+
+	// CHECK against the dual-stack result (both addresses, both routes) passes.
+	r = e.cni("CHECK", "ctr-ds", netnsPath(ns), "ds", "uid-ds", conf(res))
+	assert.NoError(t, r.err, "CHECK: %s", r.stdout)
+
+	// DEL releases both addresses.
+	r = e.cni("DEL", "ctr-ds", netnsPath(ns), "ds", "uid-ds", conf(nil))
+	assert.NoError(t, r.err, "DEL: %s", r.stdout)
+	assert.Empty(t, e.ifaceOf("ctr-ds"))
+	assert.False(t, e.allocated("ctr-ds"), "an address is still allocated")
+	assert.Empty(t, e.hostLinks())
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -136,4 +137,82 @@ s.bind(("0.0.0.0", 6081)); print("bound", flush=True); time.sleep(120)`)
 	require.NoError(t, err, "node-setup once the port is free and eth0 static")
 	assert.Contains(t, out, "changed: moved eth0 into br-ex")
 	n.ping(t)
+}
+
+// On a dual-stack uplink node-setup refuses, before it changes anything: a dynamic IPv6 address
+// (SLAAC or DHCPv6: finite valid lifetime), an IPv6 route learned from a router advertisement
+// (proto ra), and a pod MTU below 1280 with an IPv6 pod CIDR.
+func TestNodeSetupRefusesDynamicIPv6(t *testing.T) {
+	bin := agentBinary(t)
+	n := startNodeFamilies(t, true)
+	src := filepath.Join(n.dir, "cni-src")
+	require.NoError(t, os.MkdirAll(src, 0o755))
+	for _, p := range nodesetup.CNIPlugins {
+		require.NoError(t, os.WriteFile(filepath.Join(src, p), []byte("#!/bin/sh\n"), 0o755))
+	}
+	setup := []string{"node-setup", "--nic=auto", "--datapath-type=netdev", "--cluster-cidrs=10.244.0.0/16,2001:db8:244::/56",
+		"--pod-cidr=10.244.1.0/24,2001:db8:244:1::/64", "--cni-source-dir=" + src,
+		"--ovsdb=unix:" + n.dir + "/db.sock", "--ovs-rundir=" + n.dir, "--state-dir=" + filepath.Join(n.dir, "state"),
+		"--cni-bin-dir=" + filepath.Join(n.dir, "bin"), "--cni-conf-dir=" + filepath.Join(n.dir, "net.d"),
+		"--cni-data-dir=" + filepath.Join(n.dir, "cni-data")}
+	untouched := func(what string) {
+		t.Helper()
+		bridges, err := n.vsctl(t, "list-br")
+		require.NoError(t, err)
+		assert.Empty(t, strings.TrimSpace(bridges), "%s: no bridge created", what)
+		assert.Contains(t, must(t, nil, "ip", "-n", n.netns, "-6", "-o", "addr", "show", "dev", "eth0"), "inet6 "+nodeIP6+"/64", "%s: eth0 keeps its address", what)
+	}
+
+	must(t, nil, "ip", "-n", n.netns, "addr", "change", nodeIP6+"/64", "dev", "eth0", "valid_lft", "3600", "preferred_lft", "3600")
+	out, err := n.agent(t, bin, setup...)
+	require.Error(t, err)
+	assert.Regexp(t, `NIC eth0 is configured by DHCP: its address 2001:db8:1::10/64 is dynamic \(valid_lft 3[56]\d\ds, SLAAC or a DHCPv6 lease\)`, err.Error())
+	assert.NotContains(t, out, "changed: ")
+	untouched("dynamic IPv6 address")
+	// The same NIC on a node without an IPv6 pod CIDR is set up as before IPv6: its dynamic IPv6
+	// address is no reason to refuse, and eth0's IPv6 (address and routes) stays on it; IPv4 moves.
+	v4only := slices.Clone(setup)
+	for i, a := range v4only {
+		switch {
+		case strings.HasPrefix(a, "--pod-cidr="):
+			v4only[i] = "--pod-cidr=10.244.1.0/24"
+		case strings.HasPrefix(a, "--cluster-cidrs="):
+			v4only[i] = "--cluster-cidrs=10.244.0.0/16"
+		}
+	}
+	out, err = n.agent(t, bin, v4only...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "note: eth0's IPv6 configuration is dynamic and stays on it, not moved to br-ex (the node has no IPv6 pod CIDR")
+	assert.Contains(t, out, "changed: moved eth0 into br-ex with 1 addresses and 2 routes")
+	assert.Contains(t, must(t, nil, "ip", "-n", n.netns, "-6", "route", "show"), route6+" via "+peerIP6+" dev eth0")
+	assert.Contains(t, must(t, nil, "ip", "-n", n.netns, "-6", "-o", "addr", "show", "dev", "eth0"), "inet6 "+nodeIP6+"/64")
+	n.ping(t)
+	teardown := []string{"node-teardown", "--flow-snapshot="}
+	for _, a := range setup {
+		if strings.HasPrefix(a, "--ovs") || strings.HasPrefix(a, "--state-dir=") || strings.HasPrefix(a, "--cni-bin-dir=") ||
+			strings.HasPrefix(a, "--cni-conf-dir=") || strings.HasPrefix(a, "--cni-data-dir=") {
+			teardown = append(teardown, a)
+		}
+	}
+	out, err = n.agent(t, bin, teardown...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "changed: eth0 has its 1 addresses and 2 routes back")
+	must(t, nil, "ip", "-n", n.netns, "addr", "change", nodeIP6+"/64", "dev", "eth0", "valid_lft", "forever", "preferred_lft", "forever")
+
+	must(t, nil, "ip", "-n", n.netns, "-6", "route", "add", "2001:db8:98::/48", "via", peerLL, "dev", "eth0", "proto", "ra")
+	out, err = n.agent(t, bin, setup...)
+	require.Error(t, err)
+	assert.ErrorContains(t, err, "its IPv6 route 2001:db8:98::/48 via "+peerLL+" was learned from a router advertisement (set net.ipv6.conf.eth0.accept_ra=0")
+	assert.NotContains(t, out, "changed: ")
+	untouched("RA route")
+	must(t, nil, "ip", "-n", n.netns, "-6", "route", "del", "2001:db8:98::/48")
+
+	_, err = n.agent(t, bin, append(setup, "--mtu=1200")...)
+	assert.ErrorContains(t, err, "pod MTU 1200 is below IPv6's minimum link MTU 1280")
+	untouched("MTU below 1280")
+
+	out, err = n.agent(t, bin, setup...)
+	require.NoError(t, err, "node-setup once eth0's IPv6 is static")
+	assert.Contains(t, out, "changed: moved eth0 into br-ex with 2 addresses and 4 routes")
+	n.ping6(t)
 }
