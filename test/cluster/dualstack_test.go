@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -32,7 +33,8 @@ func podIPsByFamily(p *corev1.Pod) (v4, v6 netip.Addr) {
 // On a dual-stack cluster (SRCIP_LAB_DUAL_STACK=1) every pod gets an address of each family, from
 // its node's spec.podCIDRs (srcip-cni with host-local, both ranges); pods reach pods on the other
 // nodes over IPv6 (TCP and UDP, across Geneve over the IPv4 underlay), seen with their own IPv6
-// address; and a PreferDualStack Service gets a ClusterIP of each family, the IPv6 one served by
+// address; pods reach the lab client over IPv6, masqueraded to their node's IPv6 address; and a
+// PreferDualStack Service gets a ClusterIP of each family, the IPv6 one served by
 // kube-proxy to a pod over IPv6 with answers from pods on the other nodes.
 func TestDualStackPods(t *testing.T) {
 	if !theCluster.DualStack() {
@@ -90,6 +92,31 @@ func TestDualStackPods(t *testing.T) {
 					t.Errorf("%s -> %s %s: reply %+v, want pod %s seeing %s", src.Name, proto, addr, r, dst.Name, v6of[src.Name])
 				}
 			}
+		}
+	}
+
+	// Pod to outside over IPv6 (the lab client's IPv6 address): masqueraded to the node's IPv6
+	// InternalIP (node-setup's table ip6 masquerade), out br-ex.
+	c := theCluster
+	cns, err := c.Lab.Netns("client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := c.start("outside server v6", filepath.Join(c.dir, "outside6.log"),
+		"ip", "netns", "exec", cns, c.cfg.EchoBin, "serve", "--tcp", ":9091", "--name", "outside6", "--node", "client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.stop(c.logf, 5*time.Second) })
+	out := net.JoinHostPort(c.ClientIP6("client").String(), "9091")
+	for i := range pods {
+		p := &pods[i]
+		want := c.KNodes[p.Spec.NodeName].IP6.String()
+		var r lab.Reply
+		retry(t, p.Name+" -> outside "+out, func() (err error) { r, err = c.PodRequest(p, "tcp", out); return err })
+		printf("dual-stack: %s (%s on %s) -> outside %s: the outside server saw %s\n", p.Name, v6of[p.Name], p.Spec.NodeName, out, r.Client)
+		if r.ClientIP() != want {
+			t.Errorf("outside server saw %s, want node %s's IPv6 %s", r.Client, p.Spec.NodeName, want)
 		}
 	}
 
