@@ -42,7 +42,13 @@
 #                             real-kubelet lab (test/cluster) uses its root<->lab link address
 #   SRCIP_CP_CLUSTER_CIDR     when set, kube-controller-manager allocates node pod CIDRs from it
 #                             (--allocate-node-cidrs, /SRCIP_CP_NODE_CIDR_MASK, default 24); add
-#                             node-ipam-controller to SRCIP_CP_CONTROLLERS
+#                             node-ipam-controller to SRCIP_CP_CONTROLLERS. Dual-stack: two CIDRs,
+#                             IPv4 first, comma separated (10.244.0.0/16,2001:db8:244::/48); the
+#                             masks are then --node-cidr-mask-size-ipv4 (SRCIP_CP_NODE_CIDR_MASK,
+#                             default 24) and --node-cidr-mask-size-ipv6 (SRCIP_CP_NODE_CIDR_MASK6,
+#                             default 64)
+#   SRCIP_CP_SERVICE_CIDR     kube-apiserver and kube-controller-manager --service-cluster-ip-range
+#                             (default 10.96.0.0/16); dual-stack: 10.96.0.0/16,2001:db8:96::/112
 #   SRCIP_CP_SERVICE_ACCOUNTS=1  keep the ServiceAccount admission plugin (pods get projected
 #                             tokens; add serviceaccount-controller and
 #                             root-ca-certificate-publisher-controller to SRCIP_CP_CONTROLLERS)
@@ -90,6 +96,7 @@ controllers=${SRCIP_CP_CONTROLLERS:-endpointslice-controller,endpointslice-mirro
 timeout=${SRCIP_CP_TIMEOUT:-60}
 api_addr=${SRCIP_CP_APISERVER_ADDRESS:-127.0.0.1}
 cluster_cidr=${SRCIP_CP_CLUSTER_CIDR:-}
+service_cidr=${SRCIP_CP_SERVICE_CIDR:-10.96.0.0/16}
 admission=(--disable-admission-plugins=ServiceAccount)
 if [[ ${SRCIP_CP_SERVICE_ACCOUNTS:-} == 1 ]]; then admission=(); fi
 
@@ -187,15 +194,22 @@ write_args kube-apiserver "$bin/kube-apiserver" \
 	--service-account-issuer=https://kubernetes.default.svc.cluster.local \
 	--service-account-key-file="$pki/sa.key" \
 	--service-account-signing-key-file="$pki/sa.key" \
-	--service-cluster-ip-range=10.96.0.0/16 \
+	--service-cluster-ip-range="$service_cidr" \
 	--service-node-port-range="${SRCIP_CP_NODE_PORT_RANGE:-30000-32767}" \
 	"${admission[@]}" \
 	--allow-privileged=true \
 	--shutdown-send-retry-after=true
 kcm_extra=()
 if [[ -n $cluster_cidr ]]; then
-	kcm_extra=(--allocate-node-cidrs --cluster-cidr="$cluster_cidr"
-		--node-cidr-mask-size="${SRCIP_CP_NODE_CIDR_MASK:-24}" --service-cluster-ip-range=10.96.0.0/16)
+	if [[ $cluster_cidr == *,* ]]; then
+		# Dual-stack: kube-controller-manager refuses --node-cidr-mask-size with two CIDRs.
+		kcm_extra=(--allocate-node-cidrs --cluster-cidr="$cluster_cidr"
+			--node-cidr-mask-size-ipv4="${SRCIP_CP_NODE_CIDR_MASK:-24}"
+			--node-cidr-mask-size-ipv6="${SRCIP_CP_NODE_CIDR_MASK6:-64}" --service-cluster-ip-range="$service_cidr")
+	else
+		kcm_extra=(--allocate-node-cidrs --cluster-cidr="$cluster_cidr"
+			--node-cidr-mask-size="${SRCIP_CP_NODE_CIDR_MASK:-24}" --service-cluster-ip-range="$service_cidr")
+	fi
 fi
 if $kubelets; then
 	kcm_extra+=(--service-account-private-key-file="$pki/sa.key" --root-ca-file="$pki/ca.crt"

@@ -78,13 +78,30 @@ func (kn *KNode) nodeSetup() error {
 	argv := []string{c.cfg.AgentBin, "node-setup",
 		"--node-name=" + kn.Name,
 		"--kubeconfig=" + c.Kubeconfig,
-		"--cluster-cidrs=" + c.cfg.ClusterCIDR,
+		"--cluster-cidrs=" + c.clusterCIDRs(),
 		"--cni-bin-dir=/opt/cni/bin",
 		"--cni-conf-dir=/etc/cni/net.d",
 		"--cni-source-dir=" + filepath.Join(c.dir, "cni-src"),
 		"--state-dir=" + kn.path("node-setup"),
 		"--mtu=" + strconv.Itoa(1400)}
+	if !c.cfg.DualStack {
+		_, err := kn.Exec(argv...)
+		return err
+	}
+	// srcip-gw0 (and br-int) are created by node-setup and need IPv6 on (the lab's netns default
+	// is off) for the IPv6 gateway address; br-int's tap goes back to off (no link-local address,
+	// no MLD reports into the pipeline), as does the default for the pods' host ends.
+	if err := kn.sysctl6("default", "0"); err != nil {
+		return err
+	}
 	_, err := kn.Exec(argv...)
+	if err2 := kn.sysctl6("default", "1"); err == nil {
+		err = err2
+	}
+	if err == nil {
+		_, err = kn.c.run("ip", "netns", "exec", kn.Netns, "sh", "-c",
+			"[ ! -e /proc/sys/net/ipv6/conf/br-int ] || sysctl -q -w net.ipv6.conf.br-int.disable_ipv6=1")
+	}
 	return err
 }
 

@@ -157,6 +157,18 @@ type Config struct {
 	// Images are docker-archive tarballs imported into every node besides the lab's own
 	// (hack/conformance/build.sh's images/*.tar: the e2e images under their exact names).
 	Images []string
+	// DualStack makes the cluster dual-stack (issue 22; default IPv4 only, and then nothing below
+	// happens): the Service CIDR gets ServiceCIDR6 as second range, kube-controller-manager
+	// allocates every node an IPv6 pod CIDR (/64) from ClusterCIDR6 beside the IPv4 one, the
+	// kubelets register an IPv6 InternalIP (--node-ip v4,v6), kube-proxy proxies both families,
+	// node-setup gets both cluster CIDRs; the lab's underlay segment, client segment and br-ex get
+	// IPv6 addresses from 2001:db8::/32 (setupIPv6; the underlay stays IPv4). The test binary
+	// turns it on with SRCIP_LAB_DUAL_STACK=1.
+	DualStack bool
+	// ClusterCIDR6 is the IPv6 cluster CIDR of DualStack; default DefaultClusterCIDR6.
+	ClusterCIDR6 string
+	// ServiceCIDR6 is the IPv6 Service CIDR of DualStack; default DefaultServiceCIDR6.
+	ServiceCIDR6 string
 	// Logf receives progress lines (t.Logf).
 	Logf func(format string, args ...any)
 }
@@ -195,8 +207,12 @@ type KNode struct {
 	Dir string
 	// CgroupRoot is the kubelet's cgroupRoot (a directory in every v1 hierarchy).
 	CgroupRoot string
-	// PodCIDR is the node's spec.podCIDRs[0], allocated by kube-controller-manager.
+	// PodCIDR is the node's IPv4 entry of spec.podCIDRs, allocated by kube-controller-manager.
 	PodCIDR netip.Prefix
+	// IP6 and PodCIDR6 are the node's IPv6 InternalIP (on br-ex beside IP: IPv6Of) and the IPv6
+	// entry of spec.podCIDRs; invalid unless Config.DualStack.
+	IP6      netip.Addr
+	PodCIDR6 netip.Prefix
 	// Zone is the node's label topology.kubernetes.io/zone (ZoneOf): every node is a zone of its
 	// own, so that EndpointSlices carry zones and topology hints have something to allocate (the
 	// e2e Topology Hints and Traffic Distribution tests skip themselves with fewer than 3 zones).
@@ -211,6 +227,9 @@ type KNode struct {
 
 // ProxyMode is kube-proxy's mode on every node (ProxyNFTables or ProxyIPTables).
 func (c *Cluster) ProxyMode() string { return c.cfg.ProxyMode }
+
+// DualStack reports whether the cluster is dual-stack (Config.DualStack).
+func (c *Cluster) DualStack() bool { return c.cfg.DualStack }
 
 // ZoneOf is the zone of the lab node named node: "zone-" + node.
 func ZoneOf(node string) string { return "zone-" + node }
@@ -241,6 +260,19 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	case ProxyNFTables, ProxyIPTables:
 	default:
 		return nil, fmt.Errorf("cluster: Config.ProxyMode %q: want %q or %q", cfg.ProxyMode, ProxyNFTables, ProxyIPTables)
+	}
+	if cfg.DualStack {
+		if cfg.ClusterCIDR6 == "" {
+			cfg.ClusterCIDR6 = DefaultClusterCIDR6
+		}
+		if cfg.ServiceCIDR6 == "" {
+			cfg.ServiceCIDR6 = DefaultServiceCIDR6
+		}
+		for name, v := range map[string]string{"ClusterCIDR6": cfg.ClusterCIDR6, "ServiceCIDR6": cfg.ServiceCIDR6} {
+			if p, err := netip.ParsePrefix(v); err != nil || !p.Addr().Is6() {
+				return nil, fmt.Errorf("cluster: Config.%s %q: not an IPv6 prefix", name, v)
+			}
+		}
 	}
 	if cfg.Lab.RouterCIDR == "" {
 		cfg.Lab.RouterCIDR = UnderlayRouterCIDR
@@ -293,6 +325,11 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err := c.routeIntoLab(); err != nil {
 		return c, fmt.Errorf("cluster: routes into the lab: %w", err)
 	}
+	if cfg.DualStack {
+		if err := c.setupIPv6(); err != nil {
+			return c, fmt.Errorf("cluster: IPv6 in the lab: %w", err)
+		}
+	}
 	controllers := "endpointslice-controller,endpointslice-mirroring-controller,namespace-controller," +
 		"garbage-collector-controller,deployment-controller,replicaset-controller,daemonset-controller," +
 		"node-ipam-controller,node-lifecycle-controller"
@@ -302,15 +339,17 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if cfg.Conformance {
 		controllers = "*"
 	}
+	restore := c.serviceCIDREnv()
 	c.CP, err = kube.Start(ctx, kube.Options{
 		Dir:              filepath.Join(c.dir, "cp"),
 		APIServerAddress: c.linkIP.String(),
-		ClusterCIDR:      cfg.ClusterCIDR,
+		ClusterCIDR:      c.clusterCIDRs(),
 		ServiceAccounts:  cfg.CNI == CNIDaemonSet || cfg.Conformance,
 		Kubelets:         true,
 		Controllers:      controllers,
 		Logf:             cfg.Logf,
 	})
+	restore()
 	if err != nil {
 		return c, fmt.Errorf("cluster: %w", err)
 	}
@@ -342,8 +381,12 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		}
 	}
 	for _, n := range c.Lab.Nodes {
-		c.KNodes[n.Name] = &KNode{Node: n, c: c, Dir: filepath.Join(n.Dir, "k"),
+		kn := &KNode{Node: n, c: c, Dir: filepath.Join(n.Dir, "k"),
 			CgroupRoot: "/" + c.Lab.Prefix + "-" + n.Name, Zone: ZoneOf(n.Name)}
+		if cfg.DualStack {
+			kn.IP6 = IPv6Of(n.IP, NodeSubnet6)
+		}
+		c.KNodes[n.Name] = kn
 	}
 	var mu sync.Mutex
 	if err := parallel(c.Lab.Nodes, func(n *lab.Node) error {
@@ -358,6 +401,11 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		mu.Unlock()
 		if cfg.CNI == CNIDaemonSet {
 			c.logf("cluster: node %s registered %v after its start (pod CIDR %s)", n.Name, d.Round(time.Millisecond), kn.PodCIDR)
+			return nil
+		}
+		if cfg.DualStack {
+			c.logf("cluster: node %s Ready %v after its start (pod CIDRs %s %s, IPv6 InternalIP %s)", n.Name, d.Round(time.Millisecond),
+				kn.PodCIDR, kn.PodCIDR6, kn.IP6)
 			return nil
 		}
 		c.logf("cluster: node %s Ready %v after its start (pod CIDR %s)", n.Name, d.Round(time.Millisecond), kn.PodCIDR)

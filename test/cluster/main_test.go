@@ -63,6 +63,8 @@ func run(m *testing.M) int {
 		Lab:      lc,
 		AgentBin: bins.agent, EchoBin: bins.echo, PauseBin: bins.pause, CNIBin: bins.cni, PortmapBin: bins.portmap,
 		CNI: cni, ProxyMode: proxyMode, Logf: logf,
+		// Dual-stack (issue 22): SRCIP_LAB_DUAL_STACK=1; default IPv4 only.
+		DualStack: os.Getenv("SRCIP_LAB_DUAL_STACK") == "1",
 	})
 	if err != nil {
 		return fail("cluster: %v", err)
@@ -70,6 +72,11 @@ func run(m *testing.M) int {
 	fmt.Printf("cluster: up in %v (node binaries build/cache %v; lab %v; kube-proxy in %s mode)\n", time.Since(t0).Round(time.Millisecond),
 		theCluster.BuildTime.Round(time.Millisecond), theCluster.Lab.SetupTime.Round(time.Millisecond), theCluster.ProxyMode())
 	for _, n := range theCluster.Lab.Nodes {
+		if kn := theCluster.KNodes[n.Name]; theCluster.DualStack() {
+			fmt.Printf("cluster: node %s Ready %v after its start, pod CIDRs %s %s, InternalIPs %s %s (dual-stack)\n", n.Name,
+				theCluster.NodeReady[n.Name].Round(time.Millisecond), kn.PodCIDR, kn.PodCIDR6, kn.IP, kn.IP6)
+			continue
+		}
 		fmt.Printf("cluster: node %s Ready %v after its start, pod CIDR %s\n", n.Name,
 			theCluster.NodeReady[n.Name].Round(time.Millisecond), theCluster.KNodes[n.Name].PodCIDR)
 	}

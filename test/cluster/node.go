@@ -170,7 +170,7 @@ func (kn *KNode) up(ctx context.Context) error {
 	if kn.kubelet, err = c.start("kubelet "+kn.Name, kn.path("kubelet.log"),
 		append(kn.enter(), filepath.Join(c.BinDir, "kubelet"), "--config", kn.path("kubelet.yaml"),
 			"--kubeconfig", c.Kubeconfig, "--root-dir", kn.path("kubelet"), "--cert-dir", kn.path("kubelet", "pki"),
-			"--hostname-override", kn.Name, "--node-ip", kn.IP.String(),
+			"--hostname-override", kn.Name, "--node-ip", kn.nodeIPs(),
 			"--node-labels", corev1.LabelTopologyZone+"="+kn.Zone, "--v=2")...); err != nil {
 		return err
 	}
@@ -188,12 +188,19 @@ func (kn *KNode) up(ctx context.Context) error {
 			return err
 		}
 		for _, s := range n.Spec.PodCIDRs {
-			if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is4() {
+			if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is4() && !kn.PodCIDR.IsValid() {
 				kn.PodCIDR = p
-				return nil
+			} else if err == nil && p.Addr().Is6() && !kn.PodCIDR6.IsValid() {
+				kn.PodCIDR6 = p
 			}
 		}
-		return fmt.Errorf("node %s: no spec.podCIDRs yet", kn.Name)
+		if !kn.PodCIDR.IsValid() {
+			return fmt.Errorf("node %s: no spec.podCIDRs yet", kn.Name)
+		}
+		if c.cfg.DualStack && !kn.PodCIDR6.IsValid() {
+			return fmt.Errorf("node %s: no IPv6 entry in spec.podCIDRs %v yet", kn.Name, n.Spec.PodCIDRs)
+		}
+		return nil
 	}, 60*time.Second); err != nil {
 		return err
 	}
@@ -366,7 +373,7 @@ kind: KubeProxyConfiguration
 mode: ` + c.cfg.ProxyMode + `
 clientConnection: {kubeconfig: ` + c.Kubeconfig + `}
 hostnameOverride: ` + kn.Name + `
-clusterCIDR: ` + c.cfg.ClusterCIDR + `
+clusterCIDR: ` + c.clusterCIDRs() + `
 bindAddress: ` + kn.IP.String() + `
 healthzBindAddress: 127.0.0.1:10256
 metricsBindAddress: 127.0.0.1:10249

@@ -53,9 +53,14 @@ func (c *Cluster) routeIntoLab() error {
 	return nil
 }
 
-// routePodCIDR routes the node's pod CIDR in the lab router to the node.
+// routePodCIDR routes the node's pod CIDR in the lab router to the node (dual-stack: its IPv6 pod
+// CIDR to its IPv6 address too).
 func (kn *KNode) routePodCIDR() error {
 	_, err := kn.c.run("ip", "-n", kn.c.Lab.RouterNetns, "route", "replace", kn.PodCIDR.String(), "via", kn.IP.String())
+	if err != nil || !kn.PodCIDR6.IsValid() {
+		return err
+	}
+	_, err = kn.c.run("ip", "-n", kn.c.Lab.RouterNetns, "-6", "route", "replace", kn.PodCIDR6.String(), "via", kn.IP6.String())
 	return err
 }
 
@@ -85,6 +90,9 @@ func (kn *KNode) servingCert(dir string) (certFile, keyFile string, err error) {
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames:     []string{kn.Name},
 		IPAddresses:  []net.IP{net.IP(kn.IP.AsSlice())},
+	}
+	if kn.IP6.IsValid() {
+		tmpl.IPAddresses = append(tmpl.IPAddresses, net.IP(kn.IP6.AsSlice()))
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
 	if err != nil {
