@@ -99,7 +99,7 @@ conformance-build: deps
 test-e2e: deps build controlplane cluster
 	SRCIP_AGENT=$(BIN)/srcip-agent SRCIP_ECHO=$(BIN)/echo SRCIPCTL=$(BIN)/srcipctl $(GO) test -count=1 -p 1 -timeout 40m \
 		$$($(GO) list ./test/... ./deploy/... | grep -v /test/cluster)
-	set -o pipefail; SRCIP_AGENT=$(BIN)/srcip-agent $(GO) test -count=1 -p 1 -timeout 20m -v ./test/cluster/... \
+	set -o pipefail; SRCIP_AGENT=$(BIN)/srcip-agent SRCIP_LAB_DUAL_STACK=1 $(GO) test -count=1 -p 1 -timeout 20m -v ./test/cluster/... \
 		| grep -v '^=== '
 	set -o pipefail; SRCIP_AGENT=$(BIN)/srcip-agent SRCIP_CLUSTER_PROXY_MODE=iptables $(GO) test -count=1 -p 1 -timeout 10m -v ./test/cluster/ \
 		| grep -v '^=== '
