@@ -95,7 +95,9 @@ conformance-build: deps
 # cache hit of hack/cluster, each node's Ready time, the pods' Ready time, what each test saw.
 # kube-proxy runs in nftables mode there, then the real-kubelet lab's own tests (package
 # test/cluster: pods, Services, NodePorts, hostPorts, agent restart; about 1 minute) run a second
-# time with kube-proxy in iptables mode, kubeadm's default (SRCIP_CLUSTER_PROXY_MODE).
+# time with kube-proxy in iptables mode, kubeadm's default (SRCIP_CLUSTER_PROXY_MODE). The first run is
+# dual-stack (SRCIP_LAB_DUAL_STACK=1: IPv4 and IPv6 pod CIDRs, Service CIDRs and node addresses),
+# the iptables run IPv4-only.
 test-e2e: deps build controlplane cluster
 	SRCIP_AGENT=$(BIN)/srcip-agent SRCIP_ECHO=$(BIN)/echo SRCIPCTL=$(BIN)/srcipctl $(GO) test -count=1 -p 1 -timeout 40m \
 		$$($(GO) list ./test/... ./deploy/... | grep -v /test/cluster)
