@@ -81,6 +81,7 @@ func TestIPv4OnlyNoIPv6(t *testing.T) {
 func TestDualStackTwins(t *testing.T) {
 	d, err := Build(GoldenStates()["node1-dual-stack"])
 	require.NoError(t, err)
+	checked := 0
 	for _, fs := range d {
 		if fs.Bridge != BrInt {
 			continue
@@ -105,6 +106,8 @@ func TestDualStackTwins(t *testing.T) {
 			tw := twin6([]of.Flow{f})
 			require.Len(t, tw, 1, text)
 			assert.True(t, have[tw[0].String()], "%s: no IPv6 twin of %s", fs.Key, text)
+			checked++
 		}
 	}
+	assert.Equal(t, 38, checked, "twins checked (int-base, gateway, node2, node3)")
 }

@@ -75,11 +75,11 @@ const (
 	// address among them) with the gateway MAC; with a gateway port, the host's requests for
 	// addresses in any node's pod CIDRs too.
 	IntARPResponder Table = 55
-	// IntNDResponder (a node with an IPv6 pod CIDR) answers IPv6 Neighbor Solicitations for
-	// addresses in this node's IPv6 pod CIDRs (the pod gateway address among them) with the IPv6
-	// gateway MAC, and with a gateway port the host's for any node's IPv6 pod CIDRs: the
-	// solicitation is rewritten into the advertisement (ndAnswer) and goes on to IntNDAdvert.
-	// Duplicate address detection (source ::) and anything else is dropped.
+	// IntNDResponder (a node with an IPv6 pod CIDR) answers the IPv6 Neighbor Solicitations
+	// IntClassifier lets in (a pod's from its own address, the host's from the gateway port)
+	// with this node's IPv6 gateway MAC, whatever the target (proxy neighbour discovery, as
+	// IntARPResponder's proxy ARP): the solicitation is rewritten into the advertisement
+	// (ndAnswer) and goes on to IntNDAdvert. Duplicate address detection (source ::) is dropped.
 	IntNDResponder Table = 56
 	// IntNDAdvert writes the answering MAC (the advertisement's Ethernet source) into its Target
 	// Link-Layer Address option and sends it back to the port the solicitation came from.
