@@ -5,9 +5,9 @@ import "net/netip"
 // Dual-stack golden scenarios (issue 22): IPv6 documentation prefixes, node N's IPv6 pod CIDR
 // 2001:db8:244:N::/64 next to its IPv4 10.244.N.0/24; the underlay stays IPv4 (192.0.2.1N).
 
-// goldenDualStack is GoldenState with IPv6 pod CIDRs on node1 and node2 (node3 stays IPv4-only),
+// goldenDualStackGateway is GoldenState with IPv6 pod CIDRs on node1 and node2 (node3 stays IPv4-only),
 // echo-c holding 2001:db8:244:1::5 as well, and the gateway port srcip-gw0 (ofport 4).
-func goldenDualStack() *State {
+func goldenDualStackGateway() *State {
 	st := GoldenState()
 	for _, n := range []string{"node1", "node2"} {
 		node := st.Nodes[n]
@@ -25,11 +25,11 @@ func goldenDualStack() *State {
 
 // addDualStackGoldens adds the dual-stack scenarios to the golden cases.
 func addDualStackGoldens(cases map[string]*State) {
-	cases["node1-dual-stack"] = goldenDualStack()
+	cases["node1-dual-stack-gateway"] = goldenDualStackGateway()
 	// The dual-stack pod selected by an EgressGateway (egress IPs are IPv4): its IPv4 traffic
 	// to 198.51.100.0/24 takes the egress path, its IPv6 traffic the host path; no ipv6 flow
 	// leads to IntEgressOut (TestEgressNoIPv6).
-	eg := goldenDualStack()
+	eg := goldenDualStackGateway()
 	eg.EgressClusterCIDRs = []netip.Prefix{goldenPrefix("10.96.0.0/12"), goldenPrefix("2001:db8:96::/108")}
 	eg.Egress = map[netip.Addr]EgressIP{goldenIP("192.0.2.50"): {IP: goldenIP("192.0.2.50"), Policy: "job", Gateway: "node3"}}
 	k := Key{Kind: KindPod, Namespace: "demo", Name: "echo-c"}

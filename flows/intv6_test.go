@@ -79,7 +79,7 @@ func TestIPv4OnlyNoIPv6(t *testing.T) {
 // the egress path (IPv4 egress IPs), OriginNode (IPv4 node sources) and flows that match IPv4
 // addresses (their twins are written per IPv6 address or prefix).
 func TestDualStackTwins(t *testing.T) {
-	d, err := Build(GoldenStates()["node1-dual-stack"])
+	d, err := Build(GoldenStates()["node1-dual-stack-gateway"])
 	require.NoError(t, err)
 	checked := 0
 	for _, fs := range d {

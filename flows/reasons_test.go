@@ -28,7 +28,7 @@ func TestEveryDropHasAReason(t *testing.T) {
 	egress.Pods[chained.Key()] = chained
 	seen := map[DropSpot]bool{}
 	// A dual-stack node (IPv6 twins, neighbour discovery).
-	dual := GoldenStates()["node1-dual-stack"]
+	dual := GoldenStates()["node1-dual-stack-gateway"]
 	for _, st := range []*State{testState(webTCP(), webUDP()), withGW, testState(ranges), egress, dual} {
 		d, err := Build(st)
 		require.NoError(t, err)
