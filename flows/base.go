@@ -98,6 +98,9 @@ func BuildExBase(st *State) (*FlowSet, error) {
 			output(p.ExUplink)),
 		flow(ExServiceReply, prioDefault, of.ProtoNone, 0, nil, DropFor(DropReplyNoConnection)),
 	}
+	if st.servesIPv6() {
+		fs.Flows = append(fs.Flows, exBaseIPv6(st)...)
+	}
 	sec, problems := secondaryUplinkFlows(st)
 	fs.Flows = append(fs.Flows, sec...)
 	fs.Warnings = append(fs.Warnings, problems...)

@@ -9,19 +9,27 @@ import (
 // name "first", "last" and "all".
 const MaxBucketID uint32 = 0xffffff00
 
-// bucketHash is the preferred bucket id of endpoint ep: FNV-1a over its 4 address bytes and its
-// big-endian port, reduced to 0..MaxBucketID.
+// bucketHash is the preferred bucket id of endpoint ep: FNV-1a over its address bytes (4 for
+// IPv4, 16 for IPv6) and its big-endian port, reduced to 0..MaxBucketID.
 func bucketHash(ep netip.AddrPort) uint32 {
-	a := ep.Addr().As4()
 	h := uint32(2166136261) // hash/fnv's 32-bit FNV-1a, without its allocations
-	for _, c := range [6]byte{a[0], a[1], a[2], a[3], byte(ep.Port() >> 8), byte(ep.Port())} {
+	if ep.Addr().Is4() {
+		a := ep.Addr().As4()
+		for _, c := range [6]byte{a[0], a[1], a[2], a[3], byte(ep.Port() >> 8), byte(ep.Port())} {
+			h ^= uint32(c)
+			h *= 16777619
+		}
+		return h % (MaxBucketID + 1)
+	}
+	a := ep.Addr().As16()
+	for _, c := range append(a[:], byte(ep.Port()>>8), byte(ep.Port())) {
 		h ^= uint32(c)
 		h *= 16777619
 	}
 	return h % (MaxBucketID + 1)
 }
 
-// BucketIDs returns the bucket id of each endpoint of eps (IPv4, no duplicates): its bucketHash,
+// BucketIDs returns the bucket id of each endpoint of eps (one family, no duplicates): its bucketHash,
 // or on a collision the next free id, the endpoints taken in address order so that the result
 // depends only on the set. OVS's selection_method=hash scores every bucket by a hash of the
 // packet's fields and the bucket id and takes the highest score (highest random weight; ofproto/

@@ -13,23 +13,20 @@ import (
 // point through ct(zone=ZoneService,nat) to ExServiceCT. There the generic +est/+rel/+new+dnat
 // flows keep the established connections flowing to br-int; a new connection matches no entry
 // flow of ExServiceCT and goes to the host (LOCAL). A live Service port on the same entry point
-// wins by priority.
+// wins by priority. An IPv6 entry point's flow matches tcp6 or udp6 and ipv6_dst, in
+// ZoneService6.
 func BuildServiceDrain(e EntryPoint) (*FlowSet, error) {
 	fs := &FlowSet{Key: DrainKey(e), Bridge: BrEx, EntryPoints: []EntryPoint{e}}
-	var proto of.Protocol
-	switch e.Protocol {
-	case TCP:
-		proto = of.ProtoTCP
-	case UDP:
-		proto = of.ProtoUDP
-	default:
-		return nil, fmt.Errorf("drain %s: protocol %q not supported", e, e.Protocol)
+	if !e.Addr.Addr().IsValid() || e.Addr.Port() == 0 {
+		return nil, fmt.Errorf("drain %s: not an entry point with an address and a port", e)
 	}
-	if !e.Addr.Addr().Is4() || e.Addr.Port() == 0 {
-		return nil, fmt.Errorf("drain %s: not an IPv4 entry point", e)
+	fam := FamilyOf(e.Addr.Addr())
+	proto, err := fam.protocol(e.Protocol)
+	if err != nil {
+		return nil, fmt.Errorf("drain %s: %w", e, err)
 	}
 	match := entryMatch(e)
-	fs.Flows = []of.Flow{flow(ExServiceLB, prioDrain, proto, 0, match, CT{Zone: ZoneService, NAT: &NAT{}, Table: uint8(ExServiceCT), HasTable: true})}
+	fs.Flows = []of.Flow{flow(ExServiceLB, prioDrain, proto, 0, match, CT{Zone: fam.ServiceZone(), NAT: &NAT{}, Table: uint8(ExServiceCT), HasTable: true})}
 	return fs, fs.Finish()
 }
 

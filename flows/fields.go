@@ -16,11 +16,16 @@ import (
 // Sources: ovs-fields(7) ("reg0".."reg15", "ct_mark", "ct_label", "tun_id"), ovs-actions(7)
 // ("load", "move", "ct"), RFC 8926 (Geneve).
 
-// Conntrack zones (ovs-actions(7) "ct"). IPv6 will take 0xfb10 and 0xfb11 (docs/pipeline.md).
+// Conntrack zones (ovs-actions(7) "ct"). IPv6 Service traffic has its own zone, ZoneService6
+// (0xfb10), so that zone limits and conntrack dumps are per family; 0xfb11 is kept for IPv6 pods
+// (docs/pipeline.md).
 const (
 	// ZoneService holds the DNAT of external Service traffic on the ingress node (br-ex). Only the
 	// select group buckets commit into it, so every entry in it is ours.
 	ZoneService uint16 = 0xfb00
+	// ZoneService6 is ZoneService for IPv6: the DNAT of an IPv6 ServicePort's external traffic
+	// on the ingress node (Family.ServiceZone).
+	ZoneService6 uint16 = 0xfb10
 	// ZonePod tracks traffic to and from local pods on br-int. Connections that enter a pod from
 	// br-ex or from the service tunnel are committed here with their origin (CTMark values).
 	ZonePod uint16 = 0xfb01
@@ -257,8 +262,10 @@ var (
 	// RegAffinityPort is reg4 on br-ex: the select group id of the sessionAffinity Service port
 	// a new connection is for, set by ExServiceCT; learned flows match it.
 	RegAffinityPort = NewRegField("RegAffinityPort", 4, 0, 31)
-	// RegAffinityEndpoint is reg5 on br-ex: the IPv4 address of the endpoint a learned flow
-	// recorded for the client (0: none).
+	// RegAffinityEndpoint is reg5 on br-ex: the endpoint a learned flow recorded for the client
+	// (0: none): its IPv4 address, or for an IPv6 Service port its bucket id (unique in the
+	// group, the same on every node; an address does not fit 32 bits). Matched with
+	// RegAffinityEndpointPort, never 0 for an endpoint.
 	RegAffinityEndpoint = NewRegField("RegAffinityEndpoint", 5, 0, 31)
 	// RegAffinityEndpointPort is reg6[0..15] on br-ex: that endpoint's port.
 	RegAffinityEndpointPort = NewRegField("RegAffinityEndpointPort", 6, 0, 15)
@@ -397,13 +404,14 @@ func Fields() []FieldDoc {
 	}
 	return []FieldDoc{
 		{"conntrack zone `ZoneService`", fmt.Sprintf("%d (%#x)", ZoneService, ZoneService), "br-ex, ingress node: the DNAT of external Service traffic. Only group buckets commit into it."},
+		{"conntrack zone `ZoneService6`", fmt.Sprintf("%d (%#x)", ZoneService6, ZoneService6), "br-ex, ingress node: ZoneService for IPv6 (the DNAT of an IPv6 Service port's external traffic)."},
 		{"conntrack zone `ZonePod`", fmt.Sprintf("%d (%#x)", ZonePod, ZonePod), "br-int: connections to and from local pods."},
 		{"conntrack zone `ZoneEgress`", fmt.Sprintf("%d (%#x)", ZoneEgress, ZoneEgress), "br-int, egress gateway: the SNAT of selected pods' traffic to the egress IP."},
 		{fmt.Sprintf("`%s` `%s` (ZonePod)", CTMarkOrigin.name, CTMarkOrigin.Ref()),
 			fmt.Sprintf("%d `OriginBrEx`, %d `OriginTunnel`, %d `OriginGateway`, %d `OriginNode`", OriginBrEx.value, OriginTunnel.value, OriginGateway.value, OriginNode.value),
 			"where a connection entered br-int: " + OriginBrEx.doc + "; " + OriginTunnel.doc + "; " + OriginGateway.doc + "; " + OriginNode.doc + ". 0: a connection a pod opened towards the gateway port (committed on its way out, so the host's answers are tracked)"},
 		{fmt.Sprintf("`%s` `%s` (ZonePod)", CTMarkEgressField.name, CTMarkEgressField.Ref()), "1 `EgressPath`", EgressPath.doc},
-		{fmt.Sprintf("`%s` `%s` (ZoneService)", CTLabelClientMAC.name, CTLabelClientMAC.Ref()), "MAC", CTLabelClientMAC.doc},
+		{fmt.Sprintf("`%s` `%s` (ZoneService, ZoneService6)", CTLabelClientMAC.name, CTLabelClientMAC.Ref()), "MAC", CTLabelClientMAC.doc},
 		{fmt.Sprintf("`%s` `%s` (ZonePod)", CTLabelIngressNode.name, CTLabelIngressNode.Ref()), "IPv4", CTLabelIngressNode.doc},
 		{fmt.Sprintf("`%s` `%s` (ZonePod)", CTLabelEgressIP.name, CTLabelEgressIP.Ref()), "IPv4", CTLabelEgressIP.doc},
 		{fmt.Sprintf("`%s` `%s` (ZoneEgress)", CTLabelEgressNode.name, CTLabelEgressNode.Ref()), "IPv4", CTLabelEgressNode.doc},
@@ -413,7 +421,7 @@ func Fields() []FieldDoc {
 		{fmt.Sprintf("`%s` `%s` (br-int)", RegScratch.name, RegScratch.Ref()), "scratch", "ARP responder address swap"},
 		{fmt.Sprintf("`%s` `%s` (br-int)", RegEgressIP.name, RegEgressIP.Ref()), "IPv4", "the egress IP of a local pod's egress packet (IntL3Forwarding -> IntEgressOut)"},
 		{fmt.Sprintf("`%s` `%s` (br-ex)", RegAffinityPort.name, RegAffinityPort.Ref()), "group id", "the sessionAffinity Service port of a new connection (ExServiceCT -> ExServiceAffinity, ExServiceAffinityOut)"},
-		{fmt.Sprintf("`%s` `%s` (br-ex)", RegAffinityEndpoint.name, RegAffinityEndpoint.Ref()), "IPv4", "the endpoint a learned affinity flow recorded for the client (0: none)"},
+		{fmt.Sprintf("`%s` `%s` (br-ex)", RegAffinityEndpoint.name, RegAffinityEndpoint.Ref()), "IPv4 or bucket id", "the endpoint a learned affinity flow recorded for the client (0: none): its IPv4 address, an IPv6 endpoint's bucket id"},
 		{fmt.Sprintf("`%s` `%s` (br-ex)", RegAffinityEndpointPort.name, RegAffinityEndpointPort.Ref()), "port", "that endpoint's port"},
 		{fmt.Sprintf("`%s` `%s` (br-ex)", RegAffinityClientPort.name, RegAffinityClientPort.Ref()), "port", "the client's source port, copied so that each new connection of a sessionAffinity port is an upcall (its learn takes effect at once)"},
 		{"Geneve VNI `VNIPod`", fmt.Sprint(VNIPod), "pod to pod (P3)"},

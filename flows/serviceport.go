@@ -19,9 +19,14 @@ import (
 // connection (TCP: a SYN) goes to the select group, whose bucket per endpoint commits the DNAT
 // and stores the client's MAC in ct_label, then to br-int, which routes it to the endpoint's node.
 //
+// An IPv6 ServicePort (sp.Family) has the same flows in its family: tcp6/udp6, ipv6_dst and
+// ipv6_src, IPv6 endpoints, the NodePort on the IPv6 NodePort addresses only, every ct in
+// ZoneService6 (Family.ServiceZone); docs/pipeline.md "IPv6 on br-ex".
+//
 // With sp.FilterSources (spec.loadBalancerSourceRanges, docs/field-cases.md#c32) the new
-// connections to a LoadBalancer IP or externalIP go to the group only from sp.SourceRanges (one
-// flow per range, nw_src); the others are dropped by a flow just below (prioSourceDeny).
+// connections to a LoadBalancer IP or externalIP go to the group only from sp.SourceRanges of
+// sp.Family (one flow per range, nw_src or ipv6_src); the others are dropped by a flow just
+// below (prioSourceDeny).
 // Established connections are not filtered. NodePorts are not filtered.
 //
 // A port with an endpoint outside every node's pod CIDRs (a hostNetwork endpoint, which br-int
@@ -44,27 +49,30 @@ import (
 // the group picks again.
 func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 	fs := &FlowSet{Key: sp.Key(), Bridge: BrEx}
-	var proto of.Protocol
+	proto, err := sp.Family.protocol(sp.Protocol)
+	if err != nil {
+		return nil, fmt.Errorf("service port %s: %w", sp.Key(), err)
+	}
+	clientIP := proto.IPSrcField() // ip_src or ipv6_src
+	zone := sp.Family.ServiceZone()
 	var fields []of.Field
 	switch sp.Protocol {
 	case TCP:
-		proto, fields = of.ProtoTCP, []of.Field{of.FieldIPv4Src, of.FieldTCPSrc}
+		fields = []of.Field{clientIP, of.FieldTCPSrc}
 	case UDP:
-		proto, fields = of.ProtoUDP, []of.Field{of.FieldIPv4Src, of.FieldUDPSrc}
-	default:
-		return nil, fmt.Errorf("service port %s: protocol %q not supported", sp.Key(), sp.Protocol)
+		fields = []of.Field{clientIP, of.FieldUDPSrc}
 	}
 	affinity := sp.AffinitySeconds > 0
 	if affinity {
 		// The client IP alone: one client, one endpoint, the same on every node.
-		fields = []of.Field{of.FieldIPv4Src}
+		fields = []of.Field{clientIP}
 	}
 	if !OwnedGroup(sp.GroupID) {
 		return nil, fmt.Errorf("service port %s: group id %#x outside the agent's range", sp.Key(), sp.GroupID)
 	}
 	var outside []string
 	for _, ep := range sp.Endpoints {
-		if ep.IP.Is4() && ep.Port != 0 && !st.routableOn(ep.IP, ep.NodeName) {
+		if sp.Family.Has(ep.IP) && ep.Port != 0 && !st.routableOn(ep.IP, ep.NodeName) {
 			outside = append(outside, netip.AddrPortFrom(ep.IP, ep.Port).String())
 		}
 	}
@@ -118,11 +126,11 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 			continue
 		}
 		fs.EntryPoints = append(fs.EntryPoints, e)
-		lb := flow(ExServiceLB, prioEntry, proto, 0, entryMatch(e), CT{Zone: ZoneService, NAT: &NAT{}, Table: uint8(ExServiceCT), HasTable: true})
+		lb := flow(ExServiceLB, prioEntry, proto, 0, entryMatch(e), CT{Zone: zone, NAT: &NAT{}, Table: uint8(ExServiceCT), HasTable: true})
 		var ct []of.Flow
 		if filter && sp.sourceFiltered(e) {
 			for _, r := range ranges {
-				m := append(append(slices.Clone(nc), of.IPv4SrcPrefix(r)), entryMatch(e)...)
+				m := append(append(slices.Clone(nc), of.IPSrcPrefix(r)), entryMatch(e)...)
 				ct = append(ct, flow(ExServiceCT, prioEntry, proto, 0, m, toEndpoint...))
 			}
 			ct = append(ct, flow(ExServiceCT, prioSourceDeny, proto, 0, append(slices.Clone(nc), entryMatch(e)...), DropFor(DropSourceRange)))
@@ -160,7 +168,7 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 			fs.Endpoints = append(fs.Endpoints, ep)
 		}
 		nats[i] = NAT{Dst: ep}
-		commit := CT{Commit: true, Zone: ZoneService, Table: uint8(ExServiceOut), HasTable: true,
+		commit := CT{Commit: true, Zone: zone, Table: uint8(ExServiceOut), HasTable: true,
 			NAT: &nats[i], Exec: clientMACExec}
 		acts[i] = commit
 		g.Buckets[i] = Bucket{ID: b.id, Weight: 100, Actions: acts[i : i+1 : i+1]}
@@ -170,12 +178,18 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 			// The bucket names its endpoint in the registers and resubmits to
 			// ExServiceAffinityOut, whose flow for that endpoint learns and commits, as it does
 			// for a client whose learned flow named the endpoint.
-			epIP, epPort := uint32(ipv4Value(ep.Addr())), uint32(ep.Port())
-			g.Buckets[i].Actions = []of.Action{RegAffinityEndpoint.Load(epIP), RegAffinityEndpointPort.Load(epPort), of.Resubmit{Table: uint8(ExServiceAffinityOut)}}
+			// RegAffinityEndpoint names the endpoint by its IPv4 address, an IPv6 one (128 bits
+			// do not fit a register) by its bucket id, unique in the group and the same on
+			// every node.
+			epTag, epPort := b.id, uint32(ep.Port())
+			if sp.Family == IPv4 {
+				epTag = uint32(ipv4Value(ep.Addr()))
+			}
+			g.Buckets[i].Actions = []of.Action{RegAffinityEndpoint.Load(epTag), RegAffinityEndpointPort.Load(epPort), of.Resubmit{Table: uint8(ExServiceAffinityOut)}}
 			c := AffinityCookie(sp.Key(), sp.AffinitySeconds, ep)
 			fs.Learned = append(fs.Learned, c)
-			m := []of.Match{RegAffinityPort.MatchValue(sp.GroupID), RegAffinityEndpoint.MatchValue(epIP), RegAffinityEndpointPort.MatchValue(epPort)}
-			fs.Flows = append(fs.Flows, flow(ExServiceAffinityOut, prioEntry, proto, 0, m, AffinityLearn(idle, c, ep), commit))
+			m := []of.Match{RegAffinityPort.MatchValue(sp.GroupID), RegAffinityEndpoint.MatchValue(epTag), RegAffinityEndpointPort.MatchValue(epPort)}
+			fs.Flows = append(fs.Flows, flow(ExServiceAffinityOut, prioEntry, proto, 0, m, affinityLearn(idle, c, ep, epTag), commit))
 		}
 	}
 	if affinity && len(ids) > 0 {
@@ -190,12 +204,12 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 	return fs, fs.Finish()
 }
 
-// usableEndpoints returns the endpoints of sp a bucket can DNAT to (IPv4 with a port), possibly
-// with duplicates (BuildServicePort compacts them once sorted by bucket id).
+// usableEndpoints returns the endpoints of sp a bucket can DNAT to (of sp.Family, with a port),
+// possibly with duplicates (BuildServicePort compacts them once sorted by bucket id).
 func usableEndpoints(sp *ServicePort) []netip.AddrPort {
 	eps := make([]netip.AddrPort, 0, len(sp.Endpoints))
 	for _, ep := range sp.Endpoints {
-		if ep.IP.Is4() && ep.Port != 0 {
+		if sp.Family.Has(ep.IP) && ep.Port != 0 {
 			eps = append(eps, netip.AddrPortFrom(ep.IP, ep.Port))
 		}
 	}
@@ -240,8 +254,8 @@ func AffinityCookie(k Key, seconds uint32, ep netip.AddrPort) Cookie {
 }
 
 // AffinityLearn is the learn action (ovs-actions(7) "The learn action") of a sessionAffinity
-// Service port's ExServiceAffinityOut flow for endpoint ep: it records the client's choice in
-// ExServiceAffinity,
+// Service port's ExServiceAffinityOut flow for IPv4 endpoint ep: it records the client's choice
+// in ExServiceAffinity,
 //
 //	table=ExServiceAffinity, priority=prioEntry, idle_timeout=idle (seconds), cookie=cookie
 //	ip, reg4=<RegAffinityPort of this packet>, nw_src=<this packet's nw_src>
@@ -249,18 +263,29 @@ func AffinityCookie(k Key, seconds uint32, ep netip.AddrPort) Cookie {
 //
 // replacing the client's earlier choice (same match and priority) or refreshing it. Only new
 // connections run it, so its idle timer restarts at each new connection of the client, as
-// kube-proxy's affinity timeout does.
+// kube-proxy's affinity timeout does. An IPv6 port's learn (BuildServicePort) matches ipv6 and
+// ipv6_src and loads the endpoint's bucket id instead of its address.
 func AffinityLearn(idle uint16, cookie Cookie, ep netip.AddrPort) of.Action {
+	return affinityLearn(idle, cookie, ep, uint32(ipv4Value(ep.Addr())))
+}
+
+// affinityLearn is AffinityLearn for an endpoint of either family named by tag in
+// RegAffinityEndpoint (its IPv4 address, or its bucket id for IPv6).
+func affinityLearn(idle uint16, cookie Cookie, ep netip.AddrPort, tag uint32) of.Action {
+	ethType, client := uint64(0x800), of.Ref(of.FieldIPv4Src)
+	if ep.Addr().Is6() {
+		ethType, client = 0x86dd, of.Ref(of.FieldIPv6Src)
+	}
 	return of.Learn{
 		Table:       uint8(ExServiceAffinity),
 		Priority:    prioEntry,
 		IdleTimeout: idle,
 		Cookie:      uint64(cookie),
 		Specs: []of.LearnSpec{
-			{Kind: of.LearnMatch, Dst: of.Ref(of.FieldEthType), Value: 0x800},
+			{Kind: of.LearnMatch, Dst: of.Ref(of.FieldEthType), Value: ethType},
 			{Kind: of.LearnMatch, Dst: RegAffinityPort.ref(), Src: RegAffinityPort.ref(), FromField: true},
-			{Kind: of.LearnMatch, Dst: of.Ref(of.FieldIPv4Src), Src: of.Ref(of.FieldIPv4Src), FromField: true},
-			{Kind: of.LearnLoad, Dst: RegAffinityEndpoint.ref(), Value: ipv4Value(ep.Addr())},
+			{Kind: of.LearnMatch, Dst: client, Src: client, FromField: true},
+			{Kind: of.LearnLoad, Dst: RegAffinityEndpoint.ref(), Value: uint64(tag)},
 			{Kind: of.LearnLoad, Dst: RegAffinityEndpointPort.ref(), Value: uint64(ep.Port())},
 		},
 	}
@@ -271,7 +296,8 @@ func AffinityLearn(idle uint16, cookie Cookie, ep netip.AddrPort) of.Action {
 var clientMACExec = []of.Action{CTLabelClientMAC.MoveFrom(nxmEthSrc)}[:1:1]
 
 // hostAddr reports whether a is an address of this node's host stack: its InternalIP or a
-// NodePort address.
+// NodePort address (of either family: an address is compared with those of its own family only,
+// as netip.Addr equality has it).
 func (st *State) hostAddr(a netip.Addr) bool {
 	return a == st.self().InternalIP || slices.Contains(st.NodePortAddresses, a)
 }
@@ -309,14 +335,15 @@ func (sp *ServicePort) sourceFiltered(e EntryPoint) bool {
 }
 
 // sourceRanges returns the source ranges that filter sp's LoadBalancer IPs and externalIPs:
-// IPv4, masked, sorted, without a range contained in another; filter is false when sp does not
-// filter, or when a range is 0.0.0.0/0 (everyone is let in, no filter flows).
+// of sp.Family, masked, sorted, without a range contained in another; filter is false when sp
+// does not filter, or when a range is 0.0.0.0/0 (::/0 for IPv6: everyone is let in, no filter
+// flows).
 func sourceRanges(sp *ServicePort) (ranges []netip.Prefix, filter bool) {
 	if !sp.FilterSources {
 		return nil, false
 	}
 	for _, r := range sp.SourceRanges {
-		if !r.IsValid() || !r.Addr().Is4() {
+		if !r.IsValid() || !sp.Family.Has(r.Addr()) {
 			continue
 		}
 		if r.Bits() == 0 {
@@ -346,12 +373,59 @@ func entryMatch(e EntryPoint) []of.Match {
 	return []of.Match{nwDst(e.Addr.Addr()), of.TPDst(e.Addr.Port())}
 }
 
-// nwDst matches the IPv4 destination address a.
-func nwDst(a netip.Addr) of.Match { return of.IPv4Dst(a) }
+// nwDst matches the destination address a: nw_dst for IPv4, ipv6_dst for IPv6.
+func nwDst(a netip.Addr) of.Match { return of.IPDst(a) }
+
+// ServiceZone returns the conntrack zone of family f's Service traffic on br-ex: ZoneService for
+// IPv4, ZoneService6 for IPv6.
+func (f Family) ServiceZone() uint16 {
+	if f == IPv6 {
+		return ZoneService6
+	}
+	return ZoneService
+}
+
+// protocol returns the OpenFlow protocol of a Service port's L4 protocol in family f: tcp, udp
+// for IPv4; tcp6, udp6 for IPv6.
+func (f Family) protocol(p Protocol) (of.Protocol, error) {
+	var proto of.Protocol
+	switch p {
+	case TCP:
+		proto = of.ProtoTCP
+	case UDP:
+		proto = of.ProtoUDP
+	default:
+		return of.ProtoNone, fmt.Errorf("protocol %q not supported", p)
+	}
+	if f == IPv6 {
+		return proto.V6(), nil
+	}
+	return proto, nil
+}
+
+// servesIPv6 reports whether this node runs IPv6: one of its pod CIDRs or NodePort addresses
+// is IPv6. Only then does br-ex carry the IPv6 twins of its base flows (BuildExBase), so the
+// pipeline of an IPv4-only node is what it was before families existed.
+func (st *State) servesIPv6() bool {
+	for _, a := range st.NodePortAddresses {
+		if a.Is6() {
+			return true
+		}
+	}
+	if n, ok := st.Nodes[st.Node]; ok {
+		for _, c := range n.PodCIDRs {
+			if c.Addr().Is6() {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // Claims returns the entry points sp asks for, in the form that Services compete for: the NodePort
-// as NodePortEntry (every NodePort address of a node), then each LoadBalancer ingress IP and
-// externalIP with the Service port; IPv4 only, without duplicates.
+// as NodePortEntry (every NodePort address of a node; the same claim for both families of a
+// dual-stack Service, which share the nodePort), then each LoadBalancer ingress IP and
+// externalIP of sp.Family with the Service port, without duplicates.
 func (sp *ServicePort) Claims() []EntryPoint {
 	var out []EntryPoint
 	add := func(e EntryPoint) {
@@ -364,7 +438,7 @@ func (sp *ServicePort) Claims() []EntryPoint {
 	}
 	for _, as := range [][]netip.Addr{sp.LoadBalancerIPs, sp.ExternalIPs} {
 		for _, a := range as {
-			if a.Is4() && sp.Port != 0 {
+			if sp.Family.Has(a) && sp.Port != 0 {
 				add(EntryPoint{Protocol: sp.Protocol, Addr: netip.AddrPortFrom(a, sp.Port)})
 			}
 		}
@@ -373,8 +447,9 @@ func (sp *ServicePort) Claims() []EntryPoint {
 }
 
 // EntryPoints returns the entry points sp is served on by a node whose NodePort addresses are
-// nodePortAddrs: Claims with the NodePort expanded to each IPv4 NodePort address, without
-// duplicates (an LB IP equal to a node address with the NodePort's number is one entry point).
+// nodePortAddrs: Claims with the NodePort expanded to each NodePort address of sp.Family,
+// without duplicates (an LB IP equal to a node address with the NodePort's number is one entry
+// point).
 func (sp *ServicePort) EntryPoints(nodePortAddrs []netip.Addr) []EntryPoint {
 	var out []EntryPoint
 	seen := map[EntryPoint]bool{}
@@ -390,7 +465,7 @@ func (sp *ServicePort) EntryPoints(nodePortAddrs []netip.Addr) []EntryPoint {
 			continue
 		}
 		for _, a := range nodePortAddrs {
-			if a.Is4() {
+			if sp.Family.Has(a) {
 				add(EntryPoint{Protocol: c.Protocol, Addr: netip.AddrPortFrom(a, c.Addr.Port())})
 			}
 		}

@@ -8,8 +8,8 @@ type Table int
 
 // br-ex tables.
 const (
-	// ExClassifier (br-ex table 0) holds the hooks: IP from the uplink to br-ex's MAC ->
-	// ExServiceLB; anything from the patch port -> ExFromInt; frames to br-ex's MAC -> LOCAL;
+	// ExClassifier (br-ex table 0) holds the hooks: IP (and IPv6 on a node that runs IPv6)
+	// from the uplink to br-ex's MAC -> ExServiceLB; anything from the patch port -> ExFromInt; frames to br-ex's MAC -> LOCAL;
 	// secondary uplinks <-> LOCAL by their subnets (secondaryUplinkFlows); everything else
 	// NORMAL (the installer's default, for ports the agent does not own).
 	ExClassifier Table = 0
@@ -39,7 +39,8 @@ const (
 	// learned choice, or an endpoint that left: gone, not ready, terminating) goes to the port's
 	// select group, whose bucket loads its endpoint into those registers and resubmits here.
 	ExServiceAffinityOut Table = 44
-	// ExFromInt takes packets coming from br-int (service replies) through ct(zone=ZoneService,nat).
+	// ExFromInt takes packets coming from br-int (service replies) through ct(zone=ZoneService,nat)
+	// (IPv6 ones through ct(zone=ZoneService6,nat)).
 	ExFromInt Table = 45
 	// ExServiceReply sends un-DNATed replies (+est+rpl in ZoneService, or +inv+snat: invalid
 	// here but established on the endpoint's node) out of the uplink, to the MAC the request

@@ -19,17 +19,19 @@ import (
 // (ExServiceCT +est); anything else falls to ExServiceCT's default (the host). One flow set per
 // address, so that several Service ports sharing an address (NodePorts on a node address, UDP
 // ports of one LoadBalancer IP) never render the same flow, and a Service that goes away takes
-// with it only the addresses no other UDP entry point uses.
+// with it only the addresses no other UDP entry point uses. For an IPv6 addr the flow matches
+// udp6 and ipv6_dst in ZoneService6 (nw_frag covers the IPv6 fragment header as it does IPv4's
+// flags).
 func BuildUDPFragments(addr netip.Addr) (*FlowSet, error) {
 	fs := &FlowSet{Key: Key{Kind: KindUDPFragments, Name: addr.String()}, Bridge: BrEx}
-	fs.Flows = []of.Flow{flow(ExServiceLB, prioHigh, of.ProtoUDP, 0,
-		[]of.Match{of.IPv4Dst(addr), ipFragment},
-		CT{Zone: ZoneService, NAT: &NAT{}, Table: uint8(ExServiceCT), HasTable: true})}
+	fs.Flows = []of.Flow{flow(ExServiceLB, prioHigh, of.ProtoUDP.ForAddr(addr), 0,
+		[]of.Match{of.IPDst(addr), ipFragment},
+		CT{Zone: FamilyOf(addr).ServiceZone(), NAT: &NAT{}, Table: uint8(ExServiceCT), HasTable: true})}
 	return fs, fs.Finish()
 }
 
-// udpEntryAddrs returns, sorted and without duplicates, the IPv4 addresses of this node's UDP
-// entry points: the NodePort addresses when a UDP Service port has a NodePort, and the
+// udpEntryAddrs returns, sorted and without duplicates, the addresses (of either family) of this
+// node's UDP entry points: the NodePort addresses when a UDP Service port has a NodePort, and the
 // LoadBalancer ingress IPs and externalIPs of UDP Service ports.
 func udpEntryAddrs(st *State) []netip.Addr {
 	seen := map[netip.Addr]bool{}

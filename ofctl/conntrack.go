@@ -34,6 +34,7 @@ func ipProto(p flows.Protocol) (uint8, error) {
 //	ovs-appctl -t CTL dpctl/flush-conntrack zone=Z 'ct_nw_dst=D,ct_nw_proto=P,ct_tp_dst=DP' \
 //	    'ct_nw_src=IP,ct_nw_proto=P,ct_tp_src=PORT'
 //
+// (ct_ipv6_dst and ct_ipv6_src for IPv6 tuples; both tuples must be of one family)
 // with P the IP protocol number of f.Protocol (partial original and reply tuples,
 // ovs-vswitchd(8) "dpctl/flush-conntrack"; an empty original tuple matches any). No matching
 // entry is not an error. Checked against OVS 3.1's userspace datapath (see conntrack_test.go).
@@ -42,8 +43,13 @@ func (o *OpenFlow) FlushConntrack(ctx context.Context, f flows.ConntrackFilter) 
 	if err != nil {
 		return fmt.Errorf("flush conntrack: %w", err)
 	}
-	if !f.ReplySrc.Addr().Is4() || (f.OrigDst.IsValid() && !f.OrigDst.Addr().Is4()) {
-		return fmt.Errorf("flush conntrack: only IPv4 tuples are supported (reply source %s, original destination %s)", f.ReplySrc, f.OrigDst)
+	v6 := f.ReplySrc.Addr().Is6()
+	if !f.ReplySrc.Addr().IsValid() || (f.OrigDst.IsValid() && f.OrigDst.Addr().Is6() != v6) {
+		return fmt.Errorf("flush conntrack: reply source %s and original destination %s are not addresses of one family", f.ReplySrc, f.OrigDst)
+	}
+	src, dst := "ct_nw_src", "ct_nw_dst"
+	if v6 {
+		src, dst = "ct_ipv6_src", "ct_ipv6_dst"
 	}
 	ctl, err := o.appctlTarget()
 	if err != nil {
@@ -51,9 +57,9 @@ func (o *OpenFlow) FlushConntrack(ctx context.Context, f flows.ConntrackFilter) 
 	}
 	orig := ""
 	if f.OrigDst.IsValid() {
-		orig = fmt.Sprintf("ct_nw_dst=%s,ct_nw_proto=%d,ct_tp_dst=%d", f.OrigDst.Addr(), proto, f.OrigDst.Port())
+		orig = fmt.Sprintf("%s=%s,ct_nw_proto=%d,ct_tp_dst=%d", dst, f.OrigDst.Addr(), proto, f.OrigDst.Port())
 	}
-	rpl := fmt.Sprintf("ct_nw_src=%s,ct_nw_proto=%d,ct_tp_src=%d", f.ReplySrc.Addr(), proto, f.ReplySrc.Port())
+	rpl := fmt.Sprintf("%s=%s,ct_nw_proto=%d,ct_tp_src=%d", src, f.ReplySrc.Addr(), proto, f.ReplySrc.Port())
 	argv := []string{o.appctl(), "-t", ctl, "dpctl/flush-conntrack", fmt.Sprintf("zone=%d", f.Zone), orig, rpl}
 	if err := run(ctx, argv, nil, nil); err != nil {
 		return err

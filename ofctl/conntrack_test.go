@@ -74,9 +74,48 @@ func TestConntrackFlushAndDestinations(t *testing.T) {
 	dump = sb.Run(t, "ovs-appctl", "-t", sb.VswitchdCtl, "dpctl/dump-conntrack", fmt.Sprintf("zone=%d", zone))
 	assert.NotContains(t, dump, "tcp,")
 	assert.Contains(t, dump, "sport=1001,")
-	// A protocol without an IP protocol number, or an IPv6 tuple, is refused before running anything.
+	// A protocol without an IP protocol number, or tuples of two families, are refused before
+	// running anything.
 	require.Error(t, of.FlushConntrack(ctx, flows.ConntrackFilter{Zone: zone, Protocol: "SCTP", ReplySrc: netip.MustParseAddrPort("10.0.0.5:8080")}))
-	require.Error(t, of.FlushConntrack(ctx, flows.ConntrackFilter{Zone: zone, Protocol: flows.UDP, ReplySrc: netip.MustParseAddrPort("[2001:db8::5]:8080")}))
+	require.Error(t, of.FlushConntrack(ctx, flows.ConntrackFilter{Zone: zone, Protocol: flows.UDP, ReplySrc: netip.MustParseAddrPort("[2001:db8::5]:8080"),
+		OrigDst: netip.MustParseAddrPort("192.0.2.11:31300")}))
+}
+
+// receive6 injects one UDP packet from the client [2001:db8:51::10]:sport to
+// [2001:db8::11]:dport into port eth0 of the dummy datapath.
+func receive6(t *testing.T, sb *ovstest.Sandbox, sport, dport int) {
+	t.Helper()
+	pkt := fmt.Sprintf("in_port(1),eth(src=50:54:00:00:00:01,dst=50:54:00:00:00:02),eth_type(0x86dd),"+
+		"ipv6(src=2001:db8:51::10,dst=2001:db8::11,label=0,proto=17,tclass=0,hlimit=64,frag=no),udp(src=%d,dst=%d)", sport, dport)
+	sb.Run(t, "ovs-appctl", "-t", sb.VswitchdCtl, "netdev-dummy/receive", "eth0", pkt)
+}
+
+// IPv6 entries in ZoneService6 (issue 22): ConntrackDestinations counts them by their IPv6
+// original destination; FlushConntrack removes the UDP entries of one IPv6 endpoint (ct_ipv6_src
+// in the reply tuple, ct_ipv6_dst in the original one) and leaves the others.
+func TestConntrackIPv6(t *testing.T) {
+	ctx := testContext(t)
+	sb := ovstest.StartDummy(t)
+	sb.AddBridge(t, "br-ex", "eth0")
+	of := ofctl.NewOpenFlow("br-ex", sb.MgmtTarget("br-ex"))
+	zone := flows.ZoneService6
+	require.NoError(t, of.BundleText(ctx, []string{
+		fmt.Sprintf("flow add table=0,priority=10,udp6,tp_src=1000,actions=ct(commit,zone=%d,nat(dst=[2001:db8:244:2::5]:8080))", zone),
+		fmt.Sprintf("flow add table=0,priority=10,udp6,tp_src=1001,actions=ct(commit,zone=%d,nat(dst=[2001:db8:244:2::6]:8080))", zone),
+	}))
+	receive6(t, sb, 1000, 31300)
+	receive6(t, sb, 1001, 31300)
+	dsts, err := of.ConntrackDestinations(ctx, zone)
+	require.NoError(t, err)
+	assert.Equal(t, map[flows.EntryPoint]int{{Protocol: flows.UDP, Addr: netip.MustParseAddrPort("[2001:db8::11]:31300")}: 2}, dsts)
+	require.NoError(t, of.FlushConntrack(ctx, flows.ConntrackFilter{Zone: zone, Protocol: flows.UDP,
+		ReplySrc: netip.MustParseAddrPort("[2001:db8:244:2::5]:8080"), OrigDst: netip.MustParseAddrPort("[2001:db8::11]:31300")}))
+	dump := sb.Run(t, "ovs-appctl", "-t", sb.VswitchdCtl, "dpctl/dump-conntrack", fmt.Sprintf("zone=%d", zone))
+	assert.NotContains(t, dump, "sport=1000,", dump)
+	assert.Contains(t, dump, "sport=1001,", dump)
+	dsts, err = of.ConntrackDestinations(ctx, flows.ZoneService)
+	require.NoError(t, err)
+	assert.Empty(t, dsts, "ZoneService holds no IPv6 entry")
 }
 
 // A flow edited in place is restored by "flow modify_strict" with the same cookie; a missing flow

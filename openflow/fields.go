@@ -5,6 +5,11 @@
 // reads) and the OpenFlow 1.5 wire encoding OVS 3.1 accepts (Encode), which the agent sends on
 // its own connection.
 //
+// Both families are covered: the IPv6 protocols (ProtoIPv6, ProtoTCP6, ...; Protocol.V6 maps an
+// IPv4 one to its twin), fields (ipv6_src, ipv6_dst, ICMPv6, Neighbor Discovery) and ct nat
+// addresses; the family-generic IPSrc, IPDst, SetIPSrc and SetIPDst pick the field by address.
+// Tunnel fields (tun_src, tun_dst) are IPv4: the underlay is.
+//
 // The package does no I/O and imports nothing of this module. Field and action semantics are
 // those of ovs-fields(7) and ovs-actions(7); message layouts are those of the OpenFlow 1.5.1
 // specification (ofp_flow_mod, ofp15_group_mod, ofp15_bucket) and OVS's Nicira extensions

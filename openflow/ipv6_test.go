@@ -184,6 +184,9 @@ func TestCheckIPv6(t *testing.T) {
 		"address into a port":   {Actions: []Action{SetAddr(FieldTCPDst, v6)}},
 		"short nd_tll":          {Actions: []Action{SetMAC(FieldNDTLL, mac[:4])}},
 		"wide icmpv6_type":      {Actions: []Action{SetValue(FieldICMPv6Type, 256)}},
+		"set ipv6_src in ip":    {Protocol: ProtoIP, Actions: []Action{SetIPSrc(v6)}},
+		"set ip_dst in ipv6":    {Protocol: ProtoIPv6, Actions: []Action{SetIPDst(v4)}},
+		"move ipv6 in tcp":      {Protocol: ProtoTCP, Actions: []Action{Move{Src: Ref(FieldIPv6Src), Dst: Ref(FieldIPv6Dst)}}},
 	} {
 		assert.Error(t, f.Check(), name)
 		assert.NotEmpty(t, f.String(), name)

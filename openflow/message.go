@@ -80,20 +80,42 @@ func (f *Flow) Check() error {
 	return CheckActions(f.Actions)
 }
 
-// checkNATFamily reports a ct nat address whose family is not that of proto (OVS refuses
-// nat(dst=[v6]) in an ip flow as inconsistent with the match); no protocol, no check.
+// checkNATFamily reports an action that uses an address family other than proto's: a ct nat
+// address, or a set_field or move of an IPv4 or IPv6 header field (OVS refuses nat(dst=[v6]) in
+// an ip flow as inconsistent with the match, and a set_field or move without its field's
+// prerequisites); no IP protocol, no check.
 func checkNATFamily(proto Protocol, acts []Action) error {
 	if !proto.IsIPv4() && !proto.IsIPv6() {
 		return nil
 	}
-	for _, a := range acts {
-		c, ok := a.(CT)
-		if !ok || c.NAT == nil {
-			continue
+	wrong := func(f Field) bool {
+		switch f {
+		case FieldIPv4Src, FieldIPv4Dst:
+			return proto.IsIPv6()
+		case FieldIPv6Src, FieldIPv6Dst, FieldICMPv6Type, FieldICMPv6Code, FieldNDTarget, FieldNDSLL, FieldNDTLL,
+			FieldNDReserved, FieldNDOptionsType:
+			return proto.IsIPv4()
 		}
-		for _, addr := range []netip.Addr{c.NAT.Dst.Addr(), c.NAT.Src} {
-			if addr.IsValid() && addr.Is4() != proto.IsIPv4() {
-				return fmt.Errorf("ct: nat address %v in a %s flow", addr, proto)
+		return false
+	}
+	for _, a := range acts {
+		switch a := a.(type) {
+		case CT:
+			if a.NAT == nil {
+				continue
+			}
+			for _, addr := range []netip.Addr{a.NAT.Dst.Addr(), a.NAT.Src} {
+				if addr.IsValid() && addr.Is4() != proto.IsIPv4() {
+					return fmt.Errorf("ct: nat address %v in a %s flow", addr, proto)
+				}
+			}
+		case SetField:
+			if wrong(a.Field) {
+				return fmt.Errorf("set_field of %s in a %s flow", a.Field, proto)
+			}
+		case Move:
+			if wrong(a.Src.Field) || wrong(a.Dst.Field) {
+				return fmt.Errorf("move %s->%s in a %s flow", a.Src, a.Dst, proto)
 			}
 		}
 	}
