@@ -165,10 +165,14 @@ func TestIPv6P2LocalEndpoint(t *testing.T) {
 
 	podMAC := flows.GatewayMAC(netip.MustParseAddr("10.244.1.5")).String()
 	reply := "in_port=3,dl_src=" + podMAC + ",tcp6,ipv6_src=" + pod1v6 + ",ipv6_dst=2001:db8:51::10,tp_src=8080,tp_dst=40000,tcp_flags=syn|ack,ct_mark=0x1"
-	out = w.trace(t, w.in, reply, "trk,est,rpl")
-	// br-int's part: out the patch port (br-ex's un-DNAT of IPv6 replies is ExFromInt's).
+	out = w.trace(t, w.in, reply, "trk,est,rpl", "trk,est,rpl")
 	require.Contains(t, out, "50. ct_state=+est+rpl+trk,ct_mark=0x1/0xf,ipv6, priority 200", out)
 	require.Contains(t, out, "    output:1\n\nbridge(\"br-ex\")", "to br-ex through the patch port: %s", out)
+	// br-ex un-DNATs it in ZoneService6 (64272) and sends it to the client.
+	acts = datapathActions(out)
+	require.Len(t, acts, 3, out)
+	require.True(t, strings.HasPrefix(acts[1], "ct(zone=64272,nat),recirc("), out)
+	require.Contains(t, acts[2], "set(eth(src="+brExMAC, out)
 }
 
 // The host path over IPv6 (srcip-gw0): a pod's connection to the outside world is committed
