@@ -66,6 +66,8 @@ func GoldenStates() map[string]*State {
 		"node1-no-services":  GoldenState(),
 		"node1-web-tcp-udp":  GoldenState(GoldenWebTCP(), GoldenWebUDP()),
 		"node1-no-endpoints": GoldenState(ServicePort{Namespace: "demo", Name: "empty", Protocol: TCP, Port: 80, NodePort: 30090}),
+		// IPv6 Service ports on br-ex (golden_services6.go).
+		"node1-dual-stack-services": GoldenDualStackServices(),
 		// A Service must not capture the Geneve tunnel: its externalIP is node1's address and its
 		// UDP port the tunnel port; that entry point is refused with a warning.
 		"node1-tunnel-hijack": GoldenState(ServicePort{Namespace: "evil", Name: "tunnel", PortName: "gnv", Protocol: UDP, Port: 6081,
@@ -129,33 +131,6 @@ func GoldenStates() map[string]*State {
 	sec.Ports.Secondary = []SecondaryUplink{{Name: "eth1", OFPort: 5, Subnets: []netip.Prefix{goldenPrefix("203.0.113.0/24")}}}
 	sec.Egress[goldenIP("203.0.113.50")] = EgressIP{IP: goldenIP("203.0.113.50"), Policy: "sec", Gateway: "node1"}
 	cases["node1-egress-secondary-nic"] = sec
-	cases["node1-dual-stack"] = GoldenDualStack()
 	addDualStackGoldens(cases)
 	return cases
-}
-
-// GoldenDualStack is node1 of topology T3 dual-stack (issue 22; documentation prefix
-// 2001:db8::/32): every node also has an IPv6 pod CIDR 2001:db8:244:N::/64, node1 serves
-// NodePorts on 2001:db8::11 too. Service demo/web is dual-stack: its TCP port is two
-// ServicePorts (IPv4 as GoldenWebTCP; IPv6 with the NodePort, LoadBalancer IP 2001:db8:113::100
-// filtered to 2001:db8:51:100::/64 and one endpoint on node2), its UDP port an IPv6 one with an
-// endpoint on node2 (the UDP fragments of 2001:db8::11). An IPv6 entry point that went away
-// drains, and an IPv6 port with sessionAffinity (demo/sticky) learns its clients by ipv6_src.
-func GoldenDualStack() *State {
-	v6 := ServicePort{Namespace: "demo", Name: "web", PortName: "http", Protocol: TCP, Family: IPv6, Port: 80, NodePort: 30080,
-		LoadBalancerIPs: []netip.Addr{goldenIP("2001:db8:113::100")},
-		FilterSources:   true, SourceRanges: []netip.Prefix{goldenPrefix("2001:db8:51:100::/64"), goldenPrefix("198.51.100.0/24")},
-		Endpoints: []Endpoint{{IP: goldenIP("2001:db8:244:2::5"), Port: 8080, NodeName: "node2"}}}
-	udp6 := ServicePort{Namespace: "demo", Name: "web", PortName: "dns", Protocol: UDP, Family: IPv6, Port: 53, NodePort: 30053,
-		Endpoints: []Endpoint{{IP: goldenIP("2001:db8:244:2::5"), Port: 8053, NodeName: "node2"}}}
-	sticky := ServicePort{Namespace: "demo", Name: "sticky", Protocol: TCP, Family: IPv6, Port: 80, NodePort: 30081, AffinitySeconds: 10800,
-		AffinityPeriod: 166312, Endpoints: []Endpoint{{IP: goldenIP("2001:db8:244:2::6"), Port: 8080, NodeName: "node2"}}}
-	st := GoldenState(GoldenWebTCP(), v6, udp6, sticky)
-	st.NodePortAddresses = append(st.NodePortAddresses, goldenIP("2001:db8::11"))
-	for name, n := range st.Nodes {
-		n.PodCIDRs = append(n.PodCIDRs, goldenPrefix("2001:db8:244:"+name[len("node"):]+"::/64"))
-		st.Nodes[name] = n
-	}
-	st.Drains[EntryPoint{Protocol: TCP, Addr: netip.MustParseAddrPort("[2001:db8:113::101]:80")}] = true
-	return st
 }

@@ -11,9 +11,9 @@ import (
 	of "github.com/ovs-srcip/ovs-srcip/openflow"
 )
 
-// dualState is GoldenDualStack's node1 with the given Service ports instead of its own.
+// dualState is GoldenDualStackServices's node1 with the given Service ports instead of its own.
 func dualState(svcs ...ServicePort) *State {
-	st := GoldenDualStack()
+	st := GoldenDualStackServices()
 	for k := range st.Services {
 		st.DeleteService(k)
 	}
@@ -148,7 +148,7 @@ func TestExBaseIPv6Twins(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotContains(t, flowText(v4), "ipv6")
 	assert.False(t, GoldenState().servesIPv6())
-	dual, err := BuildExBase(GoldenDualStack())
+	dual, err := BuildExBase(GoldenDualStackServices())
 	require.NoError(t, err)
 	txt := flowText(dual)
 	for _, want := range []string{
@@ -161,7 +161,7 @@ func TestExBaseIPv6Twins(t *testing.T) {
 	} {
 		assert.Contains(t, txt, want)
 	}
-	assert.Len(t, dual.Flows, len(v4.Flows)+len(exBaseIPv6(GoldenDualStack())))
+	assert.Len(t, dual.Flows, len(v4.Flows)+len(exBaseIPv6(GoldenDualStackServices())))
 	for i := range dual.Flows {
 		require.NoError(t, dual.Flows[i].Check(), dual.Flows[i].String())
 	}

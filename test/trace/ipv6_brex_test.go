@@ -13,9 +13,10 @@ import (
 	"github.com/ovs-srcip/ovs-srcip/ofctl/ovstest"
 )
 
-// IPv6 on br-ex (issue 22): node1 of topology T3 dual-stack (flows.GoldenDualStack's addresses:
-// pod CIDRs 2001:db8:244:N::/64, node1's NodePort address 2001:db8::11). These cases trace br-ex
-// only: what br-int does with an IPv6 packet is the br-int pipeline's.
+// IPv6 on br-ex (issue 22): node1 of topology T3 dual-stack, with the addresses of
+// flows.GoldenDualStackServices (pod CIDRs 2001:db8:244:N::/64, node1's NodePort address
+// 2001:db8::11). These cases trace br-ex only: what br-int does with an IPv6 packet is the
+// br-int pipeline's.
 
 // newNode6 is newNode for a dual-stack node1 with the given (IPv6) Service ports.
 func newNode6(t *testing.T, svcs ...flows.ServicePort) *world {
