@@ -211,6 +211,10 @@ func BuildIntBase(st *State) (*FlowSet, error) {
 		flow(IntPodIngressCT, prioDefault, of.ProtoNone, 0, nil, DropFor(DropPodIngressInvalid)),
 		flow(IntPodIngress, prioDefault, of.ProtoNone, 0, nil, RegOutPort.Output()),
 	}
+	if st.selfHasIPv6() {
+		// A dual-stack node: the IPv6 twins of the flows above, neighbour discovery (intv6.go).
+		fs.Flows = append(fs.Flows, intBase6(st, fs.Flows)...)
+	}
 	fs.Flows = append(fs.Flows, egressBaseFlows(st)...)
 	{
 		for _, c := range st.self().PodCIDRs {

@@ -100,6 +100,9 @@ func BuildGateway(st *State) (*FlowSet, error) {
 		flow(IntGatewayOut, prioLow, of.ProtoIP, 0, nil,
 			of.ModDLSrc{MAC: gwMAC}, of.ModDLDst{MAC: p.GatewayMAC}, output(p.IntGateway)),
 	}
+	if st.selfHasIPv6() {
+		fs.Flows = append(fs.Flows, gateway6Flows(st, fs.Flows)...)
+	}
 	// Another node's pod may reach this node's host on the gateway address (it is inside this
 	// node's pod CIDR, so it arrives here by VNIPod).
 	for _, m := range gwIPs {

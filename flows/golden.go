@@ -131,5 +131,6 @@ func GoldenStates() map[string]*State {
 	sec.Ports.Secondary = []SecondaryUplink{{Name: "eth1", OFPort: 5, Subnets: []netip.Prefix{goldenPrefix("203.0.113.0/24")}}}
 	sec.Egress[goldenIP("203.0.113.50")] = EgressIP{IP: goldenIP("203.0.113.50"), Policy: "sec", Gateway: "node1"}
 	cases["node1-egress-secondary-nic"] = sec
+	addDualStackGoldens(cases)
 	return cases
 }

@@ -26,11 +26,15 @@ func BuildNode(st *State, n Node) (*FlowSet, error) {
 	}
 	tunSrc := of.TunSrc(n.InternalIP)
 	gw := st.Ports.HasGateway()
+	// twin are the family-neutral IP flows that carry IPv6 too on a dual-stack node (node6Flows).
+	var twin []of.Flow
 	if gw {
 		// With a gateway port, pod traffic from that node is looked up in ZonePod (no commit):
 		// replies of connections the host sent out the gateway port go back to it (IntTunnelCT).
-		fs.Flows = append(fs.Flows, flow(IntClassifier, prioHook, of.ProtoIP, st.Ports.IntTunnel, []of.Match{tunSrc, of.TunID(VNIPod)},
-			SourceTunnelPod.Load(), CT{Zone: ZonePod, Table: uint8(IntTunnelCT), HasTable: true}))
+		f := flow(IntClassifier, prioHook, of.ProtoIP, st.Ports.IntTunnel, []of.Match{tunSrc, of.TunID(VNIPod)},
+			SourceTunnelPod.Load(), CT{Zone: ZonePod, Table: uint8(IntTunnelCT), HasTable: true})
+		fs.Flows = append(fs.Flows, f)
+		twin = append(twin, f)
 	} else {
 		fs.Flows = append(fs.Flows, flow(IntClassifier, prioHook, of.ProtoNone, st.Ports.IntTunnel, []of.Match{tunSrc, of.TunID(VNIPod)},
 			SourceTunnelPod.Load(), Goto(IntL3Forwarding)))
@@ -80,7 +84,7 @@ func BuildNode(st *State, n Node) (*FlowSet, error) {
 		// ingress node their packets now arrive through.
 		recorded := CTLabelIngressNode.Match(ipv4Value(n.InternalIP))
 		syn := of.TCPFlags(of.TCPSyn.Set(), of.TCPAck.Unset())
-		fs.Flows = append(fs.Flows,
+		keep := []of.Flow{
 			flow(IntPodIngressCT, prioHigh, of.ProtoIP, 0,
 				[]of.Match{ctEstablished(), OriginTunnel.Match(), recorded},
 				RegOutPort.Output()),
@@ -94,7 +98,9 @@ func BuildNode(st *State, n Node) (*FlowSet, error) {
 			flow(IntPodIngressCT, prioCollision, of.ProtoTCP, 0,
 				[]of.Match{ctEstablished(), OriginTunnel.Match(), recorded, syn},
 				resetCollision()...),
-		)
+		}
+		fs.Flows = append(fs.Flows, keep...)
+		twin = append(twin, keep...)
 	}
 	for _, c := range n.PodCIDRs {
 		if !c.Addr().Is4() {
@@ -113,6 +119,9 @@ func BuildNode(st *State, n Node) (*FlowSet, error) {
 			fs.Flows = append(fs.Flows, flow(IntL3Forwarding, prioEntry, of.ProtoIP, 0, []of.Match{SourceGateway.Match(), dst},
 				tunDst, of.SetTunnel{ID: VNIPod}, output(st.Ports.IntTunnel)))
 		}
+	}
+	if st.selfHasIPv6() {
+		fs.Flows = append(fs.Flows, node6Flows(st, n, twin)...)
 	}
 	return fs, fs.Finish()
 }

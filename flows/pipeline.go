@@ -16,8 +16,13 @@ import (
 func GatewayIP(cidr netip.Prefix) netip.Addr { return cidr.Masked().Addr().Next() }
 
 // GatewayMAC returns the MAC br-int answers with for a pod gateway address: 0a:58 followed by the
-// four IPv4 bytes (the convention OVN-Kubernetes uses for its router ports).
+// four IPv4 bytes (the convention OVN-Kubernetes uses for its router ports), or by the last four
+// bytes of an IPv6 address (its neighbour advertisements, IntNDResponder).
 func GatewayMAC(gw netip.Addr) net.HardwareAddr {
+	if gw.Is6() && !gw.Is4In6() {
+		b := gw.As16()
+		return net.HardwareAddr{0x0a, 0x58, b[12], b[13], b[14], b[15]}
+	}
 	b := gw.As4()
 	return net.HardwareAddr{0x0a, 0x58, b[0], b[1], b[2], b[3]}
 }

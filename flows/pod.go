@@ -20,6 +20,20 @@ func BuildPod(st *State, p Pod) (*FlowSet, error) {
 	}
 	mac := of.EthSrc(p.MAC)
 	for _, ip := range p.IPs {
+		if ip.Is6() && !p.Chained {
+			// IPv6 (a dual-stack pod): the same checks, pod6Flows. A chained pod's egress
+			// interface carries IPv4 only (egress IPs are IPv4).
+			cidr, ok := st.localCIDR(ip)
+			switch {
+			case !ok:
+				fs.Warnings = append(fs.Warnings, fmt.Sprintf("pod %s/%s: IP %s is outside this node's pod CIDRs", p.Namespace, p.Name, ip))
+			case ip == GatewayIP(cidr):
+				fs.Warnings = append(fs.Warnings, fmt.Sprintf("pod %s/%s: IP %s is the pod gateway address of %s", p.Namespace, p.Name, ip, cidr))
+			default:
+				fs.Flows = append(fs.Flows, pod6Flows(st, p, ip)...)
+			}
+			continue
+		}
 		if !ip.Is4() {
 			continue
 		}

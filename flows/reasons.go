@@ -38,6 +38,14 @@ const (
 	DropReplyNoConnection DropReason = "reply-without-connection"
 	// DropARPNotOurs: an ARP request for an address outside the pod CIDRs br-int answers for.
 	DropARPNotOurs DropReason = "arp-not-answered"
+	// DropNDNotOurs: an IPv6 Neighbor Solicitation br-int does not answer (duplicate address
+	// detection, a pod's from a source that is not its own) or a Neighbor Advertisement (br-int
+	// never solicits, and answers for every pod itself).
+	DropNDNotOurs DropReason = "nd-not-answered"
+	// DropICMPv6Control: an IPv6 router solicitation or advertisement, redirect or multicast
+	// listener message from a pod or the host: br-int is no router on the link (pods' routes are
+	// static) and forwards no multicast.
+	DropICMPv6Control DropReason = "icmpv6-control"
 	// DropNoRoute: a destination that is no pod of the cluster (and no gateway port to hand it
 	// to the host).
 	DropNoRoute DropReason = "no-route"
@@ -116,6 +124,10 @@ var dropInfos = []DropInfo{
 		[]DropSpot{{BrEx, ExServiceReply, prioDefault, KindExBase}}},
 	{DropARPNotOurs, "an ARP request for an address br-int does not answer for",
 		[]DropSpot{{BrInt, IntARPResponder, prioDefault, KindIntBase}}},
+	{DropNDNotOurs, "an IPv6 Neighbor Solicitation br-int does not answer (duplicate address detection, whose silence tells the sender its address is unique; a pod's from a source address or MAC that is not its own) or a Neighbor Advertisement (br-int never solicits one and answers for every pod itself)",
+		[]DropSpot{{BrInt, IntClassifier, prioND, KindIntBase}, {BrInt, IntNDResponder, prioHigh, KindIntBase}, {BrInt, IntNDResponder, prioDefault, KindIntBase}}},
+	{DropICMPv6Control, "an IPv6 router solicitation or advertisement, redirect or multicast listener (MLD) message from a pod or the host: br-int is no IPv6 router on the link (pod routes are static) and forwards no multicast",
+		[]DropSpot{{BrInt, IntClassifier, prioICMPv6Control, KindIntBase}}},
 	{DropNoRoute, "the destination is no pod of the cluster (no Node's pod CIDR holds it; without a gateway port nothing else is routed)",
 		[]DropSpot{{BrInt, IntL3Forwarding, prioDefault, KindIntBase}, {BrInt, IntL3Forwarding, prioEgressExcl, KindPod}}},
 	{DropPodIngressInvalid, "the backend node's ZonePod holds the packet invalid (out of window, or a second connection on an established 4-tuple)",

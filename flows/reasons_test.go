@@ -27,7 +27,9 @@ func TestEveryDropHasAReason(t *testing.T) {
 		OFPort: 9, Chained: true, Egress: &PodEgress{IP: ip("192.0.2.52"), Policy: "none"}}
 	egress.Pods[chained.Key()] = chained
 	seen := map[DropSpot]bool{}
-	for _, st := range []*State{testState(webTCP(), webUDP()), withGW, testState(ranges), egress} {
+	// A dual-stack node (IPv6 twins, neighbour discovery).
+	dual := GoldenStates()["node1-dual-stack-gateway"]
+	for _, st := range []*State{testState(webTCP(), webUDP()), withGW, testState(ranges), egress, dual} {
 		d, err := Build(st)
 		require.NoError(t, err)
 		for _, fs := range d {

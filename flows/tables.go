@@ -76,6 +76,15 @@ const (
 	// address among them) with the gateway MAC; with a gateway port, the host's requests for
 	// addresses in any node's pod CIDRs too.
 	IntARPResponder Table = 55
+	// IntNDResponder (a node with an IPv6 pod CIDR) answers the IPv6 Neighbor Solicitations
+	// IntClassifier lets in (a pod's from its own address, the host's from the gateway port)
+	// with this node's IPv6 gateway MAC, whatever the target (proxy neighbour discovery, as
+	// IntARPResponder's proxy ARP): the solicitation is rewritten into the advertisement
+	// (ndAnswer) and goes on to IntNDAdvert. Duplicate address detection (source ::) is dropped.
+	IntNDResponder Table = 56
+	// IntNDAdvert writes the answering MAC (the advertisement's Ethernet source) into its Target
+	// Link-Layer Address option and sends it back to the port the solicitation came from.
+	IntNDAdvert Table = 57
 	// IntL3Forwarding routes by destination IP: local pods (rewrite MACs, RegOutPort) ->
 	// IntPodIngress; other nodes' pod CIDRs -> Geneve (VNI by source). With a gateway port, a
 	// local pod's packet for anything else (node addresses, ClusterIPs, the outside world) and a
@@ -131,6 +140,7 @@ var tableNames = map[Bridge][]struct {
 		{ExFromInt, "ExFromInt"}, {ExServiceReply, "ExServiceReply"}},
 	BrInt: {{IntClassifier, "IntClassifier"}, {IntPodEgressCT, "IntPodEgressCT"}, {IntTunnelCT, "IntTunnelCT"},
 		{IntGatewayCT, "IntGatewayCT"}, {IntEgressReplyCT, "IntEgressReplyCT"}, {IntARPResponder, "IntARPResponder"},
+		{IntNDResponder, "IntNDResponder"}, {IntNDAdvert, "IntNDAdvert"},
 		{IntL3Forwarding, "IntL3Forwarding"}, {IntPodIngress, "IntPodIngress"},
 		{IntPodIngressCT, "IntPodIngressCT"}, {IntGatewayOut, "IntGatewayOut"},
 		{IntEgressOut, "IntEgressOut"}, {IntEgressSNAT, "IntEgressSNAT"}, {IntEgressSend, "IntEgressSend"},

@@ -1,0 +1,41 @@
+package flows
+
+import "net/netip"
+
+// Dual-stack golden scenarios (issue 22): IPv6 documentation prefixes, node N's IPv6 pod CIDR
+// 2001:db8:244:N::/64 next to its IPv4 10.244.N.0/24; the underlay stays IPv4 (192.0.2.1N).
+
+// goldenDualStackGateway is GoldenState with IPv6 pod CIDRs on node1 and node2 (node3 stays IPv4-only),
+// echo-c holding 2001:db8:244:1::5 as well, and the gateway port srcip-gw0 (ofport 4).
+func goldenDualStackGateway() *State {
+	st := GoldenState()
+	for _, n := range []string{"node1", "node2"} {
+		node := st.Nodes[n]
+		node.PodCIDRs = append(node.PodCIDRs, goldenPrefix("2001:db8:244:"+n[4:]+"::/64"))
+		st.Nodes[n] = node
+	}
+	k := Key{Kind: KindPod, Namespace: "demo", Name: "echo-c"}
+	pod := st.Pods[k]
+	pod.IPs = append(pod.IPs, goldenIP("2001:db8:244:1::5"))
+	st.Pods[k] = pod
+	st.Ports.IntGateway = 4
+	st.Ports.GatewayMAC = goldenMAC("02:00:0a:f4:01:01")
+	return st
+}
+
+// addDualStackGoldens adds the dual-stack scenarios to the golden cases.
+func addDualStackGoldens(cases map[string]*State) {
+	cases["node1-dual-stack-gateway"] = goldenDualStackGateway()
+	// The dual-stack pod selected by an EgressGateway (egress IPs are IPv4): its IPv4 traffic
+	// to 198.51.100.0/24 takes the egress path, its IPv6 traffic the host path; no ipv6 flow
+	// leads to IntEgressOut (TestEgressNoIPv6).
+	eg := goldenDualStackGateway()
+	eg.EgressClusterCIDRs = []netip.Prefix{goldenPrefix("10.96.0.0/12"), goldenPrefix("2001:db8:96::/108")}
+	eg.Egress = map[netip.Addr]EgressIP{goldenIP("192.0.2.50"): {IP: goldenIP("192.0.2.50"), Policy: "job", Gateway: "node3"}}
+	k := Key{Kind: KindPod, Namespace: "demo", Name: "echo-c"}
+	pod := eg.Pods[k]
+	pod.Egress = &PodEgress{IP: goldenIP("192.0.2.50"), Policy: "job",
+		Destinations: []netip.Prefix{goldenPrefix("198.51.100.0/24"), goldenPrefix("2001:db8:100::/48")}}
+	eg.Pods[k] = pod
+	cases["node1-dual-stack-egress"] = eg
+}
