@@ -147,8 +147,8 @@ func (r *run) setupGateway(ctx context.Context) error {
 		want := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: prefixIPNet(cc.Masked()), Src: net.IP(src.AsSlice()),
 			Scope: netlink.SCOPE_LINK, Table: unix.RT_TABLE_MAIN, Protocol: unix.RTPROT_STATIC, Family: unix.AF_INET}
 		if cc.Addr().Is6() {
-			// IPv6 routes have no scope (universe); the source is the node's IPv6 address when
-			// br-ex has one (routeSource6), else the kernel's choice.
+			// IPv6 routes have no scope (universe); the source is the node's IPv6 pod gateway
+			// address (routeSource6), else the kernel's choice.
 			want.Family, want.Scope, want.Src, want.Priority = unix.AF_INET6, netlink.SCOPE_UNIVERSE, nil, ipv6RouteMetric
 			if src6.IsValid() {
 				want.Src = net.IP(src6.AsSlice())
@@ -244,20 +244,16 @@ func routeSource(c *Config) (netip.Addr, error) {
 	return netip.Addr{}, fmt.Errorf("%s has no global IPv4 address (the node IP) to use as the source of the routes to the pods: give --node-ip", c.BridgeEx)
 }
 
-// routeSource6 is the source address of the host's routes to the IPv6 cluster CIDRs: br-ex's
-// first global IPv6 address (the node's; invalid when br-ex has none: the kernel then chooses).
+// routeSource6 is the source of the host's IPv6 connections to the cluster CIDRs: the gateway
+// address of this node's IPv6 pod CIDR (GatewayPrefix), invalid without one (the kernel chooses).
+// Not br-ex's IPv6 address: br-int lets a node's host reach remote pods over Geneve (VNI 1) only
+// from that node's pod CIDRs (IPv6 has no twin of the IPv4 OriginNode path, which takes the
+// InternalIP), so a remote pod's reply is routed back to this node's pod CIDR and its gateway
+// port, symmetric with the request.
 func routeSource6(c *Config) (netip.Addr, error) {
-	link, err := netlink.LinkByName(c.BridgeEx)
-	if err != nil {
-		return netip.Addr{}, fmt.Errorf("%s: %w", c.BridgeEx, err)
-	}
-	addrs, err := netlink.AddrList(link, unix.AF_INET6)
-	if err != nil {
-		return netip.Addr{}, fmt.Errorf("IPv6 addresses of %s: %w", c.BridgeEx, err)
-	}
-	for _, a := range addrs {
-		if a.Scope == unix.RT_SCOPE_UNIVERSE && !a.IP.IsLinkLocalUnicast() && a.Flags&(unix.IFA_F_TENTATIVE|unix.IFA_F_DADFAILED) == 0 {
-			return ipNetPrefix(a.IPNet).Addr(), nil
+	for _, p := range c.PodCIDRs {
+		if p.Addr().Is6() {
+			return GatewayPrefix(p).Addr(), nil
 		}
 	}
 	return netip.Addr{}, nil
