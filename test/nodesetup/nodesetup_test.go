@@ -400,7 +400,7 @@ func (n *node) ping6(t *testing.T) {
 
 // Dual-stack: the uplink's global IPv6 address and IPv6 routes (a default route via the peer's
 // link-local address, a static one) move into br-ex with the IPv4 ones and come back at teardown;
-// srcip-gw0 holds both gateways, the IPv6 cluster CIDR is routed to it from the node's IPv6
+// srcip-gw0 holds both gateways, the IPv6 cluster CIDR is routed to it from the node's IPv6 pod gateway
 // address; table ip6 ovs-srcip masquerades the IPv6 pod CIDR; IPv6 forwarding is on; the
 // conflist has a range set per family. A later v4-only run removes what was IPv6.
 func TestNodeSetupDualStack(t *testing.T) {
@@ -439,7 +439,7 @@ func TestNodeSetupDualStack(t *testing.T) {
 	routes6 := must(t, nil, "ip", "-n", n.netns, "-6", "route", "show")
 	assert.Contains(t, routes6, "default via "+peerLL+" dev br-ex")
 	assert.Contains(t, routes6, route6+" via "+peerIP6+" dev br-ex")
-	assert.Contains(t, routes6, "2001:db8:244::/56 dev srcip-gw0 proto static src "+nodeIP6+" metric 1024", "the host reaches pods on other nodes from its IPv6 address")
+	assert.Contains(t, routes6, "2001:db8:244::/56 dev srcip-gw0 proto static src 2001:db8:244:1::1 metric 1024", "the host reaches pods on other nodes from its IPv6 pod gateway address")
 	assert.Contains(t, routes6, "2001:db8:244:1::/64 dev srcip-gw0 proto kernel", "the node's IPv6 pod CIDR")
 	assert.NotContains(t, routes6, "dev eth0")
 	assert.Contains(t, must(t, nil, "ip", "-n", n.netns, "-4", "route", "show"), "default via "+peerIP+" dev br-ex")
