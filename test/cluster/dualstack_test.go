@@ -172,3 +172,81 @@ func TestDualStackPods(t *testing.T) {
 		}
 	}
 }
+
+// On a dual-stack cluster an annotated RequireDualStack LoadBalancer Service (externalTrafficPolicy
+// Cluster) keeps the client's IP in both families: the lab client reaches it on its IPv6 LB IP and
+// on the IPv6 NodePort of two nodes, and on the IPv4 ones, and every backend, on every node, sees
+// the client's own address of that family (the agent ct-DNATs on the ingress node, Geneve over
+// the IPv4 underlay, replies tunnelled back). Then each node's host reaches a pod on another node
+// over IPv6 (from its pod gateway address, node-setup's route source). On the IPv4-only run the
+// Service is single-stack and its IPv4 path is checked alone.
+func TestDualStackAnnotatedService(t *testing.T) {
+	ctx := context.Background()
+	c := theCluster
+	svc := echoService("echo-lb-ds", corev1.ServiceTypeLoadBalancer, 30086)
+	svc.Annotations = map[string]string{"ovs-srcip.io/preserve-source-ip": "true"}
+	svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
+	lbIPs := []string{"203.0.113.106"}
+	if c.DualStack() {
+		policy := corev1.IPFamilyPolicyRequireDualStack
+		svc.Spec.IPFamilyPolicy = &policy
+		lbIPs = append(lbIPs, "2001:db8:0:113::106")
+	}
+	s := createService(t, svc)
+	for _, ip := range lbIPs {
+		s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
+	}
+	if _, err := c.Client.CoreV1().Services(ns).UpdateStatus(ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	printf("dual-stack Service %s: ipFamilies %v, clusterIPs %v, LB IPs %v\n", s.Name, s.Spec.IPFamilies, s.Spec.ClusterIPs, lbIPs)
+	type target struct{ addr, client string }
+	targets := []target{{"203.0.113.106:80", clientIP}, {nodeIP("node1") + ":30086", clientIP}}
+	if c.DualStack() {
+		cip6 := c.ClientIP6("client").String()
+		targets = append(targets,
+			target{"[2001:db8:0:113::106]:80", cip6},
+			target{net.JoinHostPort(c.KNodes["node1"].IP6.String(), "30086"), cip6},
+			target{net.JoinHostPort(c.KNodes["node2"].IP6.String(), "30086"), cip6})
+	}
+	for _, tg := range targets {
+		seen := map[string]string{}
+		retry(t, "answers from every node through "+tg.addr, func() error {
+			r, err := c.Lab.Request("client", "tcp", tg.addr)
+			if err != nil {
+				return err
+			}
+			if r.ClientIP() != tg.client {
+				t.Fatalf("%s: backend %s on %s saw %s, want the client %s", tg.addr, r.Pod, r.Node, r.Client, tg.client)
+			}
+			seen[r.Node] = r.Pod
+			if len(seen) < 3 {
+				return fmt.Errorf("answers from %v", seen)
+			}
+			return nil
+		})
+		printf("client %s -> %s: answered by %v, each saw %s\n", tg.client, tg.addr, seen, tg.client)
+	}
+	if !c.DualStack() {
+		return
+	}
+	// The host of each node to a pod on another node, over IPv6.
+	ps := pods(t)
+	for _, n := range []string{"node1", "node2", "node3"} {
+		for i := range ps {
+			p := &ps[i]
+			if p.Spec.NodeName == n {
+				continue
+			}
+			_, v6 := podIPsByFamily(p)
+			addr := net.JoinHostPort(v6.String(), "8080")
+			var r lab.Reply
+			retry(t, n+" host -> "+addr, func() (err error) { r, err = c.Lab.Request(n, "tcp", addr); return err })
+			printf("dual-stack: host of %s -> pod %s on %s at %s: answered, the pod saw %s\n", n, p.Name, p.Spec.NodeName, addr, r.Client)
+			if r.Pod != p.Name {
+				t.Errorf("host of %s -> %s: answered by %s, want %s", n, addr, r.Pod, p.Name)
+			}
+			break
+		}
+	}
+}
