@@ -3,6 +3,12 @@
 // datapath) from the same Kubernetes manifests srcip-agent reads in
 // --manifests mode. See docs/lab-facts.md for the pitfalls each step avoids
 // ("pitfall N" below is docs/lab-facts.md#pitfall-N).
+//
+// The lab is dual-stack where the manifests are: a Node with an IPv6 InternalIP and an IPv6 pod
+// CIDR, a pod with an IPv6 status.podIPs entry and a client with ClientSpec.IP6 get IPv6
+// addresses from 2001:db8::/32 beside their IPv4 ones, the router both families and a route of
+// 2001:db8:0:113::/64 to the ingress node; the underlay stays IPv4. test/README.md ("The lab's
+// addresses") has the plan.
 package lab
 
 import (
