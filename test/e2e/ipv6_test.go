@@ -186,10 +186,38 @@ func serveFamily(t *testing.T, s dsSvc, fam string, wantPods ...string) {
 	wait := 20 * time.Second
 	for _, e := range s.entries(t, fam) {
 		r, err := waitFrom(e.proto, e.addr, wait)
+		if err != nil {
+			logHitFlows(t, fam)
+		}
 		require.NoError(t, err, "%s %s %s %s of %s never answered", fam, e.kind, e.proto, e.addr, s.name)
 		checkFamily(t, r, fam, e.addr, wantPods...)
 		t.Logf("%s %-14s %s %-28s -> %s/%s saw %s", fam, e.kind, e.proto, e.addr, r.Node, r.Pod, r.Client)
 		wait = 5 * time.Second
+	}
+}
+
+// ipv6Match matches an IPv6 flow of ovs-ofctl's output.
+var ipv6Match = regexp.MustCompile(`[ ,](ipv6|tcp6|udp6|icmp6)[ ,]`)
+
+// logHitFlows logs, for a failed request of family fam, every flow of that family with packets on
+// each node's br-ex and br-int: where the packets went and where they stopped.
+func logHitFlows(t *testing.T, fam string) {
+	t.Helper()
+	for _, n := range theLab.Nodes {
+		for _, br := range []string{"br-ex", "br-int"} {
+			out, err := theLab.DumpFlows(n.Name, br)
+			if err != nil {
+				t.Logf("%s %s: %v", n.Name, br, err)
+				continue
+			}
+			var hit []string
+			for _, l := range strings.Split(out, "\n") {
+				if ipv6Match.MatchString(l) == (fam == "IPv6") && !strings.Contains(l, "n_packets=0,") && strings.Contains(l, "n_packets=") {
+					hit = append(hit, strings.TrimSpace(l))
+				}
+			}
+			t.Logf("%s %s %s flows with packets (%d):\n%s", n.Name, br, fam, len(hit), strings.Join(hit, "\n"))
+		}
 	}
 }
 
