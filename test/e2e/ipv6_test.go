@@ -32,6 +32,7 @@ type dsSvc struct {
 	lb4, lb6 string // LoadBalancer ingress IPs ("" none)
 	e4, e6   string // externalIPs ("" none)
 	eps      []ep
+	affinity int // sessionAffinity ClientIP timeoutSeconds (0: none)
 }
 
 func (s dsSvc) has(fam string) bool {
@@ -70,6 +71,9 @@ func (s dsSvc) yaml() string {
 	cips := s.byFamily(fmt.Sprintf("10.96.6.%d", s.n), fmt.Sprintf("2001:db8:96::6:%d", s.n))
 	fmt.Fprintf(&b, "spec:\n  type: %s\n  externalTrafficPolicy: Cluster\n", typ)
 	fmt.Fprintf(&b, "  ipFamilyPolicy: %s\n  ipFamilies: [%s]\n", s.policy, strings.Join(s.families, ", "))
+	if s.affinity > 0 {
+		fmt.Fprintf(&b, "  sessionAffinity: ClientIP\n  sessionAffinityConfig:\n    clientIP:\n      timeoutSeconds: %d\n", s.affinity)
+	}
 	fmt.Fprintf(&b, "  clusterIP: %s\n  clusterIPs: [%s]\n", cips[0], strings.Join(cips, ", "))
 	if eips := s.byFamily(s.e4, s.e6); len(eips) > 0 {
 		fmt.Fprintf(&b, "  externalIPs: [%s]\n", strings.Join(eips, ", "))
@@ -351,4 +355,44 @@ func TestIPv6OnlyNodesMayTunnel(t *testing.T) {
 	pod = capture(t, "echo-c", "eth0", "tcp port 8080 and host "+spoofed6)
 	inject(t, "client", append([]string{"--dst", "192.0.2.11", "--vni", "2", "--src", "192.0.2.12"}, inner6...)...)
 	assert.NotEmpty(t, pod(), "positive control: the injected inner IPv6 SYN with a node's source must reach the pod")
+}
+
+// Issue 22, sessionAffinity per family: a dual-stack Service with sessionAffinity ClientIP and two
+// endpoints (echo-a on node2, echo-b on node3) sends every connection of one client to one
+// backend, per family, through node1's NodePort and through node2's (the group hashes the client
+// address alone over the same bucket ids on every node), and the backend sees the client's own
+// address of that family.
+func TestDualStackSessionAffinity(t *testing.T) {
+	const file = "ds-affinity.yaml"
+	s := dsSvc{name: "ds-affinity", n: 5, policy: "PreferDualStack", families: []string{"IPv4", "IPv6"}, nodePort: 30604,
+		eps: []ep{echoA, echoB}, affinity: 300}
+	defer removeAndWait(t, file, "tp_dst=30604")
+	writeManifest(t, file, s.yaml())
+	for _, fam := range []string{"IPv4", "IPv6"} {
+		t.Run(fam, func(t *testing.T) {
+			first := ""
+			for _, node := range []string{"node1", "node2"} {
+				addr := net.JoinHostPort(nodeIP(t, node, fam), "30604")
+				r, err := waitFrom("tcp", addr, 20*time.Second)
+				if err != nil {
+					logHitFlows(t, fam)
+				}
+				require.NoError(t, err, "%s NodePort %s never answered", fam, addr)
+				checkFamily(t, r, fam, addr, "echo-a", "echo-b")
+				seen := map[string]int{r.Pod: 1}
+				for i := 0; i < 7; i++ {
+					r, err := theLab.Request("", "tcp", addr)
+					require.NoError(t, err, "%s request %d to %s", fam, i, addr)
+					assert.Equal(t, clientOf(fam), r.ClientIP(), "backend %s saw %s", r.Pod, r.Client)
+					seen[r.Pod]++
+				}
+				pod := only(t, seen, fam+" via "+node)
+				if first == "" {
+					first = pod
+				}
+				assert.Equal(t, first, pod, "%s: node1 and node2 chose different backends for one client", fam)
+				t.Logf("%s via %s (%s): 8 connections, all to %s", fam, node, addr, pod)
+			}
+		})
+	}
 }
