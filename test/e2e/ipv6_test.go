@@ -260,7 +260,8 @@ func TestDualStackClientIPKept(t *testing.T) {
 // Issue 22, "a single-stack -> dual-stack patch of a Service programs its v6 path without touching
 // the v4 one": a connection held open through the IPv4 NodePort of a SingleStack Service keeps
 // answering, with the client's IPv4 address, while the Service is patched to PreferDualStack (an
-// IPv6 ClusterIP, LoadBalancer IP and externalIP and an IPv6 EndpointSlice appear); the Service's
+// IPv6 ClusterIP, LoadBalancer IP and externalIP and an IPv6 EndpointSlice appear) and through the
+// full syncs after it; the Service's
 // IPv4 flows on node1 are byte for byte the same afterwards; its IPv6 entry points then keep the
 // client's IPv6 address.
 func TestSingleStackToDualStackPatchKeepsIPv4Connection(t *testing.T) {
@@ -280,6 +281,7 @@ func TestSingleStackToDualStackPatchKeepsIPv4Connection(t *testing.T) {
 	s.policy, s.families = "PreferDualStack", []string{"IPv4", "IPv6"}
 	writeManifest(t, file, s.yaml())
 	t.Run("IPv6", func(t *testing.T) { serveFamily(t, s, "IPv6", "echo-a") })
+	time.Sleep(2500 * time.Millisecond) // and through a full sync or two (--full-sync-period=2s)
 	requireSurvived(t, "ds-patch patched from SingleStack to PreferDualStack", stop)
 	assert.Equal(t, v4Before, v4ServiceFlows(t, "node1", 30603, 31603), "the patch changed node1's IPv4 flows of ds-patch")
 	t.Run("IPv4", func(t *testing.T) { serveFamily(t, s, "IPv4", "echo-a") })
