@@ -398,3 +398,35 @@ func TestDualStackSessionAffinity(t *testing.T) {
 		})
 	}
 }
+
+// The node network over IPv6 (the twin of TestHostToPods and TestPodToHostsAndOutside, TCP; UDP
+// to the outside): a pod reaches a pod on another node over Geneve (the IPv4 underlay) and is
+// seen with its own IPv6 address; the host reaches its local pod from its IPv6 gateway address
+// and a remote pod from its IPv6 InternalIP (the route of the IPv6 cluster CIDR has it as
+// source), not masqueraded; a pod reaches its own host unmasqueraded, another node's host and
+// the outside world (the client's IPv6 address behind the router) masqueraded to its node's IPv6
+// InternalIP (the lab's `ip6 ovs-srcip` table, as node-setup writes it).
+func TestHostAndPodsIPv6(t *testing.T) {
+	j := func(ip string) string { return net.JoinHostPort(ip, hostPort) }
+	n1, n2 := nodeIP(t, "node1", "IPv6"), nodeIP(t, "node2", "IPv6")
+	c6, a6 := podIP6(echoC), podIP6(echoA)
+	gw1 := theLab.Node("node1").Gateway6.String()
+	request(t, "echo-c", "tcp", net.JoinHostPort(a6, "8080"), "echo-a", c6)
+	request(t, "node1", "tcp", net.JoinHostPort(c6, "8080"), "echo-c", gw1)
+	request(t, "node1", "tcp", net.JoinHostPort(a6, "8080"), "echo-a", n1)
+	request(t, "node3", "tcp", net.JoinHostPort(c6, "8080"), "echo-c", nodeIP(t, "node3", "IPv6"))
+
+	hostEcho(t, "node1")
+	hostEcho(t, "node2")
+	hostEcho(t, "client", "")
+	request(t, "echo-c", "tcp", j(n1), "node1", c6)
+	request(t, "echo-c", "tcp", j(n2), "node2", n1)
+	request(t, "echo-a", "tcp", j(n1), "node1", n2)
+	for _, proto := range []string{"tcp", "udp"} {
+		request(t, "echo-c", proto, j(client6IP), "client", n1)
+		request(t, "echo-a", proto, j(client6IP), "client", n2)
+	}
+	ping(t, "echo-c", a6)
+	ping(t, "echo-c", gw1)
+	ping(t, "echo-c", client6IP)
+}
