@@ -402,3 +402,48 @@ func TestAgentLifecycleWithFakeAgent(t *testing.T) {
 	assert.Equal(t, 2, strings.Count(string(log), "=== agent node1 start"))
 	assert.Contains(t, string(log), "--node-name=node1 --manifests="+l.cfg.ManifestsDir+" --ovsdb=unix:"+l.Node("node1").DBSock())
 }
+
+// A Node's IPv6 facts are read by family, both or neither; a pod's addresses by family, one each,
+// the IPv4 one required.
+func TestFamilyFacts(t *testing.T) {
+	node := func(addrs []string, cidrs ...string) *corev1.Node {
+		n := &corev1.Node{Spec: corev1.NodeSpec{PodCIDRs: cidrs}}
+		n.Name = "n"
+		for _, a := range addrs {
+			n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a})
+		}
+		return n
+	}
+	ip6, c6, err := nodeFacts6(node([]string{"2001:db8:0:2::11", "192.0.2.11"}, "2001:db8:244:1::/64", "10.244.1.0/24"))
+	require.NoError(t, err, "IPv6 first is still read by family")
+	assert.Equal(t, "2001:db8:0:2::11", ip6.String())
+	assert.Equal(t, "2001:db8:244:1::/64", c6.String())
+	ip6, c6, err = nodeFacts6(node([]string{"192.0.2.11"}, "10.244.1.0/24"))
+	require.NoError(t, err)
+	assert.False(t, ip6.IsValid() || c6.IsValid(), "an IPv4-only Node has no IPv6 facts")
+	_, _, err = nodeFacts6(node([]string{"192.0.2.11", "2001:db8:0:2::11"}, "10.244.1.0/24"))
+	assert.ErrorContains(t, err, "give both or neither")
+	_, _, err = nodeFacts6(node([]string{"192.0.2.11"}, "10.244.1.0/24", "2001:db8:244:1::/64"))
+	assert.ErrorContains(t, err, "give both or neither")
+
+	pod := func(ips ...string) *corev1.Pod {
+		p := &corev1.Pod{}
+		p.Namespace, p.Name = "ns", "p"
+		for _, ip := range ips {
+			p.Status.PodIPs = append(p.Status.PodIPs, corev1.PodIP{IP: ip})
+		}
+		return p
+	}
+	ip, ip6, err := podIPs(pod("2001:db8:244:1::5", "10.244.1.5"))
+	require.NoError(t, err)
+	assert.Equal(t, "10.244.1.5", ip.String())
+	assert.Equal(t, "2001:db8:244:1::5", ip6.String())
+	ip, ip6, err = podIPs(&corev1.Pod{Status: corev1.PodStatus{PodIP: "10.244.1.5"}})
+	require.NoError(t, err, "status.podIP alone")
+	assert.Equal(t, "10.244.1.5", ip.String())
+	assert.False(t, ip6.IsValid())
+	_, _, err = podIPs(pod("10.244.1.5", "10.244.1.6"))
+	assert.ErrorContains(t, err, "two addresses of one family")
+	_, _, err = podIPs(pod("2001:db8:244:1::5"))
+	assert.ErrorContains(t, err, "no IPv4 address")
+}
