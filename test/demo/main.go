@@ -6,9 +6,12 @@
 //
 // The agents read a copy of the manifests in the lab's directory (printed; edit it to change a
 // kept lab). After the requests it prints the backends hit, the path of each entry point, and
-// the ingress node as srcipctl shows it (get services, flows, groups, diff). It exits non-zero if
-// a request failed, a backend saw an address other than the client's, or an answer came from an
-// address other than the one asked. With --keep it prints its verdict and its pid, and keeps the
+// the ingress node as srcipctl shows it (get services, flows, groups, diff). On the dual-stack lab
+// (--ipv6, the default) the copy of a SingleStack IPv4 Service is made PreferDualStack first (an
+// IPv6 ClusterIP, LoadBalancer IP and externalIP, and an IPv6 EndpointSlice of its pods' IPv6
+// addresses), and the client also asks once per IPv6 entry point from its IPv6 address. It exits
+// non-zero if a request failed, a backend saw an address other than the client's (of the family
+// asked), or an answer came from an address other than the one asked. With --keep it prints its verdict and its pid, and keeps the
 // lab until SIGINT or SIGTERM; it then exits with the verdict's status.
 package main
 
@@ -18,6 +21,7 @@ import (
 	"io"
 	"maps"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -40,6 +44,7 @@ type entry struct {
 	proto  string // tcp, udp
 	addr   string // IP:port
 	target int    // the Service port's targetPort (its port when not a number)
+	v6     bool   // an IPv6 entry point: the client asks from its IPv6 address
 }
 
 func main() {
@@ -57,6 +62,7 @@ func run() int {
 	wait := flag.Duration("wait", 60*time.Second, "how long to wait for the Service to work")
 	verbose := flag.Bool("v", false, "log every command the lab runs")
 	keep := flag.Bool("keep", false, "leave the lab running until Ctrl-C (for poking around)")
+	ipv6 := flag.Bool("ipv6", true, "make the Service dual-stack in the lab's copy and ask its IPv6 entry points too (one request each)")
 	flag.Parse()
 	if *agent == "" {
 		fmt.Fprintln(os.Stderr, "demo: --agent is required")
@@ -137,7 +143,19 @@ func run() int {
 	}
 	ingress := l.IngressNode()
 	client := l.Clients[0]
-	entries := entryPoints(svc, ingress.IP.String())
+	var entries6 []entry
+	if *ipv6 && ingress.IP6.IsValid() && client.IP6.IsValid() {
+		if svc, err = dualStack(l, svc); err != nil {
+			fmt.Fprintln(os.Stderr, "demo:", err)
+			return 1
+		}
+		entries6 = entryPoints(svc, ingress.IP6.String(), true)
+		for i := range entries6 {
+			entries6[i].v6 = true
+		}
+		fmt.Printf("  %s made %s %v in the copy (--ipv6=false leaves it as it is)\n", *service, *svc.Spec.IPFamilyPolicy, svc.Spec.IPFamilies)
+	}
+	entries := entryPoints(svc, ingress.IP.String(), false)
 	if len(entries) == 0 {
 		fmt.Fprintf(os.Stderr, "demo: Service %s has no NodePort / LB / external entry points\n", *service)
 		return 1
@@ -173,16 +191,38 @@ func run() int {
 	}
 	fmt.Printf("setup: lab %s + agents until every entry point answered %s = %s total\n",
 		l.SetupTime.Round(time.Millisecond), time.Since(t1).Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
+	if len(entries6) > 0 {
+		// The IPv6 entry points get their own, shorter wait: if they never answer, the table
+		// shows their failures beside the IPv4 results.
+		t6 := time.Now()
+		err := lab.WaitFor(func() error {
+			for _, e := range entries6 {
+				if _, err := l.RequestWith(client.Name, e.proto, e.addr, lab.RequestOpts{Timeout: "1s"}); err != nil {
+					return fmt.Errorf("%s %s %s: %w", e.kind, e.proto, e.addr, err)
+				}
+			}
+			return nil
+		}, 20*time.Second)
+		if err != nil {
+			fmt.Printf("IPv6: not every entry point answered within 20 s: %v\n", oneLine(err))
+		} else {
+			fmt.Printf("IPv6: every entry point answered %s later\n", time.Since(t6).Round(time.Millisecond))
+		}
+	}
 
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tENTRY\tPROTO\tADDRESS\tBACKEND POD\tPOD NODE\tCLIENT SEEN BY BACKEND\tANSWER FROM\tOK")
 	bad, i := 0, 0
 	var hits []hit
 	first := map[entry]lab.Reply{}
-	for _, e := range entries {
+	for _, e := range append(entries, entries6...) {
 		count := *n
 		if e.proto == "udp" {
 			count = *nUDP
+		}
+		want := client.IP.String()
+		if e.v6 {
+			count, want = 1, client.IP6.String() // one line per IPv6 entry point: keep it fast
 		}
 		for k := 0; k < count; k++ {
 			i++
@@ -197,8 +237,8 @@ func run() int {
 				first[e] = r
 			}
 			var why []string
-			if r.ClientIP() != client.IP.String() {
-				why = append(why, "backend saw "+r.ClientIP()+", want "+client.IP.String())
+			if r.ClientIP() != want {
+				why = append(why, "backend saw "+r.ClientIP()+", want "+want)
 			}
 			if r.From != e.addr {
 				why = append(why, "answer from "+r.From+", want "+e.addr)
@@ -217,13 +257,13 @@ func run() int {
 	writeBackends(os.Stdout, hits)
 
 	fmt.Printf("\n== the path of the first request to each entry point (every reply goes back the same way)\n")
-	for _, e := range entries {
+	for _, e := range append(entries, entries6...) {
 		r, ok := first[e]
 		if !ok {
 			fmt.Printf("%-12s %-3s %-20s  no answer\n", e.kind, e.proto, e.addr)
 			continue
 		}
-		fmt.Printf("%-12s %-3s %-20s  %s\n", e.kind, e.proto, e.addr, drawPath(ingress.Name, r.Node, r.Pod, podAddr(l, r.Pod, e.target)))
+		fmt.Printf("%-12s %-3s %-20s  %s\n", e.kind, e.proto, e.addr, drawPath(ingress.Name, r.Node, r.Pod, podAddr(l, r.Pod, e.target, e.v6)))
 	}
 
 	ctl := func(args ...string) {
@@ -245,7 +285,11 @@ func run() int {
 		fmt.Printf("\nFAIL: %d of %d requests failed or were wrong\n", bad, i)
 		verdict.Store(1)
 	} else {
-		fmt.Printf("\nPASS: %d requests, every backend saw %s, every answer came from the address asked\n", i, client.IP)
+		seen := client.IP.String()
+		if len(entries6) > 0 {
+			seen += " (IPv4) or " + client.IP6.String() + " (IPv6)"
+		}
+		fmt.Printf("\nPASS: %d requests, every backend saw %s, every answer came from the address asked\n", i, seen)
 		verdict.Store(0)
 	}
 	if *keep {
@@ -300,20 +344,28 @@ func drawPath(ingress, podNode, pod, dnat string) string {
 	return s + " -> " + pod + "; reply back"
 }
 
-// podAddr returns the endpoint address a request was DNATed to: the pod's IP and the Service
-// port's targetPort; "?" for a pod the lab does not have.
-func podAddr(l *lab.Lab, pod string, target int) string {
+// podAddr returns the endpoint address a request was DNATed to: the pod's IP (its IPv6 one with
+// v6) and the Service port's targetPort; "?" for a pod the lab does not have.
+func podAddr(l *lab.Lab, pod string, target int, v6 bool) string {
 	for _, p := range l.Pods {
 		if p.Name == pod {
-			return net.JoinHostPort(p.IP.String(), strconv.Itoa(target))
+			ip := p.IP
+			if v6 {
+				ip = p.IP6
+			}
+			return net.JoinHostPort(ip.String(), strconv.Itoa(target))
 		}
 	}
 	return "?"
 }
 
-// entryPoints lists NodePort (on the ingress node), LoadBalancer ingress and
-// externalIP addresses of every TCP/UDP port of svc.
-func entryPoints(svc *corev1.Service, nodeIP string) []entry {
+// entryPoints lists NodePort (on the ingress node's nodeIP), LoadBalancer ingress and
+// externalIP addresses of every TCP/UDP port of svc, those of one family: IPv6 with v6.
+func entryPoints(svc *corev1.Service, nodeIP string, v6 bool) []entry {
+	fam := func(ip string) bool {
+		a, err := netip.ParseAddr(ip)
+		return err == nil && a.Unmap().Is6() == v6
+	}
 	var out []entry
 	for _, p := range svc.Spec.Ports {
 		proto := strings.ToLower(string(p.Protocol))
@@ -328,15 +380,18 @@ func entryPoints(svc *corev1.Service, nodeIP string) []entry {
 			target = int(p.Port)
 		}
 		if p.NodePort != 0 {
-			out = append(out, entry{"NodePort", proto, net.JoinHostPort(nodeIP, strconv.Itoa(int(p.NodePort))), target})
+			out = append(out, entry{"NodePort", proto, net.JoinHostPort(nodeIP, strconv.Itoa(int(p.NodePort))), target, v6})
 		}
 		for _, ing := range svc.Status.LoadBalancer.Ingress {
-			if ing.IP != "" {
-				out = append(out, entry{"LoadBalancer", proto, net.JoinHostPort(ing.IP, strconv.Itoa(int(p.Port))), target})
+			if ing.IP != "" && fam(ing.IP) {
+				out = append(out, entry{"LoadBalancer", proto, net.JoinHostPort(ing.IP, strconv.Itoa(int(p.Port))), target, v6})
 			}
 		}
 		for _, ip := range svc.Spec.ExternalIPs {
-			out = append(out, entry{"externalIP", proto, net.JoinHostPort(ip, strconv.Itoa(int(p.Port))), target})
+			if !fam(ip) {
+				continue
+			}
+			out = append(out, entry{"externalIP", proto, net.JoinHostPort(ip, strconv.Itoa(int(p.Port))), target, v6})
 		}
 	}
 	return out

@@ -41,6 +41,7 @@ status:
   podIP: 10.244.1.6
   podIPs:
   - ip: 10.244.1.6
+  - ip: 2001:db8:244:1::6
   conditions:
   - {type: Ready, status: "True"}
 `

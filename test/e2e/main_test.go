@@ -2,10 +2,14 @@
 // ovs-vswitchd per emulated node, userspace datapath) and sends real packets from an external
 // client network namespace. It needs root and Open vSwitch; `make test` provides both.
 //
-// Topology (test/manifests/demo nodes and pods): node1 192.0.2.11 (pods 10.244.1.0/24, echo-c
-// 10.244.1.5, and echo-d 10.244.1.6 added by host_test.go) is the ingress node: the router sends 203.0.113.0/24 to it. node2 192.0.2.12
-// (echo-a 10.244.2.5), node3 192.0.2.13 (echo-b 10.244.3.5). The clients are 198.51.100.10
-// ("client", the default) and 198.51.100.11 ("client2").
+// Topology (test/manifests/demo nodes and pods), dual-stack (test/README.md, the lab's addresses):
+// node1 192.0.2.11 and 2001:db8:0:2::11 (pods 10.244.1.0/24 and 2001:db8:244:1::/64, echo-c
+// 10.244.1.5 and 2001:db8:244:1::5, and echo-d 10.244.1.6 and 2001:db8:244:1::6 added by
+// host_test.go) is the ingress node: the router sends 203.0.113.0/24 and 2001:db8:0:113::/64 to
+// it. node2 192.0.2.12 and 2001:db8:0:2::12 (echo-a 10.244.2.5 and 2001:db8:244:2::5), node3
+// 192.0.2.13 and 2001:db8:0:2::13 (echo-b 10.244.3.5 and 2001:db8:244:3::5). The clients are
+// 198.51.100.10 and 2001:db8:0:100::10 ("client", the default) and 198.51.100.11 and
+// 2001:db8:0:100::11 ("client2").
 package e2e
 
 import (
@@ -25,6 +29,12 @@ const clientIP = "198.51.100.10"
 
 // client2IP is a second external client (netns "client2"), behind the same router (C32).
 const client2IP = "198.51.100.11"
+
+// client6IP and client2IP6 are the two clients' IPv6 addresses (ipv6_test.go).
+const (
+	client6IP  = "2001:db8:0:100::10"
+	client2IP6 = "2001:db8:0:100::11"
+)
 
 var (
 	theLab  *lab.Lab
@@ -83,7 +93,7 @@ func run(m *testing.M) int {
 	}
 	theLab, err = lab.New(lab.Config{
 		ManifestsDir: dir, AgentBin: agent, EchoBin: echo,
-		Clients: []lab.ClientSpec{{Name: "client", IP: clientIP}, {Name: "client2", IP: client2IP}},
+		Clients: []lab.ClientSpec{{Name: "client", IP: clientIP, IP6: client6IP}, {Name: "client2", IP: client2IP, IP6: client2IP6}},
 		// Frequent full syncs so that "survives every sync" covers several of them; a deep repair
 		// every other full sync or so.
 		AgentArgs: []string{"--full-sync-period=2s", "--repair-period=4s"},

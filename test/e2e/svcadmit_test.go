@@ -32,35 +32,39 @@ func waitLogged(t *testing.T, node string, offset int64, tokens ...string) {
 	require.NoError(t, err)
 }
 
-// Issue 20, row "an IPv6-only Service": it is declined (a SourceIPDeclined warning; in a
-// cluster an Event) and its IPv4 NodePort is not captured: node1 writes no flow for it, and the
-// client's SYN reaches node1's host stack (kube-proxy's, here nothing listens: refused at once),
-// never an empty group that drops it. With the IPv4 family the same Service is served.
-func TestIPv6OnlyServiceNotCaptured(t *testing.T) {
+// Issue 20, row "an IPv6-only Service", as issue 22 changed it: an IPv6 SingleStack Service is
+// served on IPv6 (its NodePort on node1's IPv6 address brings the client's IPv6 address to
+// echo-a on node2) and has no IPv4 path: node1 writes no IPv4 flow for it, and the client's
+// IPv4 SYN to the same port reaches node1's host stack (kube-proxy's, here nothing listens: refused
+// at once), never an empty group that drops it. Patched to dual-stack ([IPv6, IPv4]) it is
+// served on IPv4 too, with the client's IPv4 address.
+func TestIPv6OnlyServiceServedOnIPv6Only(t *testing.T) {
 	const file = "ipv6only.yaml"
-	ports := []pspec{{"http", "TCP", 80, 30141}}
+	s := dsSvc{name: "v6only", n: 41, policy: "SingleStack", families: []string{"IPv6"}, nodePort: 30141, eps: []ep{echoA}}
 	defer removeAndWait(t, file, "tp_dst=30141")
-	v6 := strings.Replace(rawService("v6only", true, "NodePort", nil, "", ports, []ep{echoA}),
-		"  externalTrafficPolicy: Cluster\n", "  externalTrafficPolicy: Cluster\n  ipFamilies: [IPv6]\n  ipFamilyPolicy: SingleStack\n", 1)
-	off := logSize(t, "node1")
-	writeManifest(t, file, v6)
-	waitLogged(t, "node1", off, "e2e/v6only", "no IPv4 family")
+	writeManifest(t, file, s.yaml())
+	addr6 := "[2001:db8:0:2::11]:30141"
+	r, err := waitFrom("tcp", addr6, 20*time.Second)
+	require.NoError(t, err, "the IPv6 NodePort of an IPv6-only Service is not served")
+	checkFamily(t, r, "IPv6", addr6, "echo-a")
 	time.Sleep(2500 * time.Millisecond) // a full sync or two (--full-sync-period=2s)
-	out, err := theLab.DumpFlows("node1", "br-ex", "cookie=0x5c10000000000000/0xffff000000000000")
-	require.NoError(t, err)
-	assert.NotContains(t, out, "tp_dst=30141", "node1 programs the IPv4 NodePort of an IPv6-only Service")
+	assert.Empty(t, v4ServiceFlows(t, "node1", 30141, 31141), "node1 programs an IPv4 path of an IPv6-only Service")
 
-	host := capture(t, "node1", "br-ex", "tcp dst port 30141")
+	host := capture(t, "node1", "br-ex", "ip and tcp dst port 30141")
 	start := time.Now()
 	_, err = theLab.RequestWith("", "tcp", "192.0.2.11:30141", lab.RequestOpts{Timeout: "3s"})
 	took := time.Since(start)
 	assert.Error(t, err, "nothing listens on node1's host for 30141")
-	assert.NotEmpty(t, host(), "the SYN to the NodePort never reached node1's host stack (captured by the pipeline)")
+	assert.NotEmpty(t, host(), "the IPv4 SYN to the NodePort never reached node1's host stack (captured by the pipeline)")
 	assert.Less(t, took, 2500*time.Millisecond, "the client waited for its timeout: a black hole, not the host's refusal")
 
-	// Dual-stack: served on IPv4, client IP kept.
-	writeManifest(t, file, strings.Replace(v6, "ipFamilies: [IPv6]", "ipFamilies: [IPv6, IPv4]", 1))
+	// Dual-stack, IPv6 first: served on IPv4 as well, client IP kept on both.
+	s.policy, s.families = "RequireDualStack", []string{"IPv6", "IPv4"}
+	writeManifest(t, file, s.yaml())
 	checkReply(t, waitOK(t, "tcp", "192.0.2.11:30141"), "192.0.2.11:30141", "echo-a")
+	r, err = waitFrom("tcp", addr6, 5*time.Second)
+	require.NoError(t, err)
+	checkFamily(t, r, "IPv6", addr6, "echo-a")
 }
 
 // Issue 20, "an LB IP equal to a pod IP": a LoadBalancer IP that is echo-c's own address

@@ -5,7 +5,10 @@
 // answers every TCP connection and every UDP datagram with one JSON line
 // {"pod":..,"node":..,"client":"<peer ip:port as seen by the server>"} and
 // logs that line to FILE (or stdout). It prints "ready" to stderr once all
-// sockets are bound.
+// sockets are bound. A wildcard address (":8080") is bound once per family (an IPv4 socket and an
+// IPV6_V6ONLY one, the latter only where the netns has IPv6), so a peer is reported in its own
+// family; every client command below dials the family of its --addr ("[2001:db8::1]:80" is
+// IPv6).
 //
 //	echo get --proto tcp|udp --addr IP:PORT [--timeout 3s] [--local-port N]
 //
@@ -47,6 +50,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strconv"
@@ -135,12 +139,26 @@ func serve(args []string) error {
 		b, _ := json.Marshal(reply{Pod: *name, Node: *node, Client: peer})
 		return append(b, '\n')
 	}
-	errc := make(chan error, len(tcps)+len(udps))
+	var tcpLns []net.Listener
 	for _, a := range tcps {
-		ln, err := net.Listen("tcp4", a)
+		lns, err := listenFamilies(a, func(network string) (net.Listener, error) { return net.Listen(network, a) })
 		if err != nil {
 			return err
 		}
+		tcpLns = append(tcpLns, lns...)
+	}
+	var udpPCs []net.PacketConn
+	for _, a := range udps {
+		pcs, err := listenFamilies(a, func(network string) (net.PacketConn, error) {
+			return net.ListenPacket("udp"+network[len("tcp"):], a)
+		})
+		if err != nil {
+			return err
+		}
+		udpPCs = append(udpPCs, pcs...)
+	}
+	errc := make(chan error, len(tcpLns)+len(udpPCs))
+	for _, ln := range tcpLns {
 		go func() {
 			for {
 				c, err := ln.Accept()
@@ -186,11 +204,7 @@ func serve(args []string) error {
 			}
 		}()
 	}
-	for _, a := range udps {
-		pc, err := net.ListenPacket("udp4", a)
-		if err != nil {
-			return err
-		}
+	for _, pc := range udpPCs {
 		go func() {
 			buf := make([]byte, 65536)
 			for {
@@ -238,7 +252,7 @@ func get(args []string) error {
 		if *localPort > 0 {
 			d.LocalAddr = &net.TCPAddr{Port: *localPort}
 		}
-		c, err := d.Dial("tcp4", *addr)
+		c, err := d.Dial(network("tcp", *addr), *addr)
 		if err != nil {
 			return err
 		}
@@ -253,11 +267,12 @@ func get(args []string) error {
 		}
 		r.From, r.Local = c.RemoteAddr().String(), c.LocalAddr().String()
 	case "udp":
-		dst, err := net.ResolveUDPAddr("udp4", *addr)
+		udp := network("udp", *addr)
+		dst, err := net.ResolveUDPAddr(udp, *addr)
 		if err != nil {
 			return err
 		}
-		pc, err := net.ListenUDP("udp4", &net.UDPAddr{Port: *localPort})
+		pc, err := net.ListenUDP(udp, &net.UDPAddr{Port: *localPort})
 		if err != nil {
 			return err
 		}
@@ -273,7 +288,11 @@ func get(args []string) error {
 		}
 		line = string(buf[:n])
 		r.From = from.String()
-		r.Local = net.JoinHostPort("0.0.0.0", strconv.Itoa(pc.LocalAddr().(*net.UDPAddr).Port))
+		wild := "0.0.0.0"
+		if udp == "udp6" {
+			wild = "::"
+		}
+		r.Local = net.JoinHostPort(wild, strconv.Itoa(pc.LocalAddr().(*net.UDPAddr).Port))
 	default:
 		return fmt.Errorf("--proto %q: want tcp or udp", *proto)
 	}
@@ -302,7 +321,7 @@ func probe(args []string) error {
 	start := time.Now()
 	deadline := start.Add(*timeout)
 	err := func() error {
-		c, err := (&net.Dialer{Deadline: deadline}).Dial(*proto+"4", *addr)
+		c, err := (&net.Dialer{Deadline: deadline}).Dial(network(*proto, *addr), *addr)
 		if err != nil {
 			return err
 		}
@@ -351,7 +370,7 @@ func stream(args []string) error {
 		fmt.Printf("ERROR %v\n", err)
 		return err
 	}
-	c, err := net.DialTimeout("tcp4", *addr, *timeout)
+	c, err := net.DialTimeout(network("tcp", *addr), *addr, *timeout)
 	if err != nil {
 		return fail(err)
 	}
@@ -402,11 +421,11 @@ func udpStream(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	dst, err := net.ResolveUDPAddr("udp4", *addr)
+	dst, err := net.ResolveUDPAddr(network("udp", *addr), *addr)
 	if err != nil {
 		return err
 	}
-	c, err := net.DialUDP("udp4", nil, dst)
+	c, err := net.DialUDP(network("udp", *addr), nil, dst)
 	if err != nil {
 		return err
 	}
@@ -473,4 +492,46 @@ loop:
 	b, _ := json.Marshal(res)
 	fmt.Println(string(b))
 	return nil
+}
+
+// network returns base ("tcp" or "udp") with the family of addr's host: "tcp6" for an IPv6
+// literal ("[2001:db8::1]:80"), else "tcp4" (an IPv4 literal or a name: the lab is IPv4 first).
+func network(base, addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if a, err := netip.ParseAddr(host); err == nil && a.Is6() && !a.Is4In6() {
+		return base + "6"
+	}
+	return base + "4"
+}
+
+// listenFamilies binds addr ("IP:PORT" or ":PORT") with listen, given "tcp4" or "tcp6": an address
+// with an IP in its own family; a wildcard one in both, one socket each (a "tcp6" socket is
+// IPV6_V6ONLY), so that a peer's address is reported in its own family, never IPv4-mapped. The
+// IPv6 socket of a wildcard address is left out when the host has no IPv6 (an IPv4-only netns).
+func listenFamilies[T any](addr string, listen func(network string) (T, error)) ([]T, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	if host != "" {
+		c, err := listen(network("tcp", addr))
+		if err != nil {
+			return nil, err
+		}
+		return []T{c}, nil
+	}
+	c4, err := listen("tcp4")
+	if err != nil {
+		return nil, err
+	}
+	out := []T{c4}
+	if c6, err := listen("tcp6"); err == nil {
+		out = append(out, c6)
+	} else {
+		fmt.Fprintf(os.Stderr, "echo: no IPv6 listener on %s: %v\n", addr, err)
+	}
+	return out, nil
 }

@@ -1,6 +1,9 @@
 // Command inject sends hand-made Geneve packets (RFC 8926) for the lab's attack tests: an IPv4/UDP
-// outer header from any source address (a raw socket with IP_HDRINCL, so the source may be
-// spoofed), a Geneve header with the given VNI, and an inner Ethernet/IPv4 TCP or UDP packet.
+// or IPv6/UDP outer header from any source address (a raw socket with IP_HDRINCL, or an AF_INET6
+// IPPROTO_RAW socket, which includes the header too, so the source may be spoofed), a Geneve
+// header with the given VNI, and an inner Ethernet/IPv4 or Ethernet/IPv6 TCP or UDP packet (the
+// family of --dst picks the outer one, the family of --inner-dst the inner one; --inner-src must
+// be of the same family).
 //
 //	inject --dst 192.0.2.11 --vni 2 --inner-src 198.51.100.10:40000 --inner-dst 10.244.1.5:8080 [--src 192.0.2.13] [--proto tcp|udp] [--flags syn|ack] [--count N]
 //
@@ -33,8 +36,8 @@ func main() {
 }
 
 func run() error {
-	src := flag.String("src", "", "outer IPv4 source (default: the address the route to --dst uses)")
-	dst := flag.String("dst", "", "outer IPv4 destination (a node)")
+	src := flag.String("src", "", "outer source, the family of --dst (default: the address the route to --dst uses)")
+	dst := flag.String("dst", "", "outer destination (a node), IPv4 or IPv6")
 	dport := flag.Int("dport", 6081, "outer UDP destination port (Geneve)")
 	vni := flag.Uint("vni", 1, "Geneve VNI")
 	proto := flag.String("proto", "tcp", "inner protocol: tcp or udp")
@@ -51,20 +54,26 @@ func run() error {
 	}
 
 	d, err := netip.ParseAddr(*dst)
-	if err != nil || !d.Is4() {
-		return fmt.Errorf("--dst %q: not an IPv4 address", *dst)
+	if err != nil {
+		return fmt.Errorf("--dst %q: not an IP address", *dst)
 	}
+	d = d.Unmap()
 	var s netip.Addr
 	if *src == "" {
-		c, err := net.Dial("udp4", netip.AddrPortFrom(d, uint16(*dport)).String())
+		udpNet := "udp4"
+		if d.Is6() {
+			udpNet = "udp6"
+		}
+		c, err := net.Dial(udpNet, netip.AddrPortFrom(d, uint16(*dport)).String())
 		if err != nil {
 			return fmt.Errorf("route to %s: %w", d, err)
 		}
 		s = c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap()
 		c.Close()
-	} else if s, err = netip.ParseAddr(*src); err != nil || !s.Is4() {
-		return fmt.Errorf("--src %q: not an IPv4 address", *src)
+	} else if s, err = netip.ParseAddr(*src); err != nil || s.Unmap().Is4() != d.Is4() {
+		return fmt.Errorf("--src %q: not an address of the family of --dst %s", *src, d)
 	}
+	s = s.Unmap()
 	is, err := netip.ParseAddrPort(*innerSrc)
 	if err != nil {
 		return fmt.Errorf("--inner-src: %w", err)
@@ -73,6 +82,9 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("--inner-dst: %w", err)
 	}
+	if is.Addr().Is4() != id.Addr().Is4() {
+		return fmt.Errorf("--inner-src %s and --inner-dst %s: two families", is, id)
+	}
 	var inner []byte
 	switch *proto {
 	case "tcp":
@@ -80,29 +92,33 @@ func run() error {
 		if *flags == "ack" {
 			f = 0x10
 		}
-		inner = ipv4(is.Addr(), id.Addr(), syscall.IPPROTO_TCP, tcp(is, id, f))
+		inner = ipHeader(is.Addr(), id.Addr(), syscall.IPPROTO_TCP, tcp(is, id, f))
 	case "udp":
-		inner = ipv4(is.Addr(), id.Addr(), syscall.IPPROTO_UDP, udp(is, id, []byte("inject\n"), true))
+		inner = ipHeader(is.Addr(), id.Addr(), syscall.IPPROTO_UDP, udp(is, id, []byte("inject\n"), true))
 	default:
 		return fmt.Errorf("--proto %q: tcp or udp", *proto)
 	}
 	// Inner Ethernet: br-int routes by IP and rewrites both MACs.
-	eth := append([]byte{0x0a, 0x58, 0, 0, 0, 1, 0x02, 0xba, 0xd0, 0, 0, 1, 0x08, 0x00}, inner...)
+	ethType := []byte{0x08, 0x00}
+	if id.Addr().Is6() {
+		ethType = []byte{0x86, 0xdd}
+	}
+	eth := append(append([]byte{0x0a, 0x58, 0, 0, 0, 1, 0x02, 0xba, 0xd0, 0, 0, 1}, ethType...), inner...)
 	// Geneve header (RFC 8926 section 3.4): version 0, no options, protocol type 0x6558
 	// (Transparent Ethernet Bridging), 24-bit VNI.
 	gnv := make([]byte, 8)
 	binary.BigEndian.PutUint16(gnv[2:], 0x6558)
 	binary.BigEndian.PutUint32(gnv[4:], uint32(*vni)<<8)
 	payload := append(gnv, eth...)
-	outer := ipv4(s, d, syscall.IPPROTO_UDP,
-		udp(netip.AddrPortFrom(s, 50000), netip.AddrPortFrom(d, uint16(*dport)), payload, false))
+	// The UDP checksum is mandatory over IPv6 (RFC 8200 section 8.1), optional over IPv4.
+	outer := ipHeader(s, d, syscall.IPPROTO_UDP,
+		udp(netip.AddrPortFrom(s, 50000), netip.AddrPortFrom(d, uint16(*dport)), payload, d.Is6()))
 
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_RAW, syscall.IPPROTO_RAW)
+	fd, to, err := rawSocket(d)
 	if err != nil {
-		return fmt.Errorf("raw socket: %w", err)
+		return err
 	}
 	defer syscall.Close(fd)
-	to := &syscall.SockaddrInet4{Addr: d.As4()}
 	var errs []error
 	for i := 0; i < *count; i++ {
 		if err := syscall.Sendto(fd, outer, 0, to); err != nil {
@@ -126,22 +142,21 @@ func sendPlain(src, dst, randomSrc, proto, flags string, count, pps int) error {
 	var pfx netip.Prefix
 	var s netip.AddrPort
 	if randomSrc != "" {
-		if pfx, err = netip.ParsePrefix(randomSrc); err != nil || !pfx.Addr().Is4() {
-			return fmt.Errorf("--random-src %q: not an IPv4 CIDR", randomSrc)
+		if pfx, err = netip.ParsePrefix(randomSrc); err != nil || !pfx.Addr().Is4() || !d.Addr().Is4() {
+			return fmt.Errorf("--random-src %q: not an IPv4 CIDR (and --inner-dst IPv4)", randomSrc)
 		}
-	} else if s, err = netip.ParseAddrPort(src); err != nil {
-		return fmt.Errorf("--inner-src: %w", err)
+	} else if s, err = netip.ParseAddrPort(src); err != nil || s.Addr().Is4() != d.Addr().Is4() {
+		return fmt.Errorf("--inner-src %q: not an address of the family of --inner-dst (%v)", src, err)
 	}
 	f := byte(0x02)
 	if flags == "ack" {
 		f = 0x10
 	}
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_RAW, syscall.IPPROTO_RAW)
+	fd, to, err := rawSocket(d.Addr())
 	if err != nil {
-		return fmt.Errorf("raw socket: %w", err)
+		return err
 	}
 	defer syscall.Close(fd)
-	to := &syscall.SockaddrInet4{Addr: d.Addr().As4()}
 	sent := 0
 	start := time.Now()
 	for i := 0; i < count; i++ {
@@ -157,9 +172,9 @@ func sendPlain(src, dst, randomSrc, proto, flags string, count, pps int) error {
 		}
 		var pkt []byte
 		if proto == "udp" {
-			pkt = ipv4(s.Addr(), d.Addr(), syscall.IPPROTO_UDP, udp(s, d, []byte("inject\n"), true))
+			pkt = ipHeader(s.Addr(), d.Addr(), syscall.IPPROTO_UDP, udp(s, d, []byte("inject\n"), true))
 		} else {
-			pkt = ipv4(s.Addr(), d.Addr(), syscall.IPPROTO_TCP, tcp(s, d, f))
+			pkt = ipHeader(s.Addr(), d.Addr(), syscall.IPPROTO_TCP, tcp(s, d, f))
 		}
 		if err := syscall.Sendto(fd, pkt, 0, to); err != nil {
 			return fmt.Errorf("send %d: %w", i, err)
@@ -168,6 +183,45 @@ func sendPlain(src, dst, randomSrc, proto, flags string, count, pps int) error {
 	}
 	fmt.Printf("sent %d %s packet(s) to %s\n", sent, proto, d)
 	return nil
+}
+
+// rawSocket opens a raw socket that sends whole IP packets of dst's family (IPv4: IPPROTO_RAW
+// implies IP_HDRINCL; IPv6: an IPPROTO_RAW socket includes the header as well) and dst's sockaddr.
+func rawSocket(dst netip.Addr) (int, syscall.Sockaddr, error) {
+	if dst.Is4() {
+		fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_RAW, syscall.IPPROTO_RAW)
+		if err != nil {
+			return -1, nil, fmt.Errorf("raw socket: %w", err)
+		}
+		return fd, &syscall.SockaddrInet4{Addr: dst.As4()}, nil
+	}
+	fd, err := syscall.Socket(syscall.AF_INET6, syscall.SOCK_RAW, syscall.IPPROTO_RAW)
+	if err != nil {
+		return -1, nil, fmt.Errorf("raw IPv6 socket: %w", err)
+	}
+	return fd, &syscall.SockaddrInet6{Addr: dst.As16()}, nil
+}
+
+// ipHeader returns payload behind an IPv4 or an IPv6 header, by the family of src and dst.
+func ipHeader(src, dst netip.Addr, proto int, payload []byte) []byte {
+	if dst.Is4() {
+		return ipv4(src, dst, proto, payload)
+	}
+	return ipv6(src, dst, proto, payload)
+}
+
+// ipv6 returns an IPv6 header (no extension headers, hop limit 64, flow label 0) followed by
+// payload.
+func ipv6(src, dst netip.Addr, proto int, payload []byte) []byte {
+	h := make([]byte, 40, 40+len(payload))
+	h[0] = 0x60
+	binary.BigEndian.PutUint16(h[4:], uint16(len(payload)))
+	h[6] = byte(proto)
+	h[7] = 64
+	s, d := src.As16(), dst.As16()
+	copy(h[8:], s[:])
+	copy(h[24:], d[:])
+	return append(h, payload...)
 }
 
 // ipv4 returns an IPv4 header (no options, TTL 64, checksum) followed by payload.
@@ -218,11 +272,12 @@ func udp(src, dst netip.AddrPort, payload []byte, sum bool) []byte {
 	return b
 }
 
-// pseudo is the sum of the IPv4 pseudo-header of a TCP or UDP checksum.
+// pseudo is the sum of the IPv4 (RFC 793) or IPv6 (RFC 8200 section 8.1) pseudo-header of a
+// TCP or UDP checksum, by the family of src and dst.
 func pseudo(src, dst netip.Addr, proto, length int) uint32 {
-	s, d := src.As4(), dst.As4()
+	s, d := src.AsSlice(), dst.AsSlice()
 	var sum uint32
-	for i := 0; i < 4; i += 2 {
+	for i := 0; i+1 < len(s); i += 2 {
 		sum += uint32(s[i])<<8 | uint32(s[i+1])
 		sum += uint32(d[i])<<8 | uint32(d[i+1])
 	}

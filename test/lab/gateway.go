@@ -15,7 +15,8 @@ const GatewayPort = "srcip-gw0"
 // done it, with the settings the agent gives it), holding the node's pod gateway address with the
 // pod CIDR's length and the pod MTU; the route of the cluster CIDR into it from the node IP;
 // IPv4 forwarding; and the masquerade of pod traffic leaving the cluster, in nftables
-// table `ip ovs-srcip`.
+// table `ip ovs-srcip`. A dual-stack node gets the IPv6 twins as well: Gateway6/64 (no DAD), its
+// IPv6 InternalIP/128, the route of ClusterCIDR6, IPv6 forwarding, table `ip6 ovs-srcip`.
 func (l *Lab) SetupGateway(node string) error {
 	n := l.Node(node)
 	if n == nil {
@@ -46,6 +47,21 @@ func (l *Lab) SetupGateway(node string) error {
 	if _, err := l.nsExec(n.Netns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"); err != nil {
 		return wrap(err)
 	}
+	if n.IP6.IsValid() {
+		if err := l.enable6(n.Netns, GatewayPort); err != nil {
+			return wrap(err)
+		}
+		if err := l.ipBatch(n.Netns,
+			"addr replace "+n.Gateway6.String()+"/"+strconv.Itoa(n.PodCIDR6.Bits())+" dev "+GatewayPort+" nodad",
+			"addr replace "+n.IP6.String()+"/128 dev "+GatewayPort+" noprefixroute nodad",
+			"route replace "+l.cfg.ClusterCIDR6+" dev "+GatewayPort+" src "+n.IP6.String(),
+		); err != nil {
+			return wrap(err)
+		}
+		if _, err := l.nsExec(n.Netns, "sysctl", "-q", "-w", "net.ipv6.conf.all.forwarding=1"); err != nil {
+			return wrap(err)
+		}
+	}
 	// Replace the table whole (add + delete + define), so that a second call leaves one rule.
 	nft := fmt.Sprintf(`add table ip ovs-srcip
 delete table ip ovs-srcip
@@ -56,6 +72,17 @@ table ip ovs-srcip {
 	}
 }
 `, n.PodCIDR.Masked(), l.cfg.ClusterCIDR)
+	if n.IP6.IsValid() {
+		nft += fmt.Sprintf(`add table ip6 ovs-srcip
+delete table ip6 ovs-srcip
+table ip6 ovs-srcip {
+	chain postrouting {
+		type nat hook postrouting priority srcnat; policy accept;
+		ip6 saddr %s ip6 daddr != %s masquerade
+	}
+}
+`, n.PodCIDR6.Masked(), l.cfg.ClusterCIDR6)
+	}
 	if _, err := l.run(runOpts{stdin: nft}, "ip", "netns", "exec", n.Netns, "nft", "-f", "-"); err != nil {
 		return wrap(err)
 	}

@@ -3,6 +3,12 @@
 // datapath) from the same Kubernetes manifests srcip-agent reads in
 // --manifests mode. See docs/lab-facts.md for the pitfalls each step avoids
 // ("pitfall N" below is docs/lab-facts.md#pitfall-N).
+//
+// The lab is dual-stack where the manifests are: a Node with an IPv6 InternalIP and an IPv6 pod
+// CIDR, a pod with an IPv6 status.podIPs entry and a client with ClientSpec.IP6 get IPv6
+// addresses from 2001:db8::/32 beside their IPv4 ones, the router both families and a route of
+// 2001:db8:0:113::/64 to the ingress node; the underlay stays IPv4. test/README.md ("The lab's
+// addresses") has the plan.
 package lab
 
 import (
@@ -51,11 +57,19 @@ type Config struct {
 	// ClientGatewayCIDR is the router's address on the client side;
 	// default 198.51.100.1/24.
 	ClientGatewayCIDR string
+	// RouterCIDR6 is the router's IPv6 address on the node underlay; default 2001:db8:0:2::1/64.
+	// A Node with an IPv6 InternalIP must have it inside (test/README.md, the lab's addresses).
+	RouterCIDR6 string
+	// ClientGatewayCIDR6 is the router's IPv6 address on the client side; default
+	// 2001:db8:0:100::1/64.
+	ClientGatewayCIDR6 string
 	// Clients are the external client netns; default one client named
-	// "client" with 198.51.100.10.
+	// "client" with 198.51.100.10 and 2001:db8:0:100::10.
 	Clients []ClientSpec
-	// Routes in the router: prefix -> node name. Default
-	// {"203.0.113.0/24": IngressNode}.
+	// Routes in the router: prefix (either family) -> node name. Default
+	// {"203.0.113.0/24": IngressNode, "2001:db8:0:113::/64": IngressNode} (the IPv6 one only
+	// when the ingress node has an IPv6 InternalIP). An IPv6 prefix is routed to the node's IPv6
+	// InternalIP.
 	Routes map[string]string
 	// IngressNode is the node the default route above points to; default
 	// the first node by name.
@@ -63,6 +77,9 @@ type Config struct {
 	// ClusterCIDR is the cluster's pod CIDR (every node's pod CIDR is inside it), routed by each
 	// node's host into its gateway port; default 10.244.0.0/16.
 	ClusterCIDR string
+	// ClusterCIDR6 is the cluster's IPv6 pod CIDR (every node's IPv6 pod CIDR is inside it);
+	// default 2001:db8:244::/48.
+	ClusterCIDR6 string
 	// NoGateway leaves out the gateway port srcip-gw0 and the masquerade (SetupGateway).
 	NoGateway bool
 	// GenevePort is passed to the agent as --geneve-port; default 6081.
@@ -94,12 +111,15 @@ type Config struct {
 type ClientSpec struct {
 	Name string // logical name, e.g. "client"
 	IP   string // e.g. "198.51.100.10"
+	// IP6 is the client's IPv6 address, e.g. "2001:db8:0:100::10"; empty: an IPv4-only client.
+	IP6 string
 }
 
 // Client is a running external client netns.
 type Client struct {
 	Name  string
 	IP    netip.Addr
+	IP6   netip.Addr // invalid for an IPv4-only client
 	Netns string
 }
 
@@ -108,9 +128,15 @@ type Node struct {
 	Name    string
 	IP      netip.Addr   // InternalIP, on br-ex
 	MAC     string       // br-ex other_config:hwaddr, 02:00:<ip bytes>
-	PodCIDR netip.Prefix // spec.podCIDRs[0]
+	PodCIDR netip.Prefix // the IPv4 entry of spec.podCIDRs
 	Gateway netip.Addr   // first address of PodCIDR: the host's address on srcip-gw0 (SetupGateway)
-	Netns   string
+	// IP6, PodCIDR6 and Gateway6 are the IPv6 InternalIP (on br-ex beside IP), the IPv6 entry of
+	// spec.podCIDRs and its first address (on srcip-gw0 beside Gateway): all invalid on an
+	// IPv4-only Node, which then gets no IPv6 address at all.
+	IP6      netip.Addr
+	PodCIDR6 netip.Prefix
+	Gateway6 netip.Addr
+	Netns    string
 	// Dir is OVS_RUNDIR = OVS_DBDIR = OVS_LOGDIR of this node.
 	Dir string
 	// RouterPort is the router's veth end facing this node.
@@ -131,15 +157,19 @@ type Pod struct {
 	NodeName  string
 	IP        netip.Addr
 	Prefix    netip.Prefix // IP with the node's pod CIDR length
-	MAC       string       // 0a:58:<ip bytes>
-	Netns     string
-	HostPort  string // veth end on the node's br-int
-	IfaceID   string // <namespace>_<name>
-	UID       string // metadata.uid, written as external_ids:iface-id-ver when set
-	TCPPorts  []int
-	UDPPorts  []int
-	EchoLog   string // JSON lines logged by the echo server
-	EchoPid   int
+	// IP6 is the pod's IPv6 address from status.podIPs (by family, not index) and Prefix6 it
+	// with the node's IPv6 pod CIDR length; invalid for an IPv4-only pod.
+	IP6      netip.Addr
+	Prefix6  netip.Prefix
+	MAC      string // 0a:58:<ip bytes>
+	Netns    string
+	HostPort string // veth end on the node's br-int
+	IfaceID  string // <namespace>_<name>
+	UID      string // metadata.uid, written as external_ids:iface-id-ver when set
+	TCPPorts []int
+	UDPPorts []int
+	EchoLog  string // JSON lines logged by the echo server
+	EchoPid  int
 
 	echo *proc
 }
@@ -162,6 +192,8 @@ type Lab struct {
 	cfg         Config
 	routerIP    netip.Prefix
 	clientGW    netip.Prefix
+	routerIP6   netip.Prefix
+	clientGW6   netip.Prefix
 	routes      map[string]string
 	ingress     string
 	allNetns    []string
@@ -215,11 +247,20 @@ func New(cfg Config) (l *Lab, err error) {
 	if cfg.ClientGatewayCIDR == "" {
 		cfg.ClientGatewayCIDR = "198.51.100.1/24"
 	}
+	if cfg.RouterCIDR6 == "" {
+		cfg.RouterCIDR6 = "2001:db8:0:2::1/64"
+	}
+	if cfg.ClientGatewayCIDR6 == "" {
+		cfg.ClientGatewayCIDR6 = "2001:db8:0:100::1/64"
+	}
 	if len(cfg.Clients) == 0 {
-		cfg.Clients = []ClientSpec{{Name: "client", IP: "198.51.100.10"}}
+		cfg.Clients = []ClientSpec{{Name: "client", IP: "198.51.100.10", IP6: "2001:db8:0:100::10"}}
 	}
 	if cfg.ClusterCIDR == "" {
 		cfg.ClusterCIDR = "10.244.0.0/16"
+	}
+	if cfg.ClusterCIDR6 == "" {
+		cfg.ClusterCIDR6 = "2001:db8:244::/48"
 	}
 	if cfg.GenevePort == 0 {
 		cfg.GenevePort = 6081
@@ -302,6 +343,16 @@ func (l *Lab) plan() error {
 	if l.clientGW, err = netip.ParsePrefix(l.cfg.ClientGatewayCIDR); err != nil {
 		return fmt.Errorf("ClientGatewayCIDR: %w", err)
 	}
+	if l.routerIP6, err = netip.ParsePrefix(l.cfg.RouterCIDR6); err != nil || !l.routerIP6.Addr().Is6() {
+		return fmt.Errorf("RouterCIDR6 %q: not an IPv6 prefix (%v)", l.cfg.RouterCIDR6, err)
+	}
+	if l.clientGW6, err = netip.ParsePrefix(l.cfg.ClientGatewayCIDR6); err != nil || !l.clientGW6.Addr().Is6() {
+		return fmt.Errorf("ClientGatewayCIDR6 %q: not an IPv6 prefix (%v)", l.cfg.ClientGatewayCIDR6, err)
+	}
+	cluster6, err := netip.ParsePrefix(l.cfg.ClusterCIDR6)
+	if err != nil || !cluster6.Addr().Is6() {
+		return fmt.Errorf("ClusterCIDR6 %q: not an IPv6 prefix (%v)", l.cfg.ClusterCIDR6, err)
+	}
 	l.netnsByName["router"] = l.RouterNetns
 	used := map[string]bool{"router": true}
 	for i := range l.Manifests.Nodes {
@@ -313,6 +364,16 @@ func (l *Lab) plan() error {
 		if !l.routerIP.Masked().Contains(ip) {
 			return fmt.Errorf("node %s: InternalIP %s outside router subnet %s", kn.Name, ip, l.routerIP)
 		}
+		ip6, cidr6, err := nodeFacts6(kn)
+		if err != nil {
+			return err
+		}
+		if ip6.IsValid() && !l.routerIP6.Masked().Contains(ip6) {
+			return fmt.Errorf("node %s: IPv6 InternalIP %s outside router subnet %s", kn.Name, ip6, l.routerIP6)
+		}
+		if cidr6.IsValid() && !cluster6.Contains(cidr6.Addr()) {
+			return fmt.Errorf("node %s: IPv6 pod CIDR %s outside ClusterCIDR6 %s", kn.Name, cidr6, cluster6)
+		}
 		if used[kn.Name] {
 			return fmt.Errorf("node name %q clashes with another lab name", kn.Name)
 		}
@@ -323,9 +384,14 @@ func (l *Lab) plan() error {
 			MAC:        "02:00:" + macBytes(ip),
 			PodCIDR:    cidr,
 			Gateway:    cidr.Addr().Next(),
+			IP6:        ip6,
+			PodCIDR6:   cidr6,
 			Netns:      l.Prefix + "-" + sanitize(kn.Name),
 			Dir:        filepath.Join(l.Dir, sanitize(kn.Name)),
 			RouterPort: l.Prefix + "r" + strconv.Itoa(i+1),
+		}
+		if cidr6.IsValid() {
+			n.Gateway6 = cidr6.Addr().Next()
 		}
 		if len(n.Dir)+len("/ovs-vswitchd.1234567.ctl") > 100 {
 			return fmt.Errorf("node %s: run dir %s too long for unix sockets", n.Name, n.Dir)
@@ -346,6 +412,11 @@ func (l *Lab) plan() error {
 		}
 		used[cs.Name] = true
 		c := &Client{Name: cs.Name, IP: ip, Netns: l.Prefix + "-" + sanitize(cs.Name)}
+		if cs.IP6 != "" {
+			if c.IP6, err = netip.ParseAddr(cs.IP6); err != nil || !c.IP6.Is6() || !l.clientGW6.Masked().Contains(c.IP6) {
+				return fmt.Errorf("client %s: IPv6 address %q not inside %s (%v)", cs.Name, cs.IP6, l.clientGW6, err)
+			}
+		}
 		l.Clients = append(l.Clients, c)
 		l.netnsByName[c.Name] = c.Netns
 	}
@@ -359,13 +430,21 @@ func (l *Lab) plan() error {
 	l.routes = l.cfg.Routes
 	if l.routes == nil {
 		l.routes = map[string]string{"203.0.113.0/24": l.ingress}
+		if l.Node(l.ingress).IP6.IsValid() {
+			l.routes["2001:db8:0:113::/64"] = l.ingress
+		}
 	}
 	for pfx, node := range l.routes {
-		if _, err := netip.ParsePrefix(pfx); err != nil {
+		p, err := netip.ParsePrefix(pfx)
+		if err != nil {
 			return fmt.Errorf("route %s: %w", pfx, err)
 		}
-		if l.Node(node) == nil {
+		n := l.Node(node)
+		if n == nil {
 			return fmt.Errorf("route %s: unknown node %q", pfx, node)
+		}
+		if p.Addr().Is6() && !n.IP6.IsValid() {
+			return fmt.Errorf("route %s: node %s has no IPv6 InternalIP", pfx, node)
 		}
 	}
 	netnsUsed := map[string]bool{}
@@ -382,16 +461,15 @@ func (l *Lab) plan() error {
 		if n == nil {
 			return fmt.Errorf("pod %s/%s: spec.nodeName %q is not a node", kp.Namespace, kp.Name, kp.Spec.NodeName)
 		}
-		ipStr := kp.Status.PodIP
-		if len(kp.Status.PodIPs) > 0 {
-			ipStr = kp.Status.PodIPs[0].IP
-		}
-		ip, err := netip.ParseAddr(ipStr)
+		ip, ip6, err := podIPs(kp)
 		if err != nil {
-			return fmt.Errorf("pod %s/%s: status.podIPs: %q: %w", kp.Namespace, kp.Name, ipStr, err)
+			return err
 		}
 		if !n.PodCIDR.Contains(ip) || ip == n.Gateway || ip == n.PodCIDR.Addr() {
 			return fmt.Errorf("pod %s/%s: IP %s not a usable address of node %s's pod CIDR %s", kp.Namespace, kp.Name, ip, n.Name, n.PodCIDR)
+		}
+		if ip6.IsValid() && (!n.PodCIDR6.Contains(ip6) || ip6 == n.Gateway6 || ip6 == n.PodCIDR6.Addr()) {
+			return fmt.Errorf("pod %s/%s: IPv6 %s not a usable address of node %s's IPv6 pod CIDR %v", kp.Namespace, kp.Name, ip6, n.Name, n.PodCIDR6)
 		}
 		p := &Pod{
 			Namespace: kp.Namespace,
@@ -402,6 +480,9 @@ func (l *Lab) plan() error {
 			MAC:       "0a:58:" + macBytes(ip),
 			IfaceID:   kp.Namespace + "_" + kp.Name,
 			UID:       string(kp.UID),
+		}
+		if ip6.IsValid() {
+			p.IP6, p.Prefix6 = ip6, netip.PrefixFrom(ip6, n.PodCIDR6.Bits())
 		}
 		p.Netns = l.Prefix + "-" + sanitize(kp.Name)
 		if len(p.Netns) > 40 || netnsUsed[p.Netns] {
@@ -444,6 +525,36 @@ func (l *Lab) plan() error {
 		l.allNetns = append(l.allNetns, p.Netns)
 	}
 	return nil
+}
+
+// podIPs returns a pod's IPv4 and IPv6 address from status.podIPs (status.podIP without it), by
+// family, never by index; the IPv4 one is required, the IPv6 one optional.
+func podIPs(kp *corev1.Pod) (ip, ip6 netip.Addr, err error) {
+	strs := []string{kp.Status.PodIP}
+	if len(kp.Status.PodIPs) > 0 {
+		strs = strs[:0]
+		for _, s := range kp.Status.PodIPs {
+			strs = append(strs, s.IP)
+		}
+	}
+	for _, s := range strs {
+		a, perr := netip.ParseAddr(s)
+		if perr != nil {
+			return ip, ip6, fmt.Errorf("pod %s/%s: status.podIPs: %q: %w", kp.Namespace, kp.Name, s, perr)
+		}
+		switch a = a.Unmap(); {
+		case a.Is4() && !ip.IsValid():
+			ip = a
+		case a.Is6() && !ip6.IsValid():
+			ip6 = a
+		default:
+			return ip, ip6, fmt.Errorf("pod %s/%s: status.podIPs %v: two addresses of one family", kp.Namespace, kp.Name, strs)
+		}
+	}
+	if !ip.IsValid() {
+		return ip, ip6, fmt.Errorf("pod %s/%s: status.podIPs %v: no IPv4 address", kp.Namespace, kp.Name, strs)
+	}
+	return ip, ip6, nil
 }
 
 func appendUniq(s []int, v int) []int {

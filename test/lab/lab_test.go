@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,10 +62,10 @@ func TestLoadDemoManifests(t *testing.T) {
 	require.Len(t, m.EndpointSlices, 2)
 	assert.Empty(t, m.Skipped)
 
-	for i, want := range []struct{ name, ip, cidr string }{
-		{"node1", "192.0.2.11", "10.244.1.0/24"},
-		{"node2", "192.0.2.12", "10.244.2.0/24"},
-		{"node3", "192.0.2.13", "10.244.3.0/24"},
+	for i, want := range []struct{ name, ip, cidr, ip6, cidr6 string }{
+		{"node1", "192.0.2.11", "10.244.1.0/24", "2001:db8:0:2::11", "2001:db8:244:1::/64"},
+		{"node2", "192.0.2.12", "10.244.2.0/24", "2001:db8:0:2::12", "2001:db8:244:2::/64"},
+		{"node3", "192.0.2.13", "10.244.3.0/24", "2001:db8:0:2::13", "2001:db8:244:3::/64"},
 	} {
 		n := &m.Nodes[i]
 		assert.Equal(t, want.name, n.Name)
@@ -72,10 +73,17 @@ func TestLoadDemoManifests(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, want.ip, ip.String())
 		assert.Equal(t, want.cidr, c.String())
+		ip6, c6, err := nodeFacts6(n)
+		require.NoError(t, err)
+		assert.Equal(t, want.ip6, ip6.String())
+		assert.Equal(t, want.cidr6, c6.String())
 	}
 	for _, p := range m.Pods {
 		assert.Equal(t, "demo", p.Namespace)
-		require.Len(t, p.Status.PodIPs, 1)
+		require.Len(t, p.Status.PodIPs, 2, "dual-stack pod %s", p.Name)
+		ip, ip6, err := podIPs(&p)
+		require.NoError(t, err)
+		assert.True(t, ip.Is4() && ip6.Is6(), "pod %s: %s %s", p.Name, ip, ip6)
 		ready := false
 		for _, c := range p.Status.Conditions {
 			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
@@ -156,12 +164,23 @@ func TestLabUp(t *testing.T) {
 		out, err = l.Exec(n.Name, "ip", "-o", "link", "show", "dev", "br-ex")
 		require.NoError(t, err)
 		assert.Contains(t, out, "link/ether "+n.MAC)
+		out, err = l.Exec(n.Name, "ip", "-6", "-o", "addr", "show", "dev", "br-ex")
+		require.NoError(t, err)
+		assert.Contains(t, out, n.IP6.String()+"/64")
+		assert.NotContains(t, out, "tentative")
 		out, err = l.Exec(n.Name, "ip", "-o", "link", "show", "dev", "eth0")
 		require.NoError(t, err)
 		assert.Contains(t, out, "NOARP")
+		// The OVS-attached uplink has no IPv6 in the node kernel (no Neighbor Advertisements).
+		out, err = l.Exec(n.Name, "sysctl", "-n", "net.ipv6.conf.eth0.disable_ipv6", "net.ipv6.conf.br-ex.accept_ra")
+		require.NoError(t, err)
+		assert.Equal(t, "1\n0\n", out)
 		out, err = l.Exec(n.Name, "ip", "route", "show", "default")
 		require.NoError(t, err)
 		assert.Contains(t, out, "default via 192.0.2.1 dev br-ex")
+		out, err = l.Exec(n.Name, "ip", "-6", "route", "show", "default")
+		require.NoError(t, err)
+		assert.Contains(t, out, "default via 2001:db8:0:2::1 dev br-ex")
 		out, err = l.Exec(n.Name, "ethtool", "-k", "eth0")
 		require.NoError(t, err)
 		assert.Contains(t, out, "tx-checksumming: off")
@@ -179,10 +198,15 @@ func TestLabUp(t *testing.T) {
 	out, err := l.Exec("router", "ip", "route", "show", "203.0.113.0/24")
 	require.NoError(t, err)
 	assert.Contains(t, out, "via 192.0.2.11")
+	out, err = l.Exec("router", "ip", "-6", "route", "show", "2001:db8:0:113::/64")
+	require.NoError(t, err)
+	assert.Contains(t, out, "via 2001:db8:0:2::11")
 
-	// Pods: addresses, MAC, MTU, route, IPv6 off, br-int ports with external_ids.
-	want := map[string]struct{ node, ip string }{
-		"echo-a": {"node2", "10.244.2.5"}, "echo-b": {"node3", "10.244.3.5"}, "echo-c": {"node1", "10.244.1.5"},
+	// Pods: addresses of both families, MAC, MTU, routes, br-int ports with external_ids.
+	want := map[string]struct{ node, ip, ip6 string }{
+		"echo-a": {"node2", "10.244.2.5", "2001:db8:244:2::5"},
+		"echo-b": {"node3", "10.244.3.5", "2001:db8:244:3::5"},
+		"echo-c": {"node1", "10.244.1.5", "2001:db8:244:1::5"},
 	}
 	require.Len(t, l.Pods, 3)
 	for _, p := range l.Pods {
@@ -192,7 +216,7 @@ func TestLabUp(t *testing.T) {
 		out, err := l.Exec(p.Name, "ip", "-o", "addr", "show", "dev", "eth0")
 		require.NoError(t, err)
 		assert.Contains(t, out, "inet "+w.ip+"/24")
-		assert.NotContains(t, out, "inet6")
+		assert.Contains(t, out, "inet6 "+w.ip6+"/64 scope global nodad")
 		out, err = l.Exec(p.Name, "ip", "-o", "link", "show", "dev", "eth0")
 		require.NoError(t, err)
 		assert.Contains(t, out, "mtu 1400")
@@ -200,7 +224,11 @@ func TestLabUp(t *testing.T) {
 		out, err = l.Exec(p.Name, "ip", "route", "show", "default")
 		require.NoError(t, err)
 		assert.Contains(t, out, "default via "+l.Node(p.NodeName).Gateway.String()+" dev eth0")
-		out, err = l.Exec(p.Name, "sysctl", "-n", "net.ipv6.conf.all.disable_ipv6")
+		out, err = l.Exec(p.Name, "ip", "-6", "route", "show", "default")
+		require.NoError(t, err)
+		assert.Contains(t, out, "default via "+l.Node(p.NodeName).Gateway6.String()+" dev eth0")
+		// The pod's veth end on the node has no IPv6 in the node kernel.
+		out, err = l.Exec(p.NodeName, "sysctl", "-n", "net.ipv6.conf."+p.HostPort+".disable_ipv6")
 		require.NoError(t, err)
 		assert.Equal(t, "1\n", out)
 
@@ -209,7 +237,7 @@ func TestLabUp(t *testing.T) {
 		assert.Equal(t, p.HostPort, strings.TrimSpace(out))
 		out, err = l.Vsctl(p.NodeName, "get", "Interface", p.HostPort, "external_ids:attached-mac", "external_ids:ip_addresses")
 		require.NoError(t, err)
-		assert.Equal(t, fmt.Sprintf("%q\n\"%s/24\"\n", p.MAC, w.ip), out)
+		assert.Equal(t, fmt.Sprintf("%q\n\"%s/24,%s/64\"\n", p.MAC, w.ip, w.ip6), out)
 		out, err = l.Vsctl(p.NodeName, "port-to-br", p.HostPort)
 		require.NoError(t, err)
 		assert.Equal(t, "br-int\n", out)
@@ -217,14 +245,18 @@ func TestLabUp(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, "netdev\nsecure\n", out)
 
-		// The echo server answers inside its own netns (TCP and UDP).
+		// The echo server answers inside its own netns (TCP and UDP, both families), and reports
+		// each peer in its own family.
 		for _, proto := range []string{"tcp", "udp"} {
-			r, err := l.Request(p.Name, proto, w.ip+":8080")
-			require.NoError(t, err)
-			assert.Equal(t, p.Name, r.Pod)
-			assert.Equal(t, w.node, r.Node)
-			assert.Equal(t, w.ip, r.ClientIP())
-			assert.Equal(t, w.ip+":8080", r.From)
+			for _, ip := range []string{w.ip, w.ip6} {
+				addr := net.JoinHostPort(ip, "8080")
+				r, err := l.Request(p.Name, proto, addr)
+				require.NoError(t, err)
+				assert.Equal(t, p.Name, r.Pod)
+				assert.Equal(t, w.node, r.Node)
+				assert.Equal(t, ip, r.ClientIP())
+				assert.Equal(t, addr, r.From)
+			}
 		}
 	}
 
@@ -249,6 +281,9 @@ func TestLabUp(t *testing.T) {
 	ping("node1", "192.0.2.12")
 	ping("node1", "192.0.2.13")
 	ping("node3", "198.51.100.10")
+	ping("client", "2001:db8:0:2::11")
+	ping("node1", "2001:db8:0:2::12")
+	ping("node3", "2001:db8:0:100::10")
 	out, err = l.Exec("client", "ping", "-c", "3", "-i", "0.2", "-W", "1", "192.0.2.11")
 	require.NoError(t, err)
 	assert.Contains(t, out, "3 received")
@@ -366,4 +401,49 @@ func TestAgentLifecycleWithFakeAgent(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 2, strings.Count(string(log), "=== agent node1 start"))
 	assert.Contains(t, string(log), "--node-name=node1 --manifests="+l.cfg.ManifestsDir+" --ovsdb=unix:"+l.Node("node1").DBSock())
+}
+
+// A Node's IPv6 facts are read by family, both or neither; a pod's addresses by family, one each,
+// the IPv4 one required.
+func TestFamilyFacts(t *testing.T) {
+	node := func(addrs []string, cidrs ...string) *corev1.Node {
+		n := &corev1.Node{Spec: corev1.NodeSpec{PodCIDRs: cidrs}}
+		n.Name = "n"
+		for _, a := range addrs {
+			n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a})
+		}
+		return n
+	}
+	ip6, c6, err := nodeFacts6(node([]string{"2001:db8:0:2::11", "192.0.2.11"}, "2001:db8:244:1::/64", "10.244.1.0/24"))
+	require.NoError(t, err, "IPv6 first is still read by family")
+	assert.Equal(t, "2001:db8:0:2::11", ip6.String())
+	assert.Equal(t, "2001:db8:244:1::/64", c6.String())
+	ip6, c6, err = nodeFacts6(node([]string{"192.0.2.11"}, "10.244.1.0/24"))
+	require.NoError(t, err)
+	assert.False(t, ip6.IsValid() || c6.IsValid(), "an IPv4-only Node has no IPv6 facts")
+	_, _, err = nodeFacts6(node([]string{"192.0.2.11", "2001:db8:0:2::11"}, "10.244.1.0/24"))
+	assert.ErrorContains(t, err, "give both or neither")
+	_, _, err = nodeFacts6(node([]string{"192.0.2.11"}, "10.244.1.0/24", "2001:db8:244:1::/64"))
+	assert.ErrorContains(t, err, "give both or neither")
+
+	pod := func(ips ...string) *corev1.Pod {
+		p := &corev1.Pod{}
+		p.Namespace, p.Name = "ns", "p"
+		for _, ip := range ips {
+			p.Status.PodIPs = append(p.Status.PodIPs, corev1.PodIP{IP: ip})
+		}
+		return p
+	}
+	ip, ip6, err := podIPs(pod("2001:db8:244:1::5", "10.244.1.5"))
+	require.NoError(t, err)
+	assert.Equal(t, "10.244.1.5", ip.String())
+	assert.Equal(t, "2001:db8:244:1::5", ip6.String())
+	ip, ip6, err = podIPs(&corev1.Pod{Status: corev1.PodStatus{PodIP: "10.244.1.5"}})
+	require.NoError(t, err, "status.podIP alone")
+	assert.Equal(t, "10.244.1.5", ip.String())
+	assert.False(t, ip6.IsValid())
+	_, _, err = podIPs(pod("10.244.1.5", "10.244.1.6"))
+	assert.ErrorContains(t, err, "two addresses of one family")
+	_, _, err = podIPs(pod("2001:db8:244:1::5"))
+	assert.ErrorContains(t, err, "no IPv4 address")
 }

@@ -203,3 +203,32 @@ func nodeFacts(n *corev1.Node) (netip.Addr, netip.Prefix, error) {
 	}
 	return fn.InternalIP, fn.PodCIDRs[0], nil
 }
+
+// nodeFacts6 returns a Node's IPv6 InternalIP and IPv6 pod CIDR (status.addresses and
+// spec.podCIDRs, by family, never by index), both invalid on an IPv4-only Node. A Node with only
+// one of the two is refused: the lab would give it IPv6 pods it cannot route, or the reverse.
+func nodeFacts6(n *corev1.Node) (netip.Addr, netip.Prefix, error) {
+	var ip netip.Addr
+	for _, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP {
+			continue
+		}
+		if x, err := netip.ParseAddr(a.Address); err == nil && x.Is6() && !x.Is4In6() && !ip.IsValid() {
+			ip = x
+		}
+	}
+	var cidr netip.Prefix
+	for _, c := range n.Spec.PodCIDRs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return ip, cidr, fmt.Errorf("node %s: podCIDR %q: %w", n.Name, c, err)
+		}
+		if p.Addr().Is6() && !cidr.IsValid() {
+			cidr = p.Masked()
+		}
+	}
+	if ip.IsValid() != cidr.IsValid() {
+		return ip, cidr, fmt.Errorf("node %s: IPv6 InternalIP %v and IPv6 pod CIDR %v: give both or neither", n.Name, ip, cidr)
+	}
+	return ip, cidr, nil
+}

@@ -144,8 +144,9 @@ func (l *Lab) AgentArgs(node string) ([]string, error) {
 		"--bridge-ex=br-ex",
 		"--bridge-int=br-int",
 		"--uplink=eth0",
-		// The lab's LoadBalancer and external IPs (routed to the ingress node by the router).
-		"--external-ip-cidrs=203.0.113.0/24",
+		// The lab's LoadBalancer and external IPs of both families (routed to the ingress node by
+		// the router; test/README.md, the lab's addresses).
+		"--external-ip-cidrs=203.0.113.0/24,2001:db8:0:113::/64",
 		"--geneve-port=" + strconv.Itoa(l.cfg.GenevePort),
 		"--v=" + strconv.Itoa(l.cfg.AgentVerbosity),
 	}

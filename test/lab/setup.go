@@ -3,6 +3,7 @@ package lab
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -15,12 +16,36 @@ import (
 
 const vswitchSchema = "/usr/share/openvswitch/vswitch.ovsschema"
 
-// sysctls applied to every lab netns before any interface is created in it.
+// sysctls applied to every lab netns before any interface is created in it. IPv6 is off on every
+// interface created later unless the lab turns it on (enable6) where an IPv6 address goes: the
+// router's bridges, the clients', br-ex, srcip-gw0 and the pods' eth0; never on an OVS-attached
+// veth end (the node's eth0, a pod's host end), whose frames the node kernel sees too and would
+// answer Neighbor Solicitations for (the IPv6 twin of docs/lab-facts.md#pitfall-2). Where it is
+// on, no duplicate address detection (addresses usable at once), no router advertisements taken
+// and no router solicitations sent (docs/lab-facts.md#pitfall-7: they went into tunnels).
 var baseSysctls = []string{
-	"net.ipv6.conf.all.disable_ipv6=1", // docs/lab-facts.md#pitfall-7: no IPv6 noise
 	"net.ipv6.conf.default.disable_ipv6=1",
+	"net.ipv6.conf.all.accept_dad=0",
+	"net.ipv6.conf.default.accept_dad=0",
+	"net.ipv6.conf.all.accept_ra=0",
+	"net.ipv6.conf.default.accept_ra=0",
+	"net.ipv6.conf.all.autoconf=0",
+	"net.ipv6.conf.default.autoconf=0",
+	"net.ipv6.conf.all.router_solicitations=0",
+	"net.ipv6.conf.default.router_solicitations=0",
 	"net.ipv4.conf.all.rp_filter=0",
 	"net.ipv4.conf.default.rp_filter=0",
+}
+
+// enable6 turns IPv6 on for ifaces of netns (off by default: baseSysctls), before their IPv6
+// addresses are added.
+func (l *Lab) enable6(netns string, ifaces ...string) error {
+	args := []string{"sysctl", "-q", "-w"}
+	for _, i := range ifaces {
+		args = append(args, "net.ipv6.conf."+i+".disable_ipv6=0")
+	}
+	_, err := l.nsExec(netns, args...)
+	return err
 }
 
 func parallel[T any](items []T, f func(T) error) error {
@@ -64,7 +89,7 @@ func (l *Lab) setup() error {
 		}
 		args := append([]string{"sysctl", "-q", "-w"}, baseSysctls...)
 		if ns == l.RouterNetns {
-			args = append(args, "net.ipv4.ip_forward=1")
+			args = append(args, "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
 		}
 		if _, err := l.nsExec(ns, args...); err != nil {
 			return err
@@ -74,13 +99,24 @@ func (l *Lab) setup() error {
 		return fmt.Errorf("create netns: %w", err)
 	}
 
-	// 2. Router: br0 towards the nodes, brc towards the clients.
+	// 2. Router: br0 towards the nodes, brc towards the clients; both families. No multicast
+	// snooping: Neighbor Solicitations to solicited-node groups are flooded like ARP, whatever
+	// MLD reports a restarted br-ex tap did or did not send.
 	if err := l.ipBatch(l.RouterNetns,
-		"link add br0 type bridge stp_state 0",
+		"link add br0 type bridge stp_state 0 mcast_snooping 0",
+		"link add brc type bridge stp_state 0 mcast_snooping 0",
+	); err != nil {
+		return fmt.Errorf("router bridges: %w", err)
+	}
+	if err := l.enable6(l.RouterNetns, "br0", "brc"); err != nil {
+		return fmt.Errorf("router bridges: %w", err)
+	}
+	if err := l.ipBatch(l.RouterNetns,
 		"addr add "+l.routerIP.String()+" dev br0",
+		"addr add "+l.routerIP6.String()+" dev br0 nodad",
 		"link set br0 up",
-		"link add brc type bridge stp_state 0",
 		"addr add "+l.clientGW.String()+" dev brc",
+		"addr add "+l.clientGW6.String()+" dev brc nodad",
 		"link set brc up",
 	); err != nil {
 		return fmt.Errorf("router bridges: %w", err)
@@ -96,11 +132,20 @@ func (l *Lab) setup() error {
 		if err := l.ipBatch(l.RouterNetns, "link set "+rp+" master brc", "link set "+rp+" up"); err != nil {
 			return fmt.Errorf("client %s: %w", c.Name, err)
 		}
-		if err := l.ipBatch(c.Netns,
-			"addr add "+c.IP.String()+"/"+strconv.Itoa(l.clientGW.Bits())+" dev eth0",
+		cmds := []string{
+			"addr add " + c.IP.String() + "/" + strconv.Itoa(l.clientGW.Bits()) + " dev eth0",
 			"link set eth0 up",
-			"route add default via "+l.clientGW.Addr().String(),
-		); err != nil {
+			"route add default via " + l.clientGW.Addr().String(),
+		}
+		if c.IP6.IsValid() {
+			if err := l.enable6(c.Netns, "eth0"); err != nil {
+				return fmt.Errorf("client %s: %w", c.Name, err)
+			}
+			cmds = append(cmds,
+				"addr add "+netip.PrefixFrom(c.IP6, l.clientGW6.Bits()).String()+" dev eth0 nodad",
+				"route add default via "+l.clientGW6.Addr().String())
+		}
+		if err := l.ipBatch(c.Netns, cmds...); err != nil {
 			return fmt.Errorf("client %s: %w", c.Name, err)
 		}
 		if err := l.txOff(c.Netns, "eth0"); err != nil {
@@ -124,7 +169,11 @@ func (l *Lab) setup() error {
 	}
 	sort.Strings(pfxs)
 	for _, p := range pfxs {
-		routeCmds = append(routeCmds, "route add "+p+" via "+l.Node(l.routes[p]).IP.String())
+		via := l.Node(l.routes[p]).IP
+		if netip.MustParsePrefix(p).Addr().Is6() {
+			via = l.Node(l.routes[p]).IP6
+		}
+		routeCmds = append(routeCmds, "route add "+p+" via "+via.String())
 	}
 	if len(routeCmds) > 0 {
 		if err := l.ipBatch(l.RouterNetns, routeCmds...); err != nil {
@@ -199,12 +248,30 @@ func (l *Lab) setupNode(n *Node) error {
 		"--", "--may-exist", "add-port", "br-ex", "eth0"); err != nil {
 		return wrap(err)
 	}
-	if err := l.ipBatch(n.Netns,
-		"addr add "+n.IP.String()+"/"+strconv.Itoa(l.routerIP.Bits())+" dev br-ex",
-		"link set br-ex up",
-		"route add default via "+l.routerIP.Addr().String(),
-	); err != nil {
+	if err := l.brExAddrs(n); err != nil {
 		return wrap(err)
+	}
+	return nil
+}
+
+// brExAddrs gives node's br-ex (a tap of the userspace datapath, recreated by each ovs-vswitchd
+// start) its InternalIPs and default routes, both families; idempotent ("replace").
+func (l *Lab) brExAddrs(n *Node) error {
+	cmds := []string{
+		"addr replace " + n.IP.String() + "/" + strconv.Itoa(l.routerIP.Bits()) + " dev br-ex",
+		"link set br-ex up",
+		"route replace default via " + l.routerIP.Addr().String(),
+	}
+	if n.IP6.IsValid() {
+		if err := l.enable6(n.Netns, "br-ex"); err != nil {
+			return err
+		}
+		cmds = append(cmds,
+			"addr replace "+netip.PrefixFrom(n.IP6, l.routerIP6.Bits()).String()+" dev br-ex nodad",
+			"route replace default via "+l.routerIP6.Addr().String())
+	}
+	if err := l.ipBatch(n.Netns, cmds...); err != nil {
+		return err
 	}
 	// br-ex is a tap of the userspace datapath; harmless if unsupported.
 	_ = l.txOff(n.Netns, "br-ex")
@@ -282,12 +349,21 @@ func (l *Lab) setupPod(p *Pod) error {
 		return wrap(err)
 	}
 	gw := n.Gateway.String()
-	if err := l.ipBatch(p.Netns,
-		"link set eth0 address "+p.MAC+" mtu 1400", // docs/lab-facts.md#pitfall-3: Geneve overhead
-		"addr add "+p.Prefix.String()+" dev eth0",
+	cmds := []string{
+		"link set eth0 address " + p.MAC + " mtu 1400", // docs/lab-facts.md#pitfall-3: Geneve overhead
+		"addr add " + p.Prefix.String() + " dev eth0",
 		"link set eth0 up",
-		"route add default via "+gw+" dev eth0",
-	); err != nil {
+		"route add default via " + gw + " dev eth0",
+	}
+	if p.IP6.IsValid() {
+		if err := l.enable6(p.Netns, "eth0"); err != nil {
+			return wrap(err)
+		}
+		cmds = append(cmds,
+			"addr add "+p.Prefix6.String()+" dev eth0 nodad",
+			"route add default via "+n.Gateway6.String()+" dev eth0")
+	}
+	if err := l.ipBatch(p.Netns, cmds...); err != nil {
 		return wrap(err)
 	}
 	if err := l.txOff(p.Netns, "eth0"); err != nil {
@@ -308,8 +384,12 @@ func (l *Lab) setupPod(p *Pod) error {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	addrs := p.Prefix.String()
+	if p.IP6.IsValid() {
+		addrs += "," + p.Prefix6.String()
+	}
 	ids := []string{"external_ids:iface-id=" + p.IfaceID, "external_ids:attached-mac=" + p.MAC,
-		"external_ids:ip_addresses=" + p.Prefix.String()}
+		"external_ids:ip_addresses=" + addrs}
 	if p.UID != "" {
 		ids = append(ids, "external_ids:iface-id-ver="+p.UID)
 	}
@@ -381,14 +461,9 @@ func (l *Lab) RestartVswitchd(node string) error {
 	}
 	n.VswitchdPid = pid
 	// Re-add what may be gone with the old tap device; "replace" keeps this idempotent.
-	if err := l.ipBatch(n.Netns,
-		"addr replace "+n.IP.String()+"/"+strconv.Itoa(l.routerIP.Bits())+" dev br-ex",
-		"link set br-ex up",
-		"route replace default via "+l.routerIP.Addr().String(),
-	); err != nil {
+	if err := l.brExAddrs(n); err != nil {
 		return wrap(err)
 	}
-	_ = l.txOff(n.Netns, "br-ex")
 	if !l.cfg.NoGateway {
 		// srcip-gw0 is a tap of the userspace datapath too: its address and route went with it.
 		if err := l.SetupGateway(n.Name); err != nil {
