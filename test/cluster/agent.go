@@ -91,11 +91,11 @@ func (kn *KNode) nodeSetup() error {
 	// srcip-gw0 (and br-int) are created by node-setup and need IPv6 on (the lab's netns default
 	// is off) for the IPv6 gateway address; br-int's tap goes back to off (no link-local address,
 	// no MLD reports into the pipeline), as does the default for the pods' host ends.
-	if err := kn.sysctl6("default", "0"); err != nil {
+	if err := kn.sysctl6("default", ipv6On); err != nil {
 		return err
 	}
 	_, err := kn.Exec(argv...)
-	if err2 := kn.sysctl6("default", "1"); err == nil {
+	if err2 := kn.sysctl6("default", ipv6Off); err == nil {
 		err = err2
 	}
 	if err == nil {
@@ -112,3 +112,9 @@ func (c *Cluster) SetAgentArgs(args ...string) { c.cfg.AgentArgs = append([]stri
 
 // AgentArgsExtra returns the flags appended to every agent's command line (SetAgentArgs).
 func (c *Cluster) AgentArgsExtra() []string { return append([]string(nil), c.cfg.AgentArgs...) }
+
+// Values of net.ipv6.conf.*.disable_ipv6 (KNode.sysctl6).
+const (
+	ipv6On  = "0"
+	ipv6Off = "1"
+)
