@@ -153,7 +153,11 @@ func run() int {
 		for i := range entries6 {
 			entries6[i].v6 = true
 		}
-		fmt.Printf("  %s made %s %v in the copy (--ipv6=false leaves it as it is)\n", *service, *svc.Spec.IPFamilyPolicy, svc.Spec.IPFamilies)
+		policy := "dual-stack"
+		if svc.Spec.IPFamilyPolicy != nil {
+			policy = string(*svc.Spec.IPFamilyPolicy)
+		}
+		fmt.Printf("  %s: %s %v in the copy (--ipv6=false leaves it as it is)\n", *service, policy, svc.Spec.IPFamilies)
 	}
 	entries := entryPoints(svc, ingress.IP.String(), false)
 	if len(entries) == 0 {
