@@ -402,8 +402,8 @@ func TestDualStackSessionAffinity(t *testing.T) {
 // The node network over IPv6 (the twin of TestHostToPods and TestPodToHostsAndOutside, TCP; UDP
 // to the outside): a pod reaches a pod on another node over Geneve (the IPv4 underlay) and is
 // seen with its own IPv6 address; the host reaches its local pod from its IPv6 gateway address
-// and a remote pod from its IPv6 InternalIP (the route of the IPv6 cluster CIDR has it as
-// source), not masqueraded; a pod reaches its own host unmasqueraded, another node's host and
+// and a remote pod from its IPv6 pod gateway address (the route of the IPv6 cluster CIDR has it
+// as source, as node-setup writes it), not masqueraded; a pod reaches its own host unmasqueraded, another node's host and
 // the outside world (the client's IPv6 address behind the router) masqueraded to its node's IPv6
 // InternalIP (the lab's `ip6 ovs-srcip` table, as node-setup writes it).
 func TestHostAndPodsIPv6(t *testing.T) {
@@ -427,8 +427,9 @@ func TestHostAndPodsIPv6(t *testing.T) {
 	ping(t, "echo-c", a6)
 	ping(t, "echo-c", gw1)
 	ping(t, "echo-c", client6IP)
-	// A host's connection to a pod on another node (VNI 1): its answers must go back over the
-	// tunnel (committed OriginNode on the pod's node), not out of that node's own host.
-	request(t, "node1", "tcp", net.JoinHostPort(a6, "8080"), "echo-a", n1)
-	request(t, "node3", "tcp", net.JoinHostPort(c6, "8080"), "echo-c", nodeIP(t, "node3", "IPv6"))
+	// A host's connection to a pod on another node (VNI 1): over IPv6 it comes from the host's
+	// pod gateway address (node-setup's route source; IPv6 has no twin of the IPv4 OriginNode
+	// path), so the answers are routed back to that node's pod CIDR, over the tunnel.
+	request(t, "node1", "tcp", net.JoinHostPort(a6, "8080"), "echo-a", gw1)
+	request(t, "node3", "tcp", net.JoinHostPort(c6, "8080"), "echo-c", theLab.Node("node3").Gateway6.String())
 }

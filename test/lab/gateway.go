@@ -15,8 +15,10 @@ const GatewayPort = "srcip-gw0"
 // done it, with the settings the agent gives it), holding the node's pod gateway address with the
 // pod CIDR's length and the pod MTU; the route of the cluster CIDR into it from the node IP;
 // IPv4 forwarding; and the masquerade of pod traffic leaving the cluster, in nftables
-// table `ip ovs-srcip`. A dual-stack node gets the IPv6 twins as well: Gateway6/64 (no DAD), its
-// IPv6 InternalIP/128, the route of ClusterCIDR6, IPv6 forwarding, table `ip6 ovs-srcip`.
+// table `ip ovs-srcip`. A dual-stack node gets the IPv6 twins as well: Gateway6/64 (no DAD), the
+// route of ClusterCIDR6 from Gateway6 (as node-setup: over IPv6 a host reaches remote pods from
+// its pod gateway address, the only IPv6 source br-int lets a node's host tunnel), IPv6
+// forwarding, table `ip6 ovs-srcip`.
 func (l *Lab) SetupGateway(node string) error {
 	n := l.Node(node)
 	if n == nil {
@@ -53,8 +55,7 @@ func (l *Lab) SetupGateway(node string) error {
 		}
 		if err := l.ipBatch(n.Netns,
 			"addr replace "+n.Gateway6.String()+"/"+strconv.Itoa(n.PodCIDR6.Bits())+" dev "+GatewayPort+" nodad",
-			"addr replace "+n.IP6.String()+"/128 dev "+GatewayPort+" noprefixroute nodad",
-			"route replace "+l.cfg.ClusterCIDR6+" dev "+GatewayPort+" src "+n.IP6.String(),
+			"route replace "+l.cfg.ClusterCIDR6+" dev "+GatewayPort+" src "+n.Gateway6.String(),
 		); err != nil {
 			return wrap(err)
 		}
