@@ -4,7 +4,9 @@ package e2e
 // the lab's addresses). The underlay stays IPv4: inner IPv6 over IPv4 Geneve.
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"regexp"
 	"sort"
@@ -432,4 +434,86 @@ func TestHostAndPodsIPv6(t *testing.T) {
 	// path), so the answers are routed back to that node's pod CIDR, over the tunnel.
 	request(t, "node1", "tcp", net.JoinHostPort(a6, "8080"), "echo-a", gw1)
 	request(t, "node3", "tcp", net.JoinHostPort(c6, "8080"), "echo-c", theLab.Node("node3").Gateway6.String())
+}
+
+// PMTUD across the hairpin over IPv6 (the twin of TestPMTUDAcrossHairpin): the router's
+// client-side link gets an MTU of 1300. The backend pod (echo-a on node2, MTU 1400) sends
+// full-size segments through node1's IPv6 NodePort to the client's IPv6 address; the router
+// answers each with an ICMPv6 Packet Too Big (mtu 1300) to the NodePort address. node1 must
+// un-DNAT it to the pod and tunnel it to node2, so the pod lowers its path MTU and the 1 MB
+// download completes.
+func TestPMTUDAcrossHairpinIPv6(t *testing.T) {
+	const file, size = "ds-pmtud.yaml", 1 << 20
+	s := dsSvc{name: "ds-pmtud", n: 6, policy: "PreferDualStack", families: []string{"IPv4", "IPv6"}, nodePort: 30605, eps: []ep{echoA}}
+	defer removeAndWait(t, file, "tp_dst=30605")
+	writeManifest(t, file, strings.ReplaceAll(strings.ReplaceAll(s.yaml(), "targetPort: 8080", "targetPort: 8081"), "port: 8080}", "port: 8081}"))
+	addr := net.JoinHostPort(nodeIP(t, "node1", "IPv6"), "30605")
+	var ln net.Listener
+	require.NoError(t, inNetns(t, "echo-a", func() error {
+		var err error
+		ln, err = net.Listen("tcp6", ":8081")
+		return err
+	}))
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(30 * time.Second))
+				c.Write(bytes.Repeat([]byte("x"), size))
+			}()
+		}
+	}()
+	download := func(timeout time.Duration) (int64, error) {
+		var c net.Conn
+		if err := inNetns(t, "client", func() error {
+			var err error
+			c, err = net.DialTimeout("tcp6", addr, 3*time.Second)
+			return err
+		}); err != nil {
+			return 0, err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(timeout))
+		return io.Copy(io.Discard, c)
+	}
+	// Flows in place, path MTU still 1500 everywhere.
+	if err := lab.WaitFor(func() error {
+		n, err := download(10 * time.Second)
+		if err == nil && n != size {
+			err = fmt.Errorf("got %d bytes", n)
+		}
+		return err
+	}, 20*time.Second); err != nil {
+		logHitFlows(t, "IPv6")
+		t.Fatalf("the IPv6 download through %s never completed: %v", addr, err)
+	}
+	_, _ = theLab.Exec("echo-a", "ip", "-6", "route", "flush", "cache")
+	rp := theLab.Prefix + "c1"
+	for _, l := range []string{rp, "brc"} {
+		_, err := theLab.Exec("router", "ip", "link", "set", l, "mtu", "1300")
+		require.NoError(t, err)
+	}
+	t.Cleanup(func() {
+		for _, l := range []string{rp, "brc"} {
+			_, _ = theLab.Exec("router", "ip", "link", "set", l, "mtu", "1500")
+		}
+		_, _ = theLab.Exec("echo-a", "ip", "-6", "route", "flush", "cache")
+	})
+	toRouter := capture(t, "router", "br0", "icmp6 and ip6[40] == 2") // Packet Too Big
+	start := time.Now()
+	n, err := download(15 * time.Second)
+	t.Logf("downloaded %d bytes in %v (err %v)", n, time.Since(start), err)
+	ptbs := toRouter()
+	t.Logf("Packet Too Big sent by the router: %d, e.g. %v", len(ptbs), first(ptbs))
+	assert.NotEmpty(t, ptbs, "the router must have sent Packet Too Big (else the test proves nothing)")
+	require.NoError(t, err)
+	require.EqualValues(t, size, n)
+	pmtu, _ := theLab.Exec("echo-a", "ip", "-6", "route", "get", client6IP)
+	t.Log(strings.TrimSpace(pmtu))
+	assert.Contains(t, pmtu, "mtu 1300", "the pod learnt the path MTU from the router's ICMPv6")
 }
