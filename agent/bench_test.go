@@ -95,9 +95,16 @@ func BenchmarkColdFullSync(b *testing.B) {
 	for _, bc := range []struct {
 		name string
 		n    int
-	}{{"null", 1000}, {"null", 10000}, {"encoding", 10000}} {
+		dual bool
+	}{{"null", 1000, false}, {"null", 10000, false}, {"encoding", 10000, false}, {"encoding", 10000, true}} {
 		n := bc.n
-		b.Run(fmt.Sprintf("bridge=%s/services=%d", bc.name, n), func(b *testing.B) {
+		name := fmt.Sprintf("bridge=%s/services=%d", bc.name, n)
+		if bc.dual {
+			name += "/dual-stack"
+		}
+		b.Run(name, func(b *testing.B) {
+			var lines int
+			var ex, in *nullBridge
 			var peak, base, after, mid uint64
 			steps, runs := map[string]time.Duration{}, map[string]int{}
 			heap := func() uint64 {
@@ -120,13 +127,20 @@ func BenchmarkColdFullSync(b *testing.B) {
 							}
 						}
 					}
-					c.Bridges = map[flows.Bridge]FlowBridge{flows.BrEx: &nullBridge{onBundle: onBundle}, flows.BrInt: &nullBridge{}}
+					ex, in = &nullBridge{onBundle: onBundle}, &nullBridge{}
+					c.Bridges = map[flows.Bridge]FlowBridge{flows.BrEx: ex, flows.BrInt: in}
 					if bc.name == "encoding" {
-						c.Bridges = map[flows.Bridge]FlowBridge{flows.BrEx: &encodingBridge{nullBridge{onBundle: onBundle}}, flows.BrInt: &encodingBridge{}}
+						eex, ein := &encodingBridge{nullBridge{onBundle: onBundle}}, &encodingBridge{}
+						ex, in = &eex.nullBridge, &ein.nullBridge
+						c.Bridges = map[flows.Bridge]FlowBridge{flows.BrEx: eex, flows.BrInt: ein}
 					}
 					c.NodePortRange = [2]uint16{20000, 32767}
 				})
-				seedLarge(f.r, n, 10, 50)
+				if bc.dual {
+					seedLargeDualStack(f.r, n, 10, 50)
+				} else {
+					seedLarge(f.r, n, 10, 50)
+				}
 				base, mid = heap(), 0
 				done := make(chan struct{})
 				sampled := make(chan uint64)
@@ -151,6 +165,7 @@ func BenchmarkColdFullSync(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.StopTimer()
+				lines = ex.lines + in.lines
 				for _, st := range f.r.syncer.steps {
 					steps[st.name] += st.d
 					runs[st.name]++
@@ -160,6 +175,7 @@ func BenchmarkColdFullSync(b *testing.B) {
 				after = heap()
 				runtime.KeepAlive(f)
 			}
+			b.ReportMetric(float64(lines), "bundle-messages")
 			b.ReportMetric(float64(base)/1e6, "before-MB")
 			b.ReportMetric(float64(peak)/1e6, "peak-heap-MB")
 			b.ReportMetric(float64(mid)/1e6, "at-first-br-ex-bundle-MB")
@@ -195,5 +211,39 @@ func seedLarge(r *Reconciler, n, eps, nodes int) {
 			es = append(es, ep(fmt.Sprintf("10.%d.%d.%d", 100+node/250, node%250, i%250+2), fmt.Sprintf("node%d", node)))
 		}
 		r.OnEndpointSlice(nil, makeSlice("ns1", name, name+"-a", es...))
+	}
+}
+
+// seedLargeDualStack is seedLarge on a dual-stack cluster: every Node has an IPv6 InternalIP and
+// pod CIDR beside its IPv4 ones, and every Service is PreferDualStack (ipFamilies IPv4, IPv6)
+// with an IPv6 EndpointSlice of the same eps endpoints beside its IPv4 one: twice the Service
+// flow sets and groups of seedLarge (issue 22: cold start and memory within 2x of IPv4).
+func seedLargeDualStack(r *Reconciler, n, eps, nodes int) {
+	for i := 1; i <= nodes; i++ {
+		v6 := func(nd *corev1.Node) {
+			cidr6 := fmt.Sprintf("2001:db8:244:%x::/64", i)
+			nd.Spec.PodCIDRs = append(nd.Spec.PodCIDRs, cidr6)
+			nd.Status.Addresses = append(nd.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("2001:db8:0:2::%x", i)})
+		}
+		r.OnNode(nil, makeNode(fmt.Sprintf("node%d", i), fmt.Sprintf("192.168.%d.%d", i/250, i%250), fmt.Sprintf("10.%d.%d.0/24", 100+i/250, i%250), v6))
+	}
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("svc%d", i)
+		cip, cip6 := fmt.Sprintf("10.96.%d.%d", i/250, i%250+1), fmt.Sprintf("2001:db8:96::%x", i+1)
+		r.OnService(nil, makeService("ns1", name, int32(20000+i), func(s *corev1.Service) {
+			s.Spec.ClusterIP, s.Spec.ClusterIPs = cip, []string{cip, cip6}
+			s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+		}))
+		var es, es6 []discoveryv1.Endpoint
+		for j := 0; j < eps; j++ {
+			node := (i+j)%nodes + 1
+			nodeName := fmt.Sprintf("node%d", node)
+			es = append(es, ep(fmt.Sprintf("10.%d.%d.%d", 100+node/250, node%250, i%250+2), nodeName))
+			es6 = append(es6, ep(fmt.Sprintf("2001:db8:244:%x::%x", node, i+2), nodeName))
+		}
+		r.OnEndpointSlice(nil, makeSlice("ns1", name, name+"-a", es...))
+		sl6 := makeSlice("ns1", name, name+"-b", es6...)
+		sl6.AddressType = discoveryv1.AddressTypeIPv6
+		r.OnEndpointSlice(nil, sl6)
 	}
 }
