@@ -446,7 +446,10 @@ func TestCNIDualStack(t *testing.T) {
 		podCIDR6 = "2001:db8:244:1::/64"
 		gateway6 = "2001:db8:244:1::1"
 	)
-	e := newEnvNode(t, strings.Replace(nodeYAML, "podCIDRs: [10.244.1.0/24]", "podCIDRs: [10.244.1.0/24, "+podCIDR6+"]", 1))
+	// The lab takes a Node's IPv6 facts together: an IPv6 pod CIDR with an IPv6 InternalIP.
+	dual := strings.Replace(nodeYAML, "podCIDRs: [10.244.1.0/24]", "podCIDRs: [10.244.1.0/24, "+podCIDR6+"]", 1)
+	dual = strings.Replace(dual, "    address: 192.0.2.11\n", "    address: 192.0.2.11\n  - type: InternalIP\n    address: 2001:db8:0:2::11\n", 1)
+	e := newEnvNode(t, dual)
 	e.startAgent()
 	ns := e.addPod("ds", "uid-ds")
 	// The runtime's pod namespace has IPv6 on (addPod turned it off for the v4 tests).
