@@ -1,5 +1,7 @@
 package main
 
+import "slices"
+
 // A listed test: a regular expression over the full spec name (the ginkgo container texts and the
 // leaf text joined by spaces, e.g. "[sig-network] Services should serve a basic endpoint from
 // pods [Conformance]") and why it is listed. docs/conformance.md shows the same tables.
@@ -14,8 +16,6 @@ type listed struct {
 var skips = []listed{
 	{`\[Feature:NetworkPolicy\]`,
 		"NetworkPolicy (49 tests): ovs-srcip does not implement NetworkPolicy, nor does the reference bridge CNI; a cluster that needs it runs a policy engine beside ours"},
-	{`\[Feature:IPv6DualStack\]|\[Feature:Networking-IPv6\]`,
-		"IPv6 and dual-stack (24 tests): ovs-srcip is IPv4-only until the dual-stack issue (#22) lands, and the lab has no IPv6"},
 	{`\[Feature:LoadBalancer\]`,
 		"type=LoadBalancer provisioned by a cloud provider (17 tests): they wait for a cloud to assign the ingress IP; LoadBalancer IPs written by hand are tested in test/cluster, MetalLB's by the bare-metal issue (#24)"},
 	{`\[Feature:SCTPConnectivity\]`,
@@ -28,6 +28,22 @@ var skips = []listed{
 		"performance (2 tests): iperf2 and DNS at scale on 2 cores prove nothing about the pipeline; make bench measures it"},
 	{`\[Disruptive\]`,
 		"disruptive (3 tests): they restart kube-proxy or the API server through SSH or delete nftables rules on every node; the lab's nodes have no SSH"},
+}
+
+// ipv6Pattern names the IPv6 and dual-stack [sig-network] tests (24 in e2e.test v1.37.2).
+const ipv6Pattern = `\[Feature:IPv6DualStack\]|\[Feature:Networking-IPv6\]`
+
+// ipv4OnlySkip is listed on an IPv4-only lab (conformance-run without -dual-stack); a dual-stack
+// lab (-dual-stack: cluster.Config.DualStack) runs these tests.
+var ipv4OnlySkip = listed{ipv6Pattern,
+	"IPv6 and dual-stack (24 tests): the lab is IPv4-only (no -dual-stack): its nodes, pods and Service CIDR have no IPv6; with -dual-stack they run"}
+
+// skipList is the skip list of a lab: skips, plus ipv4OnlySkip unless the lab is dual-stack.
+func skipList(dualStack bool) []listed {
+	if dualStack {
+		return skips
+	}
+	return append(slices.Clone(skips), ipv4OnlySkip)
 }
 
 // knownDiffs are tests that may pass in mode plain and fail in mode all for a reason another
