@@ -48,7 +48,7 @@ type options struct {
 	e2eDir, out, focus, skip, modes, agent, echo, pause, cni string
 	procs                                                    int
 	timeout                                                  time.Duration
-	verbose                                                  bool
+	verbose, dualStack                                       bool
 	hold                                                     time.Duration
 }
 
@@ -66,6 +66,7 @@ func main() {
 	flag.IntVar(&o.procs, "procs", 4, "ginkgo parallel processes")
 	flag.DurationVar(&o.timeout, "timeout", 3*time.Hour, "ginkgo --timeout per mode")
 	flag.BoolVar(&o.verbose, "v", false, "log every lab command")
+	flag.BoolVar(&o.dualStack, "dual-stack", false, "dual-stack labs (cluster.Config.DualStack): the IPv6 and dual-stack tests run instead of being skipped")
 	flag.DurationVar(&o.hold, "hold", 0, "keep each lab up this long after its mode (debugging)")
 	flag.Parse()
 	// SIGINT (Ctrl-C) and SIGTERM cancel the run: ginkgo gets SIGINT (it stops its processes),
@@ -323,6 +324,7 @@ func startLab(ctx context.Context, o options, portmap, cni string, images []stri
 		PortmapBin:  portmap,
 		CNI:         cni,
 		Conformance: true,
+		DualStack:   o.dualStack,
 		Images:      images,
 		Logf:        logf,
 	})
@@ -390,7 +392,7 @@ func runMode(ctx context.Context, o options, c *cluster.Cluster, mode string) (m
 		return modeRun{}, err
 	}
 	var skipRE []string
-	for _, s := range skips {
+	for _, s := range skipList(o.dualStack) {
 		skipRE = append(skipRE, s.Pattern)
 	}
 	if o.skip != "" {
@@ -437,7 +439,7 @@ func runMode(ctx context.Context, o options, c *cluster.Cluster, mode string) (m
 	if o.skip != "" {
 		extra = regexp.MustCompile(o.skip)
 	}
-	r, err := readReport(filepath.Join(dir, "report.json"), regexp.MustCompile(o.focus), extra)
+	r, err := readReport(filepath.Join(dir, "report.json"), regexp.MustCompile(o.focus), extra, skipList(o.dualStack))
 	r.Mode, r.Wall = mode, time.Since(t)
 	if err != nil {
 		return r, fmt.Errorf("ginkgo: %v; report: %w (log %s)", runErr, err, logFile.Name())
@@ -462,9 +464,9 @@ type ginkgoReport struct {
 
 // readReport reads ginkgo's JSON report, keeping the specs whose name matches focus (ginkgo lists
 // every spec of the suite, the unfocused ones as skipped). A focused spec that the skip list
-// names, or the extra -skip pattern (nil: none) matches, gets state "listed"; one that skipped
+// names (list: skipList of the lab), or the extra -skip pattern (nil: none) matches, gets state "listed"; one that skipped
 // itself (a provider or zone count the lab lacks) stays "skipped".
-func readReport(path string, focus, extra *regexp.Regexp) (modeRun, error) {
+func readReport(path string, focus, extra *regexp.Regexp, list []listed) (modeRun, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return modeRun{}, err
@@ -484,7 +486,7 @@ func readReport(path string, focus, extra *regexp.Regexp) (modeRun, error) {
 				continue
 			}
 			state := s.State
-			if _, ok := matches(skips, name); (ok || extra != nil && extra.MatchString(name)) && state == "skipped" {
+			if _, ok := matches(list, name); (ok || extra != nil && extra.MatchString(name)) && state == "skipped" {
 				state = "listed"
 			}
 			switch state {

@@ -59,6 +59,7 @@ func TestReadReportSkips(t *testing.T) {
 	rep := `[{"SpecReports":[
 	{"ContainerHierarchyTexts":["[sig-network] NetworkPolicy"],"LeafNodeType":"It","LeafNodeText":"x [Feature:NetworkPolicy]","State":"skipped"},
 	{"ContainerHierarchyTexts":["[sig-network] Services"],"LeafNodeType":"It","LeafNodeText":"user-skipped one","State":"skipped"},
+	{"ContainerHierarchyTexts":["[sig-network] [Feature:IPv6DualStack]"],"LeafNodeType":"It","LeafNodeText":"v6","State":"skipped"},
 	{"ContainerHierarchyTexts":["[sig-network] Services"],"LeafNodeType":"It","LeafNodeText":"needs zones","State":"skipped"},
 	{"ContainerHierarchyTexts":["[sig-network] Services"],"LeafNodeType":"It","LeafNodeText":"works","State":"passed"},
 	{"ContainerHierarchyTexts":["[sig-storage] Volumes"],"LeafNodeType":"It","LeafNodeText":"unfocused","State":"skipped"},
@@ -67,27 +68,52 @@ func TestReadReportSkips(t *testing.T) {
 	if err := os.WriteFile(path, []byte(rep), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r, err := readReport(path, regexp.MustCompile(`\[sig-network\]`), regexp.MustCompile(`user-skipped`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]string{}
-	for _, x := range r.Results {
-		got[x.Name] = x.State
-	}
-	want := map[string]string{
-		"[sig-network] NetworkPolicy x [Feature:NetworkPolicy]": "listed",
-		"[sig-network] Services user-skipped one":               "listed",
-		"[sig-network] Services needs zones":                    "skipped",
-		"[sig-network] Services works":                          "passed",
-	}
-	if len(got) != len(want) {
-		t.Errorf("results %v, want %v", got, want)
-	}
-	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("%s: state %q, want %q", k, got[k], v)
+	for _, dual := range []bool{false, true} {
+		r, err := readReport(path, regexp.MustCompile(`\[sig-network\]`), regexp.MustCompile(`user-skipped`), skipList(dual))
+		if err != nil {
+			t.Fatal(err)
 		}
+		got := map[string]string{}
+		for _, x := range r.Results {
+			got[x.Name] = x.State
+		}
+		want := map[string]string{
+			"[sig-network] NetworkPolicy x [Feature:NetworkPolicy]": "listed",
+			"[sig-network] Services user-skipped one":               "listed",
+			"[sig-network] Services needs zones":                    "skipped",
+			"[sig-network] Services works":                          "passed",
+			// Listed on an IPv4-only lab; on a dual-stack one it ran and skipped itself.
+			"[sig-network] [Feature:IPv6DualStack] v6": map[bool]string{false: "listed", true: "skipped"}[dual],
+		}
+		if len(got) != len(want) {
+			t.Errorf("dual-stack %v: results %v, want %v", dual, got, want)
+		}
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("dual-stack %v: %s: state %q, want %q", dual, k, got[k], v)
+			}
+		}
+	}
+}
+
+// The IPv6 and dual-stack tests are skipped on an IPv4-only lab only, and skipList never
+// modifies skips.
+func TestSkipList(t *testing.T) {
+	name := "[sig-network] [Feature:IPv6DualStack] should create pod, add ipv6 and ipv4 ip to pod ips"
+	if _, ok := matches(skipList(false), name); !ok {
+		t.Errorf("IPv4-only lab: %q not listed", name)
+	}
+	if _, ok := matches(skipList(true), name); ok {
+		t.Errorf("dual-stack lab: %q listed", name)
+	}
+	// The IPv6 Internet test is listed on both: the lab has no route off the machine.
+	for _, dual := range []bool{false, true} {
+		if why, ok := matches(skipList(dual), "[sig-network] Networking should provide Internet connection for containers [Feature:Networking-IPv6] [Experimental][LinuxOnly]"); !ok || !strings.Contains(why, "Internet") {
+			t.Errorf("dual-stack %v: [Feature:Networking-IPv6] listed %v (%q), want listed for the Internet", dual, ok, why)
+		}
+	}
+	if len(skipList(false)) != len(skips)+1 || len(skipList(true)) != len(skips) {
+		t.Errorf("skipList lengths %d, %d; skips %d", len(skipList(false)), len(skipList(true)), len(skips))
 	}
 }
 
