@@ -374,9 +374,18 @@ func (a *admission) podCIDROwner(ip netip.Addr) string {
 
 // clusterAddress says why ip may not be a LoadBalancer IP or externalIP of any Service: it is a
 // node address, inside a pod CIDR (or a node's pod gateway address), inside the Service CIDRs, a
-// ClusterIP or a next hop of this node's routes. what names the field ("loadBalancer ingress
-// IP", "externalIP"); "" when ip is none of these.
+// ClusterIP or a next hop of this node's routes, or no global unicast address at all (loopback,
+// link-local, multicast, unspecified, or an IPv4-mapped IPv6 address: such an entry point would
+// capture the host's own link traffic, e.g. BGP or SSH to br-ex's link-local IPv6 address, which
+// no Node status lists). what names the field ("loadBalancer ingress IP", "externalIP"); "" when
+// ip is none of these.
 func (a *admission) clusterAddress(what string, ip netip.Addr) string {
+	switch {
+	case ip.Is4In6():
+		return fmt.Sprintf("%s %s is an IPv4-mapped IPv6 address: refused (write the IPv4 address %s)", what, ip, ip.Unmap())
+	case !ip.IsGlobalUnicast():
+		return fmt.Sprintf("%s %s is not a global unicast address (loopback, link-local, multicast or unspecified): refused (it would capture the node's own link traffic; use an address the router forwards to the nodes)", what, ip)
+	}
 	if n, ok := a.nodeAddrs[ip]; ok {
 		return fmt.Sprintf("%s %s is an address of Node %s: refused (only NodePorts are served on node addresses)", what, ip, n)
 	}

@@ -384,7 +384,7 @@ func sourceRanges(svc *corev1.Service, fams famSet) (filter bool, ranges [2][]ne
 			problems = append(problems, fmt.Sprintf("spec.loadBalancerSourceRanges %q is not a CIDR: it lets nobody in (%v)", s, err))
 			continue
 		}
-		p = p.Masked()
+		p = unmapPrefix(p).Masked()
 		f := flows.FamilyOf(p.Addr())
 		ranges[f] = append(ranges[f], p)
 	}
@@ -631,9 +631,18 @@ func ConvertNode(n *corev1.Node) (flows.Node, error) {
 		if err != nil {
 			return out, fmt.Errorf("node %s: podCIDR %q: %w", n.Name, c, err)
 		}
-		out.PodCIDRs = append(out.PodCIDRs, p.Masked())
+		out.PodCIDRs = append(out.PodCIDRs, unmapPrefix(p).Masked())
 	}
 	return out, nil
+}
+
+// unmapPrefix returns an IPv4-mapped IPv6 prefix (::ffff:198.51.100.0/120) as the IPv4 prefix it
+// maps (198.51.100.0/24), as Go's net package and kube-proxy read it; any other prefix as it is.
+func unmapPrefix(p netip.Prefix) netip.Prefix {
+	if !p.Addr().Is4In6() || p.Bits() < 96 {
+		return p
+	}
+	return netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
 }
 
 // NodePortAddresses returns the addresses of n on which NodePorts are served: its InternalIP

@@ -457,3 +457,33 @@ func sortedCopy(ss []string) []string {
 	slices.Sort(out)
 	return out
 }
+
+// No entry point on an address that is not global unicast, in either family: br-ex's own
+// link-local IPv6 address (which no Node status lists) as a LoadBalancer IP would capture the
+// node's BGP or SSH over link-local; IPv4-mapped addresses are refused with the IPv4 form to use.
+func TestAdmissionRefusesSpecialAddresses(t *testing.T) {
+	var a admission
+	for _, s := range []string{"fe80::a8bb:ccff:fedd:eeff", "ff02::1", "::1", "::", "169.254.1.1", "127.0.0.1", "224.0.0.5", "0.0.0.0"} {
+		assert.Contains(t, a.clusterAddress("loadBalancer ingress IP", netip.MustParseAddr(s)), "not a global unicast address", s)
+	}
+	assert.Contains(t, a.clusterAddress("externalIP", netip.MustParseAddr("::ffff:203.0.113.7")), "write the IPv4 address 203.0.113.7")
+	for _, s := range []string{"2001:db8:0:113::60", "203.0.113.60"} {
+		assert.Empty(t, a.clusterAddress("externalIP", netip.MustParseAddr(s)), s)
+	}
+}
+
+// An IPv4-mapped IPv6 CIDR means its IPv4 network (as kube-proxy reads it): a source range or a
+// pod CIDR written that way is IPv4.
+func TestIPv4MappedPrefixesAreIPv4(t *testing.T) {
+	assert.Equal(t, netip.MustParsePrefix("198.51.100.0/24"), unmapPrefix(netip.MustParsePrefix("::ffff:198.51.100.0/120")))
+	assert.Equal(t, netip.MustParsePrefix("2001:db8::/64"), unmapPrefix(netip.MustParsePrefix("2001:db8::/64")))
+	svc := makeService("ns1", "lb", 30700, func(s *corev1.Service) {
+		s.Spec.Type = corev1.ServiceTypeLoadBalancer
+		s.Spec.LoadBalancerSourceRanges = []string{"::ffff:198.51.100.0/120"}
+	})
+	filter, ranges, problems := SourceRanges(svc, []flows.Family{flows.IPv4})
+	assert.True(t, filter)
+	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}, ranges[flows.IPv4])
+	assert.Empty(t, ranges[flows.IPv6])
+	assert.Empty(t, problems)
+}

@@ -193,6 +193,12 @@ func TestNodePortCollisionWithPlainService(t *testing.T) {
 func TestIPv6OnlyServiceServedOnIPv6(t *testing.T) {
 	f := newFixture(t)
 	f.seedNodes(f.r)
+	// A dual-stack node1 (an IPv6 pod CIDR: br-int carries IPv6; without it the IPv6 port is
+	// declined on this node, TestIPv6DeclinedWithoutIPv6PodCIDR in flows).
+	f.r.OnNode(nil, makeNode("node1", "192.168.0.1", "10.244.1.0/24", ready, func(n *corev1.Node) {
+		n.Spec.PodCIDRs = append(n.Spec.PodCIDRs, "fd00:244:1::/64")
+		n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "fd00:0:2::1"})
+	}))
 	v6 := makeService("ns1", "v6", 30600, func(s *corev1.Service) {
 		s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol}
 		s.Spec.ClusterIPs = []string{"fd00::10"}

@@ -2,6 +2,7 @@ package flows
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -175,4 +176,43 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// A node with an IPv6 NodePort address but no IPv6 pod CIDR (a Node given an IPv6 InternalIP when
+// its cluster went dual-stack keeps its IPv4-only spec.podCIDRs) serves no IPv6: br-int would
+// drop the DNATed packets, so each IPv6 Service port is declined there (the host serves it), and
+// br-ex gets no IPv6 twin; the IPv4 port of the same Service is served as before.
+func TestIPv6DeclinedWithoutIPv6PodCIDR(t *testing.T) {
+	st := GoldenDualStackServices()
+	self := st.Nodes[st.Node]
+	var v4 []netip.Prefix
+	for _, c := range self.PodCIDRs {
+		if c.Addr().Is4() {
+			v4 = append(v4, c)
+		}
+	}
+	self.PodCIDRs = v4
+	st.Nodes[st.Node] = self
+	require.True(t, slices.ContainsFunc(st.NodePortAddresses, netip.Addr.Is6), "the fixture has an IPv6 NodePort address")
+	assert.False(t, st.servesIPv6())
+	ex, err := BuildExBase(st)
+	require.NoError(t, err)
+	assert.NotContains(t, flowText(ex), "ipv6")
+	n6, n4 := 0, 0
+	for k, sp := range st.Services {
+		fs, err := BuildServicePort(st, &sp)
+		require.NoError(t, err)
+		if k.Family == IPv6 {
+			n6++
+			assert.Contains(t, fs.Declined, "no IPv6 pod CIDR", k.String())
+			assert.Empty(t, fs.Flows, k.String())
+			assert.Empty(t, fs.Groups, k.String())
+		} else {
+			n4++
+			assert.Empty(t, fs.Declined, k.String())
+			assert.NotEmpty(t, fs.Flows, k.String())
+		}
+	}
+	assert.Positive(t, n6)
+	assert.Positive(t, n4)
 }

@@ -76,6 +76,14 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 			outside = append(outside, netip.AddrPortFrom(ep.IP, ep.Port).String())
 		}
 	}
+	if sp.Family == IPv6 && !st.servesIPv6() {
+		// br-int carries IPv6 only with an IPv6 pod CIDR of this node (BuildIntBase): DNATed here,
+		// the packets would be dropped at br-int's door. A Node that got an IPv6 InternalIP when
+		// its cluster went dual-stack keeps its IPv4-only spec.podCIDRs (immutable once set).
+		fs.Declined = "this node has no IPv6 pod CIDR (spec.podCIDRs), so its br-int carries no IPv6"
+		fs.Warnings = append(fs.Warnings, fmt.Sprintf("port %s/%s/IPv6 declined on this node: %s; the host (kube-proxy) serves its IPv6 entry points here, with SNAT", sp.PortName, sp.Protocol, fs.Declined))
+		return fs, fs.Finish()
+	}
 	if len(outside) > 0 {
 		fs.Declined = fmt.Sprintf("%d of %d endpoint(s) outside every node's pod CIDRs (hostNetwork?): %s", len(outside), len(sp.Endpoints), strings.Join(outside, ", "))
 		fs.Warnings = append(fs.Warnings, fmt.Sprintf("port %s/%s declined: %s; source IP preservation needs pod endpoints, so this node programs no entry point for it and the host (kube-proxy) serves it, with SNAT", sp.PortName, sp.Protocol, fs.Declined))
@@ -403,24 +411,12 @@ func (f Family) protocol(p Protocol) (of.Protocol, error) {
 	return proto, nil
 }
 
-// servesIPv6 reports whether this node runs IPv6: one of its pod CIDRs or NodePort addresses
-// is IPv6. Only then does br-ex carry the IPv6 twins of its base flows (BuildExBase), so the
-// pipeline of an IPv4-only node is what it was before families existed.
-func (st *State) servesIPv6() bool {
-	for _, a := range st.NodePortAddresses {
-		if a.Is6() {
-			return true
-		}
-	}
-	if n, ok := st.Nodes[st.Node]; ok {
-		for _, c := range n.PodCIDRs {
-			if c.Addr().Is6() {
-				return true
-			}
-		}
-	}
-	return false
-}
+// servesIPv6 reports whether this node runs IPv6: it has an IPv6 pod CIDR (selfHasIPv6, the
+// test br-int's builders use). Only then does br-ex carry the IPv6 twins of its base flows
+// (BuildExBase) and serve IPv6 Service ports: an IPv6 NodePort address alone is not enough (br-int
+// would drop the DNATed packets), and the pipeline of an IPv4-only node is what it was before
+// families existed.
+func (st *State) servesIPv6() bool { return st.selfHasIPv6() }
 
 // Claims returns the entry points sp asks for, in the form that Services compete for: the NodePort
 // as NodePortEntry (every NodePort address of a node; the same claim for both families of a

@@ -246,10 +246,10 @@ func routeSource(c *Config) (netip.Addr, error) {
 
 // routeSource6 is the source of the host's IPv6 connections to the cluster CIDRs: the gateway
 // address of this node's IPv6 pod CIDR (GatewayPrefix), invalid without one (the kernel chooses).
-// Not br-ex's IPv6 address: br-int lets a node's host reach remote pods over Geneve (VNI 1) only
-// from that node's pod CIDRs (IPv6 has no twin of the IPv4 OriginNode path, which takes the
-// InternalIP), so a remote pod's reply is routed back to this node's pod CIDR and its gateway
-// port, symmetric with the request.
+// Not br-ex's IPv6 address: IPv6 has no twin of the IPv4 OriginNode path (which records the
+// InternalIP and tunnels the replies back), so a remote pod's node routes a reply by its
+// destination alone: to this node's pod CIDR it goes back over Geneve to srcip-gw0, symmetric
+// with the request; to the node's IPv6 InternalIP it would leave through that node's own host.
 func routeSource6(c *Config) (netip.Addr, error) {
 	for _, p := range c.PodCIDRs {
 		if p.Addr().Is6() {

@@ -17,7 +17,7 @@ const GatewayPort = "srcip-gw0"
 // IPv4 forwarding; and the masquerade of pod traffic leaving the cluster, in nftables
 // table `ip ovs-srcip`. A dual-stack node gets the IPv6 twins as well: Gateway6/64 (no DAD), the
 // route of ClusterCIDR6 from Gateway6 (as node-setup: over IPv6 a host reaches remote pods from
-// its pod gateway address, the only IPv6 source br-int lets a node's host tunnel), IPv6
+// its pod gateway address, the one source whose replies the remote node routes back over Geneve), IPv6
 // forwarding, table `ip6 ovs-srcip`.
 func (l *Lab) SetupGateway(node string) error {
 	n := l.Node(node)
