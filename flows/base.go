@@ -98,7 +98,7 @@ func BuildExBase(st *State) (*FlowSet, error) {
 			output(p.ExUplink)),
 		flow(ExServiceReply, prioDefault, of.ProtoNone, 0, nil, DropFor(DropReplyNoConnection)),
 	}
-	if st.servesIPv6() {
+	if st.selfHasIPv6() {
 		fs.Flows = append(fs.Flows, exBaseIPv6(st)...)
 	}
 	sec, problems := secondaryUplinkFlows(st)

@@ -15,7 +15,7 @@ const (
 )
 
 // exBaseIPv6 returns the IPv6 twins of BuildExBase's flows that match IP (a node that runs
-// IPv6 only: State.servesIPv6): the uplink hook into ExServiceLB, the ICMPv6 errors through
+// IPv6 only: State.selfHasIPv6): the uplink hook into ExServiceLB, the ICMPv6 errors through
 // ct(zone=ZoneService6,nat) (Destination Unreachable, Packet Too Big, Time Exceeded, Parameter
 // Problem: one about a ZoneService6 connection is +rel and follows it, as the ICMP ones do),
 // ExServiceCT's known connections to br-int, ExServiceOut, and the un-DNAT of replies from

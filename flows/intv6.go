@@ -59,7 +59,9 @@ const ndAdvertFlags = 0xe0000000
 // Source Link-Layer Address the solicitation carries).
 const ndOptTLL = 2
 
-// selfHasIPv6 reports whether this node has an IPv6 pod CIDR: br-int carries IPv6 only then.
+// selfHasIPv6 reports whether this node has an IPv6 pod CIDR: only then does br-int carry IPv6,
+// br-ex carry the IPv6 twins of its base flows (BuildExBase) and serve IPv6 Service ports
+// (BuildServicePort declines them otherwise: an IPv6 NodePort address alone is not enough).
 func (st *State) selfHasIPv6() bool { return len(v6CIDRs(st.self().PodCIDRs)) > 0 }
 
 // v6CIDRs returns the IPv6 prefixes of cs, masked.

@@ -148,7 +148,7 @@ func TestExBaseIPv6Twins(t *testing.T) {
 	v4, err := BuildExBase(GoldenState())
 	require.NoError(t, err)
 	assert.NotContains(t, flowText(v4), "ipv6")
-	assert.False(t, GoldenState().servesIPv6())
+	assert.False(t, GoldenState().selfHasIPv6())
 	dual, err := BuildExBase(GoldenDualStackServices())
 	require.NoError(t, err)
 	txt := flowText(dual)
@@ -194,7 +194,7 @@ func TestIPv6DeclinedWithoutIPv6PodCIDR(t *testing.T) {
 	self.PodCIDRs = v4
 	st.Nodes[st.Node] = self
 	require.True(t, slices.ContainsFunc(st.NodePortAddresses, netip.Addr.Is6), "the fixture has an IPv6 NodePort address")
-	assert.False(t, st.servesIPv6())
+	assert.False(t, st.selfHasIPv6())
 	ex, err := BuildExBase(st)
 	require.NoError(t, err)
 	assert.NotContains(t, flowText(ex), "ipv6")

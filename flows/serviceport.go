@@ -76,7 +76,7 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 			outside = append(outside, netip.AddrPortFrom(ep.IP, ep.Port).String())
 		}
 	}
-	if sp.Family == IPv6 && !st.servesIPv6() {
+	if sp.Family == IPv6 && !st.selfHasIPv6() {
 		// br-int carries IPv6 only with an IPv6 pod CIDR of this node (BuildIntBase): DNATed here,
 		// the packets would be dropped at br-int's door. A Node that got an IPv6 InternalIP when
 		// its cluster went dual-stack keeps its IPv4-only spec.podCIDRs (immutable once set).
@@ -410,13 +410,6 @@ func (f Family) protocol(p Protocol) (of.Protocol, error) {
 	}
 	return proto, nil
 }
-
-// servesIPv6 reports whether this node runs IPv6: it has an IPv6 pod CIDR (selfHasIPv6, the
-// test br-int's builders use). Only then does br-ex carry the IPv6 twins of its base flows
-// (BuildExBase) and serve IPv6 Service ports: an IPv6 NodePort address alone is not enough (br-int
-// would drop the DNATed packets), and the pipeline of an IPv4-only node is what it was before
-// families existed.
-func (st *State) servesIPv6() bool { return st.selfHasIPv6() }
 
 // Claims returns the entry points sp asks for, in the form that Services compete for: the NodePort
 // as NodePortEntry (every NodePort address of a node; the same claim for both families of a
