@@ -134,15 +134,18 @@ conformance: deps build controlplane cluster
 	set -o pipefail; e2e=$$(hack/conformance/build.sh | tail -1) && \
 		$(BIN)/conformance-run -e2e "$$e2e" -agent $(BIN)/srcip-agent -out $(BIN)/conformance $(CONFORMANCE_ARGS)
 
-# The subset of make test: the [sig-network] [Conformance] tests in modes plain and all, and the
-# Service tests that are not [Conformance] but exercise what the preserved path does beyond them
-# in mode all: the session-affinity timeout on a NodePort, the two "rejected" tests (no endpoints)
-# and the ETP change (docs/conformance.md).
+# The subset of make test, on a dual-stack lab (-dual-stack: IPv4 and IPv6 pod and Service CIDRs
+# and node addresses, IPv4 first) in modes plain and all: the [sig-network] [Conformance] tests, the
+# Service tests that are not [Conformance] but exercise what the preserved path does beyond them in
+# mode all (the session-affinity timeout on a NodePort, the two "rejected" tests (no endpoints) and
+# the ETP change), and the IPv6 and dual-stack tests ([Feature:IPv6DualStack],
+# [Feature:Networking-IPv6]; docs/conformance.md "Dual-stack"). About 15 minutes on 2 cores.
 test-conformance: deps build controlplane cluster
 	$(GO) build -o $(BIN)/conformance-run ./test/conformance
 	set -o pipefail; e2e=$$(hack/conformance/build.sh | tail -1) && \
 		$(BIN)/conformance-run -e2e "$$e2e" -agent $(BIN)/srcip-agent -out $(BIN)/conformance-subset \
-		-focus '\[sig-network\].*\[Conformance\]|\[sig-network\] Services should (have session affinity timeout work for NodePort|be rejected|implement NodePort and HealthCheckNodePort correctly when ExternalTrafficPolicy changes)' -modes plain,all
+		-dual-stack -modes plain,all \
+		-focus '\[sig-network\].*\[Conformance\]|\[sig-network\] Services should (have session affinity timeout work for NodePort|be rejected|implement NodePort and HealthCheckNodePort correctly when ExternalTrafficPolicy changes)|\[sig-network\].*(\[Feature:IPv6DualStack\]|\[Feature:Networking-IPv6\])'
 
 test: deps vet build test-unit test-e2e test-conformance
 
