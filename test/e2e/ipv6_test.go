@@ -430,10 +430,36 @@ func TestHostAndPodsIPv6(t *testing.T) {
 	ping(t, "echo-c", gw1)
 	ping(t, "echo-c", client6IP)
 	// A host's connection to a pod on another node (VNI 1): over IPv6 it comes from the host's
-	// pod gateway address (node-setup's route source; IPv6 has no twin of the IPv4 OriginNode
-	// path), so the answers are routed back to that node's pod CIDR, over the tunnel.
+	// pod gateway address (node-setup's route source), so the answers are routed back to that
+	// node's pod CIDR, over the tunnel.
 	request(t, "node1", "tcp", net.JoinHostPort(a6, "8080"), "echo-a", gw1)
 	request(t, "node3", "tcp", net.JoinHostPort(c6, "8080"), "echo-c", theLab.Node("node3").Gateway6.String())
+	// The IPv6 twin of OriginNode: a host socket bound to the node's IPv6 InternalIP (a node
+	// address, not the pod gateway address) reaches a pod on another node over VNI 1; the pod's
+	// node commits it with OriginNode (8) and tunnels the answers back, not masqueraded.
+	n3 := nodeIP(t, "node3", "IPv6")
+	for _, proto := range []string{"tcp", "udp"} {
+		requestBound(t, "node1", n1, proto, net.JoinHostPort(a6, "8080"), "echo-a", n1)
+		requestBound(t, "node3", n3, proto, net.JoinHostPort(c6, "8080"), "echo-c", n3)
+	}
+	ct, err := theLab.Appctl("node1", "dpctl/dump-conntrack", "zone="+zonePod)
+	require.NoError(t, err)
+	assert.Regexp(t, `src=`+regexp.QuoteMeta(n3)+`,dst=`+regexp.QuoteMeta(c6)+`,sport=\d+,dport=8080.*mark=8`, ct)
+}
+
+// requestBound is request from a socket bound to local (a host address of from's netns).
+func requestBound(t *testing.T, from, local, proto, addr, wantServer, wantClientIP string) {
+	t.Helper()
+	var r lab.Reply
+	require.NoError(t, lab.WaitFor(func() error {
+		var err error
+		r, err = theLab.RequestWith(from, proto, addr, lab.RequestOpts{LocalAddr: local})
+		return err
+	}, 20*time.Second), "%s %s from %s bound to %s", proto, addr, from, local)
+	assert.Equal(t, wantServer, r.Pod, "%s %s from %s bound to %s: answered by", proto, addr, from, local)
+	assert.Equal(t, wantClientIP, r.ClientIP(), "%s %s from %s bound to %s: the server saw", proto, addr, from, local)
+	assert.Equal(t, addr, r.From, "%s %s from %s bound to %s: the answer came from", proto, addr, from, local)
+	t.Logf("%s %s from %s bound to %s: server %s saw %s, answer from %s", proto, addr, from, local, r.Pod, r.Client, r.From)
 }
 
 // PMTUD across the hairpin over IPv6 (the twin of TestPMTUDAcrossHairpin): the router's
