@@ -52,7 +52,7 @@ func TestIPv6SolicitationWithoutSLL(t *testing.T) {
 		",ipv6_dst=ff02::1:ff00:1,nw_ttl=255,icmpv6_type=135,icmpv6_code=0,nd_target=" + gw1v6
 	out := w.trace(t, w.in, mc)
 	require.Equal(t, []string{"drop"}, datapathActions(out), out)
-	require.Contains(t, out, "56. icmp6,ipv6_dst=ff00::/8,nd_sll=00:00:00:00:00:00,icmp_type=135,icmp_code=0, priority 290", out)
+	require.Contains(t, out, "56. icmp6,ipv6_dst=ff00::/8,icmp_type=135,icmp_code=0,nd_sll=00:00:00:00:00:00, priority 290", out)
 	info, ok := flows.DropAt(flows.BrInt, flows.IntNDResponder, 290, flows.KindIntBase)
 	require.True(t, ok)
 	require.Equal(t, flows.DropNDNoSLL, info.Reason)
@@ -101,4 +101,6 @@ func TestIPv6NodeHostToPodOriginNode(t *testing.T) {
 	require.Contains(t, out, "set_field:0x1->tun_id", out)
 	require.Contains(t, out, "tun_dst=192.0.2.12", out)
 	t.Logf("reply: %s", acts[1])
+	require.Contains(t, out, "output:2", "out the tunnel port, not srcip-gw0: %s", out)
+	require.NotContains(t, out, "output:4", out)
 }
