@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/ovs-srcip/ovs-srcip/agent"
@@ -79,7 +80,10 @@ func (t *pathTracer) printHits(v *nodeView, r ofctl.Trace) {
 			}
 			notes = append(notes, g)
 		}
-		if d := dropNote(h.Bridge, h.Table, h.Priority, h.Cookie); d != "" {
+		// Only a step that drops gets its drop reason: a drop spot's (table, priority, kind) is
+		// shared by the other flows of that priority (IntPodEgressCT's reply steering and its
+		// kubernetes#74839 drop are both prioMid of int-base).
+		if d := dropNote(h.Bridge, h.Table, h.Priority, h.Cookie); d != "" && slices.Contains(h.Actions, "drop") {
 			notes = append(notes, d)
 		}
 		fmt.Fprintf(t.out, "   %-6s %2d %-16s prio %-4d %s\n", h.Bridge, int(h.Table), h.Table.Name(h.Bridge), h.Priority, strings.Join(notes, "; "))

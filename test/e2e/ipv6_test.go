@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"os/exec"
 	"regexp"
 	"sort"
 	"strings"
@@ -542,4 +544,39 @@ func TestPMTUDAcrossHairpinIPv6(t *testing.T) {
 	pmtu, _ := theLab.Exec("echo-a", "ip", "-6", "route", "get", client6IP)
 	t.Log(strings.TrimSpace(pmtu))
 	assert.Contains(t, pmtu, "mtu 1300", "the pod learnt the path MTU from the router's ICMPv6")
+}
+
+// srcipctl trace over IPv6 (issue 22): a new connection from the client's IPv6 address to
+// ds-prefer's IPv6 NodePort on node1 is traced through node1's agent and, for its endpoint
+// echo-a, through node2's (the lab's sibling run directories), reply and un-DNAT included; the
+// verdict is "delivered" over node1 -> node2 -> node1 (the IPv4 underlay between them).
+func TestTraceIPv6AcrossNodes(t *testing.T) {
+	const file = "ds-prefer.yaml"
+	writeManifest(t, file, dsPrefer.yaml())
+	defer removeAndWait(t, file, fmt.Sprintf("tp_dst=%d", dsPrefer.nodePort))
+	bin := srcipctlBin(t)
+	from := net.JoinHostPort(client6IP, "40000")
+	to := net.JoinHostPort(nodeIP(t, "node1", "IPv6"), fmt.Sprint(dsPrefer.nodePort))
+	var out string
+	require.NoError(t, lab.WaitFor(func() error {
+		cmd := exec.Command(bin, "trace", "--from", from, "--to", to)
+		cmd.Env = append(os.Environ(), "OVS_RUNDIR="+theLab.Node("node1").Dir)
+		b, err := cmd.CombinedOutput()
+		out = string(b)
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		if !strings.Contains(out, "verdict: delivered") {
+			return fmt.Errorf("not delivered yet: %s", lastLine(out))
+		}
+		return nil
+	}, 30*time.Second), "srcipctl trace --from %s --to %s: %s", from, to, out)
+	t.Logf("$ srcipctl trace --from %s --to %s\n%s", from, to, out)
+	assert.Contains(t, out, "entry point of e2e/ds-prefer http/TCP/IPv6")
+	assert.Contains(t, out, "tcp6,")
+	assert.Contains(t, out, "ipv6_src="+client6IP)
+	assert.Contains(t, out, "=> Geneve (VNI 0x2) to node2")
+	assert.Contains(t, out, "ct(zone=ZoneService6,nat) un-DNATs the reply")
+	assert.Contains(t, out, "(path node1 -> node2 -> node1)")
+	assert.NotContains(t, out, "drop:", "no step of a delivered connection is named a drop")
 }
