@@ -582,7 +582,8 @@ func dedupeEndpoints(eps []flows.Endpoint) []flows.Endpoint {
 }
 
 // ConvertNode converts a Node: its first IPv4 InternalIP (the Geneve underlay, which is IPv4
-// only for now) and its spec.podCIDRs of both families, masked, in their order (spec.podCIDR
+// only for now), its first IPv6 InternalIP (Node.InternalIPv6: a host address, the source of its
+// host's IPv6 connections from a socket bound to it) and its spec.podCIDRs of both families, masked, in their order (spec.podCIDR
 // when podCIDRs is empty). A Node without an IPv4 InternalIP is an error; one whose InternalIPs
 // are all IPv6 says that an IPv6 underlay is not supported yet. Its collision rank (flows.Rank)
 // is its creationTimestamp, and one tier
@@ -611,8 +612,13 @@ func ConvertNode(n *corev1.Node) (flows.Node, error) {
 			continue
 		}
 		if ip = ip.Unmap(); ip.Is4() {
-			out.InternalIP = ip
-			break
+			if !out.InternalIP.IsValid() {
+				out.InternalIP = ip
+			}
+			continue
+		}
+		if !out.InternalIPv6.IsValid() {
+			out.InternalIPv6 = ip
 		}
 		v6 = append(v6, ip.String())
 	}

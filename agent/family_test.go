@@ -254,6 +254,7 @@ func TestNodesDualStack(t *testing.T) {
 	}))
 	require.NoError(t, err)
 	assert.Equal(t, addr("192.168.0.2"), n.InternalIP, "the first IPv4 InternalIP, not the first InternalIP")
+	assert.Equal(t, addr("2001:db8:ff::2"), n.InternalIPv6, "the first IPv6 InternalIP: OriginNode's source over IPv6")
 	assert.Equal(t, prefixes("fd00:10:244:2::/64", "10.244.2.0/24"), n.PodCIDRs)
 
 	f := newFixture(t)

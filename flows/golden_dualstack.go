@@ -5,13 +5,15 @@ import "net/netip"
 // Dual-stack golden scenarios (issue 22): IPv6 documentation prefixes, node N's IPv6 pod CIDR
 // 2001:db8:244:N::/64 next to its IPv4 10.244.N.0/24; the underlay stays IPv4 (192.0.2.1N).
 
-// goldenDualStackGateway is GoldenState with IPv6 pod CIDRs on node1 and node2 (node3 stays IPv4-only),
-// echo-c holding 2001:db8:244:1::5 as well, and the gateway port srcip-gw0 (ofport 4).
+// goldenDualStackGateway is GoldenState with IPv6 pod CIDRs and IPv6 InternalIPs 2001:db8::1N on
+// node1 and node2 (node3 stays IPv4-only), echo-c holding 2001:db8:244:1::5 as well, and the
+// gateway port srcip-gw0 (ofport 4).
 func goldenDualStackGateway() *State {
 	st := GoldenState()
 	for _, n := range []string{"node1", "node2"} {
 		node := st.Nodes[n]
 		node.PodCIDRs = append(node.PodCIDRs, goldenPrefix("2001:db8:244:"+n[4:]+"::/64"))
+		node.InternalIPv6 = goldenIP("2001:db8::1" + n[4:])
 		st.Nodes[n] = node
 	}
 	k := Key{Kind: KindPod, Namespace: "demo", Name: "echo-c"}

@@ -36,6 +36,29 @@ const (
 	prioND = 350
 )
 
+// Priorities of IntNDResponder, below its duplicate address detection drop (prioHigh) and above
+// the answer of a solicitation with a Source Link-Layer Address option (prioEntry).
+const (
+	// prioNDNoSLLMulticast: a multicast solicitation without a Source Link-Layer Address option
+	// is dropped (DropNDNoSLL).
+	prioNDNoSLLMulticast = 290
+	// prioNDNoSLL: a unicast solicitation without one is answered without a Target Link-Layer
+	// Address option (ndAnswerNoOption).
+	prioNDNoSLL = 280
+)
+
+// linkLocal6 is fe80::/64, the link-local prefix of RFC 4291 2.5.6 (the only one in use): a pod's
+// neighbour unreachability probes may come from its link-local address (pod6LinkLocalFlow).
+var linkLocal6 = netip.MustParsePrefix("fe80::/64")
+
+// multicast6 is ff00::/8 (RFC 4291 2.7): a solicitation to it (the solicited-node address
+// ff02::1:ffXX:XXXX) is a multicast one.
+var multicast6 = netip.MustParsePrefix("ff00::/8")
+
+// noLLAddr is the nd_sll of a solicitation without a Source Link-Layer Address option (Open
+// vSwitch reads 00:00:00:00:00:00 then; ovs-fields(7) "nd_sll").
+var noLLAddr = net.HardwareAddr{0, 0, 0, 0, 0, 0}
+
 // ICMPv6 types (RFC 4443, RFC 4861, RFC 2710, RFC 3810).
 const (
 	icmp6MLDQuery      = 130
@@ -169,6 +192,13 @@ func ref6(r of.FieldRef) of.FieldRef {
 // type before their address and recomputes the ICMPv6 checksum. The hop limit (255) and the
 // target are kept.
 func ndAnswer(mac net.HardwareAddr) []of.Action {
+	return append(ndAdvertise(mac),
+		of.SetField{Field: of.FieldNDOptionsType, Value: ndOptTLL},
+		Goto(IntNDAdvert))
+}
+
+// ndAdvertise are the rewrites ndAnswer and ndAnswerNoOption share: addresses, type and flags.
+func ndAdvertise(mac net.HardwareAddr) []of.Action {
 	return []of.Action{
 		of.Move{Src: nxmEthSrc, Dst: nxmEthDst},
 		of.ModDLSrc{MAC: mac},
@@ -176,9 +206,20 @@ func ndAnswer(mac net.HardwareAddr) []of.Action {
 		of.Move{Src: of.Ref(of.FieldNDTarget), Dst: of.Ref(of.FieldIPv6Src)},
 		of.SetField{Field: of.FieldICMPv6Type, Value: icmp6NeighAdvert},
 		of.SetField{Field: of.FieldNDReserved, Value: ndAdvertFlags},
-		of.SetField{Field: of.FieldNDOptionsType, Value: ndOptTLL},
-		Goto(IntNDAdvert),
 	}
+}
+
+// ndAnswerNoOption answers a unicast Neighbor Solicitation that carries no option (no Source
+// Link-Layer Address) with the Neighbor Advertisement "the target is at mac" without a Target
+// Link-Layer Address option, sent straight back out its port: RFC 4861 7.2.4 lets the option be
+// omitted when the solicitation's destination was not a multicast address (the sender already
+// holds the link-layer address it probes; with S set its entry becomes REACHABLE, 7.2.5). The
+// message is the solicitation rewritten in place, and it has no option to turn into a TLL one:
+// writing nd_options_type would touch the byte after its end (Open vSwitch writes the first
+// option's type without checking there is one), and nd_tll can only be written into an option
+// the packet has. A multicast solicitation without the option is not answered (DropNDNoSLL).
+func ndAnswerNoOption(mac net.HardwareAddr) []of.Action {
+	return append(ndAdvertise(mac), outputInPort)
 }
 
 // nsMatch matches m and a Neighbor Solicitation (type 135, code 0).
@@ -203,6 +244,13 @@ func intBase6(st *State, base []of.Flow) []of.Flow {
 		// Duplicate address detection (source ::) is never answered: silence tells the sender
 		// its address is unique (the host's own gateway address among them).
 		flow(IntNDResponder, prioHigh, of.ProtoICMP6, 0, nsMatch(of.IPv6Src(netip.IPv6Unspecified())), DropFor(DropNDNotOurs)),
+		// A solicitation without a Source Link-Layer Address option: a multicast one is not
+		// answered (its sender breaks RFC 4861 4.3, which makes the option a MUST there; the
+		// answer must carry a Target Link-Layer Address option, 7.2.4, which an in-place
+		// rewrite cannot add, and without one the sender would discard it anyway, 7.2.5); a
+		// unicast one (a reachability probe) is answered without the option.
+		flow(IntNDResponder, prioNDNoSLLMulticast, of.ProtoICMP6, 0, nsMatch(of.IPv6DstPrefix(multicast6), of.NDSLL(noLLAddr)), DropFor(DropNDNoSLL)),
+		flow(IntNDResponder, prioNDNoSLL, of.ProtoICMP6, 0, nsMatch(of.NDSLL(noLLAddr)), ndAnswerNoOption(selfGatewayMAC6(st))...),
 		flow(IntNDResponder, prioDefault, of.ProtoNone, 0, nil, DropFor(DropNDNotOurs)),
 		flow(IntNDAdvert, prioMid, of.ProtoICMP6, 0, []of.Match{of.ICMPv6Type(icmp6NeighAdvert), of.ICMPv6Code(0)},
 			of.Move{Src: nxmEthSrc, Dst: of.Ref(of.FieldNDTLL)}, outputInPort),
@@ -216,6 +264,17 @@ func intBase6(st *State, base []of.Flow) []of.Flow {
 	// (openflow has no masked nd_target match: NDTarget is exact.)
 	fl = append(fl, flow(IntNDResponder, prioEntry, of.ProtoICMP6, 0, nsMatch(), ndAnswer(selfGatewayMAC6(st))...))
 	return fl
+}
+
+// pod6LinkLocalFlow lets a local pod's Neighbor Solicitations from a link-local address (fe80::/64)
+// through to IntNDResponder, from its own MAC on its own port only (BuildPod, once per pod with an
+// IPv6 address): Linux sends its unicast neighbour unreachability probes (RFC 4861 7.3.3) of the
+// gateway from the link-local address of its interface. The advertisement goes back to that
+// source (ndAnswer). Nothing else is accepted from a link-local source: the pod's other IPv6
+// must come from one of its addresses (pod6Flows), its MLD reports are dropped (icmpv6-control).
+func pod6LinkLocalFlow(p Pod) of.Flow {
+	return flow(IntClassifier, prioNDOwn, of.ProtoICMP6, p.OFPort, nsMatch(of.EthSrc(p.MAC), of.IPv6SrcPrefix(linkLocal6)),
+		Goto(IntNDResponder))
 }
 
 // pod6Flows are the flows of one IPv6 address ip of a local pod (BuildPod): the spoof guard (the
@@ -235,18 +294,31 @@ func pod6Flows(st *State, p Pod, ip netip.Addr) []of.Flow {
 
 // node6Flows are BuildNode's IPv6 flows for node n (this node has an IPv6 pod CIDR): the twins
 // of its family-neutral flows (twin: the Geneve classification with a gateway port, the
-// IntPodIngressCT keep flows of a live node) and the routes to n's IPv6 pod CIDRs (the host's
-// solicitations for n's IPv6 pods are answered by IntNDResponder's one flow).
+// IntPodIngressCT keep flows of a live node), the routes to n's IPv6 pod CIDRs (the host's
+// solicitations for n's IPv6 pods are answered by IntNDResponder's one flow) and, with a gateway
+// port, the OriginNode commit of n's host's IPv6 connections.
 //
-// No IPv6 twin commits OriginNode: n's host reaches this node's IPv6 pods from its IPv6 pod
-// gateway address (its srcip-gw0's, the source Linux picks for the route of the cluster's pod
-// CIDRs into that port), which is inside n's pod CIDR: the replies route back over VNIPod, where
-// n's IntTunnelCT finds them +est+rpl of the connection its gateway port committed.
+// n's host reaches this node's IPv6 pods from its IPv6 pod gateway address (its srcip-gw0's,
+// the source Linux picks for the route of the cluster's pod CIDRs into that port), which is
+// inside n's pod CIDR: the replies route back over VNIPod, where n's IntTunnelCT finds them
+// +est+rpl of the connection its gateway port committed. A socket bound to n's IPv6 InternalIP
+// (Node.InternalIPv6) sends from a node address instead, which no route leads back to n's
+// tunnel: that connection is committed here with OriginNode and n's underlay address in
+// CTLabelIngressNode, as IPv4's from n's InternalIP (BuildNode), and BuildGateway's OriginNode
+// flows (ipv6 twins) send its replies back over Geneve to n.
 func node6Flows(st *State, n Node, twin []of.Flow) []of.Flow {
 	fl := twin6(twin)
 	cs := v6CIDRs(n.PodCIDRs)
 	gw := st.Ports.HasGateway()
 	tunDst := of.SetTunDst(n.InternalIP)
+	if gw && n.InternalIPv6.Is6() && !n.InternalIPv6.Is4In6() {
+		for _, c := range v6CIDRs(st.self().PodCIDRs) {
+			fl = append(fl, flow(IntTunnelCT, prioHigh, of.ProtoIPv6, 0,
+				[]of.Match{of.TunSrc(n.InternalIP), of.IPv6Src(n.InternalIPv6), of.IPv6DstPrefix(c), ctState(of.CTTracked.Set(), of.CTNew.Set())},
+				CT{Commit: true, Zone: ZonePod, Exec: []of.Action{OriginNode.Load(), CTLabelIngressNode.MoveFrom(nxmTunSrc)}},
+				Goto(IntL3Forwarding)))
+		}
+	}
 	for _, c := range cs {
 		dst := of.IPv6DstPrefix(c)
 		fl = append(fl,
@@ -264,12 +336,12 @@ func node6Flows(st *State, n Node, twin []of.Flow) []of.Flow {
 }
 
 // gateway6Flows are BuildGateway's IPv6 flows (this node has an IPv6 pod CIDR; base are its IPv4
-// flows): the twins of the family-neutral ones (not those of OriginNode, which IPv6 connections
-// never carry: node6Flows), the host's solicitations to IntNDResponder, and another node's pod
-// reaching this host on its IPv6 gateway address.
+// flows): the twins of the family-neutral ones (OriginNode's among them: the replies of another
+// node's host's connections from its IPv6 InternalIP, node6Flows), the host's solicitations to
+// IntNDResponder, and another node's pod reaching this host on its IPv6 gateway address.
 func gateway6Flows(st *State, base []of.Flow) []of.Flow {
 	p := st.Ports
-	fl := twin6(base, OriginNode.Match())
+	fl := twin6(base)
 	fl = append(fl, flow(IntClassifier, prioNDOwn, of.ProtoICMP6, p.IntGateway, nsMatch(), Goto(IntNDResponder)))
 	for _, c := range v6CIDRs(st.self().PodCIDRs) {
 		fl = append(fl, flow(IntL3Forwarding, prioHigh, of.ProtoIPv6, 0,

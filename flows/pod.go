@@ -65,6 +65,9 @@ func BuildPod(st *State, p Pod) (*FlowSet, error) {
 		// without it, so a selected pod's first packet cannot leave with the node IP (C29).
 		fs.Flows = append(fs.Flows, podEgressFlows(st, p, ip)...)
 	}
+	if slices.ContainsFunc(fs.Flows, func(f of.Flow) bool { return f.Protocol == of.ProtoIPv6 }) {
+		fs.Flows = append(fs.Flows, pod6LinkLocalFlow(p))
+	}
 	if len(fs.Flows) > 0 {
 		// Spoof guard: anything else from the pod's port is dropped.
 		fs.Flows = append(fs.Flows, flow(IntClassifier, prioMid, of.ProtoNone, p.OFPort, nil, DropFor(DropSpoofGuard)))

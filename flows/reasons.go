@@ -42,6 +42,10 @@ const (
 	// detection, a pod's from a source that is not its own) or a Neighbor Advertisement (br-int
 	// never solicits, and answers for every pod itself).
 	DropNDNotOurs DropReason = "nd-not-answered"
+	// DropNDNoSLL: a multicast Neighbor Solicitation without a Source Link-Layer Address option
+	// (RFC 4861 4.3 makes it a MUST): its answer must carry a Target Link-Layer Address option
+	// (7.2.4), which br-int's in-place rewrite cannot add.
+	DropNDNoSLL DropReason = "nd-multicast-without-source-lladdr"
 	// DropICMPv6Control: an IPv6 router solicitation or advertisement, redirect or multicast
 	// listener message from a pod or the host: br-int is no router on the link (pods' routes are
 	// static) and forwards no multicast.
@@ -126,6 +130,8 @@ var dropInfos = []DropInfo{
 		[]DropSpot{{BrInt, IntARPResponder, prioDefault, KindIntBase}}},
 	{DropNDNotOurs, "an IPv6 Neighbor Solicitation br-int does not answer (duplicate address detection, whose silence tells the sender its address is unique; a pod's from a source address or MAC that is not its own) or a Neighbor Advertisement (br-int never solicits one and answers for every pod itself)",
 		[]DropSpot{{BrInt, IntClassifier, prioND, KindIntBase}, {BrInt, IntNDResponder, prioHigh, KindIntBase}, {BrInt, IntNDResponder, prioDefault, KindIntBase}}},
+	{DropNDNoSLL, "an IPv6 Neighbor Solicitation to a multicast address without a source link-layer address option (RFC 4861 4.3 requires it there): its advertisement must carry the target link-layer address option (7.2.4), which br-int cannot add to the solicitation it rewrites, and its sender would discard one without it (7.2.5); unicast solicitations without the option are answered (check the sender's IPv6 stack)",
+		[]DropSpot{{BrInt, IntNDResponder, prioNDNoSLLMulticast, KindIntBase}}},
 	{DropICMPv6Control, "an IPv6 router solicitation or advertisement, redirect or multicast listener (MLD) message from a pod or the host: br-int is no IPv6 router on the link (pod routes are static) and forwards no multicast",
 		[]DropSpot{{BrInt, IntClassifier, prioICMPv6Control, KindIntBase}}},
 	{DropNoRoute, "the destination is no pod of the cluster (no Node's pod CIDR holds it; without a gateway port nothing else is routed)",

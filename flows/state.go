@@ -246,6 +246,11 @@ type Node struct {
 	// PodCIDRs is spec.podCIDRs: the pod subnets routed to that node, of both families, masked,
 	// in spec order (the agent's ConvertNode).
 	PodCIDRs []netip.Prefix
+	// InternalIPv6 is the node's first IPv6 InternalIP (the zero Addr: none). It is an address
+	// of that node's host, not the underlay: the source of the host's IPv6 connections to pods
+	// from a socket bound to it, which a dual-stack node with a gateway port commits with
+	// OriginNode like IPv4's from InternalIP (BuildNode, node6Flows).
+	InternalIPv6 netip.Addr
 	// Rank orders this node's flow set against others that render the same flow (a Node that is
 	// not Ready, e.g. a stale object whose pod CIDR was given to another node, loses).
 	Rank Rank

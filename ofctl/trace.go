@@ -59,7 +59,8 @@ type Trace struct {
 	Final           string
 	// TunDst and VNI are the tunnel destination (IPv4) and VNI (as printed: 0x2, or decimal) the
 	// packet leaves with: those of the datapath's tnl_push when there is one, else the last
-	// set_field to tun_dst and tun_id. NATDst is the last nat(dst=IP:PORT) of a ct action.
+	// set_field to tun_dst and tun_id. NATDst is the last nat(dst=IP:PORT) of a ct action
+	// ([IPv6]:PORT for an IPv6 endpoint).
 	TunDst, VNI, NATDst string
 }
 
@@ -83,7 +84,7 @@ var (
 	traceBucketRE  = regexp.MustCompile(`-> using bucket (\d+)`)
 	traceTunDstRE  = regexp.MustCompile(`set_field:([0-9.]+)->tun_dst`)
 	traceVNIRE     = regexp.MustCompile(`set_field:(0x[0-9a-f]+|\d+)->tun_id`)
-	traceNATRE     = regexp.MustCompile(`nat\(dst=([0-9.]+:\d+)\)`)
+	traceNATRE     = regexp.MustCompile(`nat\(dst=([0-9.]+:\d+|\[[0-9a-fA-F:.]+\]:\d+)\)`)
 	traceGroupRE   = regexp.MustCompile(`^group:(\d+)`)
 	traceResumeRE  = regexp.MustCompile(`^Resuming from table (\d+)`)
 	traceCTTableRE = regexp.MustCompile(`^ct\(.*table=(\d+)`)

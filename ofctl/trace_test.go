@@ -57,3 +57,9 @@ func TestParseTrace(t *testing.T) {
 	assert.Empty(t, ParseTrace("", nil).Steps)
 	assert.True(t, ParseTrace("", nil).Dropped())
 }
+
+// An IPv6 endpoint's nat(dst=[ADDR]:PORT) is read as NATDst (netip.ParseAddrPort's form).
+func TestParseTraceIPv6NAT(t *testing.T) {
+	r := ParseTrace("bridge(\"br-ex\")\n-----------\n 0. in_port=1, priority 100\n    ct(commit,zone=64272,nat(dst=[2001:db8:244:2::5]:8080))\n\nFinal flow: unchanged\nDatapath actions: drop\n", nil)
+	assert.Equal(t, "[2001:db8:244:2::5]:8080", r.NATDst)
+}

@@ -23,21 +23,51 @@ import (
 // entry arriving on the uplink (by port name) addressed to the node's MAC (br-ex's: ExClassifier
 // hooks only frames to it), and the --ct-next states of its two recirculations:
 // ct(nat) in ExServiceLB (a new connection) and the group bucket's ct(commit,nat) (DNATed).
+// client and entry are of one family, IPv4 or IPv6 (tcp6/udp6 with ipv6_src/ipv6_dst; nw_ttl
+// is the hop limit there, ovs-fields(7)).
 func traceFlow(uplink string, nodeMAC net.HardwareAddr, proto string, client, entry netip.AddrPort) (string, []string, error) {
-	if !client.Addr().Is4() || !entry.Addr().Is4() {
-		return "", nil, fmt.Errorf("IPv4 client and entry point required (got %s, %s)", client, entry)
+	if err := sameFamily(client, entry); err != nil {
+		return "", nil, err
 	}
-	// Protocol-specific port fields: ofproto/trace rejects tp_src/tp_dst on a UDP flow.
-	f := fmt.Sprintf("in_port=%s,%s,dl_dst=%s,nw_src=%s,nw_dst=%s,%s_src=%d,%s_dst=%d,nw_ttl=64",
-		uplink, proto, nodeMAC, client.Addr(), entry.Addr(), proto, client.Port(), proto, entry.Port())
-	switch proto {
-	case "tcp":
-		f += ",tcp_flags=syn"
-	case "udp":
-	default:
+	if proto != "tcp" && proto != "udp" {
 		return "", nil, fmt.Errorf("protocol %q: want tcp or udp", proto)
 	}
+	// Protocol-specific port fields: ofproto/trace rejects tp_src/tp_dst on a UDP flow.
+	f := fmt.Sprintf("in_port=%s,%s,dl_dst=%s,%s,%s_src=%d,%s_dst=%d,nw_ttl=64",
+		uplink, l3(proto, client.Addr()), nodeMAC, addrs(client.Addr(), entry.Addr()), proto, client.Port(), proto, entry.Port())
+	if proto == "tcp" {
+		f += ",tcp_flags=syn"
+	}
 	return f, []string{"trk,new", "trk,new,dnat"}, nil
+}
+
+// sameFamily fails unless client and entry are both IPv4 or both IPv6 (an IPv4-mapped IPv6
+// address counts as IPv4): a connection does not change family on the way.
+func sameFamily(client, entry netip.AddrPort) error {
+	c, e := client.Addr().Unmap(), entry.Addr().Unmap()
+	if c.Is4() != e.Is4() {
+		return fmt.Errorf("client and entry point of one family required (got %s, %s)", client, entry)
+	}
+	return nil
+}
+
+// l3 is the ofproto/trace protocol keyword of proto ("tcp" or "udp") over a's family: tcp, udp,
+// tcp6 or udp6.
+func l3(proto string, a netip.Addr) string {
+	if a.Unmap().Is4() {
+		return proto
+	}
+	return proto + "6"
+}
+
+// addrs renders the address fields of a flow from src to dst: nw_src/nw_dst for IPv4,
+// ipv6_src/ipv6_dst for IPv6.
+func addrs(src, dst netip.Addr) string {
+	src, dst = src.Unmap(), dst.Unmap()
+	if src.Is4() {
+		return fmt.Sprintf("nw_src=%s,nw_dst=%s", src, dst)
+	}
+	return fmt.Sprintf("ipv6_src=%s,ipv6_dst=%s", src, dst)
 }
 
 // summarize picks the lines of an ofproto/trace output a reader looks for first: the tables hit
@@ -56,7 +86,7 @@ func summarize(trace string) string {
 }
 
 // errFromRequired is returned by trace without --from: there is no sensible default client.
-var errFromRequired = errors.New("--from is required: the external client's address as the packet arrives on the uplink, IP:PORT (e.g. --from 198.51.100.10:40000)")
+var errFromRequired = errors.New("--from is required: the external client's address as the packet arrives on the uplink, IP:PORT (e.g. --from 198.51.100.10:40000, --from [2001:db8:51::10]:40000)")
 
 // findUplink asks the node's OVSDB (ovs-vsctl --db=db) which port of bridge is the uplink, with the
 // agent's rule when --uplink is not given (ofctl.DB.EnsureIntegration): the only port that is not
@@ -134,6 +164,9 @@ it with --peer node2=http://127.0.0.1:PORT, or run srcipctl in the agent's Pod w
 Without a reachable agent (or with --local) only the ingress node is traced, through its OVS
 sockets, as before: tables, bucket and datapath actions, without object names.
 
+Client and entry point are of one family, IPv4 or IPv6 (an IPv6 address in brackets:
+--from [2001:db8:51::10]:40000 --to [2001:db8::11]:30080); the underlay between the nodes is IPv4.
+
 Example: srcipctl trace --from 198.51.100.10:40000 --to 203.0.113.100:80`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -151,8 +184,10 @@ Example: srcipctl trace --from 198.51.100.10:40000 --to 203.0.113.100:80`,
 			if proto != "tcp" && proto != "udp" {
 				return fmt.Errorf("protocol %q: want tcp or udp", proto)
 			}
-			if !client.Addr().Is4() || !entry.Addr().Is4() {
-				return fmt.Errorf("IPv4 client and entry point required (got %s, %s)", client, entry)
+			client = netip.AddrPortFrom(client.Addr().Unmap(), client.Port())
+			entry = netip.AddrPortFrom(entry.Addr().Unmap(), entry.Port())
+			if err := sameFamily(client, entry); err != nil {
+				return err
 			}
 			ctx := cmd.Context()
 			if !local {
@@ -193,8 +228,8 @@ Example: srcipctl trace --from 198.51.100.10:40000 --to 203.0.113.100:80`,
 	cmd.Flags().StringVar(&bridge, "bridge", "br-ex", "--local: the external bridge")
 	cmd.Flags().StringVar(&uplink, "uplink", "", "--local: the uplink port name on the external bridge; empty: the only port of the bridge that is not internal, patch or a tunnel (as the agent finds it)")
 	cmd.Flags().StringVar(&proto, "proto", "tcp", "tcp or udp")
-	cmd.Flags().StringVar(&from, "from", "", "the external client, IP:PORT (required)")
-	cmd.Flags().StringVar(&to, "to", "", "the entry point, IP:PORT (node address:NodePort, LB IP:port or externalIP:port; required)")
+	cmd.Flags().StringVar(&from, "from", "", "the external client, IP:PORT or [IPv6]:PORT (required)")
+	cmd.Flags().StringVar(&to, "to", "", "the entry point, IP:PORT or [IPv6]:PORT of the client's family (node address:NodePort, LB IP:port or externalIP:port; required)")
 	cmd.Flags().StringVar(&dlDst, "dl-dst", "", "--local: the Ethernet destination of the packet (default: the bridge's LOCAL MAC, as the agent reads it)")
 	cmd.Flags().BoolVar(&full, "full", false, "also print every ofproto/trace output whole")
 	_ = cmd.MarkFlagRequired("to")

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/ovs-srcip/ovs-srcip/agent"
@@ -79,7 +80,10 @@ func (t *pathTracer) printHits(v *nodeView, r ofctl.Trace) {
 			}
 			notes = append(notes, g)
 		}
-		if d := dropNote(h.Bridge, h.Table, h.Priority, h.Cookie); d != "" {
+		// Only a step that drops gets its drop reason: a drop spot's (table, priority, kind) is
+		// shared by the other flows of that priority (IntPodEgressCT's reply steering and its
+		// kubernetes#74839 drop are both prioMid of int-base).
+		if d := dropNote(h.Bridge, h.Table, h.Priority, h.Cookie); d != "" && slices.Contains(h.Actions, "drop") {
 			notes = append(notes, d)
 		}
 		fmt.Fprintf(t.out, "   %-6s %2d %-16s prio %-4d %s\n", h.Bridge, int(h.Table), h.Table.Name(h.Bridge), h.Priority, strings.Join(notes, "; "))
@@ -206,8 +210,8 @@ func (t *pathTracer) run(ctx context.Context, proto string, client, entry netip.
 	} else {
 		fmt.Fprintf(t.out, "not an entry point of ovs-srcip on %s: %s\n", in.name, why)
 	}
-	flow := fmt.Sprintf("in_port=%d,%s,dl_src=%s,dl_dst=%s,nw_src=%s,nw_dst=%s,nw_ttl=64,%s",
-		p.ExUplink, proto, t.clientMAC, p.ExMAC, client.Addr(), entry.Addr(), l4(proto, client.Port(), entry.Port(), "syn"))
+	flow := fmt.Sprintf("in_port=%d,%s,dl_src=%s,dl_dst=%s,%s,nw_ttl=64,%s",
+		p.ExUplink, l3(proto, client.Addr()), t.clientMAC, p.ExMAC, addrs(client.Addr(), entry.Addr()), l4(proto, client.Port(), entry.Port(), "syn"))
 	r, err := t.trace(ctx, in, "br-ex", "the client's first packet", flow, "trk,new", "trk,new,dnat")
 	if err != nil {
 		return "", err
@@ -254,8 +258,8 @@ func (t *pathTracer) run(ctx context.Context, proto string, client, entry netip.
 		if g.Dropped() {
 			return dropVerdict(name, g), nil
 		}
-		bflow := fmt.Sprintf("in_port=%d,tun_id=%d,tun_src=%s,tun_dst=%s,%s,nw_src=%s,nw_dst=%s,nw_ttl=63,%s",
-			bp.IntTunnel, flows.VNIService, in.ip(), r.TunDst, proto, client.Addr(), epAddr.Addr(), l4(proto, client.Port(), epAddr.Port(), "syn"))
+		bflow := fmt.Sprintf("in_port=%d,tun_id=%d,tun_src=%s,tun_dst=%s,%s,%s,nw_ttl=63,%s",
+			bp.IntTunnel, flows.VNIService, in.ip(), r.TunDst, l3(proto, client.Addr()), addrs(client.Addr(), epAddr.Addr()), l4(proto, client.Port(), epAddr.Port(), "syn"))
 		b, err := t.trace(ctx, backend, "br-int", "the decapsulated packet to the endpoint", bflow, "trk,new")
 		if err != nil {
 			return "", err
@@ -284,13 +288,13 @@ func (t *pathTracer) run(ctx context.Context, proto string, client, entry netip.
 	if pr == nil {
 		return fmt.Sprintf("delivered to %s; reply not traced: %s has no pod port with %s", in.names.endpoint(svc, ep), backend.name, epAddr.Addr()), nil
 	}
-	gwMAC := gatewayMAC(backend)
+	gwMAC := gatewayMAC(backend, epAddr.Addr())
 	mark, label, ctn := flows.OriginTunnel.CTMarkValue(), ipLabel(in.ip()), []string{"trk,est,rpl"}
 	if backend == in {
 		mark, label, ctn = flows.OriginBrEx.CTMarkValue(), macLabel(t.clientMAC), []string{"trk,est,rpl", "trk,est,rpl"}
 	}
-	rflow := fmt.Sprintf("in_port=%d,%s,dl_src=%s,dl_dst=%s,nw_src=%s,nw_dst=%s,nw_ttl=64,%s,ct_mark=%#x,ct_label=%s",
-		pr.OFPort, proto, pr.MAC, gwMAC, epAddr.Addr(), client.Addr(), l4(proto, epAddr.Port(), client.Port(), "syn|ack"), mark, label)
+	rflow := fmt.Sprintf("in_port=%d,%s,dl_src=%s,dl_dst=%s,%s,nw_ttl=64,%s,ct_mark=%#x,ct_label=%s",
+		pr.OFPort, l3(proto, client.Addr()), pr.MAC, gwMAC, addrs(epAddr.Addr(), client.Addr()), l4(proto, epAddr.Port(), client.Port(), "syn|ack"), mark, label)
 	rr, err := t.trace(ctx, backend, "br-int", "the reply of "+pod, rflow, ctn...)
 	if err != nil {
 		return "", err
@@ -304,8 +308,8 @@ func (t *pathTracer) run(ctx context.Context, proto string, client, entry netip.
 			return fmt.Sprintf("unexpected: %s sends the reply to %s (datapath actions %s), not back to the ingress node %s", backend.name, rr.TunDst, rr.Final, in.name), nil
 		}
 		fmt.Fprintf(t.out, "   => Geneve (VNI %s) back to the ingress node %s\n", rr.VNI, in.names.node(in.ip()))
-		iflow := fmt.Sprintf("in_port=%d,tun_id=%d,tun_src=%s,tun_dst=%s,%s,nw_src=%s,nw_dst=%s,nw_ttl=63,%s,ct_label=%s",
-			p.IntTunnel, flows.VNIServiceReply, backend.ip(), in.ip(), proto, epAddr.Addr(), client.Addr(), l4(proto, epAddr.Port(), client.Port(), "syn|ack"), macLabel(t.clientMAC))
+		iflow := fmt.Sprintf("in_port=%d,tun_id=%d,tun_src=%s,tun_dst=%s,%s,%s,nw_ttl=63,%s,ct_label=%s",
+			p.IntTunnel, flows.VNIServiceReply, backend.ip(), in.ip(), l3(proto, client.Addr()), addrs(epAddr.Addr(), client.Addr()), l4(proto, epAddr.Port(), client.Port(), "syn|ack"), macLabel(t.clientMAC))
 		if rr, err = t.trace(ctx, in, "br-int", "the reply from "+backend.name, iflow, "trk,est,rpl"); err != nil {
 			return "", err
 		}
@@ -317,8 +321,12 @@ func (t *pathTracer) run(ctx context.Context, proto string, client, entry netip.
 	if rl.Bridge != flows.BrEx || rl.Table != flows.ExServiceReply {
 		return fmt.Sprintf("unexpected: on %s the reply ended in %s %s (datapath actions %s)", in.name, rl.Bridge, rl.Table.Name(rl.Bridge), rr.Final), nil
 	}
-	fmt.Fprintf(t.out, "   => ct(zone=ZoneService,nat) un-DNATs the reply: %s -> %s becomes %s -> %s; out of the uplink to the client's MAC (ct_label)\n",
-		ep, client, entry, client)
+	zone := "ZoneService"
+	if !client.Addr().Is4() {
+		zone = "ZoneService6"
+	}
+	fmt.Fprintf(t.out, "   => ct(zone=%s,nat) un-DNATs the reply: %s -> %s becomes %s -> %s; out of the uplink to the client's MAC (ct_label)\n",
+		zone, ep, client, entry, client)
 	via := in.name
 	if backend != in {
 		via = in.name + " -> " + backend.name + " -> " + in.name
@@ -327,14 +335,15 @@ func (t *pathTracer) run(ctx context.Context, proto string, client, entry netip.
 		conn, svc, in.names.endpoint(svc, ep), entry, via), nil
 }
 
-// gatewayMAC is the MAC br-int answers for the pod gateway of v's node (the pods' next hop).
-func gatewayMAC(v *nodeView) string {
+// gatewayMAC is the MAC br-int answers for the pod gateway of v's node (the pods' next hop) in
+// the family of pod: that of the gateway of the node's first pod CIDR of that family.
+func gatewayMAC(v *nodeView, pod netip.Addr) string {
 	for _, n := range v.rep.Nodes {
 		if n.Name != v.name {
 			continue
 		}
 		for _, c := range n.PodCIDRs {
-			if pfx, err := netip.ParsePrefix(c); err == nil && pfx.Addr().Is4() {
+			if pfx, err := netip.ParsePrefix(c); err == nil && pfx.Addr().Is4() == pod.Is4() {
 				return flows.GatewayMAC(flows.GatewayIP(pfx)).String()
 			}
 		}

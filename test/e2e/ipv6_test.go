@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"os/exec"
 	"regexp"
 	"sort"
 	"strings"
@@ -430,10 +432,36 @@ func TestHostAndPodsIPv6(t *testing.T) {
 	ping(t, "echo-c", gw1)
 	ping(t, "echo-c", client6IP)
 	// A host's connection to a pod on another node (VNI 1): over IPv6 it comes from the host's
-	// pod gateway address (node-setup's route source; IPv6 has no twin of the IPv4 OriginNode
-	// path), so the answers are routed back to that node's pod CIDR, over the tunnel.
+	// pod gateway address (node-setup's route source), so the answers are routed back to that
+	// node's pod CIDR, over the tunnel.
 	request(t, "node1", "tcp", net.JoinHostPort(a6, "8080"), "echo-a", gw1)
 	request(t, "node3", "tcp", net.JoinHostPort(c6, "8080"), "echo-c", theLab.Node("node3").Gateway6.String())
+	// The IPv6 twin of OriginNode: a host socket bound to the node's IPv6 InternalIP (a node
+	// address, not the pod gateway address) reaches a pod on another node over VNI 1; the pod's
+	// node commits it with OriginNode (8) and tunnels the answers back, not masqueraded.
+	n3 := nodeIP(t, "node3", "IPv6")
+	for _, proto := range []string{"tcp", "udp"} {
+		requestBound(t, "node1", n1, proto, net.JoinHostPort(a6, "8080"), "echo-a", n1)
+		requestBound(t, "node3", n3, proto, net.JoinHostPort(c6, "8080"), "echo-c", n3)
+	}
+	ct, err := theLab.Appctl("node1", "dpctl/dump-conntrack", "zone="+zonePod)
+	require.NoError(t, err)
+	assert.Regexp(t, `src=`+regexp.QuoteMeta(n3)+`,dst=`+regexp.QuoteMeta(c6)+`,sport=\d+,dport=8080.*mark=8`, ct)
+}
+
+// requestBound is request from a socket bound to local (a host address of from's netns).
+func requestBound(t *testing.T, from, local, proto, addr, wantServer, wantClientIP string) {
+	t.Helper()
+	var r lab.Reply
+	require.NoError(t, lab.WaitFor(func() error {
+		var err error
+		r, err = theLab.RequestWith(from, proto, addr, lab.RequestOpts{LocalAddr: local})
+		return err
+	}, 20*time.Second), "%s %s from %s bound to %s", proto, addr, from, local)
+	assert.Equal(t, wantServer, r.Pod, "%s %s from %s bound to %s: answered by", proto, addr, from, local)
+	assert.Equal(t, wantClientIP, r.ClientIP(), "%s %s from %s bound to %s: the server saw", proto, addr, from, local)
+	assert.Equal(t, addr, r.From, "%s %s from %s bound to %s: the answer came from", proto, addr, from, local)
+	t.Logf("%s %s from %s bound to %s: server %s saw %s, answer from %s", proto, addr, from, local, r.Pod, r.Client, r.From)
 }
 
 // PMTUD across the hairpin over IPv6 (the twin of TestPMTUDAcrossHairpin): the router's
@@ -516,4 +544,39 @@ func TestPMTUDAcrossHairpinIPv6(t *testing.T) {
 	pmtu, _ := theLab.Exec("echo-a", "ip", "-6", "route", "get", client6IP)
 	t.Log(strings.TrimSpace(pmtu))
 	assert.Contains(t, pmtu, "mtu 1300", "the pod learnt the path MTU from the router's ICMPv6")
+}
+
+// srcipctl trace over IPv6 (issue 22): a new connection from the client's IPv6 address to
+// ds-prefer's IPv6 NodePort on node1 is traced through node1's agent and, for its endpoint
+// echo-a, through node2's (the lab's sibling run directories), reply and un-DNAT included; the
+// verdict is "delivered" over node1 -> node2 -> node1 (the IPv4 underlay between them).
+func TestTraceIPv6AcrossNodes(t *testing.T) {
+	const file = "ds-prefer.yaml"
+	writeManifest(t, file, dsPrefer.yaml())
+	defer removeAndWait(t, file, fmt.Sprintf("tp_dst=%d", dsPrefer.nodePort))
+	bin := srcipctlBin(t)
+	from := net.JoinHostPort(client6IP, "40000")
+	to := net.JoinHostPort(nodeIP(t, "node1", "IPv6"), fmt.Sprint(dsPrefer.nodePort))
+	var out string
+	require.NoError(t, lab.WaitFor(func() error {
+		cmd := exec.Command(bin, "trace", "--from", from, "--to", to)
+		cmd.Env = append(os.Environ(), "OVS_RUNDIR="+theLab.Node("node1").Dir)
+		b, err := cmd.CombinedOutput()
+		out = string(b)
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		if !strings.Contains(out, "verdict: delivered") {
+			return fmt.Errorf("not delivered yet: %s", lastLine(out))
+		}
+		return nil
+	}, 30*time.Second), "srcipctl trace --from %s --to %s: %s", from, to, out)
+	t.Logf("$ srcipctl trace --from %s --to %s\n%s", from, to, out)
+	assert.Contains(t, out, "entry point of e2e/ds-prefer http/TCP/IPv6")
+	assert.Contains(t, out, "tcp6,")
+	assert.Contains(t, out, "ipv6_src="+client6IP)
+	assert.Contains(t, out, "=> Geneve (VNI 0x2) to node2")
+	assert.Contains(t, out, "ct(zone=ZoneService6,nat) un-DNATs the reply")
+	assert.Contains(t, out, "(path node1 -> node2 -> node1)")
+	assert.NotContains(t, out, "drop:", "no step of a delivered connection is named a drop")
 }

@@ -10,7 +10,7 @@
 // family; every client command below dials the family of its --addr ("[2001:db8::1]:80" is
 // IPv6).
 //
-//	echo get --proto tcp|udp --addr IP:PORT [--timeout 3s] [--local-port N]
+//	echo get --proto tcp|udp --addr IP:PORT [--timeout 3s] [--local-port N] [--local-addr IP]
 //
 // sends "hello" and prints {"pod","node","client","from","local"}, "from"
 // being the address the answer came from (the TCP peer, or the source of the
@@ -231,17 +231,34 @@ func serve(args []string) error {
 	}
 }
 
+// ipOrNil is a as a net.IP, nil when a is the zero Addr (bind to the wildcard address).
+func ipOrNil(a netip.Addr) net.IP {
+	if !a.IsValid() {
+		return nil
+	}
+	return net.IP(a.AsSlice())
+}
+
 func get(args []string) error {
 	fs := flag.NewFlagSet("get", flag.ContinueOnError)
 	proto := fs.String("proto", "tcp", "tcp or udp")
 	addr := fs.String("addr", "", "IP:PORT to query")
 	timeout := fs.Duration("timeout", 3*time.Second, "overall timeout")
 	localPort := fs.Int("local-port", 0, "local port to bind (0: ephemeral)")
+	localAddr := fs.String("local-addr", "", "local address to bind (empty: the kernel's source address for the route)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *addr == "" {
 		return errors.New("--addr is required")
+	}
+	var local netip.Addr
+	if *localAddr != "" {
+		a, err := netip.ParseAddr(*localAddr)
+		if err != nil {
+			return fmt.Errorf("--local-addr: %w", err)
+		}
+		local = a
 	}
 	deadline := time.Now().Add(*timeout)
 	var r reply
@@ -249,8 +266,8 @@ func get(args []string) error {
 	switch *proto {
 	case "tcp":
 		d := net.Dialer{Deadline: deadline}
-		if *localPort > 0 {
-			d.LocalAddr = &net.TCPAddr{Port: *localPort}
+		if *localPort > 0 || local.IsValid() {
+			d.LocalAddr = &net.TCPAddr{IP: ipOrNil(local), Port: *localPort}
 		}
 		c, err := d.Dial(network("tcp", *addr), *addr)
 		if err != nil {
@@ -272,7 +289,7 @@ func get(args []string) error {
 		if err != nil {
 			return err
 		}
-		pc, err := net.ListenUDP(udp, &net.UDPAddr{Port: *localPort})
+		pc, err := net.ListenUDP(udp, &net.UDPAddr{IP: ipOrNil(local), Port: *localPort})
 		if err != nil {
 			return err
 		}

@@ -87,6 +87,7 @@ func hostOf(hp string) string {
 // RequestOpts tunes RequestWith.
 type RequestOpts struct {
 	LocalPort int    // 0: ephemeral
+	LocalAddr string // the address to bind ("": the kernel's source address for the route)
 	Timeout   string // e.g. "3s"; default Config.RequestTimeout
 }
 
@@ -113,6 +114,9 @@ func (l *Lab) RequestWith(client, proto, addr string, o RequestOpts) (Reply, err
 	argv := []string{l.cfg.EchoBin, "get", "--proto", proto, "--addr", addr, "--timeout", timeout}
 	if o.LocalPort > 0 {
 		argv = append(argv, "--local-port", strconv.Itoa(o.LocalPort))
+	}
+	if o.LocalAddr != "" {
+		argv = append(argv, "--local-addr", o.LocalAddr)
 	}
 	out, err := l.Exec(client, argv...)
 	if err != nil {

@@ -19,6 +19,9 @@ const (
 	pod1v6 = "2001:db8:244:1::5"
 	pod2v6 = "2001:db8:244:2::5"
 	gw1v6  = "2001:db8:244:1::1"
+	// The nodes' IPv6 InternalIPs (host addresses; the underlay stays IPv4).
+	node1v6 = "2001:db8::11"
+	node2v6 = "2001:db8::12"
 )
 
 func newDualStackNode(t *testing.T, node string) *world { return newDualStack(t, node, false) }
@@ -35,8 +38,10 @@ func newDualStack(t *testing.T, node string, gw bool) *world {
 	}
 	p := netip.MustParsePrefix
 	nodes := []flows.Node{
-		{Name: "node1", InternalIP: netip.MustParseAddr("192.0.2.11"), PodCIDRs: []netip.Prefix{p("10.244.1.0/24"), p("2001:db8:244:1::/64")}},
-		{Name: "node2", InternalIP: netip.MustParseAddr("192.0.2.12"), PodCIDRs: []netip.Prefix{p("10.244.2.0/24"), p("2001:db8:244:2::/64")}},
+		{Name: "node1", InternalIP: netip.MustParseAddr("192.0.2.11"), InternalIPv6: netip.MustParseAddr(node1v6),
+			PodCIDRs: []netip.Prefix{p("10.244.1.0/24"), p("2001:db8:244:1::/64")}},
+		{Name: "node2", InternalIP: netip.MustParseAddr("192.0.2.12"), InternalIPv6: netip.MustParseAddr(node2v6),
+			PodCIDRs: []netip.Prefix{p("10.244.2.0/24"), p("2001:db8:244:2::/64")}},
 	}
 	self := map[string]string{"node1": "192.0.2.11", "node2": "192.0.2.12"}[node]
 	v4 := map[string]string{"node1": "10.244.1.5", "node2": "10.244.2.5"}[node]
