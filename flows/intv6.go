@@ -246,7 +246,7 @@ func node6Flows(st *State, n Node, twin []of.Flow) []of.Flow {
 	fl := twin6(twin)
 	cs := v6CIDRs(n.PodCIDRs)
 	gw := st.Ports.HasGateway()
-	tunDst := of.SetTunDst(n.InternalIP)
+	tunDst := of.SetTunDstAddr(n.InternalIP)
 	for _, c := range cs {
 		dst := of.IPv6DstPrefix(c)
 		fl = append(fl,
