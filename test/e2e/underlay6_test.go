@@ -74,7 +74,7 @@ func dropCountUDP(t *testing.T, node, proto string) int {
 	out, err := theLab.DumpFlows(node, "br-ex", "table=0,"+proto+",tp_dst=6081")
 	require.NoError(t, err)
 	for _, l := range strings.Split(out, "\n") {
-		if strings.Contains(l, "priority=600") && strings.Contains(l, "actions=drop") && strings.Contains(l, " "+proto+",") {
+		if strings.Contains(l, "priority=600") && strings.Contains(l, "actions=drop") && strings.Contains(l, ","+proto+",") {
 			m := regexp.MustCompile(`n_packets=(\d+)`).FindStringSubmatch(l)
 			require.NotNil(t, m, l)
 			n, err := strconv.Atoi(m[1])
@@ -131,7 +131,7 @@ func TestIPv6UnderlayOnlyNodesMayTunnel(t *testing.T) {
 	const spoofed4, spoofed6 = "198.51.100.66", "2001:db8:0:100::66"
 	echoC6 := podIP6(echoC)
 	pod := capture(t, "echo-c", "eth0", "tcp port 8080 and (host "+spoofed6+" or host "+spoofed4+")")
-	back := capture(t, "client", "eth0", "udp port 6081")
+	back := capture(t, "client", "eth0", "udp port 6081 and (dst host "+clientIP+" or dst host "+client6IP+")")
 	before6, before4 := dropCountUDP(t, "node1", "udp6"), dropCountUDP(t, "node1", "udp")
 	inner4 := []string{"--inner-src", spoofed4 + ":41000", "--inner-dst", echoC.ip + ":8080"}
 	inner6 := []string{"--inner-src", "[" + spoofed6 + "]:41001", "--inner-dst", "[" + echoC6 + "]:8080"}
