@@ -7,11 +7,12 @@ import (
 // KindNode: the Geneve route to one other node's pod CIDRs.
 
 // BuildNode returns the flows of another node on br-int (KindNode): what arrives by Geneve from
-// that node's InternalIP (tun_src) is classified by VNI - VNIPod and VNIService go to
+// that node's InternalIP (tun_src; tun_ipv6_src over an IPv6 underlay, underlay.go) is classified by VNI - VNIPod and VNIService go to
 // IntL3Forwarding with their RegSource mark, VNIServiceReply to br-ex; Geneve from any other
 // source matches none of these and is dropped in IntClassifier (BuildIntBase). And the route to
 // its pod CIDRs: pod traffic goes with VNIPod, DNATed external traffic from br-ex with VNIService;
-// tun_dst is that node's InternalIP. While the node is live, backends keep the replies of the
+// tun_dst (tun_ipv6_dst) is that node's InternalIP. A node this node cannot tunnel to
+// (State.TunnelRefusal) gets no flow and a warning. While the node is live, backends keep the replies of the
 // connections recorded as entering through it on it (IntPodIngressCT). With a gateway port
 // (Ports.HasGateway) the host's traffic from it goes with VNIPod too, and VNIPod packets from that
 // node are looked up in ZonePod (ovs-actions(7) "ct", no commit) and go to IntTunnelCT, which
