@@ -128,13 +128,16 @@ func TestIPv6UnderlayOnlyNodesMayTunnel(t *testing.T) {
 	ipv6Underlay(t)
 	addr := "192.0.2.11:30101" // svcLocal: echo-c on node1
 	checkReply(t, waitOK(t, "tcp", addr), addr, "echo-c")
-	const spoofed4, spoofed6 = "198.51.100.66", "2001:db8:0:100::66"
+	// Inner sources and ports of their own: the pod's SYN-ACK retransmissions to the positive
+	// controls of TestOnlyNodesMayTunnel and TestIPv6OnlyNodesMayTunnel (198.51.100.66:41000,
+	// [2001:db8:0:100::66]:41000) may still be on the way; only what reaches the pod counts.
+	const spoofed4, spoofed6 = "198.51.100.67", "2001:db8:0:100::67"
 	echoC6 := podIP6(echoC)
-	pod := capture(t, "echo-c", "eth0", "tcp port 8080 and (host "+spoofed6+" or host "+spoofed4+")")
+	pod := capture(t, "echo-c", "eth0", "tcp dst port 8080 and (src host "+spoofed6+" or src host "+spoofed4+")")
 	back := capture(t, "client", "eth0", "udp port 6081 and (dst host "+clientIP+" or dst host "+client6IP+")")
 	before6, before4 := dropCountUDP(t, "node1", "udp6"), dropCountUDP(t, "node1", "udp")
-	inner4 := []string{"--inner-src", spoofed4 + ":41000", "--inner-dst", echoC.ip + ":8080"}
-	inner6 := []string{"--inner-src", "[" + spoofed6 + "]:41001", "--inner-dst", "[" + echoC6 + "]:8080"}
+	inner4 := []string{"--inner-src", spoofed4 + ":41060", "--inner-dst", echoC.ip + ":8080"}
+	inner6 := []string{"--inner-src", "[" + spoofed6 + "]:41061", "--inner-dst", "[" + echoC6 + "]:8080"}
 	for _, vni := range []string{"1", "2", "3"} {
 		for _, inner := range [][]string{inner4, inner6} {
 			inject(t, "client", append([]string{"--dst", "2001:db8:0:2::11", "--vni", vni}, inner...)...)
@@ -150,7 +153,7 @@ func TestIPv6UnderlayOnlyNodesMayTunnel(t *testing.T) {
 	assert.Empty(t, pod(), "a Geneve packet from outside the cluster reached the pod")
 	assert.Empty(t, back(), "something was sent back to the outside host")
 
-	pod = capture(t, "echo-c", "eth0", "tcp port 8080 and host "+spoofed6)
+	pod = capture(t, "echo-c", "eth0", "tcp dst port 8080 and src host "+spoofed6)
 	inject(t, "client", append([]string{"--dst", "2001:db8:0:2::11", "--vni", "2", "--src", "2001:db8:0:2::12"}, inner6...)...)
 	assert.NotEmpty(t, pod(), "positive control: the injected SYN over IPv6 with a node's IPv6 source must reach the pod")
 }
