@@ -581,11 +581,13 @@ func dedupeEndpoints(eps []flows.Endpoint) []flows.Endpoint {
 	return slices.CompactFunc(eps, func(a, b flows.Endpoint) bool { return a.IP == b.IP && a.Port == b.Port })
 }
 
-// ConvertNode converts a Node: its first IPv4 InternalIP (the Geneve underlay, which is IPv4
-// only for now), its first IPv6 InternalIP (Node.InternalIPv6: a host address, the source of its
-// host's IPv6 connections from a socket bound to it) and its spec.podCIDRs of both families, masked, in their order (spec.podCIDR
-// when podCIDRs is empty). A Node without an IPv4 InternalIP is an error; one whose InternalIPs
-// are all IPv6 says that an IPv6 underlay is not supported yet. Its collision rank (flows.Rank)
+// ConvertNode converts a Node: its underlay address (flows.Node.InternalIP, the outer address of
+// the Geneve tunnels to it) is its first IPv4 InternalIP, else its first IPv6 one (an
+// IPv6-only-underlay cluster); its first IPv6 InternalIP (Node.InternalIPv6: a host address, the
+// source of its host's IPv6 connections from a socket bound to it); and its spec.podCIDRs of both
+// families, masked, in their order (spec.podCIDR when podCIDRs is empty). A Node without an
+// InternalIP is an error. Whether this node can tunnel to it (one underlay family at both ends)
+// is the model's check (flows.State.TunnelRefusal). Its collision rank (flows.Rank)
 // is its creationTimestamp, and one tier
 // lower when it is not Ready (a stale Node object left after a re-install whose pod CIDR was
 // given to another node loses to a Ready one). It is Down when its Ready condition is present
@@ -602,7 +604,7 @@ func ConvertNode(n *corev1.Node) (flows.Node, error) {
 			out.Down = true
 		}
 	}
-	var v6 []string
+	var v6 netip.Addr
 	for _, a := range n.Status.Addresses {
 		if a.Type != corev1.NodeInternalIP {
 			continue
@@ -618,15 +620,17 @@ func ConvertNode(n *corev1.Node) (flows.Node, error) {
 			continue
 		}
 		if !out.InternalIPv6.IsValid() {
-			out.InternalIPv6 = ip
+			out.InternalIPv6 = ip.WithZone("")
 		}
-		v6 = append(v6, ip.String())
+		if !v6.IsValid() {
+			v6 = ip.WithZone("")
+		}
 	}
 	if !out.InternalIP.IsValid() {
-		if len(v6) > 0 {
-			return out, fmt.Errorf("node %s has only IPv6 InternalIPs (%s): IPv6 underlay not supported yet (the Geneve underlay needs an IPv4 InternalIP), so the node is not programmed", n.Name, strings.Join(v6, ", "))
-		}
-		return out, fmt.Errorf("node %s has no IPv4 InternalIP", n.Name)
+		out.InternalIP = v6
+	}
+	if !out.InternalIP.IsValid() {
+		return out, fmt.Errorf("node %s has no InternalIP (the Geneve underlay address), so the node is not programmed", n.Name)
 	}
 	cidrs := n.Spec.PodCIDRs
 	if len(cidrs) == 0 && n.Spec.PodCIDR != "" {

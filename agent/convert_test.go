@@ -229,12 +229,15 @@ func TestConvertNode(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 0, ready.Rank.Tier)
 
-	_, err = ConvertNode(makeNode("node3", "fd00::3", "10.244.3.0/24"))
-	require.Error(t, err, "no IPv4 InternalIP")
-	assert.Contains(t, err.Error(), "node node3 has only IPv6 InternalIPs (fd00::3): IPv6 underlay not supported yet")
+	v6, err := ConvertNode(makeNode("node3", "fd00::3", "10.244.3.0/24", func(n *corev1.Node) {
+		n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "fd00::33"},
+			corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "198.51.100.3"})
+	}))
+	require.NoError(t, err, "an IPv6-only-underlay node")
+	assert.Equal(t, addr("fd00::3"), v6.InternalIP, "its first IPv6 InternalIP (no IPv4 InternalIP; an ExternalIP is no underlay address)")
 	_, err = ConvertNode(makeNode("node3", "node3.example", "10.244.3.0/24"))
 	require.Error(t, err)
-	assert.Equal(t, "node node3 has no IPv4 InternalIP", err.Error())
+	assert.Equal(t, "node node3 has no InternalIP (the Geneve underlay address), so the node is not programmed", err.Error())
 	_, err = ConvertNode(makeNode("node3", "192.168.0.3", "bad"))
 	assert.Error(t, err)
 }

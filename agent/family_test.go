@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -245,8 +246,9 @@ func TestSingleToDualStackLeavesIPv4Alone(t *testing.T) {
 	assert.False(t, has6)
 }
 
-// Nodes keep both families' pod CIDRs (in the State and srcipctl's report); an IPv6-only Node
-// is refused with an Event that names the missing IPv6 underlay.
+// Nodes keep both families' pod CIDRs (in the State and srcipctl's report); an IPv6-only Node in
+// a cluster whose underlay is IPv4 (this node's InternalIP) is refused with an Event that names
+// the families: no tunnel can join them.
 func TestNodesDualStack(t *testing.T) {
 	n, err := ConvertNode(makeNode("node2", "192.168.0.2", "10.244.2.0/24", func(n *corev1.Node) {
 		n.Spec.PodCIDRs = []string{"fd00:10:244:2::/64", "10.244.2.0/24"}
@@ -267,7 +269,7 @@ func TestNodesDualStack(t *testing.T) {
 	assert.Equal(t, prefixes("10.244.3.0/24", "fd00:10:244:3::/64"), f.r.model.st.Nodes["node3"].PodCIDRs)
 	_, ok := f.r.model.st.Nodes["node4"]
 	assert.False(t, ok)
-	assert.Contains(t, f.eventText(), ReasonInvalid+": node node4 has only IPv6 InternalIPs (2001:db8:ff::4): IPv6 underlay not supported yet")
+	assert.Contains(t, f.eventText(), ReasonInvalid+": node node4: its underlay address 2001:db8:ff::4 is IPv6 and this node's (192.168.0.1) is IPv4: no Geneve tunnel between them")
 	for _, nr := range f.r.Report().Nodes {
 		if nr.Name == "node3" {
 			assert.Equal(t, []string{"10.244.3.0/24", "fd00:10:244:3::/64"}, nr.PodCIDRs)
@@ -487,4 +489,44 @@ func TestIPv4MappedPrefixesAreIPv4(t *testing.T) {
 	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}, ranges[flows.IPv4])
 	assert.Empty(t, ranges[flows.IPv6])
 	assert.Empty(t, problems)
+}
+
+// An IPv6-only-underlay cluster: this node and node2 have only IPv6 InternalIPs and are
+// programmed, Geneve to node2 over IPv6 (tun_ipv6_src, tun_ipv6_dst) for its IPv4 and IPv6 pod
+// CIDRs; node3 has only an IPv4 InternalIP, which no tunnel from here can reach: refused with an
+// Event and a log line, no flow names it. When node3 gains an IPv6 InternalIP it is programmed
+// and the Event's problem is cleared.
+func TestIPv6UnderlayNodes(t *testing.T) {
+	f := newFixture(t)
+	dual := func(cidr6 string) func(*corev1.Node) {
+		return func(n *corev1.Node) { n.Spec.PodCIDRs = append(n.Spec.PodCIDRs, cidr6) }
+	}
+	f.r.OnNode(nil, makeNode("node1", "2001:db8:0:2::11", "10.244.1.0/24", ready, dual("fd00:10:244:1::/64")))
+	f.r.OnNode(nil, makeNode("node2", "2001:db8:0:2::12", "10.244.2.0/24", ready, dual("fd00:10:244:2::/64")))
+	f.r.OnNode(nil, makeNode("node3", "192.168.0.3", "10.244.3.0/24", ready))
+	require.NoError(t, f.sync())
+	st := f.r.model.st
+	assert.Equal(t, flows.IPv6, st.UnderlayFamily())
+	assert.Contains(t, st.Nodes, "node2")
+	assert.NotContains(t, st.Nodes, "node3")
+	assert.Contains(t, f.eventText(), ReasonInvalid+": node node3: its underlay address 192.168.0.3 is IPv4 and this node's (2001:db8:0:2::11) is IPv6: no Geneve tunnel between them")
+	ex, in := f.flowText(), strings.Join(f.in.Flows(), "\n")
+	assert.Contains(t, ex, "udp6,in_port=1,ipv6_src=2001:db8:0:2::12,ipv6_dst=2001:db8:0:2::11,tp_dst=6081")
+	assert.Contains(t, in, "tun_ipv6_src=2001:db8:0:2::12")
+	assert.Contains(t, in, "nw_dst=10.244.2.0/24")
+	assert.Contains(t, in, "set_field:2001:db8:0:2::12->tun_ipv6_dst")
+	assert.NotContains(t, ex+in, "192.168.0.3")
+	assert.NotContains(t, in, "10.244.3.0/24")
+
+	old := makeNode("node3", "192.168.0.3", "10.244.3.0/24", ready)
+	f.r.OnNode(old, makeNode("node3", "192.168.0.3", "10.244.3.0/24", ready, func(n *corev1.Node) {
+		n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "2001:db8:0:2::13"})
+	}))
+	require.NoError(t, f.sync())
+	assert.NotContains(t, f.r.model.st.Nodes, "node3", "its first IPv4 InternalIP is still its underlay address")
+	f.r.OnNode(old, makeNode("node3", "2001:db8:0:2::13", "10.244.3.0/24", ready))
+	require.NoError(t, f.sync())
+	assert.Equal(t, addr("2001:db8:0:2::13"), f.r.model.st.Nodes["node3"].InternalIP)
+	assert.Contains(t, strings.Join(f.in.Flows(), "\n"), "set_field:2001:db8:0:2::13->tun_ipv6_dst")
+	assert.NotContains(t, f.r.model.problems, "node/node3")
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	goruntime "runtime"
@@ -413,17 +414,40 @@ func (m *model) refreshDataplane(ctx context.Context, dp Dataplane) error {
 }
 
 // updateNodes reconverts the named nodes, marks their keys and reports whether the set of pod
-// CIDRs changed.
+// CIDRs changed. This node comes first: another node whose underlay address is not of this
+// node's underlay family (flows.State.TunnelRefusal) cannot be tunnelled to and is refused like
+// an invalid one (an Event, a log line); a change of this node's own underlay family is a full
+// sync, which reconverts every node.
 func (m *model) updateNodes(logger klog.Logger, names map[string]bool, touched map[flows.Key]bool) bool {
 	cidrsChanged := false
+	order := make([]string, 0, len(names))
+	if names[m.node] {
+		order = append(order, m.node)
+	}
 	for name := range names {
+		if name != m.node {
+			order = append(order, name)
+		}
+	}
+	for _, name := range order {
 		old, had := m.st.Nodes[name]
 		delete(m.st.Nodes, name)
-		if n := m.nodes[name]; n == nil {
+		fn, err := flows.Node{}, error(nil)
+		n := m.nodes[name]
+		if n != nil {
+			fn, err = ConvertNode(n)
+			if _, selfKnown := m.st.Nodes[m.node]; err == nil && name != m.node && selfKnown {
+				if why := m.st.TunnelRefusal(fn); why != "" {
+					err = errors.New(why + ", so the node is not programmed")
+				}
+			}
+		}
+		if n == nil {
 			m.report(nil, "node/"+name, "", nil)
-		} else if fn, err := ConvertNode(n); err != nil {
-			// At the default level when the problem is new (an Event was sent): an IPv6-only
-			// Node (no IPv4 underlay) is a refusal an operator must see.
+		} else if err != nil {
+			// At the default level when the problem is new (an Event was sent): a Node this
+			// node cannot tunnel to (no InternalIP, or one of the other underlay family) is a
+			// refusal an operator must see.
 			if m.report(n, "node/"+name, ReasonInvalid, []string{err.Error()}) {
 				logger.Info("Node skipped", "node", klog.KObj(n), "reason", err.Error())
 			} else {

@@ -35,8 +35,17 @@ var (
 //
 // It must run before the SYN's tp_dst is rewritten. hardTimeout (seconds) bounds the learned
 // flow's life.
-func ResetLearn(hardTimeout uint16) of.Action {
+func ResetLearn(hardTimeout uint16) of.Action { return ResetLearnUnderlay(hardTimeout, false) }
+
+// ResetLearnUnderlay is ResetLearn for a node whose Geneve underlay is IPv6 (ipv6Underlay):
+// the learned flow loads the SYN's tun_ipv6_src into tun_ipv6_dst instead of tun_src into
+// tun_dst.
+func ResetLearnUnderlay(hardTimeout uint16, ipv6Underlay bool) of.Action {
 	ref := of.Ref
+	tunSrc, tunDst := ref(of.FieldTunSrc), ref(of.FieldTunDst)
+	if ipv6Underlay {
+		tunSrc, tunDst = ref(of.FieldTunIPv6Src), ref(of.FieldTunIPv6Dst)
+	}
 	match := func(dst of.FieldRef, v uint64) of.LearnSpec {
 		return of.LearnSpec{Kind: of.LearnMatch, Dst: dst, Value: v}
 	}
@@ -60,7 +69,7 @@ func ResetLearn(hardTimeout uint16) of.Action {
 			match(ref(of.FieldTCPSrc), 0),
 			matchField(ref(of.FieldTCPDst), ref(of.FieldTCPSrc)),
 			loadField(ref(of.FieldTCPDst), ref(of.FieldTCPSrc)),
-			loadField(ref(of.FieldTunSrc), ref(of.FieldTunDst)),
+			loadField(tunSrc, tunDst),
 			{Kind: of.LearnLoad, Dst: ref(of.FieldTunID), Value: VNIServiceReply},
 			{Kind: of.LearnOutput, Src: ref(of.FieldInPort)},
 		},

@@ -33,7 +33,7 @@ func BuildExBase(st *State) (*FlowSet, error) {
 	invRpl := ctState(of.CTTracked.Set(), of.CTInvalid.Set(), of.CTSNAT.Set())
 	toNode := of.EthDst(p.ExMAC)
 	rpl := ctState(of.CTTracked.Set(), of.CTEstablished.Set(), of.CTReply.Set())
-	fs.Flows = []of.Flow{
+	fs.Flows = append(fs.Flows, []of.Flow{
 		// ExClassifier: Geneve to this node first (no Service entry point may capture the
 		// tunnels): from a node the cluster knows it is let in above this flow
 		// (BuildTunnelPeer), from anywhere else it is dropped here and counted by this flow's
@@ -43,11 +43,20 @@ func BuildExBase(st *State) (*FlowSet, error) {
 		// they are never flooded. Everything else keeps the installer's default forwarding,
 		// NORMAL: uplink <-> LOCAL broadcasts and any port of br-ex the agent does not own
 		// (other patch ports, VM taps) (docs/security.md, "Entry points and the host stack").
-		flow(ExClassifier, prioTunnel, of.ProtoUDP, p.ExUplink, st.tunnelMatch(), DropFor(DropTunnelUnknownNode)),
+		flow(ExClassifier, prioTunnel, st.tunnelProto(), p.ExUplink, st.tunnelMatch(), DropFor(DropTunnelUnknownNode)),
 		flow(ExClassifier, prioHook, of.ProtoIP, p.ExUplink, []of.Match{toNode}, Goto(ExServiceLB)),
 		flow(ExClassifier, prioHook, of.ProtoNone, p.ExPatch, nil, Goto(ExFromInt)),
 		flow(ExClassifier, prioLow, of.ProtoNone, 0, []of.Match{toNode}, outputLocal),
 		flow(ExClassifier, prioDefault, of.ProtoNone, 0, nil, of.Output{Port: of.PortNormal}),
+	}...)
+	if st.underlayIPv6() {
+		// Over an IPv6 underlay no node tunnels over IPv4: Geneve over IPv4, to any address of
+		// this node (an IPv4 NodePort address), is dropped too (br-int would drop it anyway, no
+		// node flow matches a tun_src).
+		fs.Flows = append(fs.Flows, flow(ExClassifier, prioTunnel, of.ProtoUDP, p.ExUplink,
+			[]of.Match{of.TPDst(st.Ports.tunnelUDPPort())}, DropFor(DropTunnelUnknownNode)))
+	}
+	fs.Flows = append(fs.Flows, []of.Flow{
 		// ExServiceLB: ICMP errors (destination unreachable, incl. "fragmentation needed", time
 		// exceeded, parameter problem) go through ct(zone=ZoneService,nat): one about a
 		// ZoneService connection is +rel and un-DNATed (outer destination and the inner header)
@@ -97,7 +106,7 @@ func BuildExBase(st *State) (*FlowSet, error) {
 			of.ModDLSrc{MAC: p.ExMAC},
 			output(p.ExUplink)),
 		flow(ExServiceReply, prioDefault, of.ProtoNone, 0, nil, DropFor(DropReplyNoConnection)),
-	}
+	}...)
 	if st.selfHasIPv6() {
 		fs.Flows = append(fs.Flows, exBaseIPv6(st)...)
 	}
@@ -135,14 +144,14 @@ func BuildIntBase(st *State) (*FlowSet, error) {
 		flow(IntClassifier, prioPortZero, of.ProtoTCP, 0, []of.Match{of.TPSrc(0)}, DropFor(DropTCPSourcePortZero)),
 
 		flow(IntPodEgressCT, prioMid, of.ProtoIP, 0, rplTunnel,
-			CTLabelIngressNode.MoveTo(nxmTunIPv4),
+			st.ingressToTunDst(),
 			of.SetTunnel{ID: VNIServiceReply},
 			output(p.IntTunnel)),
 		flow(IntPodEgressCT, prioMid, of.ProtoIP, 0, rplBrEx, output(p.IntPatch)),
 		// A pod's ICMP error about a connection that came in by tunnel or from br-ex is +rel in
 		// ZonePod with that connection's ct_mark and ct_label: it goes where the replies go.
 		flow(IntPodEgressCT, prioMid, of.ProtoIP, 0, []of.Match{trackedRel, OriginTunnel.Match()},
-			CTLabelIngressNode.MoveTo(nxmTunIPv4),
+			st.ingressToTunDst(),
 			of.SetTunnel{ID: VNIServiceReply},
 			output(p.IntTunnel)),
 		flow(IntPodEgressCT, prioMid, of.ProtoIP, 0, []of.Match{trackedRel, OriginBrEx.Match()}, output(p.IntPatch)),
@@ -172,7 +181,7 @@ func BuildIntBase(st *State) (*FlowSet, error) {
 		flow(IntPodIngressCT, prioMid, of.ProtoIP, 0, []of.Match{SourceTunnelSvc.Match(), trackedNew},
 			CT{Commit: true, Zone: ZonePod, Exec: []of.Action{
 				OriginTunnel.Load(),
-				CTLabelIngressNode.MoveFrom(nxmTunSrc),
+				st.ingressFromTunSrc(),
 			}},
 			RegOutPort.Output()),
 		flow(IntPodIngressCT, prioMid, of.ProtoIP, 0, []of.Match{SourceBrEx.Match(), trackedNew},
@@ -185,7 +194,7 @@ func BuildIntBase(st *State) (*FlowSet, error) {
 		// stalling at a dead node. Only known nodes can tunnel (IntClassifier), so nothing from
 		// outside the cluster can re-point a connection, and never one of a live ingress node.
 		flow(IntPodIngressCT, prioRepoint, of.ProtoIP, 0, []of.Match{SourceTunnelSvc.Match(), trackedEst, OriginTunnel.Match()},
-			CT{Commit: true, Zone: ZonePod, Exec: []of.Action{CTLabelIngressNode.MoveFrom(nxmTunSrc)}},
+			CT{Commit: true, Zone: ZonePod, Exec: []of.Action{st.ingressFromTunSrc()}},
 			RegOutPort.Output()),
 		flow(IntPodIngressCT, prioRepoint, of.ProtoIP, 0, []of.Match{SourceBrEx.Match(), trackedEst, OriginTunnel.Match()},
 			CT{Commit: true, Zone: ZonePod, Exec: []of.Action{OriginBrEx.Load()}},
@@ -203,11 +212,11 @@ func BuildIntBase(st *State) (*FlowSet, error) {
 		// flows tell a retransmission through the recorded node from a collision; a connection
 		// that came from br-ex is here, and a SYN for it by tunnel is a collision).
 		flow(IntPodIngressCT, prioMid, of.ProtoTCP, 0, []of.Match{SourceTunnelSvc.Match(), trackedInv, of.TCPFlags(of.TCPSyn.Set(), of.TCPAck.Unset())},
-			resetCollision()...),
+			resetCollision(st)...),
 		flow(IntPodIngressCT, prioMid, of.ProtoTCP, 0, []of.Match{SourceBrEx.Match(), trackedInv, of.TCPFlags(of.TCPSyn.Set(), of.TCPAck.Unset())},
-			resetCollision()...),
+			resetCollision(st)...),
 		flow(IntPodIngressCT, prioCollision, of.ProtoTCP, 0, []of.Match{SourceTunnelSvc.Match(), trackedEst, OriginBrEx.Match(), of.TCPFlags(of.TCPSyn.Set(), of.TCPAck.Unset())},
-			resetCollision()...),
+			resetCollision(st)...),
 		flow(IntPodIngressCT, prioDefault, of.ProtoNone, 0, nil, DropFor(DropPodIngressInvalid)),
 		flow(IntPodIngress, prioDefault, of.ProtoNone, 0, nil, RegOutPort.Output()),
 	}

@@ -331,6 +331,12 @@ var (
 	// (tun_src) of the connection's first packet - the ingress node's InternalIP.
 	CTLabelIngressNode = NewCTLabelField("CTLabelIngressNode", 0, 31, ZonePod,
 		"Geneve tun_src of the first packet: the ingress node, where replies are tunnelled")
+	// CTLabelIngressNode6 (ZonePod, backend node, IPv6 underlay): ct_label[0..127] is the
+	// Geneve outer IPv6 source (tun_ipv6_src) of the connection's first packet - the ingress
+	// node's IPv6 InternalIP. It overlaps CTLabelEgressIP, which only connections a local pod
+	// opened carry (EgressPath), never one that came by tunnel.
+	CTLabelIngressNode6 = NewCTLabelField("CTLabelIngressNode6", 0, 127, ZonePod,
+		"IPv6 underlay: Geneve tun_ipv6_src of the first packet: the ingress node, where replies are tunnelled")
 	// CTLabelEgressIP (ZonePod, pod's node): ct_label[32..63] is the egress IP a connection
 	// with EgressPath was pinned to.
 	CTLabelEgressIP = NewCTLabelField("CTLabelEgressIP", 32, 63, ZonePod,
@@ -413,6 +419,7 @@ func Fields() []FieldDoc {
 		{fmt.Sprintf("`%s` `%s` (ZonePod)", CTMarkEgressField.name, CTMarkEgressField.Ref()), "1 `EgressPath`", EgressPath.doc},
 		{fmt.Sprintf("`%s` `%s` (ZoneService, ZoneService6)", CTLabelClientMAC.name, CTLabelClientMAC.Ref()), "MAC", CTLabelClientMAC.doc},
 		{fmt.Sprintf("`%s` `%s` (ZonePod)", CTLabelIngressNode.name, CTLabelIngressNode.Ref()), "IPv4", CTLabelIngressNode.doc},
+		{fmt.Sprintf("`%s` `%s` (ZonePod)", CTLabelIngressNode6.name, CTLabelIngressNode6.Ref()), "IPv6", CTLabelIngressNode6.doc},
 		{fmt.Sprintf("`%s` `%s` (ZonePod)", CTLabelEgressIP.name, CTLabelEgressIP.Ref()), "IPv4", CTLabelEgressIP.doc},
 		{fmt.Sprintf("`%s` `%s` (ZoneEgress)", CTLabelEgressNode.name, CTLabelEgressNode.Ref()), "IPv4", CTLabelEgressNode.doc},
 		{fmt.Sprintf("`%s` `%s` (br-int)", RegSource.name, RegSource.Ref()),

@@ -76,9 +76,9 @@ func BuildGateway(st *State) (*FlowSet, error) {
 		// Replies (and ICMP errors) of connections another node's host opened from its InternalIP
 		// (OriginNode, committed by BuildNode) go back over Geneve (VNIPod) to that node.
 		flow(IntPodEgressCT, prioMid, of.ProtoIP, 0, []of.Match{rpl, OriginNode.Match()},
-			CTLabelIngressNode.MoveTo(nxmTunIPv4), of.SetTunnel{ID: VNIPod}, output(p.IntTunnel)),
+			st.ingressToTunDst(), of.SetTunnel{ID: VNIPod}, output(p.IntTunnel)),
 		flow(IntPodEgressCT, prioMid, of.ProtoIP, 0, []of.Match{rel, OriginNode.Match()},
-			CTLabelIngressNode.MoveTo(nxmTunIPv4), of.SetTunnel{ID: VNIPod}, output(p.IntTunnel)),
+			st.ingressToTunDst(), of.SetTunnel{ID: VNIPod}, output(p.IntTunnel)),
 		// ... and from another node's pod, over Geneve (VNIPod, looked up by BuildNode's flow).
 		flow(IntTunnelCT, prioMid, of.ProtoIP, 0, []of.Match{rpl, OriginGateway.Match()}, toHost),
 		flow(IntTunnelCT, prioMid, of.ProtoIP, 0, []of.Match{rel, OriginGateway.Match()}, toHost),

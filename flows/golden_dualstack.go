@@ -28,6 +28,8 @@ func goldenDualStackGateway() *State {
 // addDualStackGoldens adds the dual-stack scenarios to the golden cases.
 func addDualStackGoldens(cases map[string]*State) {
 	cases["node1-dual-stack-gateway"] = goldenDualStackGateway()
+	// The IPv6 underlay (golden_underlay6.go).
+	cases["node1-ipv6-underlay"] = goldenIPv6Underlay()
 	// The dual-stack pod selected by an EgressGateway (egress IPs are IPv4): its IPv4 traffic
 	// to 198.51.100.0/24 takes the egress path, its IPv6 traffic the host path; no ipv6 flow
 	// leads to IntEgressOut (TestEgressNoIPv6).

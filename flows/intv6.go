@@ -310,12 +310,14 @@ func node6Flows(st *State, n Node, twin []of.Flow) []of.Flow {
 	fl := twin6(twin)
 	cs := v6CIDRs(n.PodCIDRs)
 	gw := st.Ports.HasGateway()
-	tunDst := of.SetTunDst(n.InternalIP)
-	if gw && n.InternalIPv6.Is6() && !n.InternalIPv6.Is4In6() {
+	tunDst := of.SetTunDstAddr(n.InternalIP)
+	// Over an IPv4 underlay only: over an IPv6 one the OriginNode commit is not built (for
+	// either family, as BuildNode's IPv4 one).
+	if gw && n.InternalIP.Is4() && n.InternalIPv6.Is6() && !n.InternalIPv6.Is4In6() {
 		for _, c := range v6CIDRs(st.self().PodCIDRs) {
 			fl = append(fl, flow(IntTunnelCT, prioHigh, of.ProtoIPv6, 0,
 				[]of.Match{of.TunSrc(n.InternalIP), of.IPv6Src(n.InternalIPv6), of.IPv6DstPrefix(c), ctState(of.CTTracked.Set(), of.CTNew.Set())},
-				CT{Commit: true, Zone: ZonePod, Exec: []of.Action{OriginNode.Load(), CTLabelIngressNode.MoveFrom(nxmTunSrc)}},
+				CT{Commit: true, Zone: ZonePod, Exec: []of.Action{OriginNode.Load(), st.ingressFromTunSrc()}},
 				Goto(IntL3Forwarding)))
 		}
 	}

@@ -1,30 +1,29 @@
 package flows
 
 import (
-	"fmt"
-
 	of "github.com/ovs-srcip/ovs-srcip/openflow"
 )
 
 // KindNode: the Geneve route to one other node's pod CIDRs.
 
 // BuildNode returns the flows of another node on br-int (KindNode): what arrives by Geneve from
-// that node's InternalIP (tun_src) is classified by VNI - VNIPod and VNIService go to
+// that node's InternalIP (tun_src; tun_ipv6_src over an IPv6 underlay, underlay.go) is classified by VNI - VNIPod and VNIService go to
 // IntL3Forwarding with their RegSource mark, VNIServiceReply to br-ex; Geneve from any other
 // source matches none of these and is dropped in IntClassifier (BuildIntBase). And the route to
 // its pod CIDRs: pod traffic goes with VNIPod, DNATed external traffic from br-ex with VNIService;
-// tun_dst is that node's InternalIP. While the node is live, backends keep the replies of the
+// tun_dst (tun_ipv6_dst) is that node's InternalIP. A node this node cannot tunnel to
+// (State.TunnelRefusal) gets no flow and a warning. While the node is live, backends keep the replies of the
 // connections recorded as entering through it on it (IntPodIngressCT). With a gateway port
 // (Ports.HasGateway) the host's traffic from it goes with VNIPod too, and VNIPod packets from that
 // node are looked up in ZonePod (ovs-actions(7) "ct", no commit) and go to IntTunnelCT, which
 // sends replies of the host's connections back to the gateway port (BuildGateway).
 func BuildNode(st *State, n Node) (*FlowSet, error) {
 	fs := &FlowSet{Key: Key{Kind: KindNode, Name: n.Name}, Bridge: BrInt}
-	if !n.InternalIP.Is4() {
-		fs.Warnings = append(fs.Warnings, fmt.Sprintf("node %s has no IPv4 InternalIP: no route to its pods", n.Name))
+	if why := st.TunnelRefusal(n); why != "" {
+		fs.Warnings = append(fs.Warnings, why+": no route to its pods")
 		return fs, fs.Finish()
 	}
-	tunSrc := of.TunSrc(n.InternalIP)
+	tunSrc := of.TunSrcAddr(n.InternalIP)
 	gw := st.Ports.HasGateway()
 	// twin are the family-neutral IP flows that carry IPv6 too on a dual-stack node (node6Flows).
 	var twin []of.Flow
@@ -49,13 +48,16 @@ func BuildNode(st *State, n Node) (*FlowSet, error) {
 		// connection to this node's own pod CIDRs is committed: another destination (which that
 		// node has no business sending here) leaves no ZonePod entry and goes on uncommitted.
 		for _, c := range st.self().PodCIDRs {
-			if !c.Addr().Is4() {
+			if !c.Addr().Is4() || !n.InternalIP.Is4() {
+				// Over an IPv6 underlay that node's host reaches IPv4 pods from its IPv4 pod
+				// gateway address (node-setup's route source without an IPv4 node IP), inside
+				// its pod CIDR: the replies route back over VNIPod without a commit.
 				continue
 			}
 			fs.Flows = append(fs.Flows,
 				flow(IntTunnelCT, prioHigh, of.ProtoIP, 0,
 					[]of.Match{tunSrc, of.IPv4Src(n.InternalIP), of.IPv4DstPrefix(c.Masked()), ctState(of.CTTracked.Set(), of.CTNew.Set())},
-					CT{Commit: true, Zone: ZonePod, Exec: []of.Action{OriginNode.Load(), CTLabelIngressNode.MoveFrom(nxmTunSrc)}},
+					CT{Commit: true, Zone: ZonePod, Exec: []of.Action{OriginNode.Load(), st.ingressFromTunSrc()}},
 					Goto(IntL3Forwarding)))
 		}
 		// The host asks for that node's pods by ARP on the gateway port (it routes the cluster's
@@ -74,7 +76,12 @@ func BuildNode(st *State, n Node) (*FlowSet, error) {
 		flow(IntClassifier, prioHook, of.ProtoNone, st.Ports.IntTunnel, []of.Match{tunSrc, of.TunID(VNIService)}, SourceTunnelSvc.Load(), Goto(IntL3Forwarding)),
 		flow(IntClassifier, prioHook, of.ProtoNone, st.Ports.IntTunnel, []of.Match{tunSrc, of.TunID(VNIServiceReply)}, output(st.Ports.IntPatch)),
 	)
-	fs.Flows = append(fs.Flows, egressNodeFlows(st, tunSrc)...)
+	if !st.underlayIPv6() {
+		// The egress path is IPv4-underlay only (CTLabelEgressNode holds 32 bits; an egress
+		// gateway needs an IPv4 InternalIP, BuildEgress): over an IPv6 underlay nothing
+		// classifies VNIEgress or VNIEgressReply, which IntClassifier then drops.
+		fs.Flows = append(fs.Flows, egressNodeFlows(st, tunSrc)...)
+	}
 	if !n.Down {
 		// Connections recorded as entering through this node keep their replies on it for as
 		// long as it is live, whichever node or origin a later packet comes from: the packet is
@@ -82,7 +89,7 @@ func BuildNode(st *State, n Node) (*FlowSet, error) {
 		// replies asymmetric; an injected packet changes nothing). When the node is no longer
 		// live this flow goes, and BuildIntBase's re-point flows hand its connections to the
 		// ingress node their packets now arrive through.
-		recorded := CTLabelIngressNode.Match(ipv4Value(n.InternalIP))
+		recorded := recordedIngress(n.InternalIP)
 		syn := of.TCPFlags(of.TCPSyn.Set(), of.TCPAck.Unset())
 		keep := []of.Flow{
 			flow(IntPodIngressCT, prioHigh, of.ProtoIP, 0,
@@ -97,7 +104,7 @@ func BuildNode(st *State, n Node) (*FlowSet, error) {
 				RegOutPort.Output()),
 			flow(IntPodIngressCT, prioCollision, of.ProtoTCP, 0,
 				[]of.Match{ctEstablished(), OriginTunnel.Match(), recorded, syn},
-				resetCollision()...),
+				resetCollision(st)...),
 		}
 		fs.Flows = append(fs.Flows, keep...)
 		twin = append(twin, keep...)
@@ -107,7 +114,7 @@ func BuildNode(st *State, n Node) (*FlowSet, error) {
 			continue
 		}
 		dst := of.IPv4DstPrefix(c.Masked())
-		tunDst := of.SetTunDst(n.InternalIP)
+		tunDst := of.SetTunDstAddr(n.InternalIP)
 		fs.Flows = append(fs.Flows,
 			flow(IntL3Forwarding, prioEntry, of.ProtoIP, 0, []of.Match{SourcePod.Match(), dst},
 				tunDst, of.SetTunnel{ID: VNIPod}, output(st.Ports.IntTunnel)),

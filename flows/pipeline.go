@@ -77,12 +77,12 @@ func sortedNodes(st *State) []Node {
 // self returns this node (zero Node if it is not in st.Nodes).
 func (st *State) self() Node { return st.Nodes[st.Node] }
 
-// tunnelMatch matches Geneve packets addressed to this node (any address when its InternalIP is
-// unknown).
+// tunnelMatch matches Geneve packets addressed to this node's underlay address, ip_dst or
+// ipv6_dst in its family (tunnelProto); any address when its InternalIP is unknown.
 func (st *State) tunnelMatch() []of.Match {
 	m := []of.Match{of.TPDst(st.Ports.tunnelUDPPort())}
-	if ip := st.self().InternalIP; ip.Is4() {
-		m = append([]of.Match{of.IPv4Dst(ip)}, m...)
+	if ip := st.self().InternalIP; ip.IsValid() {
+		m = append([]of.Match{of.IPDst(ip)}, m...)
 	}
 	return m
 }
@@ -155,8 +155,8 @@ func otherNodeBuild(build func(*State, Node) (*FlowSet, error)) func(*State, Key
 // established one (the same client ip:port through two ingress nodes): the SYN goes to the pod's
 // port 0, where no socket can be, and the flow ResetLearn learns brings the kernel's RST back to
 // the SYN's ingress node as a reply; nothing is committed.
-func resetCollision() []of.Action {
-	return []of.Action{ResetLearn(resetLearnTimeout), of.SetTCPDst(0), RegOutPort.Output()}
+func resetCollision(st *State) []of.Action {
+	return []of.Action{ResetLearnUnderlay(resetLearnTimeout, st.underlayIPv6()), of.SetTCPDst(0), RegOutPort.Output()}
 }
 
 // selfGatewayMAC is the MAC this node answers with for its pod gateway address: that of the

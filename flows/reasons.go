@@ -80,14 +80,18 @@ const (
 	// (ICMP port unreachable); no drop flow states it (the metric counts the
 	// ExServiceCT flows of ports without endpoints).
 	DropNoEndpoints DropReason = "no-endpoints"
-	// DropMTU: a packet larger than the underlay MTU minus the Geneve overhead (GeneveOverhead)
-	// on its way to another node; the userspace datapath drops it with only a log line.
+	// DropMTU: a packet larger than the underlay MTU minus the Geneve overhead (GeneveOverhead,
+	// GeneveOverheadIPv6 over an IPv6 underlay) on its way to another node; the userspace datapath drops it with only a log line.
 	DropMTU DropReason = "mtu"
 )
 
-// GeneveOverhead is what Geneve adds to every packet sent to another node, in bytes: outer IPv4
-// 20 + UDP 8 + Geneve 8 + inner Ethernet 14.
+// GeneveOverhead is what Geneve adds to every packet sent to another node over an IPv4
+// underlay, in bytes: outer IPv4 20 + UDP 8 + Geneve 8 + inner Ethernet 14.
 const GeneveOverhead = 50
+
+// GeneveOverheadIPv6 is GeneveOverhead over an IPv6 underlay, in bytes: the outer IPv6 header
+// is 40 bytes instead of 20.
+const GeneveOverheadIPv6 = 70
 
 // DropSpot is where one drop flow lives: bridge, table, priority and the kind of the flow set
 // that writes it. A (bridge, table, priority, kind) names at most one reason.
@@ -151,7 +155,7 @@ var dropInfos = []DropInfo{
 	{DropChainedNotEgress, "a packet for a chained pod's address (its main CNI's) reached br-int without being an egress gateway's reply to that pod: the main CNI owns the address",
 		[]DropSpot{{BrInt, IntL3Forwarding, prioMid - 1, KindPod}}},
 	{DropNoEndpoints, "the Service port has no usable endpoint: new connections go to the host untouched, where kube-proxy rejects them (ICMP port unreachable: the client gets ECONNREFUSED at once; check the EndpointSlices: ready, or serving and terminating, endpoints)", nil},
-	{DropMTU, "the packet is larger than the underlay MTU minus the 50 bytes of Geneve: the userspace datapath drops it with only a log line (give pods an MTU of at most underlay MTU - 50)", nil},
+	{DropMTU, "the packet is larger than the underlay MTU minus the 50 bytes of Geneve (70 over an IPv6 underlay): the userspace datapath drops it with only a log line (give pods an MTU of at most underlay MTU - 50, - 70 over IPv6)", nil},
 }
 
 // DropInfos returns every drop reason with its documentation and spots, in declaration order.

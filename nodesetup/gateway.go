@@ -69,7 +69,14 @@ func (r *run) setupGateway(ctx context.Context) error {
 	// set: the kernel's link-local fe80:: address stays, every other IPv6 address goes.
 	var src netip.Addr
 	want := map[netip.Prefix]int{}
-	if hasV4(c.ClusterCIDRs) {
+	switch {
+	case hasV4(c.ClusterCIDRs) && c.NodeIP.Is6():
+		// An IPv6 underlay (no IPv4 InternalIP): the IPv4 routes' source is the IPv4 pod
+		// gateway address, as IPv6's is (routeSource6), and no IPv4 node address is held here;
+		// the replies route back by their destination, this node's pod CIDR (the flows commit
+		// no OriginNode over an IPv6 underlay).
+		src = routeSourceV4Gateway(c)
+	case hasV4(c.ClusterCIDRs):
 		if src, err = routeSource(c); err != nil {
 			return err
 		}
@@ -242,6 +249,18 @@ func routeSource(c *Config) (netip.Addr, error) {
 		}
 	}
 	return netip.Addr{}, fmt.Errorf("%s has no global IPv4 address (the node IP) to use as the source of the routes to the pods: give --node-ip", c.BridgeEx)
+}
+
+// routeSourceV4Gateway is the source of the host's IPv4 routes to the cluster CIDRs on an IPv6
+// underlay: the gateway address of this node's IPv4 pod CIDR; invalid without one (the kernel
+// chooses).
+func routeSourceV4Gateway(c *Config) netip.Addr {
+	for _, p := range c.PodCIDRs {
+		if p.Addr().Is4() {
+			return GatewayPrefix(p).Addr()
+		}
+	}
+	return netip.Addr{}
 }
 
 // routeSource6 is the source of the host's IPv6 connections to the cluster CIDRs: the gateway

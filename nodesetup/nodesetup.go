@@ -46,12 +46,12 @@ const (
 	NFTable = "ovs-srcip"
 	// StateFile is the file in StateDir that records what the br-ex step moved.
 	StateFile = "node-setup.json"
-	// GeneveOverhead is what Geneve adds to each packet over the IPv4 underlay
-	// (docs/field-cases.md#c09): the pod MTU is the underlay MTU minus this, for inner IPv4 and
-	// IPv6 packets alike. Over an IPv6 underlay it would be GeneveOverheadIPv6.
+	// GeneveOverhead is what Geneve adds to each packet over an IPv4 underlay, in bytes
+	// (docs/field-cases.md#c09: outer IPv4 20 + UDP 8 + Geneve 8 + inner Ethernet 14): the pod
+	// MTU is the underlay MTU minus this, for inner IPv4 and IPv6 packets alike.
 	GeneveOverhead = 50
-	// GeneveOverheadIPv6 is Geneve's overhead over an IPv6 underlay (40-byte IPv6 header instead
-	// of 20): not used while the underlay is IPv4.
+	// GeneveOverheadIPv6 is Geneve's overhead over an IPv6 underlay (a node whose NodeIP, its
+	// InternalIP, is IPv6), in bytes: the 40-byte outer IPv6 header instead of IPv4's 20.
 	GeneveOverheadIPv6 = 70
 	// MinIPv6MTU is IPv6's minimum link MTU (RFC 8200): the least pod MTU of a node with an IPv6
 	// pod CIDR.
@@ -88,10 +88,13 @@ type Config struct {
 	// forwarding sysctl.
 	PodCIDRs []netip.Prefix
 	// NodeIP is the node's InternalIP, the source of the host's routes to the cluster CIDRs
-	// (gateway.go routeSource); invalid: br-ex's first global IPv4 address.
+	// (gateway.go routeSource); invalid: br-ex's first global IPv4 address. An IPv6 NodeIP (a
+	// Node without an IPv4 InternalIP) makes the Geneve underlay IPv6: the overhead is
+	// GeneveOverheadIPv6, and the IPv4 routes take the IPv4 pod gateway address as source.
 	NodeIP netip.Addr
-	// MTU is the pod MTU (gateway port and conflist); 0: the underlay's MTU - GeneveOverhead.
-	// With an IPv6 pod CIDR it must be at least MinIPv6MTU.
+	// MTU is the pod MTU (gateway port and conflist); 0: the underlay's MTU - the Geneve
+	// overhead of the underlay's family (GeneveOverhead, GeneveOverheadIPv6). With an IPv6 pod
+	// CIDR it must be at least MinIPv6MTU.
 	MTU int
 	// FlowWait is srcip-cni's bound on the wait for the agent's flows (conflist flowWait).
 	FlowWait time.Duration
@@ -201,7 +204,7 @@ func Setup(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	if cfg.MTU != 0 {
-		if err := checkIPv6MTU(cfg.MTU, cfg.PodCIDRs); err != nil {
+		if err := checkIPv6MTU(cfg.MTU, cfg.PodCIDRs, cfg.NodeIP); err != nil {
 			return Result{}, err
 		}
 	}
@@ -248,9 +251,9 @@ func Setup(ctx context.Context, cfg Config) (Result, error) {
 		return r.res, fmt.Errorf("br-ex boot script: %w", err)
 	}
 	if cfg.MTU == 0 {
-		cfg.MTU = underlayMTU - GeneveOverhead
+		cfg.MTU = underlayMTU - UnderlayOverhead(cfg.NodeIP)
 	}
-	if err := checkIPv6MTU(cfg.MTU, cfg.PodCIDRs); err != nil {
+	if err := checkIPv6MTU(cfg.MTU, cfg.PodCIDRs, cfg.NodeIP); err != nil {
 		return r.res, err
 	}
 	if err := r.setupGateway(ctx); err != nil {
@@ -290,10 +293,25 @@ func checkPodCIDRFamilies(pods []netip.Prefix) error {
 	return nil
 }
 
-// checkIPv6MTU refuses a pod MTU below IPv6's minimum link MTU on a node with an IPv6 pod CIDR.
-func checkIPv6MTU(mtu int, pods []netip.Prefix) error {
+// UnderlayOverhead is Geneve's overhead on the underlay of a node whose InternalIP is nodeIP:
+// GeneveOverheadIPv6 (70 bytes) for an IPv6 one, GeneveOverhead (50) otherwise (IPv4, or not
+// known: br-ex's IPv4 address is the node IP then).
+func UnderlayOverhead(nodeIP netip.Addr) int {
+	if nodeIP.Is6() {
+		return GeneveOverheadIPv6
+	}
+	return GeneveOverhead
+}
+
+// checkIPv6MTU refuses a pod MTU below IPv6's minimum link MTU on a node with an IPv6 pod CIDR;
+// the least underlay MTU it names is that minimum plus the Geneve overhead of nodeIP's family.
+func checkIPv6MTU(mtu int, pods []netip.Prefix, nodeIP netip.Addr) error {
 	if hasV6(pods) && mtu < MinIPv6MTU {
-		return fmt.Errorf("pod MTU %d is below IPv6's minimum link MTU %d and the node has the IPv6 pod CIDR %v: give the underlay (br-ex) an MTU of at least %d (Geneve over IPv4 adds %d bytes), or --mtu", mtu, MinIPv6MTU, ofFamily(pods, knftables.IPv6Family), MinIPv6MTU+GeneveOverhead, GeneveOverhead)
+		family := "IPv4"
+		if nodeIP.Is6() {
+			family = "IPv6"
+		}
+		return fmt.Errorf("pod MTU %d is below IPv6's minimum link MTU %d and the node has the IPv6 pod CIDR %v: give the underlay (br-ex) an MTU of at least %d (Geneve over %s adds %d bytes), or --mtu", mtu, MinIPv6MTU, ofFamily(pods, knftables.IPv6Family), MinIPv6MTU+UnderlayOverhead(nodeIP), family, UnderlayOverhead(nodeIP))
 	}
 	return nil
 }

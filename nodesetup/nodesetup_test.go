@@ -275,3 +275,21 @@ func TestCNIPluginsTeardownKeepsTheNodesOwn(t *testing.T) {
 	require.NoError(t, r.removeCNI())
 	assert.Zero(t, r.res.Changes, "a second teardown changes nothing")
 }
+
+// The MTU rule per underlay family: Geneve adds 50 bytes over an IPv4 underlay, 70 over an IPv6
+// one (a node whose InternalIP is IPv6); a node with an IPv6 pod CIDR needs a pod MTU of at least
+// 1280, and the error names the least underlay MTU of its family (1330, 1350).
+func TestMTURulePerUnderlayFamily(t *testing.T) {
+	v4, v6 := netip.MustParseAddr("192.0.2.11"), netip.MustParseAddr("2001:db8:0:2::11")
+	assert.Equal(t, 50, UnderlayOverhead(v4))
+	assert.Equal(t, 50, UnderlayOverhead(netip.Addr{}), "unknown node IP: br-ex's IPv4 address")
+	assert.Equal(t, 70, UnderlayOverhead(v6))
+	assert.Equal(t, 1430, 1500-UnderlayOverhead(v6), "the pod MTU on a 1500-byte IPv6 underlay")
+	pods := []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("fd00:10:244:1::/64")}
+	assert.NoError(t, checkIPv6MTU(1280, pods, v6))
+	assert.NoError(t, checkIPv6MTU(1200, pods[:1], v6), "no IPv6 pod CIDR: no IPv6 minimum")
+	assert.EqualError(t, checkIPv6MTU(1279, pods, v4), "pod MTU 1279 is below IPv6's minimum link MTU 1280 and the node has the IPv6 pod CIDR [fd00:10:244:1::/64]: give the underlay (br-ex) an MTU of at least 1330 (Geneve over IPv4 adds 50 bytes), or --mtu")
+	assert.EqualError(t, checkIPv6MTU(1279, pods, v6), "pod MTU 1279 is below IPv6's minimum link MTU 1280 and the node has the IPv6 pod CIDR [fd00:10:244:1::/64]: give the underlay (br-ex) an MTU of at least 1350 (Geneve over IPv6 adds 70 bytes), or --mtu")
+	assert.Equal(t, netip.MustParseAddr("10.244.1.1"), routeSourceV4Gateway(&Config{PodCIDRs: pods}))
+	assert.False(t, routeSourceV4Gateway(&Config{PodCIDRs: pods[1:]}).IsValid())
+}

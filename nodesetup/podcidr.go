@@ -55,20 +55,28 @@ func PodCIDRsFromNode(ctx context.Context, cs kubernetes.Interface, node string,
 	}
 }
 
-// NodeInternalIP returns the first IPv4 InternalIP in Node node's status.addresses (invalid when
-// it has none).
+// NodeInternalIP returns node's underlay address, as the agent reads it: the first IPv4
+// InternalIP in Node node's status.addresses, else its first IPv6 one (invalid when it has none).
 func NodeInternalIP(ctx context.Context, cs kubernetes.Interface, node string) (netip.Addr, error) {
 	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("node %s: %w", node, err)
 	}
+	var v6 netip.Addr
 	for _, a := range n.Status.Addresses {
 		if a.Type != "InternalIP" {
 			continue
 		}
-		if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Is4() {
+		ip, err := netip.ParseAddr(a.Address)
+		if err != nil {
+			continue
+		}
+		if ip = ip.Unmap(); ip.Is4() {
 			return ip, nil
 		}
+		if !v6.IsValid() {
+			v6 = ip.WithZone("")
+		}
 	}
-	return netip.Addr{}, nil
+	return v6, nil
 }

@@ -18,12 +18,13 @@ import (
 // matches on addresses and prefixes, a select group hashing ipv6_src, ct with nat(dst=[v6]:port)
 // and nat(src=v6), ICMPv6 types, a Neighbor Solicitation matched on nd_target and nd_sll and
 // answered by set_field (nd_reserved, nd_options_type, nd_tll) and 128-bit moves, a learn of
-// 128-bit fields.
+// 128-bit fields, and the IPv6 underlay's tun_ipv6_src match and tun_ipv6_dst set_field and moves.
 func ipv6Messages() []openflow.Message {
 	const cookie = 0x5c10000000000006
 	vip := netip.MustParseAddr("2001:db8::11")
 	ep := netip.MustParseAddrPort("[2001:db8:2::5]:8080")
 	mac, _ := net.ParseMAC("02:00:c0:00:02:0b")
+	node := netip.MustParseAddr("2001:db8:0:2::12")
 	g := &openflow.GroupDesc{ID: 7, Type: openflow.GroupSelect, SelectionParam: 166312,
 		SelectionFields: []openflow.Field{openflow.FieldIPv6Src, openflow.FieldTCPSrc},
 		Buckets: []openflow.Bucket{
@@ -43,6 +44,7 @@ func ipv6Messages() []openflow.Message {
 		{Kind: openflow.LearnMatch, Dst: openflow.Ref(openflow.FieldIPv6Src), Src: openflow.Ref(openflow.FieldIPv6Dst), FromField: true},
 		{Kind: openflow.LearnMatch, Dst: openflow.Bits(openflow.FieldIPv6Dst, 64, 127), Src: openflow.Bits(openflow.FieldIPv6Src, 64, 127), FromField: true},
 		{Kind: openflow.LearnLoad, Dst: openflow.Ref(openflow.FieldIPv6Src), Src: openflow.Ref(openflow.FieldIPv6Dst), FromField: true},
+		{Kind: openflow.LearnLoad, Dst: openflow.Ref(openflow.FieldTunIPv6Dst), Src: openflow.Ref(openflow.FieldTunIPv6Src), FromField: true},
 		{Kind: openflow.LearnOutput, Src: openflow.Ref(openflow.FieldInPort)},
 	}}
 	return []openflow.Message{
@@ -76,6 +78,16 @@ func ipv6Messages() []openflow.Message {
 			openflow.SetMAC(openflow.FieldNDTLL, net.HardwareAddr{2, 0, 0, 0, 0, 1}), openflow.SetAddr(openflow.FieldNDTarget, vip),
 			openflow.Move{Src: openflow.Ref(openflow.FieldNDTarget), Dst: openflow.Ref(openflow.FieldIPv6Src)}, openflow.Output{Port: 1}),
 		flow(10, 600, openflow.ProtoTCP6, []openflow.Match{openflow.IPv6Src(vip)}, learn, openflow.SetIPDst(netip.MustParseAddr("2001:db8::12"))),
+		// The IPv6 underlay: Geneve from a node's IPv6 address (tun_ipv6_src), its source recorded
+		// in all of ct_label, a reply tunnelled back to it (tun_ipv6_dst from ct_label, or set).
+		flow(0, 300, openflow.ProtoIP, []openflow.Match{openflow.TunIPv6Src(node), openflow.TunID(2)},
+			openflow.CT{Commit: true, Zone: 64257, Exec: []openflow.Action{openflow.Move{Src: openflow.Ref(openflow.FieldTunIPv6Src), Dst: openflow.Bits(openflow.FieldCTLabel, 0, 127)}}},
+			openflow.Output{Port: 3}),
+		flow(0, 290, openflow.ProtoNone, []openflow.Match{openflow.TunIPv6Src(node), openflow.TunID(3)}, openflow.Output{Port: 1}),
+		flow(50, 300, openflow.ProtoIPv6, []openflow.Match{openflow.CTState(openflow.CTTracked.Set(), openflow.CTEstablished.Set())},
+			openflow.Move{Src: openflow.Bits(openflow.FieldCTLabel, 0, 127), Dst: openflow.Ref(openflow.FieldTunIPv6Dst)}, openflow.SetTunnel{ID: 3}, openflow.Output{Port: 2}),
+		flow(70, 300, openflow.ProtoIP, []openflow.Match{openflow.IPv4DstPrefix(netip.MustParsePrefix("10.244.2.0/24"))},
+			openflow.SetTunIPv6Dst(node), openflow.SetTunnel{ID: 1}, openflow.Output{Port: 2}),
 	}
 }
 
@@ -109,7 +121,9 @@ func TestNativeEquivalenceIPv6(t *testing.T) {
 	for _, want := range []string{"nat(dst=[2001:db8:2::5]:8080)", "nat(src=2001:db8::11)", "fields(ipv6_src,tcp_src)",
 		"ipv6_src=2001:db8:1::/64", "nd_target=2001:db8::11", "icmp6,icmp_type=2", "move:NXM_NX_IPV6_SRC[]->NXM_NX_IPV6_DST[]",
 		"set_field:2001:db8::11->ipv6_src", "set_field:1610612736->nd_reserved", "set_field:2->nd_options_type",
-		"set_field:02:00:c0:00:02:0b->nd_tll", "NXM_NX_IPV6_SRC[]=NXM_NX_IPV6_DST[]", "tcp6", "udp6"} {
+		"set_field:02:00:c0:00:02:0b->nd_tll", "NXM_NX_IPV6_SRC[]=NXM_NX_IPV6_DST[]", "tcp6", "udp6",
+		"tun_ipv6_src=2001:db8:0:2::12", "move:NXM_NX_TUN_IPV6_SRC[]->NXM_NX_CT_LABEL[]", "move:NXM_NX_CT_LABEL[]->NXM_NX_TUN_IPV6_DST[]",
+		"set_field:2001:db8:0:2::12->tun_ipv6_dst", "load:NXM_NX_TUN_IPV6_SRC[]->NXM_NX_TUN_IPV6_DST[]"} {
 		assert.Contains(t, all, want)
 	}
 	t.Logf("%d IPv6 flows and %d group: native and ovs-ofctl agree", len(rf), len(rg))

@@ -57,7 +57,7 @@ type Trace struct {
 	// DatapathActions are the "Datapath actions:" lines, one per recirculation; Final is the last.
 	DatapathActions []string
 	Final           string
-	// TunDst and VNI are the tunnel destination (IPv4) and VNI (as printed: 0x2, or decimal) the
+	// TunDst and VNI are the tunnel destination (IPv4, or IPv6 over an IPv6 underlay) and VNI (as printed: 0x2, or decimal) the
 	// packet leaves with: those of the datapath's tnl_push when there is one, else the last
 	// set_field to tun_dst and tun_id. NATDst is the last nat(dst=IP:PORT) of a ct action
 	// ([IPv6]:PORT for an IPv6 endpoint).
@@ -82,14 +82,15 @@ var (
 	traceBridgeRE  = regexp.MustCompile(`^bridge\("([^"]+)"\)`)
 	traceTableRE   = regexp.MustCompile(`^\s*(\d+)\. (?:(.*?), )?priority (\d+)(?:, cookie (0x[0-9a-f]+))?$`)
 	traceBucketRE  = regexp.MustCompile(`-> using bucket (\d+)`)
-	traceTunDstRE  = regexp.MustCompile(`set_field:([0-9.]+)->tun_dst`)
+	traceTunDstRE  = regexp.MustCompile(`set_field:([0-9a-f:.]+)->tun_(?:ipv6_)?dst`)
 	traceVNIRE     = regexp.MustCompile(`set_field:(0x[0-9a-f]+|\d+)->tun_id`)
 	traceNATRE     = regexp.MustCompile(`nat\(dst=([0-9.]+:\d+|\[[0-9a-fA-F:.]+\]:\d+)\)`)
 	traceGroupRE   = regexp.MustCompile(`^group:(\d+)`)
 	traceResumeRE  = regexp.MustCompile(`^Resuming from table (\d+)`)
 	traceCTTableRE = regexp.MustCompile(`^ct\(.*table=(\d+)`)
-	// tnl_push(...,ipv4(src=A,dst=B,...),...,geneve(vni=0xN)...) in datapath actions.
-	tnlDstRE = regexp.MustCompile(`tnl_push\(.*?ipv4\(src=[0-9.]+,dst=([0-9.]+)`)
+	// tnl_push(...,ipv4(src=A,dst=B,...),...,geneve(vni=0xN)...) in datapath actions (ipv6(...)
+	// over an IPv6 underlay).
+	tnlDstRE = regexp.MustCompile(`tnl_push\(.*?ipv[46]\(src=[0-9a-f:.]+,dst=([0-9a-f:.]+)`)
 	tnlVNIRE = regexp.MustCompile(`geneve\(vni=(0x[0-9a-f]+)`)
 )
 

@@ -63,3 +63,23 @@ func TestParseTraceIPv6NAT(t *testing.T) {
 	r := ParseTrace("bridge(\"br-ex\")\n-----------\n 0. in_port=1, priority 100\n    ct(commit,zone=64272,nat(dst=[2001:db8:244:2::5]:8080))\n\nFinal flow: unchanged\nDatapath actions: drop\n", nil)
 	assert.Equal(t, "[2001:db8:244:2::5]:8080", r.NATDst)
 }
+
+// Over an IPv6 underlay the tunnel destination is read from set_field ...->tun_ipv6_dst and from
+// the tnl_push's ipv6() header.
+func TestParseTraceIPv6Underlay(t *testing.T) {
+	out := `bridge("br-int")
+---------------
+ 0. in_port=3, priority 200, cookie 0x5c02000000000000
+    set_field:2001:db8:0:2::12->tun_ipv6_dst
+    set_field:0x2->tun_id
+    output:2
+
+Final flow: unchanged
+Datapath actions: set(tunnel(tun_id=0x2,ipv6_dst=2001:db8:0:2::12,ttl=64,tp_dst=6081,flags(df|key))),1
+`
+	tr := ParseTrace(out, nil)
+	assert.Equal(t, "2001:db8:0:2::12", tr.TunDst)
+	out2 := out + "Datapath actions: tnl_push(tnl_port(6),header(size=70,type=5,eth(dst=02:00:c0:00:02:0c,src=02:00:c0:00:02:0b,dl_type=0x86dd),ipv6(src=2001:db8:0:2::11,dst=2001:db8:0:2::13,label=0,proto=17,tclass=0x0,hlimit=64),udp(src=0,dst=6081,csum=0xffff),geneve(vni=0x2)),out_port(1)),2\n"
+	tr = ParseTrace(out2, nil)
+	assert.Equal(t, "2001:db8:0:2::13", tr.TunDst, "the datapath's tnl_push is the truth")
+}

@@ -145,8 +145,22 @@ func (SetField) isAction() {}
 // and Encode).
 func SetTunDst(a netip.Addr) SetField { return SetAddr(FieldTunDst, a) }
 
+// SetTunIPv6Dst sets the tunnel's outer IPv6 destination, set_field:2001:db8::12->tun_ipv6_dst
+// (an address that is not IPv6 fails Check and Encode): the packet output to a flow-based tunnel
+// port then leaves over IPv6 (ovs-fields(7) "tun_ipv6_dst").
+func SetTunIPv6Dst(a netip.Addr) SetField { return SetAddr(FieldTunIPv6Dst, a) }
+
+// SetTunDstAddr sets the tunnel's outer destination in a's family: SetTunDst for an IPv4
+// address, SetTunIPv6Dst for an IPv6 one.
+func SetTunDstAddr(a netip.Addr) SetField {
+	if a.Is4() {
+		return SetTunDst(a)
+	}
+	return SetTunIPv6Dst(a)
+}
+
 // SetAddr sets an address field to a: ip_src, ip_dst and tun_dst take an IPv4 address,
-// ipv6_src, ipv6_dst and nd_target an IPv6 one; another family (or a field that holds no
+// ipv6_src, ipv6_dst, nd_target and tun_ipv6_dst an IPv6 one; another family (or a field that holds no
 // address) fails Check and Encode. ovs-fields(7) prerequisites apply to the flow it runs in.
 func SetAddr(f Field, a netip.Addr) SetField {
 	s := SetField{Field: f, ip: true, addr: a}

@@ -175,6 +175,8 @@ func matchRank(f Field) int {
 		return 86
 	case FieldTunSrc:
 		return 88
+	case FieldTunIPv6Src:
+		return 89
 	}
 	if f >= FieldReg0 && f < FieldReg0+16 {
 		return 40 + 2*int(f-FieldReg0)

@@ -81,6 +81,8 @@ const (
 	FieldNDTLL                                       // nd_tll, 48 bits: the target link-layer address option of an NA
 	FieldNDReserved                                  // nd_reserved, 32 bits: an NA's flags (R 0x80000000, S 0x40000000, O 0x20000000), the rest reserved
 	FieldNDOptionsType                               // nd_options_type, 8 bits: the ND option's type (1 source, 2 target link-layer address)
+	FieldTunIPv6Src                                  // tun_ipv6_src, 128 bits: the tunnel's outer IPv6 source (NXM_NX_TUN_IPV6_SRC)
+	FieldTunIPv6Dst                                  // tun_ipv6_dst, 128 bits: the tunnel's outer IPv6 destination (NXM_NX_TUN_IPV6_DST)
 	fieldEnd                                         // one past the last field
 )
 
@@ -136,6 +138,10 @@ var fieldInfos = [...]fieldInfo{
 	// No NXM: OVS (2.11+) has these two as OXMs of class 0x1000 only (ovs-fields(7)).
 	FieldNDReserved:    {"nd_reserved", "ERICOXM_OF_ICMPV6_ND_RESERVED", "ERICOXM_OF_ICMPV6_ND_RESERVED", 32},
 	FieldNDOptionsType: {"nd_options_type", "ERICOXM_OF_ICMPV6_ND_OPTIONS_TYPE", "ERICOXM_OF_ICMPV6_ND_OPTIONS_TYPE", 8},
+	// The IPv6 underlay's tunnel metadata (ovs-fields(7) "Tunnel Fields"): no prerequisites;
+	// set on a packet received over an IPv6 tunnel, tun_src and tun_dst are 0 then.
+	FieldTunIPv6Src: {"tun_ipv6_src", "NXM_NX_TUN_IPV6_SRC", "NXM_NX_TUN_IPV6_SRC", 128},
+	FieldTunIPv6Dst: {"tun_ipv6_dst", "NXM_NX_TUN_IPV6_DST", "NXM_NX_TUN_IPV6_DST", 128},
 }
 
 // ericFields are the headers of the fields libOpenflow's table lacks: OXM class 0x1000

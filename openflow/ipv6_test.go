@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 
 	of13 "github.com/contiv/libOpenflow/openflow13"
@@ -227,4 +228,35 @@ func TestDirectCTIPv6(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, want, got, text(c))
 	}
+}
+
+// The IPv6 underlay's tunnel fields: tun_ipv6_src matches and tun_ipv6_dst set_field render as
+// ovs-ofctl(8) writes them, hold only IPv6 addresses, need no IPv6 protocol (an IPv4 inner packet
+// over an IPv6 underlay), and encode as the 16-byte NXM_NX_TUN_IPV6_SRC / _DST TLVs.
+func TestTunnelIPv6Fields(t *testing.T) {
+	a := netip.MustParseAddr("2001:db8:0:2::12")
+	v4 := netip.MustParseAddr("192.0.2.12")
+	assert.Equal(t, "tun_ipv6_src=2001:db8:0:2::12", text(TunIPv6Src(a)))
+	assert.Equal(t, "tun_ipv6_src=2001:db8:0:2::12", text(TunSrcAddr(a)))
+	assert.Equal(t, "tun_src=192.0.2.12", text(TunSrcAddr(v4)))
+	assert.Equal(t, "set_field:2001:db8:0:2::12->tun_ipv6_dst", text(SetTunIPv6Dst(a)))
+	assert.Equal(t, "set_field:2001:db8:0:2::12->tun_ipv6_dst", text(SetTunDstAddr(a)))
+	assert.Equal(t, "set_field:192.0.2.12->tun_dst", text(SetTunDstAddr(v4)))
+	assert.Equal(t, "move:NXM_NX_TUN_IPV6_SRC[]->NXM_NX_CT_LABEL[0..127]", text(Move{Src: Ref(FieldTunIPv6Src), Dst: Bits(FieldCTLabel, 0, 127)}))
+	assert.Equal(t, uint16(128), FieldTunIPv6Dst.Bits())
+	for _, p := range []Protocol{ProtoNone, ProtoIP, ProtoTCP, ProtoUDP6, ProtoIPv6} {
+		f := Flow{Table: 0, Priority: 100, Protocol: p, Match: []Match{TunIPv6Src(a), TunID(2)},
+			Actions: []Action{SetTunIPv6Dst(a), Move{Src: Bits(FieldCTLabel, 0, 127), Dst: Ref(FieldTunIPv6Dst)}, Output{Port: 2}}}
+		require.NoError(t, f.Check(), f.String())
+		_, body, err := FlowMod{Command: FlowAdd, Flow: &f}.Encode()
+		require.NoError(t, err, f.String())
+		fields, lens := matchFields(t, body)
+		i := slices.Index(fields, uint16(1)<<8|109) // OXM class NXM_1, field 109: NXM_NX_TUN_IPV6_SRC
+		require.GreaterOrEqual(t, i, 0, "%s: %x", f.String(), fields)
+		assert.Equal(t, byte(16), lens[i])
+	}
+	bad := Flow{Table: 0, Priority: 100, Protocol: ProtoIP, Match: []Match{TunIPv6Src(v4)}, Actions: []Action{Output{Port: 1}}}
+	assert.Error(t, bad.Check(), "an IPv4 address in tun_ipv6_src")
+	bad = Flow{Table: 0, Priority: 100, Protocol: ProtoIP, Actions: []Action{SetTunIPv6Dst(v4)}}
+	assert.Error(t, bad.Check(), "an IPv4 address in tun_ipv6_dst")
 }

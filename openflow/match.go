@@ -171,6 +171,8 @@ func (m ipMatch) check(proto Protocol) error {
 			return fmt.Errorf("%s: %v is no IPv6 address or prefix", m.f, m.p)
 		}
 		switch {
+		case m.f == FieldTunIPv6Src:
+			// Tunnel metadata: no prerequisites (an IPv4 or IPv6 inner packet, or none).
 		case m.f == FieldNDTarget && proto != ProtoICMP6:
 			return fmt.Errorf("nd_target without icmp6")
 		case !proto.IsIPv6():
@@ -346,12 +348,25 @@ func ARPTPAPrefix(p netip.Prefix) Match { return newIP(FieldARPTPA, p, false) }
 // TunSrc matches the tunnel's outer IPv4 source (tun_src=A.B.C.D).
 func TunSrc(a netip.Addr) Match { return newIP(FieldTunSrc, netip.PrefixFrom(a, 32), true) }
 
+// TunIPv6Src matches the tunnel's outer IPv6 source (tun_ipv6_src=2001:db8::1; ovs-fields(7):
+// no prerequisites, any protocol).
+func TunIPv6Src(a netip.Addr) Match { return newIP(FieldTunIPv6Src, netip.PrefixFrom(a, 128), true) }
+
+// TunSrcAddr matches the tunnel's outer source in a's family: TunSrc for an IPv4 address,
+// TunIPv6Src for an IPv6 one.
+func TunSrcAddr(a netip.Addr) Match {
+	if a.Is4() {
+		return TunSrc(a)
+	}
+	return TunIPv6Src(a)
+}
+
 // newIP keeps p; one of the wrong family for f fails Check and Encode.
 func newIP(f Field, p netip.Prefix, addr bool) ipMatch { return ipMatch{f, p, addr} }
 
 var ipKeys = map[Field]string{FieldIPv4Src: "nw_src=", FieldIPv4Dst: "nw_dst=", FieldARPSPA: "arp_spa=",
 	FieldARPTPA: "arp_tpa=", FieldTunSrc: "tun_src=", FieldIPv6Src: "ipv6_src=", FieldIPv6Dst: "ipv6_dst=",
-	FieldNDTarget: "nd_target="}
+	FieldNDTarget: "nd_target=", FieldTunIPv6Src: "tun_ipv6_src="}
 
 func (m ipMatch) Field() Field { return m.f }
 func (m ipMatch) AppendText(b []byte) []byte {

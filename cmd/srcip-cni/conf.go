@@ -102,7 +102,7 @@ func parseConf(stdin []byte, needIPAM bool) (*NetConf, error) {
 		c.MTU = DefaultMTU
 	}
 	if c.MTU < 576 || c.MTU > 65535 {
-		return nil, fmt.Errorf("srcip-cni: \"mtu\" %d out of range 576-65535 (use the underlay MTU - 50)", c.MTU)
+		return nil, fmt.Errorf("srcip-cni: \"mtu\" %d out of range 576-65535 (use the underlay MTU - 50, - 70 over an IPv6 underlay)", c.MTU)
 	}
 	c.FlowWait = DefaultFlowWait
 	if c.FlowWaitRaw != "" {

@@ -1,0 +1,101 @@
+package flows
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// buildBridgeText is every flow set of st on bridge b (flowText), and their warnings.
+func buildBridgeText(t *testing.T, st *State, b Bridge) (string, []string) {
+	t.Helper()
+	d, err := Build(st)
+	require.NoError(t, err)
+	var sb strings.Builder
+	var warnings []string
+	for _, fs := range d {
+		if fs.Bridge == b {
+			sb.WriteString(flowText(fs))
+			warnings = append(warnings, fs.Warnings...)
+		}
+	}
+	return sb.String(), warnings
+}
+
+// Over an IPv6 underlay every tunnel field is the IPv6 one: br-ex lets in udp6 Geneve from each
+// node's IPv6 InternalIP to this node's and drops the rest (also Geneve over IPv4); br-int
+// classifies by tun_ipv6_src, routes both inner families with tun_ipv6_dst, records the ingress
+// node in all 128 bits of ct_label and sends replies back from there; no tun_src or tun_dst is
+// matched, moved or set outside the IPv4-only egress base flows.
+func TestIPv6UnderlayFields(t *testing.T) {
+	st := goldenIPv6Underlay()
+	assert.Equal(t, IPv6, st.UnderlayFamily())
+	ex, warnings := buildBridgeText(t, st, BrEx)
+	assert.Empty(t, warnings)
+	for _, want := range []string{
+		"priority=610,udp6,in_port=1,ipv6_src=2001:db8:0:2::12,ipv6_dst=2001:db8:0:2::11,tp_dst=6081,table=0,idle_timeout=0,actions=LOCAL",
+		"priority=610,udp6,in_port=1,ipv6_src=2001:db8:0:2::13,ipv6_dst=2001:db8:0:2::11,tp_dst=6081,table=0,idle_timeout=0,actions=LOCAL",
+		"priority=600,udp6,in_port=1,ipv6_dst=2001:db8:0:2::11,tp_dst=6081,table=0,idle_timeout=0,actions=drop",
+		"priority=600,udp,in_port=1,tp_dst=6081,table=0,idle_timeout=0,actions=drop",
+	} {
+		assert.Contains(t, ex, want)
+	}
+	in, warnings := buildBridgeText(t, st, BrInt)
+	assert.Empty(t, warnings)
+	for _, want := range []string{
+		"tun_ipv6_src=2001:db8:0:2::12,tun_id=0x1",
+		"tun_ipv6_src=2001:db8:0:2::12,tun_id=0x2",
+		"tun_ipv6_src=2001:db8:0:2::12,tun_id=0x3",
+		"nw_dst=10.244.2.0/24,table=60,idle_timeout=0,actions=set_field:2001:db8:0:2::12->tun_ipv6_dst,set_tunnel:0x2,output:2",
+		"ipv6_dst=2001:db8:244:2::/64,table=60,idle_timeout=0,actions=set_field:2001:db8:0:2::12->tun_ipv6_dst,set_tunnel:0x1,output:2",
+		"nw_dst=10.244.3.0/24,table=60,idle_timeout=0,actions=set_field:2001:db8:0:2::13->tun_ipv6_dst,set_tunnel:0x1,output:2",
+		"move:NXM_NX_TUN_IPV6_SRC[]->NXM_NX_CT_LABEL[0..127]",
+		"actions=move:NXM_NX_CT_LABEL[0..127]->NXM_NX_TUN_IPV6_DST[],set_tunnel:0x3,output:2",
+		"ct_label=0x20010db8000000020000000000000012/0xffffffffffffffffffffffffffffffff",
+		"load:NXM_NX_TUN_IPV6_SRC[]->NXM_NX_TUN_IPV6_DST[],load:0x3->NXM_NX_TUN_ID[]",
+	} {
+		assert.Contains(t, in, want)
+	}
+	for _, line := range strings.Split(in, "\n") {
+		if strings.Contains(line, "table=78") { // IntEgressReply: the IPv4-only egress base
+			continue
+		}
+		for _, no := range []string{"tun_src=", "->tun_dst", "NXM_NX_TUN_IPV4_SRC", "NXM_NX_TUN_IPV4_DST", "tun_id=0x4", "tun_id=0x5"} {
+			assert.NotContains(t, line, no)
+		}
+	}
+	// No OriginNode commit: the other nodes' hosts reach pods from their pod gateway addresses.
+	assert.NotContains(t, in, "load:0x8->NXM_NX_CT_MARK[0..3]")
+}
+
+// A tunnel needs one underlay family at both ends: this node refuses, with a warning and no flow,
+// a peer whose underlay address is of the other family, in both directions; its other peers are
+// unaffected.
+func TestUnderlayFamilyMismatch(t *testing.T) {
+	st := GoldenState()
+	n3 := st.Nodes["node3"]
+	n3.InternalIP = ip("2001:db8:0:2::13")
+	st.Nodes["node3"] = n3
+	for _, b := range []Bridge{BrEx, BrInt} {
+		text, warnings := buildBridgeText(t, st, b)
+		assert.NotContains(t, text, "2001:db8:0:2::13")
+		assert.NotContains(t, text, "10.244.3.0/24")
+		assert.Contains(t, text, "192.0.2.12")
+		require.Len(t, warnings, 1, b)
+		assert.Contains(t, warnings[0], "node node3: its underlay address 2001:db8:0:2::13 is IPv6 and this node's (192.0.2.11) is IPv4: no Geneve tunnel between them")
+	}
+
+	st = goldenIPv6Underlay()
+	n3 = st.Nodes["node3"]
+	n3.InternalIP = ip("192.0.2.13")
+	st.Nodes["node3"] = n3
+	for _, b := range []Bridge{BrEx, BrInt} {
+		text, warnings := buildBridgeText(t, st, b)
+		assert.NotContains(t, text, "192.0.2.13")
+		assert.Contains(t, text, "2001:db8:0:2::12")
+		require.Len(t, warnings, 1, b)
+		assert.Contains(t, warnings[0], "node node3: its underlay address 192.0.2.13 is IPv4 and this node's (2001:db8:0:2::11) is IPv6")
+	}
+}
