@@ -12,7 +12,7 @@ VERSION ?= $(shell cat VERSION)
 COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 LDFLAGS := -X github.com/ovs-srcip/ovs-srcip/version.Version=$(VERSION) -X github.com/ovs-srcip/ovs-srcip/version.Commit=$(COMMIT)
 
-.PHONY: all build image deps check demo test test-unit test-e2e test-conformance conformance conformance-build golden bench bench-datapath bench-podstart bench-go bench-api vet fmt clean clean-labs controlplane cluster try-lab
+.PHONY: all build image deps check demo test test-unit test-e2e test-conformance conformance conformance-build golden bench bench-datapath bench-podstart bench-dualstack bench-go bench-api vet fmt clean clean-labs controlplane cluster try-lab
 
 # Extra flags for the demo, e.g. `make demo DEMO_ARGS=--keep` keeps the lab up for poking.
 DEMO_ARGS ?=
@@ -175,6 +175,15 @@ bench-podstart: deps build controlplane
 	$(GO) build -o $(BIN)/perf ./test/perf
 	$(BIN)/perf -agent $(BIN)/srcip-agent -cni $(BIN)/srcip-cni -only=podstart -sizes=10000 \
 		-out $(BIN)/bench/podstart.json $(BENCH_ARGS)
+
+# The dual-stack part of `make bench` alone (issue 22): at 10k Services the agent's IPv4 cold start,
+# then the same cluster dual-stack (IPv6 Nodes, PreferDualStack/RequireDualStack Services, an IPv6
+# EndpointSlice each): its cold start, flows, messages and RSS, their ratios to IPv4 and PASS/FAIL
+# against the 2x bound (bin/bench/dualstack.json).
+bench-dualstack: deps build controlplane
+	$(GO) build -o $(BIN)/perf ./test/perf
+	$(BIN)/perf -agent $(BIN)/srcip-agent -only=dualstack -sizes=10000 \
+		-out $(BIN)/bench/dualstack.json $(BENCH_ARGS)
 
 # Go micro-benchmarks of the pure and OVS-sandbox tiers.
 bench-go:
