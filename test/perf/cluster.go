@@ -26,9 +26,10 @@ const (
 )
 
 type service struct {
-	name     string
-	nodePort int32
-	slice    *discoveryv1.EndpointSlice // as last written
+	name      string
+	clusterIP string // the IPv4 one (spec.clusterIP)
+	nodePort  int32
+	slice     *discoveryv1.EndpointSlice // as last written
 }
 
 type cluster struct {
@@ -37,31 +38,45 @@ type cluster struct {
 	endpoints int
 	mu        sync.Mutex
 	svcs      []*service
+	dual      bool // the Nodes are dual-stack (setNodesDual)
+	dualSvcs  int  // Services 0..dualSvcs-1 are dual-stack with an IPv6 EndpointSlice (setDualStack)
 }
 
 func nodeName(k int) string { return fmt.Sprintf("node%d", k) }
 
-// createNodes writes node1 (from the lab: its IP and pod CIDR) and node2..nodeN.
-func (cl *cluster) createNodes(ctx context.Context, node1 *corev1.Node) error {
+// nodeObj is Node k: InternalIP 192.0.2.(10+k) and pod CIDR 10.244.k.0/24 (node1 is the lab's
+// node); dual-stack (dual) also 2001:db8:0:2::(10+k) (the lab's IPv6 underlay, test/lab) and
+// 2001:db8:244:k::/64 (hex k), the IPv6 entry second (kubelet and kube-controller-manager order).
+func nodeObj(k int, dual bool) *corev1.Node {
+	cidrs := []string{fmt.Sprintf("10.244.%d.0/24", k)}
+	addrs := []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("192.0.2.%d", 10+k)}}
+	if dual {
+		cidrs = append(cidrs, fmt.Sprintf("2001:db8:244:%x::/64", k))
+		addrs = append(addrs, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("2001:db8:0:2::%d", 10+k)})
+	}
+	return &corev1.Node{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
+		ObjectMeta: metav1.ObjectMeta{Name: nodeName(k), Labels: map[string]string{"kubernetes.io/hostname": nodeName(k), "kubernetes.io/os": "linux"}},
+		Spec:       corev1.NodeSpec{PodCIDR: cidrs[0], PodCIDRs: cidrs},
+		Status: corev1.NodeStatus{
+			Addresses:  append(addrs, corev1.NodeAddress{Type: corev1.NodeHostName, Address: nodeName(k)}),
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}},
+		},
+	}
+}
+
+// createNodes writes the namespace and node1..nodeN, IPv4-only.
+func (cl *cluster) createNodes(ctx context.Context) error {
 	if _, err := cl.c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: perfNS}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
+	return cl.writeNodes(ctx, false)
+}
+
+// writeNodes creates node1..nodeN of one kind (dual: dual-stack), with their status.
+func (cl *cluster) writeNodes(ctx context.Context, dual bool) error {
 	for k := 1; k <= cl.nodes; k++ {
-		var n *corev1.Node
-		if k == 1 {
-			n = node1.DeepCopy()
-			n.ResourceVersion = ""
-		} else {
-			cidr := fmt.Sprintf("10.244.%d.0/24", k)
-			n = &corev1.Node{
-				ObjectMeta: metav1.ObjectMeta{Name: nodeName(k), Labels: map[string]string{"kubernetes.io/hostname": nodeName(k), "kubernetes.io/os": "linux"}},
-				Spec:       corev1.NodeSpec{PodCIDR: cidr, PodCIDRs: []string{cidr}},
-				Status: corev1.NodeStatus{
-					Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("192.0.2.%d", 10+k)}, {Type: corev1.NodeHostName, Address: nodeName(k)}},
-					Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}},
-				},
-			}
-		}
+		n := nodeObj(k, dual)
 		st := n.Status
 		created, err := cl.c.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
 		if err != nil {
@@ -72,7 +87,22 @@ func (cl *cluster) createNodes(ctx context.Context, node1 *corev1.Node) error {
 			return fmt.Errorf("node %s status: %w", n.Name, err)
 		}
 	}
+	cl.dual = dual
 	return nil
+}
+
+// setNodesDual makes every Node dual-stack (dual) or IPv4-only again: deleted and created anew,
+// since a Node's spec.podCIDRs cannot change once set. Only while no agent runs.
+func (cl *cluster) setNodesDual(ctx context.Context, dual bool) error {
+	if cl.dual == dual {
+		return nil
+	}
+	for k := 1; k <= cl.nodes; k++ {
+		if err := cl.c.CoreV1().Nodes().Delete(ctx, nodeName(k), metav1.DeleteOptions{}); err != nil {
+			return fmt.Errorf("delete node %s: %w", nodeName(k), err)
+		}
+	}
+	return cl.writeNodes(ctx, dual)
 }
 
 // endpointIP is the pod IP of endpoint j of Service i: on node (i*E+j)%N+1, E consecutive nodes.
@@ -133,7 +163,7 @@ func (cl *cluster) grow(ctx context.Context, n int) error {
 					errMu.Unlock()
 					continue
 				}
-				add[i-from] = &service{name: name, nodePort: created.Spec.Ports[0].NodePort, slice: sl}
+				add[i-from] = &service{name: name, clusterIP: created.Spec.ClusterIP, nodePort: created.Spec.Ports[0].NodePort, slice: sl}
 			}
 		}()
 	}

@@ -25,7 +25,14 @@
 //  4. kube-proxy (hack/cluster's build of k8s.io/kubernetes) in nftables mode, in a network
 //     namespace of its own, on the same objects: initial sync (process start to its first sync
 //     of all rules, from its metrics), RSS, CPU, and API write -> rule in nftables (`nft
-//     monitor`), changes spaced by more than its 1 s minimum sync period.
+//     monitor`), changes spaced by more than its 1 s minimum sync period;
+//  5. dual-stack (-dual-stack, on by default; -only=dualstack runs it with the IPv4 cold start
+//     alone, dualstack.go): the same cluster made dual-stack (the API server has a second,
+//     IPv6 Service range; every Node an IPv6 InternalIP and pod CIDR, every Service
+//     PreferDualStack or RequireDualStack with an IPv6 EndpointSlice of its endpoints), the
+//     agent's cold start as in 1, and its ratios to the IPv4 one: PASS when the cold start and
+//     the peak RSS stay within -dual-stack-bound (2x); then the cluster IPv4-only again for
+//     the next size.
 package main
 
 import (
@@ -47,6 +54,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
 
 	"github.com/ovs-srcip/ovs-srcip/test/kube"
 	"github.com/ovs-srcip/ovs-srcip/test/lab"
@@ -69,7 +77,7 @@ var (
 	coldRuns     = flag.Int("cold-runs", 3, "cold starts of the agent at each size; the figure is their median")
 	agentEnv     = flag.String("agent-env", "", "environment of the srcip-agent process only, space-separated NAME=VALUE (e.g. GOMEMLIMIT=200MiB, as deploy/ sets it from the container's memory limit)")
 	outFile      = flag.String("out", "bin/bench/results.json", "figures as JSON")
-	only         = flag.String("only", "", "run one phase alone: datapath, or podstart (the agent's cold start at the largest of -sizes, then the pod starts; no changes, floor or kube-proxy)")
+	only         = flag.String("only", "", "run one phase alone: datapath, podstart (the agent's cold start at the largest of -sizes, then the pod starts; no changes, floor or kube-proxy), or dualstack (at each of -sizes the agent's IPv4 cold start, then the same cluster dual-stack: its cold start and the ratios; no changes, floor or kube-proxy)")
 )
 
 const nodePortRange = "20000-32767" // 10k NodePorts do not fit the default range
@@ -83,10 +91,13 @@ type Result struct {
 	AgentFlows      int       // in OVS, br-ex + br-int, agent cookies
 	AgentGroups     int
 	AgentFlowsLater int // 3 s later (must equal AgentFlows)
-	AgentAtReady    usage
-	AgentSettled    usage // 3 s after the cold start (the first sync's memory returned)
-	AgentAfter      usage // after the changes
-	Change          latencyStats
+	// AgentMessages are the OpenFlow messages of the first full sync's bundles, both bridges
+	// (srcip_agent_bundle_lines_total at /readyz).
+	AgentMessages float64
+	AgentAtReady  usage
+	AgentSettled  usage // 3 s after the cold start (the first sync's memory returned)
+	AgentAfter    usage // after the changes
+	Change        latencyStats
 	// ChangeWrite is the API write's round trip alone (within Change); ColdSteps and
 	// ChangeSteps are the agent's own step times (ms, from srcip_agent_sync_step_duration_seconds):
 	// of its first full sync, and the mean of its partial syncs during the single changes.
@@ -115,6 +126,8 @@ type Result struct {
 
 	// PodStart is the pod-start phase (-pods, at the largest size).
 	PodStart *PodStartResult `json:",omitempty"`
+	// DualStack is the same size dual-stack (-dual-stack), the agent's cold start alone.
+	DualStack *DualStackResult `json:",omitempty"`
 }
 
 func main() {
@@ -166,12 +179,14 @@ func mainErr() error {
 	case "datapath":
 		*dpEnabled = true
 	case "podstart":
-		*dpEnabled, *kubeProxyBin, *coldRuns, *changes, *smallChanges, *burst = false, "", 1, 0, 0, 0
+		*dpEnabled, *kubeProxyBin, *coldRuns, *changes, *smallChanges, *burst, *dualStack = false, "", 1, 0, 0, 0, false
 		if *podStarts <= 0 {
 			return errors.New("-only=podstart needs -pods > 0")
 		}
+	case "dualstack":
+		*dpEnabled, *kubeProxyBin, *changes, *smallChanges, *burst, *podStarts, *dualStack = false, "", 0, 0, 0, 0, true
 	default:
-		return fmt.Errorf("-only: unknown phase %q (datapath, podstart)", *only)
+		return fmt.Errorf("-only: unknown phase %q (datapath, podstart, dualstack)", *only)
 	}
 	if *dpEnabled {
 		if err := checkDatapathFlags(); err != nil {
@@ -216,7 +231,17 @@ func mainErr() error {
 		return err
 	}
 
-	logf("starting the control plane (kube-apiserver on %s, NodePorts %s)", rootIP, nodePortRange)
+	// A dual-stack run needs the API server's IPv6 Service range too (hack/controlplane/start.sh
+	// reads SRCIP_CP_SERVICE_CIDR; test/kube has no option for it). IPv4-only Services are the
+	// same on it (SingleStack, from the first range).
+	serviceCIDRs := kube.ServiceCIDR
+	if *dualStack {
+		serviceCIDRs += "," + serviceCIDR6
+		if err := os.Setenv("SRCIP_CP_SERVICE_CIDR", serviceCIDRs); err != nil {
+			return err
+		}
+	}
+	logf("starting the control plane (kube-apiserver on %s, Service CIDRs %s, NodePorts %s)", rootIP, serviceCIDRs, nodePortRange)
 	b.cp, err = kube.Start(ctx, kube.Options{APIServerAddress: rootIP, NodePortRange: nodePortRange})
 	if err != nil {
 		return fmt.Errorf("control plane: %w", err)
@@ -244,12 +269,17 @@ func mainErr() error {
 		}
 	}
 
-	// The lab: one node (node1), whose agent watches the API server.
+	// The lab: one node (node1), whose agent watches the API server. With -dual-stack its br-ex
+	// holds the IPv6 InternalIP too (addresses only; the IPv4 phases' API Nodes stay IPv4-only).
 	mdir := filepath.Join(tmp, "manifests")
 	if err := os.MkdirAll(mdir, 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(mdir, "nodes.yaml"), []byte(node1YAML), 0o644); err != nil {
+	node1YAML, err := yaml.Marshal(nodeObj(1, *dualStack))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(mdir, "nodes.yaml"), node1YAML, 0o644); err != nil {
 		return err
 	}
 	b.metrics = fmt.Sprintf("127.0.0.1:%d", 19000+int(rb[1])%1000)
@@ -273,7 +303,7 @@ func mainErr() error {
 		return err
 	}
 	b.cl = &cluster{c: c, nodes: *nodes, endpoints: *endpoints}
-	if err := b.cl.createNodes(ctx, &b.lab.Manifests.Nodes[0]); err != nil {
+	if err := b.cl.createNodes(ctx); err != nil {
 		return err
 	}
 
@@ -297,8 +327,10 @@ func mainErr() error {
 			printPodStart(r)
 			return nil
 		}
-		if err := b.floorPhase(ctx, r, tmp); err != nil {
-			return fmt.Errorf("floor at %d Services: %w", n, err)
+		if *only != "dualstack" {
+			if err := b.floorPhase(ctx, r, tmp); err != nil {
+				return fmt.Errorf("floor at %d Services: %w", n, err)
+			}
 		}
 		if *kubeProxyBin != "" {
 			nc := *kpChanges
@@ -309,13 +341,27 @@ func mainErr() error {
 				return fmt.Errorf("kube-proxy at %d Services: %w", n, err)
 			}
 		}
+		if *dualStack {
+			t := time.Now()
+			if err := b.dualStackPhase(ctx, r, largest); err != nil {
+				return fmt.Errorf("dual-stack at %d Services: %w", n, err)
+			}
+			logf("dual-stack part at %d Services: %.0f s", n, time.Since(t).Seconds())
+		}
 		if err := b.writeResults(); err != nil {
 			return err
 		}
 	}
-	printTable(b.results)
+	if *only == "dualstack" {
+		printDualStack(b.results)
+	} else {
+		printTable(b.results)
+	}
 	if b.datapath != nil {
 		printDatapath(b.datapath)
+	}
+	if *dualStack {
+		fmt.Printf("\ndual-stack within %.1fx of IPv4: %s\n", *dualStackBound, dualStackSummary(b.results))
 	}
 	return nil
 }
@@ -364,25 +410,3 @@ func linkNetns(ns, prefix, rootIP, nsIP string) (func(), error) {
 	}
 	return cleanup, nil
 }
-
-const node1YAML = `apiVersion: v1
-kind: Node
-metadata:
-  name: node1
-  labels:
-    kubernetes.io/hostname: node1
-    kubernetes.io/os: linux
-spec:
-  podCIDR: 10.244.1.0/24
-  podCIDRs: [10.244.1.0/24]
-status:
-  addresses:
-  - type: InternalIP
-    address: 192.0.2.11
-  - type: Hostname
-    address: node1
-  conditions:
-  - type: Ready
-    status: "True"
-    reason: KubeletReady
-`

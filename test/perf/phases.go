@@ -85,9 +85,11 @@ func (b *bench) startAgent() (time.Time, error) {
 	return start, err
 }
 
-func (b *bench) agentPhase(ctx context.Context, r *Result, largest bool) error {
-	// -cold-runs: the cold start is measured that many times; the figure is the median. The
-	// last run is profiled and goes on to the changes.
+// coldStarts runs -cold-runs cold starts of node1's agent and measures them into c: the median
+// start -> /readyz, the last run's usage, flows and groups in OVS, messages and step times, its
+// usage 3 s later. The last run is left running (the caller stops it; coldStarts does on
+// error); onLast, when set, runs right after its start (the profiler).
+func (b *bench) coldStarts(c *coldFigures, onLast func()) (err error) {
 	var colds []float64
 	for range *coldRuns - 1 {
 		start, err := b.startAgent()
@@ -107,6 +109,83 @@ func (b *bench) agentPhase(ctx context.Context, r *Result, largest bool) error {
 		return err
 	}
 	defer func() {
+		if err != nil {
+			_ = b.lab.StopAgent("node1")
+		}
+	}()
+	if onLast != nil {
+		onLast()
+	}
+	ready, err := httpOK("http://"+b.metrics+"/readyz", 5*time.Millisecond, 10*time.Minute)
+	if err != nil {
+		return err
+	}
+	colds = append(colds, ready.Sub(start).Seconds())
+	c.ReadyRunsS = slices.Clone(colds)
+	slices.Sort(colds)
+	c.ReadyS = colds[len(colds)/2]
+	if len(colds) > 1 {
+		logf("srcip-agent: cold starts %v s: median %.2f s", c.ReadyRunsS, c.ReadyS)
+	}
+	pid := b.lab.AgentPid("node1")
+	if c.AtReady, err = procUsage(pid); err != nil {
+		return err
+	}
+	if c.Flows, c.Groups, err = b.counts(); err != nil {
+		return err
+	}
+	if c.Messages, err = b.metricSum("srcip_agent_bundle_lines_total"); err != nil {
+		return err
+	}
+	logf("srcip-agent: cold start -> all flows in OVS %.2f s: %d flows, %d groups (%.0f messages), RSS %.0f MB, CPU %.2f s",
+		c.ReadyS, c.Flows, c.Groups, c.Messages, c.AtReady.RSSMB, c.AtReady.CPUSeconds)
+	if st, err := b.syncSteps("full"); err != nil {
+		logf("agent metrics: %v", err)
+	} else {
+		c.Steps = st.means(nil)
+		logf("srcip-agent: its first full sync, ms by step: %s", formatSteps(c.Steps))
+	}
+	time.Sleep(3 * time.Second)
+	if c.Settled, err = procUsage(pid); err != nil {
+		return err
+	}
+	logf("srcip-agent: RSS 3 s after the cold start %.0f MB", c.Settled.RSSMB)
+	if c.FlowsLater, _, err = b.counts(); err != nil {
+		return err
+	}
+	if c.FlowsLater != c.Flows {
+		logf("WARNING: %d agent flows at /readyz, %d three seconds later", c.Flows, c.FlowsLater)
+	}
+	return nil
+}
+
+func (b *bench) agentPhase(ctx context.Context, r *Result, largest bool) error {
+	// -cold-runs: the cold start is measured that many times; the figure is the median. The
+	// last run is profiled and goes on to the changes.
+	var profDone chan struct{}
+	var onLast func()
+	if *profileDir != "" {
+		onLast = func() {
+			profDone = make(chan struct{})
+			go func() {
+				defer close(profDone)
+				if _, err := httpOK("http://"+b.metrics+"/healthz", 2*time.Millisecond, time.Minute); err != nil {
+					logf("profile: %v", err)
+					return
+				}
+				secs := 3 + len(b.cl.svcs)/2000
+				if err := fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", b.metrics, secs),
+					filepath.Join(*profileDir, fmt.Sprintf("cpu-%d.pprof", len(b.cl.svcs)))); err != nil {
+					logf("profile: %v", err)
+				}
+			}()
+		}
+	}
+	var c coldFigures
+	if err := b.coldStarts(&c, onLast); err != nil {
+		return err
+	}
+	defer func() {
 		_ = b.lab.StopAgent("node1")
 		if *profileDir != "" {
 			if log, err := os.ReadFile(b.lab.AgentLog("node1")); err == nil {
@@ -114,64 +193,14 @@ func (b *bench) agentPhase(ctx context.Context, r *Result, largest bool) error {
 			}
 		}
 	}()
-	var profDone chan struct{}
-	if *profileDir != "" {
-		profDone = make(chan struct{})
-		go func() {
-			defer close(profDone)
-			if _, err := httpOK("http://"+b.metrics+"/healthz", 2*time.Millisecond, time.Minute); err != nil {
-				logf("profile: %v", err)
-				return
-			}
-			secs := 3 + len(b.cl.svcs)/2000
-			if err := fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", b.metrics, secs),
-				filepath.Join(*profileDir, fmt.Sprintf("cpu-%d.pprof", len(b.cl.svcs)))); err != nil {
-				logf("profile: %v", err)
-			}
-		}()
-	}
-	ready, err := httpOK("http://"+b.metrics+"/readyz", 5*time.Millisecond, 10*time.Minute)
-	if err != nil {
-		return err
-	}
-	colds = append(colds, ready.Sub(start).Seconds())
-	r.AgentReadyRunsS = slices.Clone(colds)
-	slices.Sort(colds)
-	r.AgentReadyS = colds[len(colds)/2]
-	if len(colds) > 1 {
-		logf("srcip-agent: cold starts %v s: median %.2f s", r.AgentReadyRunsS, r.AgentReadyS)
-	}
+	r.AgentReadyS, r.AgentReadyRunsS, r.AgentFlows, r.AgentGroups, r.AgentFlowsLater = c.ReadyS, c.ReadyRunsS, c.Flows, c.Groups, c.FlowsLater
+	r.AgentMessages, r.AgentAtReady, r.AgentSettled, r.ColdSteps = c.Messages, c.AtReady, c.Settled, c.Steps
 	pid := b.lab.AgentPid("node1")
-	if r.AgentAtReady, err = procUsage(pid); err != nil {
-		return err
-	}
-	if r.AgentFlows, r.AgentGroups, err = b.counts(); err != nil {
-		return err
-	}
-	logf("srcip-agent: cold start -> all flows in OVS %.2f s: %d flows, %d groups, RSS %.0f MB, CPU %.2f s",
-		r.AgentReadyS, r.AgentFlows, r.AgentGroups, r.AgentAtReady.RSSMB, r.AgentAtReady.CPUSeconds)
-	if st, err := b.syncSteps("full"); err != nil {
-		logf("agent metrics: %v", err)
-	} else {
-		r.ColdSteps = st.means(nil)
-		logf("srcip-agent: its first full sync, ms by step: %s", formatSteps(r.ColdSteps))
-	}
-	time.Sleep(3 * time.Second)
-	if r.AgentSettled, err = procUsage(pid); err != nil {
-		return err
-	}
-	logf("srcip-agent: RSS 3 s after the cold start %.0f MB", r.AgentSettled.RSSMB)
 	if profDone != nil {
 		<-profDone
 		if err := fetch("http://"+b.metrics+"/debug/pprof/heap?gc=1", filepath.Join(*profileDir, fmt.Sprintf("heap-%d.pprof", len(b.cl.svcs)))); err != nil {
 			logf("profile: %v", err)
 		}
-	}
-	if r.AgentFlowsLater, _, err = b.counts(); err != nil {
-		return err
-	}
-	if r.AgentFlowsLater != r.AgentFlows {
-		logf("WARNING: %d agent flows at /readyz, %d three seconds later", r.AgentFlows, r.AgentFlowsLater)
 	}
 
 	n := *smallChanges
@@ -194,6 +223,7 @@ func (b *bench) agentPhase(ctx context.Context, r *Result, largest bool) error {
 			return fmt.Errorf("pod start: %w", err)
 		}
 	}
+	var err error
 	r.AgentAfter, err = procUsage(pid)
 	return err
 }
@@ -655,23 +685,12 @@ func printTable(rs []*Result) {
 	w := os.Stdout
 	fmt.Fprintf(w, "\nsrcip-agent vs the OVS floor vs kube-proxy (nftables); one emulated node, live API server\n")
 	fmt.Fprintf(w, "(shared 2-core machine: compare ratios within this run, not with other machines)\n\n")
-	row := func(name string, f func(r *Result) string) {
-		fmt.Fprintf(w, "%-58s", name)
-		for _, r := range rs {
-			fmt.Fprintf(w, " %16s", f(r))
-		}
-		fmt.Fprintln(w)
-	}
+	row := tableRow(w, rs)
 	row("Services x endpoints (nodes)", func(r *Result) string { return fmt.Sprintf("%dx%d (%d)", r.Services, r.Endpoints, r.Nodes) })
-	row("agent: cold start -> all flows in OVS (s)", func(r *Result) string { return f2(r.AgentReadyS) })
-	row("agent: flows / groups in OVS", func(r *Result) string { return fmt.Sprintf("%d/%d", r.AgentFlows, r.AgentGroups) })
-	row("agent: RSS at sync / 3 s later / after changes (MB)", func(r *Result) string {
-		return fmt.Sprintf("%.0f/%.0f/%.0f", r.AgentAtReady.RSSMB, r.AgentSettled.RSSMB, r.AgentAfter.RSSMB)
-	})
-	row("agent: peak RSS (MB)", func(r *Result) string {
-		return fmt.Sprintf("%.0f", max(r.AgentAtReady.PeakRSSMB, r.AgentAfter.PeakRSSMB))
-	})
-	row("agent: CPU seconds to first sync", func(r *Result) string { return f2(r.AgentAtReady.CPUSeconds) })
+	coldRows(row)
+	if slices.ContainsFunc(rs, func(r *Result) bool { return r.DualStack != nil }) {
+		dualStackRows(row)
+	}
 	row("floor: pre-encoded bundles (s)", func(r *Result) string { return f2(r.FloorBundleS) })
 	row("floor: ovs-ofctl add-groups + replace-flows (s)", func(r *Result) string { return f2(r.OfctlReplaceColdS) })
 	row("ovs-ofctl replace-flows, one flow changed (s)", func(r *Result) string { return f2(r.OfctlReplaceOneS) })
@@ -709,6 +728,31 @@ func printTable(rs []*Result) {
 		row("ratio kube-proxy / agent, change p99", func(r *Result) string { return ratio(r.KubeProxyChange.P99ms, r.Change.P99ms) })
 		row("ratio kube-proxy / agent, RSS", func(r *Result) string { return ratio(r.KubeProxyAtSync.RSSMB, r.AgentAtReady.RSSMB) })
 	}
+}
+
+// tableRow returns the row printer of a table with one column per Result.
+func tableRow(w io.Writer, rs []*Result) func(string, func(*Result) string) {
+	return func(name string, f func(r *Result) string) {
+		fmt.Fprintf(w, "%-58s", name)
+		for _, r := range rs {
+			fmt.Fprintf(w, " %16s", f(r))
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// coldRows are the agent's cold-start rows (IPv4).
+func coldRows(row func(string, func(*Result) string)) {
+	row("agent: cold start -> all flows in OVS (s)", func(r *Result) string { return f2(r.AgentReadyS) })
+	row("agent: flows / groups in OVS", func(r *Result) string { return fmt.Sprintf("%d/%d", r.AgentFlows, r.AgentGroups) })
+	row("agent: messages of the first sync", func(r *Result) string { return fmt.Sprintf("%.0f", r.AgentMessages) })
+	row("agent: RSS at sync / 3 s later / after changes (MB)", func(r *Result) string {
+		return fmt.Sprintf("%.0f/%.0f/%.0f", r.AgentAtReady.RSSMB, r.AgentSettled.RSSMB, r.AgentAfter.RSSMB)
+	})
+	row("agent: peak RSS (MB)", func(r *Result) string {
+		return fmt.Sprintf("%.0f", max(r.AgentAtReady.PeakRSSMB, r.AgentAfter.PeakRSSMB))
+	})
+	row("agent: CPU seconds to first sync", func(r *Result) string { return f2(r.AgentAtReady.CPUSeconds) })
 }
 
 func f2(v float64) string { return fmt.Sprintf("%.2f", v) }
@@ -811,6 +855,40 @@ func (b *bench) syncSteps(kind string) (stepTotals, error) {
 		}
 	}
 	return t, nil
+}
+
+// metricSum is the sum over its label sets of the agent's metric name (a gauge or counter).
+func (b *bench) metricSum(name string) (float64, error) {
+	resp, err := http.Get("http://" + b.metrics + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	var sum float64
+	found := false
+	for _, l := range strings.Split(string(body), "\n") {
+		rest, ok := strings.CutPrefix(l, name)
+		if !ok || (rest != "" && rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		f := strings.Fields(rest[strings.LastIndexByte(rest, '}')+1:])
+		if len(f) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %q: %v", name, l, err)
+		}
+		sum, found = sum+v, true
+	}
+	if !found {
+		return 0, fmt.Errorf("no %s in the agent's metrics", name)
+	}
+	return sum, nil
 }
 
 // means returns each step's mean in ms since before (nil: since the start).

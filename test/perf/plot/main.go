@@ -31,6 +31,7 @@ type result struct {
 	Change          latency
 	KubeProxyAtSync usage
 	KubeProxyChange latency
+	DualStack       *struct{ AtReady usage } // the same size dual-stack (issue 22), cold start only
 }
 
 func main() {
@@ -82,7 +83,7 @@ func draw2(in, out string) error {
 		fmt.Fprintf(os.Stderr, "plot: %s has no cluster sizes (-only=datapath?): nothing drawn\n", in)
 		return nil
 	}
-	var ap50, ap99, kp50, kp99, arss, krss plotter.XYs
+	var ap50, ap99, kp50, kp99, arss, drss, krss plotter.XYs
 	for _, r := range rs {
 		x := float64(r.Services)
 		if r.Change.N > 0 {
@@ -94,6 +95,9 @@ func draw2(in, out string) error {
 			kp99 = append(kp99, plotter.XY{X: x, Y: r.KubeProxyChange.P99ms})
 		}
 		arss = append(arss, plotter.XY{X: x, Y: max(r.AgentAtReady.RSSMB, r.AgentAfter.RSSMB)})
+		if r.DualStack != nil {
+			drss = append(drss, plotter.XY{X: x, Y: r.DualStack.AtReady.RSSMB})
+		}
 		if r.KubeProxyAtSync.RSSMB > 0 {
 			krss = append(krss, plotter.XY{X: x, Y: r.KubeProxyAtSync.RSSMB})
 		}
@@ -126,6 +130,9 @@ func draw2(in, out string) error {
 	mem.Legend.Top, mem.Legend.Left = true, true
 	mem.Y.Min = 0
 	if err := line(mem, "srcip-agent", blue, false, arss); err != nil {
+		return err
+	}
+	if err := line(mem, "srcip-agent, dual-stack cluster", blue, true, drss); err != nil {
 		return err
 	}
 	if err := line(mem, "kube-proxy nftables", orange, false, krss); err != nil {
