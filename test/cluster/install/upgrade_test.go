@@ -131,7 +131,7 @@ func createEgress(t *testing.T, ctx context.Context, c *cluster.Cluster) {
 // buildUpgradeImages writes the old image (oldCommit, extracted with git archive, built by its
 // own hack/image.sh) and the new one (this checkout, hack/image.sh -l) and imports both on every
 // node.
-func buildUpgradeImages(t *testing.T, ctx context.Context, c *cluster.Cluster) {
+func buildUpgradeImages(t *testing.T, ctx context.Context, c *cluster.Cluster) (oldCtl, newCtl string) {
 	t.Helper()
 	t0 := time.Now()
 	root, err := filepath.Abs("../../..")
@@ -162,8 +162,62 @@ func buildUpgradeImages(t *testing.T, ctx context.Context, c *cluster.Cluster) {
 			}
 		}
 	}
+	// Each build's srcipctl, for srcipctl diff against that build's agent (the new one with the
+	// same layout switch as its agent).
+	oldCtl, newCtl = filepath.Join(dir, "srcipctl-old"), filepath.Join(dir, "srcipctl-new")
+	for _, b := range []struct{ dir, out, ldflags string }{
+		{src, oldCtl, ""},
+		{root, newCtl, "-X github.com/ovs-srcip/ovs-srcip/flows.upgradeTestLayout=1"},
+	} {
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", b.ldflags, "-o", b.out, "./cmd/srcipctl")
+		cmd.Dir = b.dir
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("build srcipctl in %s: %v\n%s", b.dir, err, out)
+		}
+	}
 	fmt.Printf("upgrade: images %s (commit %.7s) and %s (this checkout, hack/image.sh -l) built and imported in %v\n",
 		oldTag, oldCommit, newTag, time.Since(t0).Round(time.Millisecond))
+	return oldCtl, newCtl
+}
+
+// diffNodes runs srcipctl diff (the build's own: it renders the flow sets that build's agent
+// wants and compares them with the bridges' inventory) on every node against its agent's debug
+// endpoint: every owned cookie on the bridges is one the running build wants, none is missing.
+func diffNodes(t *testing.T, c *cluster.Cluster, what, srcipctl string) {
+	t.Helper()
+	for _, n := range c.Lab.Nodes {
+		argv := append(c.KNodes[n.Name].Enter(), srcipctl, "diff", "--agent", "http://127.0.0.1:9465",
+			"--node-rundir", "/var/run/openvswitch", "--kubeconfig", c.Kubeconfig)
+		out, _ := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+		// srcipctl diff renders no egress state (which node holds an egress IP is the Leases'):
+		// the flow sets of the egress IP and of the pods the EgressGateway selects (app=job)
+		// differ from its rendering on every build; any other difference is a stale or missing
+		// flow set.
+		var other []string
+		egress, sets := 0, 0
+		for _, l := range strings.Split(string(out), "\n") {
+			l = strings.TrimSpace(l)
+			switch {
+			case strings.HasPrefix(l, "br-ex: ") || strings.HasPrefix(l, "br-int: "):
+				if f := strings.Fields(l); len(f) > 1 {
+					k, _ := strconv.Atoi(f[1])
+					sets += k
+				}
+			case strings.HasPrefix(l, "br-ex ") || strings.HasPrefix(l, "br-int "):
+				if strings.Contains(l, " pod app/job-") || strings.Contains(l, " egress ") || strings.Contains(l, " egress-announce ") {
+					egress++
+				} else {
+					other = append(other, l)
+				}
+			}
+		}
+		if sets == 0 || len(other) > 0 {
+			t.Errorf("%s: %s: srcipctl diff: %d flow sets as desired, differences %v\n%s", what, n.Name, sets, other, out)
+		}
+		fmt.Printf("%s: %s: srcipctl diff (%s): %d flow sets as desired, %d other differences (%d of the egress state, which srcipctl does not render)\n",
+			what, n.Name, filepath.Base(srcipctl), sets, len(other), egress)
+	}
 }
 
 // upStream is one long-lived TCP connection kept by `echo stream`: a request every streamEvery,
@@ -659,11 +713,12 @@ func (f rollFigures) report(t *testing.T, what string) {
 // sampled every 200 ms. Asserted per roll: no stream broken (reset or timeout), none silent for
 // over 1 s, every new connection answered, never a sample without flows, and after the roll each
 // node holds the new build's layout only (one base flow set cookie per bridge; table 58's flow
-// present after the upgrade, gone after the downgrade; the old build's br-int base cookie gone).
+// present after the upgrade, gone after the downgrade; the old build's br-int base cookie gone;
+// srcipctl diff of the running build: no stale or missing flow set outside the egress state).
 func TestRollingUpgrade(t *testing.T) {
 	ctx := context.Background()
 	c := startLab(t, ctx)
-	buildUpgradeImages(t, ctx, c)
+	oldCtl, newCtl := buildUpgradeImages(t, ctx, c)
 	vOld, vNew := imageRepo+":"+oldTag, imageRepo+":"+newTag
 
 	for _, n := range c.Lab.Nodes {
@@ -715,6 +770,7 @@ func TestRollingUpgrade(t *testing.T) {
 			n.Name, oldTag, l.owned, onlyKey(l.intBase), onlyKey(l.exBase), upgradeTbl)
 	}
 
+	diffNodes(t, c, "installed", oldCtl)
 	up := underTraffic(t, ctx, c, "upgrade", func() {
 		applyKustomize(t, ctx, c, "testdata/upgrade-new")
 		run(t, c, "kubectl", "-n", "ovs-srcip", "rollout", "status", "daemonset/srcip-agent", "--timeout=240s")
@@ -732,6 +788,7 @@ func TestRollingUpgrade(t *testing.T) {
 		fmt.Printf("upgrade: %s on %s: %d owned flows, br-int base cookie %s (old %s: 0 flows left), br-ex base cookie %s, %d flow in table %d\n",
 			n.Name, newTag, l.owned, onlyKey(l.intBase), old, onlyKey(l.exBase), l.upgradeFlows, upgradeTbl)
 	}
+	diffNodes(t, c, "upgrade", newCtl)
 	up.report(t, "upgrade")
 	checkVersions(t, ctx, c, newTag)
 
@@ -750,6 +807,7 @@ func TestRollingUpgrade(t *testing.T) {
 		fmt.Printf("downgrade: %s on %s: %d owned flows, br-int base cookie %s (new %s: 0 flows left; before the upgrade %s), table %d empty\n",
 			n.Name, oldTag, l.owned, onlyKey(l.intBase), nw, onlyKey(before[n.Name].intBase), upgradeTbl)
 	}
+	diffNodes(t, c, "downgrade", oldCtl)
 	down.report(t, "downgrade")
 	checkVersions(t, ctx, c, oldTag)
 }
