@@ -238,6 +238,7 @@ func BuildIntBase(st *State) (*FlowSet, error) {
 				arpReply(gwMAC)...))
 		}
 	}
+	fs.Flows = append(fs.Flows, upgradeTestFlows()...) // none in a normal build (upgradetest.go)
 	return fs, fs.Finish()
 }
 

@@ -6,13 +6,16 @@
 # nftables: hack/deps.sh), laid out as deploy/daemonset.yaml expects. The image writer is the
 # real-kubelet lab's (hack/cluster/node/mkimage, go-containerregistry from the Go module proxy).
 #
-#   hack/image.sh [-v VERSION] [-r REPOSITORY] [-o DIR] [-f oci|docker]
+#   hack/image.sh [-v VERSION] [-r REPOSITORY] [-o DIR] [-f oci|docker] [-l]
 #
 # VERSION (default: the VERSION file) is stamped in the binaries (package version) and is the
 # image's tag and its org.opencontainers.image.version label; REPOSITORY defaults to
 # ghcr.io/ovs-srcip/srcip-agent (what deploy/ and the Helm chart name). Writes
 # DIR/srcip-agent-VERSION.tar (default DIR: bin/image), an OCI image layout tarball (-f docker: a
-# docker-archive tarball), and prints its path as the last line. On each containerd node:
+# docker-archive tarball), and prints its path as the last line. -l is for the rolling-upgrade
+# test only (test/cluster/install TestRollingUpgrade), never for a release: the agent gets one
+# more br-ex-invisible flow in br-int (flows.upgradeTestLayout, flows/upgradetest.go), a flow
+# layout the build without -l does not have. On each containerd node:
 #   ctr -n k8s.io images import srcip-agent-VERSION.tar
 # or push it to a registry with any OCI tool (skopeo copy oci-archive:..., crane push, ...).
 set -euo pipefail
@@ -22,13 +25,15 @@ version=$(cat "$root/VERSION")
 repo=ghcr.io/ovs-srcip/srcip-agent
 outdir=$root/bin/image
 format=oci
-while getopts "v:r:o:f:" opt; do
+testlayout=
+while getopts "v:r:o:f:l" opt; do
 	case $opt in
 	v) version=$OPTARG ;;
 	r) repo=$OPTARG ;;
 	o) outdir=$OPTARG ;;
 	f) format=$OPTARG ;;
-	*) echo "usage: $0 [-v VERSION] [-r REPOSITORY] [-o DIR] [-f oci|docker]" >&2; exit 2 ;;
+	l) testlayout=1 ;;
+	*) echo "usage: $0 [-v VERSION] [-r REPOSITORY] [-o DIR] [-f oci|docker] [-l]" >&2; exit 2 ;;
 	esac
 done
 commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || true)
@@ -40,6 +45,9 @@ trap 'rm -rf "$work"' EXIT
 export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:--buildvcs=false}"
 pkg=github.com/ovs-srcip/ovs-srcip/version
 ldflags="-s -w -X $pkg.Version=$version -X $pkg.Commit=$commit"
+if [ -n "$testlayout" ]; then
+	ldflags="$ldflags -X github.com/ovs-srcip/ovs-srcip/flows.upgradeTestLayout=1"
+fi
 cd "$root"
 # Static binaries (no cgo), one go build per directory (its packages' main names the files).
 go build -trimpath -ldflags "$ldflags" -o "$work/bin/" ./cmd/srcip-agent ./cmd/srcipctl

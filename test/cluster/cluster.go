@@ -540,7 +540,14 @@ func ReleaseImage(ctx context.Context, version, dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	args := []string{"-o", dir}
+	return ImageFrom(ctx, script, version, dir)
+}
+
+// ImageFrom runs script (a hack/image.sh, possibly of another checkout of the repository, which
+// builds that checkout) for version into dir with extra arguments (e.g. -l) and returns the
+// tarball's path, as ReleaseImage does.
+func ImageFrom(ctx context.Context, script, version, dir string, extra ...string) (string, error) {
+	args := append([]string{"-o", dir}, extra...)
 	if version != "" {
 		args = append(args, "-v", version)
 	}
