@@ -17,9 +17,10 @@ import (
 // IPv4 (CTLabelIngressNode is the ingress node's 32-bit InternalIP). A node without an IPv6
 // pod CIDR renders exactly as before (no twin, no ND table).
 //
-// Egress IPs stay IPv4: a pod selected by an EgressGateway sends its IPv6 traffic the normal way
-// (to pods, or to the host through the gateway port), never into IntEgressOut (podEgressFlows
-// programs IPv4 addresses only; TestEgressNoIPv6).
+// Egress per family: a pod whose IPv6 traffic no policy with an IPv6 egress IP selects
+// (Pod.Egress6 nil) sends it the normal way (to pods, or to the host through the gateway port),
+// never into IntEgressOut, whatever its IPv4 egress (TestEgressNoIPv6); the IPv6 egress path is
+// egress6.go's.
 
 // Priorities of the IPv6 flows of IntClassifier.
 const (
@@ -169,15 +170,21 @@ func ref6(r of.FieldRef) of.FieldRef {
 // type before their address and recomputes the ICMPv6 checksum. The hop limit (255) and the
 // target are kept.
 func ndAnswer(mac net.HardwareAddr) []of.Action {
+	return ndAnswerTo(mac, ndAdvertFlags, IntNDAdvert)
+}
+
+// ndAnswerTo is ndAnswer with the advertisement's flags (nd_reserved) and the table that writes
+// the TLL option (IntNDAdvert on br-int, ExNDAdvert on br-ex).
+func ndAnswerTo(mac net.HardwareAddr, flags uint64, next Table) []of.Action {
 	return []of.Action{
 		of.Move{Src: nxmEthSrc, Dst: nxmEthDst},
 		of.ModDLSrc{MAC: mac},
 		of.Move{Src: of.Ref(of.FieldIPv6Src), Dst: of.Ref(of.FieldIPv6Dst)},
 		of.Move{Src: of.Ref(of.FieldNDTarget), Dst: of.Ref(of.FieldIPv6Src)},
 		of.SetField{Field: of.FieldICMPv6Type, Value: icmp6NeighAdvert},
-		of.SetField{Field: of.FieldNDReserved, Value: ndAdvertFlags},
+		of.SetField{Field: of.FieldNDReserved, Value: flags},
 		of.SetField{Field: of.FieldNDOptionsType, Value: ndOptTLL},
-		Goto(IntNDAdvert),
+		Goto(next),
 	}
 }
 
