@@ -159,6 +159,8 @@ func TestEgressGatewayIPv6(t *testing.T) {
 	ct1, err := theLab.Appctl("node1", "dpctl/dump-conntrack", "zone=64274")
 	require.NoError(t, err)
 	assert.Contains(t, ct1, "dst="+egressIP6, "node1's ZoneEgress6 SNATs now")
+	_, sport, _ := net.SplitHostPort(before)
+	assert.Contains(t, ct1, "sport="+sport+",dport="+hostPort, "the session itself goes through node1 now")
 	rn = nsRun(t, theLab.RouterNetns, "ip", "-6", "neigh", "show", egressIP6)
 	assert.Contains(t, rn, n1MAC, "the router's entry points at node1's br-ex")
 	// IPv4 still through node3.
