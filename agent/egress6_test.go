@@ -167,3 +167,10 @@ func TestEgress6NoIPv6Gateway(t *testing.T) {
 	assert.Equal(t, "2001:db8::50", m.st.Pods[k].Egress6.IP.String())
 	assert.Equal(t, "", m.st.Egress[addr("2001:db8::50")].Gateway)
 }
+
+// Lease names are DNS subdomains for both families.
+func TestLeaseNameIPv6(t *testing.T) {
+	assert.Equal(t, "egress-192.0.2.50", LeaseName(addr("192.0.2.50")))
+	assert.Equal(t, "egress-2001-db8-0-2--50", LeaseName(addr("2001:db8:0:2::50")))
+	assert.Equal(t, "egress-2001-db8-1--0", LeaseName(addr("2001:db8:1::")))
+}
