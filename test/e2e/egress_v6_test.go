@@ -83,9 +83,11 @@ func TestEgressGatewayIPv6(t *testing.T) {
 		}
 	})
 
-	// Before any policy: the host masquerade per family.
-	request(t, "echo-a", "tcp", target6, "client", node2v6)
-	request(t, "echo-a", "tcp", target4, "client", node2v4)
+	// Before any policy: the host masquerade per family (waited for: a previous test's policy
+	// may still be going away).
+	waitSeenAs(t, "echo-a", "tcp", target6, node2v6)
+	waitSeenAs(t, "echo-a", "tcp", target4, node2v4)
+	t.Logf("no policy: echo-a seen as %s and %s", node2v6, node2v4)
 
 	// A v4-only policy: IPv4 through the gateway, IPv6 untouched.
 	writeManifest(t, "egress.yaml", egressPolicy("job", egressIP, "node3", ""))
