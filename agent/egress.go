@@ -170,6 +170,9 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 	}
 	slices.Sort(readyNames)
 	taken := map[netip.Addr]string{}
+	// The usable IPv6 egress IPs by EgressID (their last 32 bits, which name them in the
+	// pipeline): a second one with the same id is refused.
+	takenID6 := map[uint32]netip.Addr{}
 	egress := map[netip.Addr]flows.EgressIP{}
 	choose := m.chooseGateway
 	if choose == nil {
@@ -189,15 +192,29 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 				}
 			}
 		}
+		// An IPv6 egress IP is served only by a node that runs IPv6 (an IPv6 pod CIDR: its
+		// br-int and br-ex carry IPv6, flows.BuildEgress).
+		var eligible6 []string
+		for _, name := range eligible {
+			if nodeHasIPv6PodCIDR(m.nodes[name]) {
+				eligible6 = append(eligible6, name)
+			}
+		}
 		for _, s := range p.obj.Spec.EgressIPs {
 			st := EgressIPState{Eligible: eligible}
 			ip, err := netip.ParseAddr(s)
+			if err == nil && ip.Is6() && !ip.Is4In6() {
+				st.Eligible = eligible6
+			}
 			switch {
 			case err != nil:
 				st.Refused, st.Message = egressv1.ReasonUnsupported, "not an IP address: "+s
-			case !ip.Is4():
+			case ip.Is4In6():
 				st.IP = ip
-				st.Refused, st.Message = egressv1.ReasonUnsupported, ip.String()+": IPv6 egress IPs are not programmed yet"
+				st.Refused, st.Message = egressv1.ReasonUnsupported, ip.String()+" is an IPv4-mapped IPv6 address: refused (write the IPv4 address "+ip.Unmap().String()+")"
+			case ip.Zone() != "" || !ip.IsGlobalUnicast():
+				st.IP = ip
+				st.Refused, st.Message = egressv1.ReasonUnsupported, ip.String()+" is not a global unicast address (loopback, link-local, multicast or unspecified): refused (the gateway would answer for and send from an address the router does not route)"
 			case nodeAddrs[ip] != "":
 				st.IP = ip
 				st.Refused, st.Message = egressv1.ReasonNodeAddress, ip.String()+" is an address of node "+nodeAddrs[ip]
@@ -207,12 +224,39 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 			case taken[ip] != "":
 				st.IP = ip
 				st.Refused, st.Message = egressv1.ReasonEgressIPInUse, ip.String()+" is an egress IP of the older EgressGateway "+taken[ip]
+			case ip.Is6() && takenID6[flows.EgressID(ip)].IsValid():
+				other := takenID6[flows.EgressID(ip)]
+				st.IP = ip
+				st.Refused, st.Message = egressv1.ReasonEgressIPInUse, ip.String()+" has the same last 32 bits as the IPv6 egress IP "+other.String()+" of EgressGateway "+taken[other]+" (the pipeline names an IPv6 egress IP by them)"
 			default:
 				st.IP = ip
 				taken[ip] = p.Name
+				if ip.Is6() {
+					takenID6[flows.EgressID(ip)] = ip
+				}
 				st.usable = p.Invalid == ""
 			}
 			p.IPs = append(p.IPs, st)
+		}
+	}
+	// Refusals as Warning Events on the policy, per family (each changed set once).
+	for _, p := range pols {
+		var probs []string
+		for _, s := range p.IPs {
+			if s.Refused == "" {
+				continue
+			}
+			fam := "IPv4 "
+			switch {
+			case !s.IP.IsValid():
+				fam = ""
+			case s.IP.Is6() && !s.IP.Is4In6():
+				fam = "IPv6 "
+			}
+			probs = append(probs, fam+"egress IP refused ("+s.Refused+"): "+s.Message)
+		}
+		if len(probs) > 0 || !m.quiet(probs) {
+			m.report(egressEventObject(p.obj), "egressgateway/"+p.Name, ReasonConflict, probs)
 		}
 	}
 	// The election first learns what this node may serve (it gives up the rest at once), then
@@ -245,33 +289,28 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 	}
 	m.st.Egress = egress
 	m.st.EgressClusterCIDRs = m.egressClusterCIDRs
+	// Once an IPv6 egress IP was served, br-int keeps the IPv6 egress path for the agent's
+	// life: connections pinned to it outlive it and must stay dropped (C37).
+	for ip := range egress {
+		if ip.Is6() {
+			m.st.EgressIPv6Path = true
+		}
+	}
 	m.egressPolicies = pols
 
-	// Local pods.
+	// Local pods, per family: a pod's IPv4 traffic follows the oldest policy that selects it
+	// and has a usable IPv4 egress IP, its IPv6 traffic the oldest one with a usable IPv6
+	// egress IP (a policy of one family governs only that family's traffic).
 	for k, fp := range m.st.Pods {
-		var pe *flows.PodEgress
+		var pe, pe6 *flows.PodEgress
 		if pod := m.pods[nn(k.Namespace, k.Name)]; pod != nil {
-			for _, p := range pols {
-				if !p.selects(pod, m.namespaces[pod.Namespace]) {
-					continue
-				}
-				var usable []netip.Addr
-				for _, s := range p.IPs {
-					if s.Refused == "" && s.IP.Is4() {
-						usable = append(usable, s.IP)
-					}
-				}
-				if len(usable) == 0 {
-					continue
-				}
-				h := fnv.New32a()
-				h.Write([]byte(pod.Namespace + "/" + pod.Name))
-				pe = &flows.PodEgress{IP: usable[int(h.Sum32())%len(usable)], Policy: p.Name,
-					Destinations: p.dsts, Excluded: p.exclude}
-				break
+			pe = podEgressFor(pols, pod, m.namespaces[pod.Namespace], false)
+			if !fp.Chained { // a chained pod's egress interface carries IPv4 only
+				pe6 = podEgressFor(pols, pod, m.namespaces[pod.Namespace], true)
 			}
 		}
-		if !reflect.DeepEqual(pe, m.podEgress[k]) || !reflect.DeepEqual(pe, fp.Egress) {
+		if !reflect.DeepEqual(pe, m.podEgress[k]) || !reflect.DeepEqual(pe, fp.Egress) ||
+			!reflect.DeepEqual(pe6, m.podEgress6[k]) || !reflect.DeepEqual(pe6, fp.Egress6) {
 			markObject(touched, "Pod", k.Namespace, k.Name)
 			if pe == nil {
 				delete(m.podEgress, k)
@@ -279,10 +318,62 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 				m.podEgress[k] = pe
 				logger.V(2).Info("Pod egress", "pod", klog.KRef(k.Namespace, k.Name), "egressIP", pe.IP, "policy", pe.Policy)
 			}
+			if pe6 == nil {
+				delete(m.podEgress6, k)
+			} else {
+				m.podEgress6[k] = pe6
+				logger.V(2).Info("Pod egress (IPv6)", "pod", klog.KRef(k.Namespace, k.Name), "egressIP", pe6.IP, "policy", pe6.Policy)
+			}
 		}
-		fp.Egress = pe
+		fp.Egress, fp.Egress6 = pe, pe6
 		m.st.Pods[k] = fp
 	}
+}
+
+// podEgressFor returns pod's egress assignment of one family (v6: IPv6, else IPv4): the
+// oldest policy in pols that selects it and has a usable egress IP of that family; with
+// several, the one FNV-1a of namespace/name picks. nil: none.
+func podEgressFor(pols []*EgressPolicy, pod *corev1.Pod, ns *corev1.Namespace, v6 bool) *flows.PodEgress {
+	for _, p := range pols {
+		if !p.selects(pod, ns) {
+			continue
+		}
+		var usable []netip.Addr
+		for _, s := range p.IPs {
+			if s.Refused == "" && s.IP.IsValid() && s.IP.Is6() == v6 {
+				usable = append(usable, s.IP)
+			}
+		}
+		if len(usable) == 0 {
+			continue
+		}
+		h := fnv.New32a()
+		h.Write([]byte(pod.Namespace + "/" + pod.Name))
+		return &flows.PodEgress{IP: usable[int(h.Sum32())%len(usable)], Policy: p.Name,
+			Destinations: p.dsts, Excluded: p.exclude}
+	}
+	return nil
+}
+
+// egressEventObject is g with its TypeMeta set, so that the event recorder (whose scheme does
+// not know the EgressGateway type) can reference it.
+func egressEventObject(g *egressv1.EgressGateway) *egressv1.EgressGateway {
+	c := *g
+	c.TypeMeta = metav1.TypeMeta{Kind: "EgressGateway", APIVersion: egressv1.SchemeGroupVersion.String()}
+	return &c
+}
+
+// nodeHasIPv6PodCIDR reports whether n has an IPv6 pod CIDR (spec.podCIDRs, by family).
+func nodeHasIPv6PodCIDR(n *corev1.Node) bool {
+	if n == nil {
+		return false
+	}
+	for _, c := range append([]string{n.Spec.PodCIDR}, n.Spec.PodCIDRs...) {
+		if p, err := netip.ParsePrefix(c); err == nil && p.Addr().Is6() && !p.Addr().Is4In6() {
+			return true
+		}
+	}
+	return false
 }
 
 // EgressPolicies returns the policies as last converted (status writers, srcipctl).

@@ -172,7 +172,11 @@ func PolicyStatus(p *EgressPolicy, now time.Time) egressv1.EgressGatewayStatus {
 			usable++
 			if len(s.Eligible) == 0 {
 				readyReason = egressv1.ReasonNoEligibleNode
-				noGW = append(noGW, s.IP.String()+": no Ready node matches gatewayNodeSelector")
+				if s.IP.Is6() {
+					noGW = append(noGW, s.IP.String()+": no Ready node with an IPv6 pod CIDR matches gatewayNodeSelector")
+				} else {
+					noGW = append(noGW, s.IP.String()+": no Ready node matches gatewayNodeSelector")
+				}
 			} else {
 				if readyReason != egressv1.ReasonNoEligibleNode {
 					readyReason = egressv1.ReasonElecting
@@ -191,6 +195,9 @@ func PolicyStatus(p *EgressPolicy, now time.Time) egressv1.EgressGatewayStatus {
 	case len(noGW) > 0:
 		ready.Status, ready.Message = metav1.ConditionFalse, strings.Join(noGW, "; ")
 	}
+	if fam := familySummary(p); fam != "" {
+		ready.Message += " (" + fam + ")"
+	}
 	conflict := metav1.Condition{Type: egressv1.ConditionConflict, Status: metav1.ConditionFalse,
 		Reason: egressv1.ReasonNoConflict, Message: "no egress IP is refused", ObservedGeneration: p.Generation}
 	if refReason != "" {
@@ -204,6 +211,43 @@ func PolicyStatus(p *EgressPolicy, now time.Time) egressv1.EgressGatewayStatus {
 	slices.SortFunc(conds, func(a, b metav1.Condition) int { return strings.Compare(a.Type, b.Type) })
 	st.Conditions = conds
 	return st
+}
+
+// familySummary says per family what a policy with IPv6 egress IPs serves: "IPv4: 192.0.2.50
+// on node3; IPv6: 2001:db8::50 on node3, 2001:db8::1 refused (NodeAddress)"; "" for a policy
+// without IPv6 egress IPs (its messages are those of before IPv6).
+func familySummary(p *EgressPolicy) string {
+	var v4, v6 []string
+	has6 := false
+	for _, s := range p.IPs {
+		var d string
+		switch {
+		case !s.IP.IsValid():
+			continue
+		case s.Refused != "":
+			d = s.IP.String() + " refused (" + s.Refused + ")"
+		case p.Invalid != "":
+			d = s.IP.String() + " not served (invalid spec)"
+		case s.Gateway != "":
+			d = s.IP.String() + " on " + s.Gateway
+		default:
+			d = s.IP.String() + " without gateway"
+		}
+		if s.IP.Is6() && !s.IP.Is4In6() {
+			has6 = true
+			v6 = append(v6, d)
+		} else {
+			v4 = append(v4, d)
+		}
+	}
+	if !has6 {
+		return ""
+	}
+	out := "IPv6: " + strings.Join(v6, ", ")
+	if len(v4) > 0 {
+		out = "IPv4: " + strings.Join(v4, ", ") + "; " + out
+	}
+	return out
 }
 
 func conditionsEqual(a, b []metav1.Condition) bool {

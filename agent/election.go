@@ -48,9 +48,16 @@ const (
 const LeasePrefix = "egress-"
 
 // LeaseName is the name of the coordination.k8s.io/v1 Lease that elects the gateway of ip
-// (IPv4 "egress-192.0.2.50"; IPv6 colons become dashes).
+// (IPv4 "egress-192.0.2.50"; IPv6 colons become dashes, "egress-2001-db8-0-2--50", and a name
+// that would end in a dash, an address ending in "::", gets a final "0": a Lease name is a DNS
+// subdomain, which ends with an alphanumeric. No other address's canonical form ends in "::0",
+// so names stay distinct.)
 func LeaseName(ip netip.Addr) string {
-	return LeasePrefix + strings.ReplaceAll(ip.String(), ":", "-")
+	n := LeasePrefix + strings.ReplaceAll(ip.String(), ":", "-")
+	if strings.HasSuffix(n, "-") {
+		n += "0"
+	}
+	return n
 }
 
 // LeaseElection is the GatewayElection of a Kubernetes cluster: one Lease per egress IP

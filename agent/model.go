@@ -79,6 +79,7 @@ type model struct {
 	election           GatewayElection
 	egressPolicies     []*EgressPolicy
 	podEgress          map[flows.Key]*flows.PodEgress
+	podEgress6         map[flows.Key]*flows.PodEgress
 
 	// nextHops reads the next hops of this node's routes (ReconcilerConfig.RouteNextHops; nil:
 	// none are known).
@@ -127,6 +128,7 @@ func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, nodePortRang
 		egws:           map[string]*egressv1.EgressGateway{},
 		namespaces:     map[string]*corev1.Namespace{},
 		podEgress:      map[flows.Key]*flows.PodEgress{},
+		podEgress6:     map[flows.Key]*flows.PodEgress{},
 		nodes:          map[string]*corev1.Node{},
 		services:       map[types.NamespacedName]*corev1.Service{},
 		epSlices:       map[types.NamespacedName]*discoveryv1.EndpointSlice{},

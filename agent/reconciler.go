@@ -487,8 +487,8 @@ func (r *Reconciler) sync(ctx context.Context, full bool) (bool, error) {
 	return ch.full, nil
 }
 
-// afterSync runs after every successful sync: a gratuitous ARP for each egress IP this node
-// has just become the gateway of (its ARP answer is installed now, C25) or whose uplink changed
+// afterSync runs after every successful sync: a gratuitous ARP (IPv4) or an unsolicited
+// Neighbor Advertisement (IPv6) for each egress IP this node has just become the gateway of (its ARP answer is installed now, C25) or whose uplink changed
 // (C38), the acknowledgement of the pods whose flows are in (ackPodFlows), the election's
 // Synced (Leases given up are released now that the answers are gone), and the policies to the
 // status writer.
@@ -509,14 +509,18 @@ func (r *Reconciler) afterSync(ctx context.Context) {
 			continue
 		}
 		logger := klog.FromContext(ctx).WithValues("egressIP", ip)
+		how := "gratuitous ARP"
+		if ip.Is6() {
+			how = "unsolicited Neighbor Advertisement"
+		}
 		// Twice: one lost frame must not leave the router on the old gateway.
 		for range 2 {
 			if err := r.cfg.Announcer.AnnounceIP(ctx, ip, st.Ports.ExMAC, port); err != nil {
-				logger.Error(err, "Gratuitous ARP failed; neighbours learn the new gateway when their entry expires")
+				logger.Error(err, "Announcing the egress IP failed; neighbours learn the new gateway when their entry expires", "how", how)
 				break
 			}
 		}
-		logger.Info("Egress gateway: announced the egress IP (gratuitous ARP)", "mac", st.Ports.ExMAC.String())
+		logger.Info("Egress gateway: announced the egress IP ("+how+")", "mac", st.Ports.ExMAC.String())
 	}
 	r.ackPodFlows(ctx)
 	if r.cfg.Election != nil {

@@ -120,7 +120,10 @@ type EgressPodReport struct {
 	Namespace string   `json:"namespace"`
 	Name      string   `json:"name"`
 	IPs       []string `json:"ips"`
-	EgressIP  string   `json:"egressIP"`
+	// EgressIP is the egress IP of the pod's IPv4 traffic under this policy ("" when another
+	// policy, or none, governs it); EgressIPv6 that of its IPv6 traffic.
+	EgressIP   string `json:"egressIP"`
+	EgressIPv6 string `json:"egressIPv6,omitempty"`
 }
 
 // PortsReport is flows.Ports for JSON: ofports and MACs ("" when unknown).
@@ -533,10 +536,18 @@ func (r *Reconciler) egressReports(now time.Time) []EgressReport {
 			}
 		}
 		for k, fp := range m.st.Pods {
-			if fp.Egress == nil || fp.Egress.Policy != p.Name {
+			v4 := fp.Egress != nil && fp.Egress.Policy == p.Name
+			v6 := fp.Egress6 != nil && fp.Egress6.Policy == p.Name
+			if !v4 && !v6 {
 				continue
 			}
-			pr := EgressPodReport{Namespace: k.Namespace, Name: k.Name, IPs: []string{}, EgressIP: fp.Egress.IP.String()}
+			pr := EgressPodReport{Namespace: k.Namespace, Name: k.Name, IPs: []string{}}
+			if v4 {
+				pr.EgressIP = fp.Egress.IP.String()
+			}
+			if v6 {
+				pr.EgressIPv6 = fp.Egress6.IP.String()
+			}
 			for _, ip := range fp.IPs {
 				pr.IPs = append(pr.IPs, ip.String())
 			}

@@ -225,6 +225,10 @@ func BuildIntBase(st *State) (*FlowSet, error) {
 		fs.Flows = append(fs.Flows, intBase6(st, fs.Flows)...)
 	}
 	fs.Flows = append(fs.Flows, egressBaseFlows(st)...)
+	if st.egress6() {
+		// The IPv6 egress path (egress6.go): only with IPv6 egress IPs.
+		fs.Flows = append(fs.Flows, egressBase6(st)...)
+	}
 	{
 		for _, c := range st.self().PodCIDRs {
 			if !c.Addr().Is4() {

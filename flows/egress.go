@@ -15,8 +15,13 @@ import (
 // (BuildNode, egressNodeFlows).
 
 // EgressMAC is the inner Ethernet destination of a packet tunnelled to the gateway of egress IP
-// ip (0a:5e:<ip>): it tells the gateway which egress IP to SNAT to.
+// ip (0a:5e:<ip> for IPv4, 0a:5f:<its last 32 bits> for IPv6, EgressID): it tells the gateway
+// which egress IP to SNAT to.
 func EgressMAC(ip netip.Addr) net.HardwareAddr {
+	if ip.Is6() {
+		id := EgressID(ip)
+		return net.HardwareAddr{0x0a, 0x5f, byte(id >> 24), byte(id >> 16), byte(id >> 8), byte(id)}
+	}
 	b := ip.As4()
 	return net.HardwareAddr{0x0a, 0x5e, b[0], b[1], b[2], b[3]}
 }
@@ -58,6 +63,13 @@ func egressExcluded(st *State, e *PodEgress) []netip.Prefix {
 // Established packets of such a connection go to IntEgressOut by BuildIntBase's flow; replies
 // to connections that came IN to the pod were steered away earlier (IntPodEgressCT, C22).
 func podEgressFlows(st *State, p Pod, ip netip.Addr) []of.Flow {
+	if ip.Is6() {
+		// IPv6: only the pod's IPv6 assignment, on a node that carries the IPv6 egress path.
+		if e := p.Egress6; e != nil && e.IP.Is6() && st.selfHasIPv6() {
+			return podEgressFlows6(st, ip, e)
+		}
+		return nil
+	}
 	e := p.Egress
 	if e == nil || !e.IP.Is4() || !ip.Is4() {
 		return nil
@@ -147,6 +159,10 @@ func egressNodeFlows(st *State, tunSrc of.Match) []of.Flow {
 // br-ex passes back for the egress IP.
 func BuildEgress(st *State, e EgressIP) (*FlowSet, error) {
 	fs := &FlowSet{Key: Key{Kind: KindEgress, Name: e.IP.String()}, Bridge: BrInt}
+	if e.IP.Is6() && !e.IP.Is4In6() {
+		buildEgress6(st, e, fs)
+		return fs, fs.Finish()
+	}
 	if !e.IP.Is4() {
 		return fs, fs.Finish()
 	}
@@ -193,6 +209,10 @@ func BuildEgress(st *State, e EgressIP) (*FlowSet, error) {
 // answer nor intercept anything for it.
 func BuildEgressAnnounce(st *State, e EgressIP) (*FlowSet, error) {
 	fs := &FlowSet{Key: Key{Kind: KindEgressAnnounce, Name: e.IP.String()}, Bridge: BrEx}
+	if e.IP.Is6() && !e.IP.Is4In6() && e.Gateway == st.Node {
+		buildEgressAnnounce6(st, e, fs)
+		return fs, fs.Finish()
+	}
 	if !e.IP.Is4() || e.Gateway != st.Node {
 		return fs, fs.Finish()
 	}

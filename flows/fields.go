@@ -32,6 +32,10 @@ const (
 	// ZoneEgress holds the SNAT of egress traffic to an egress IP on its active gateway node
 	// (br-int, KindEgress); only the egress flow sets commit into it.
 	ZoneEgress uint16 = 0xfb02
+	// ZoneEgress6 is ZoneEgress for IPv6: the SNAT of IPv6 egress traffic to an IPv6 egress IP
+	// on its active gateway node (br-int, KindEgress), so that zone limits and conntrack dumps
+	// are per family.
+	ZoneEgress6 uint16 = 0xfb12
 )
 
 // RegField is a bit range [Start..End] of one 32-bit NXM register (ovs-fields(7) "reg0".."reg15").
@@ -251,8 +255,9 @@ var (
 	RegOutPort = NewRegField("RegOutPort", 1, 0, 31)
 	// RegScratch is reg2: scratch space of the ARP responder (address swap).
 	RegScratch = NewRegField("RegScratch", 2, 0, 31)
-	// RegEgressIP is reg3: the egress IP (IPv4, host byte order as ovs-ofctl loads it) a local
-	// pod's packet leaves with, set in IntL3Forwarding, read by IntEgressOut.
+	// RegEgressIP is reg3: the egress IP a local pod's packet leaves with (EgressID: an IPv4
+	// address, host byte order as ovs-ofctl loads it; an IPv6 one's last 32 bits), set in
+	// IntL3Forwarding, read by IntEgressOut.
 	RegEgressIP = NewRegField("RegEgressIP", 3, 0, 31)
 )
 
@@ -338,7 +343,7 @@ var (
 	CTLabelIngressNode6 = NewCTLabelField("CTLabelIngressNode6", 0, 127, ZonePod,
 		"IPv6 underlay: Geneve tun_ipv6_src of the first packet: the ingress node, where replies are tunnelled")
 	// CTLabelEgressIP (ZonePod, pod's node): ct_label[32..63] is the egress IP a connection
-	// with EgressPath was pinned to.
+	// with EgressPath was pinned to (EgressID: IPv4 itself, an IPv6 one's last 32 bits).
 	CTLabelEgressIP = NewCTLabelField("CTLabelEgressIP", 32, 63, ZonePod,
 		"the egress IP an EgressPath connection leaves with (pinned at its first packet)")
 	// CTLabelEgressNode (ZoneEgress, gateway node): ct_label[0..31] is the Geneve tun_src of
@@ -413,6 +418,7 @@ func Fields() []FieldDoc {
 		{"conntrack zone `ZoneService6`", fmt.Sprintf("%d (%#x)", ZoneService6, ZoneService6), "br-ex, ingress node: ZoneService for IPv6 (the DNAT of an IPv6 Service port's external traffic)."},
 		{"conntrack zone `ZonePod`", fmt.Sprintf("%d (%#x)", ZonePod, ZonePod), "br-int: connections to and from local pods."},
 		{"conntrack zone `ZoneEgress`", fmt.Sprintf("%d (%#x)", ZoneEgress, ZoneEgress), "br-int, egress gateway: the SNAT of selected pods' traffic to the egress IP."},
+		{"conntrack zone `ZoneEgress6`", fmt.Sprintf("%d (%#x)", ZoneEgress6, ZoneEgress6), "br-int, egress gateway: ZoneEgress for IPv6 (the SNAT to an IPv6 egress IP; the same ct_label layout)."},
 		{fmt.Sprintf("`%s` `%s` (ZonePod)", CTMarkOrigin.name, CTMarkOrigin.Ref()),
 			fmt.Sprintf("%d `OriginBrEx`, %d `OriginTunnel`, %d `OriginGateway`, %d `OriginNode`", OriginBrEx.value, OriginTunnel.value, OriginGateway.value, OriginNode.value),
 			"where a connection entered br-int: " + OriginBrEx.doc + "; " + OriginTunnel.doc + "; " + OriginGateway.doc + "; " + OriginNode.doc + ". 0: a connection a pod opened towards the gateway port (committed on its way out, so the host's answers are tracked)"},
@@ -420,13 +426,13 @@ func Fields() []FieldDoc {
 		{fmt.Sprintf("`%s` `%s` (ZoneService, ZoneService6)", CTLabelClientMAC.name, CTLabelClientMAC.Ref()), "MAC", CTLabelClientMAC.doc},
 		{fmt.Sprintf("`%s` `%s` (ZonePod)", CTLabelIngressNode.name, CTLabelIngressNode.Ref()), "IPv4", CTLabelIngressNode.doc},
 		{fmt.Sprintf("`%s` `%s` (ZonePod)", CTLabelIngressNode6.name, CTLabelIngressNode6.Ref()), "IPv6", CTLabelIngressNode6.doc},
-		{fmt.Sprintf("`%s` `%s` (ZonePod)", CTLabelEgressIP.name, CTLabelEgressIP.Ref()), "IPv4", CTLabelEgressIP.doc},
-		{fmt.Sprintf("`%s` `%s` (ZoneEgress)", CTLabelEgressNode.name, CTLabelEgressNode.Ref()), "IPv4", CTLabelEgressNode.doc},
+		{fmt.Sprintf("`%s` `%s` (ZonePod)", CTLabelEgressIP.name, CTLabelEgressIP.Ref()), "IPv4 or IPv6 id (EgressID)", CTLabelEgressIP.doc},
+		{fmt.Sprintf("`%s` `%s` (ZoneEgress, ZoneEgress6)", CTLabelEgressNode.name, CTLabelEgressNode.Ref()), "IPv4", CTLabelEgressNode.doc},
 		{fmt.Sprintf("`%s` `%s` (br-int)", RegSource.name, RegSource.Ref()),
 			marks(SourcePod, SourceBrEx, SourceTunnelPod, SourceTunnelSvc, SourceGateway, SourceEgress), "where the packet entered br-int"},
 		{fmt.Sprintf("`%s` `%s` (br-int)", RegOutPort.name, RegOutPort.Ref()), "ofport", "output port chosen by IntL3Forwarding"},
 		{fmt.Sprintf("`%s` `%s` (br-int)", RegScratch.name, RegScratch.Ref()), "scratch", "ARP responder address swap"},
-		{fmt.Sprintf("`%s` `%s` (br-int)", RegEgressIP.name, RegEgressIP.Ref()), "IPv4", "the egress IP of a local pod's egress packet (IntL3Forwarding -> IntEgressOut)"},
+		{fmt.Sprintf("`%s` `%s` (br-int)", RegEgressIP.name, RegEgressIP.Ref()), "IPv4 or IPv6 id (EgressID)", "the egress IP of a local pod's egress packet (IntL3Forwarding -> IntEgressOut): an IPv4 address, an IPv6 one's last 32 bits"},
 		{fmt.Sprintf("`%s` `%s` (br-ex)", RegAffinityPort.name, RegAffinityPort.Ref()), "group id", "the sessionAffinity Service port of a new connection (ExServiceCT -> ExServiceAffinity, ExServiceAffinityOut)"},
 		{fmt.Sprintf("`%s` `%s` (br-ex)", RegAffinityEndpoint.name, RegAffinityEndpoint.Ref()), "IPv4 or bucket id", "the endpoint a learned affinity flow recorded for the client (0: none): its IPv4 address, an IPv6 endpoint's bucket id"},
 		{fmt.Sprintf("`%s` `%s` (br-ex)", RegAffinityEndpointPort.name, RegAffinityEndpointPort.Ref()), "port", "that endpoint's port"},
@@ -434,7 +440,7 @@ func Fields() []FieldDoc {
 		{"Geneve VNI `VNIPod`", fmt.Sprint(VNIPod), "pod to pod (P3)"},
 		{"Geneve VNI `VNIService`", fmt.Sprint(VNIService), "DNATed external traffic, ingress node -> backend node (P1)"},
 		{"Geneve VNI `VNIServiceReply`", fmt.Sprint(VNIServiceReply), "backend node -> ingress node (P1)"},
-		{"Geneve VNI `VNIEgress`", fmt.Sprint(VNIEgress), "selected pod's node -> the egress IP's active gateway (P4); inner eth_dst = EgressMAC(egress IP)"},
+		{"Geneve VNI `VNIEgress`", fmt.Sprint(VNIEgress), "selected pod's node -> the egress IP's active gateway (P4); inner eth_dst = EgressMAC(egress IP): 0a:5e:<IPv4>, 0a:5f:<IPv6's last 32 bits>"},
 		{"Geneve VNI `VNIEgressReply`", fmt.Sprint(VNIEgressReply), "egress gateway -> the pod's node: un-SNATed replies (P4)"},
 	}
 }

@@ -42,4 +42,28 @@ func addDualStackGoldens(cases map[string]*State) {
 		Destinations: []netip.Prefix{goldenPrefix("198.51.100.0/24"), goldenPrefix("2001:db8:100::/48")}}
 	eg.Pods[k] = pod
 	cases["node1-dual-stack-egress"] = eg
+	cases["node1-dual-stack-egress6"] = goldenDualStackEgress6()
+}
+
+// goldenDualStackEgress6 is the dual-stack pod echo-c (node1) selected per family: its IPv4
+// traffic to 198.51.100.0/24 follows 192.0.2.50 (gateway node3), its IPv6 traffic to
+// 2001:db8:100::/48 follows 2001:db8::50 (gateway node2, over Geneve); node1 is the active
+// gateway of a third egress IP, 2001:db8::51 (the SNAT in ZoneEgress6, the Neighbor
+// Advertisement on br-ex).
+func goldenDualStackEgress6() *State {
+	st := goldenDualStackGateway()
+	st.EgressClusterCIDRs = []netip.Prefix{goldenPrefix("10.96.0.0/12"), goldenPrefix("2001:db8:96::/108")}
+	st.Egress = map[netip.Addr]EgressIP{
+		goldenIP("192.0.2.50"):   {IP: goldenIP("192.0.2.50"), Policy: "job", Gateway: "node3"},
+		goldenIP("2001:db8::50"): {IP: goldenIP("2001:db8::50"), Policy: "job", Gateway: "node2"},
+		goldenIP("2001:db8::51"): {IP: goldenIP("2001:db8::51"), Policy: "other", Gateway: "node1"},
+	}
+	dsts := []netip.Prefix{goldenPrefix("198.51.100.0/24"), goldenPrefix("2001:db8:100::/48")}
+	k := Key{Kind: KindPod, Namespace: "demo", Name: "echo-c"}
+	pod := st.Pods[k]
+	pod.Egress = &PodEgress{IP: goldenIP("192.0.2.50"), Policy: "job", Destinations: dsts}
+	pod.Egress6 = &PodEgress{IP: goldenIP("2001:db8::50"), Policy: "job", Destinations: dsts,
+		Excluded: []netip.Prefix{goldenPrefix("2001:db8:100:ff::/64")}}
+	st.Pods[k] = pod
+	return st
 }

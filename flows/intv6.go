@@ -17,9 +17,10 @@ import (
 // IPv4 (CTLabelIngressNode is the ingress node's 32-bit InternalIP). A node without an IPv6
 // pod CIDR renders exactly as before (no twin, no ND table).
 //
-// Egress IPs stay IPv4: a pod selected by an EgressGateway sends its IPv6 traffic the normal way
-// (to pods, or to the host through the gateway port), never into IntEgressOut (podEgressFlows
-// programs IPv4 addresses only; TestEgressNoIPv6).
+// Egress per family: a pod whose IPv6 traffic no policy with an IPv6 egress IP selects
+// (Pod.Egress6 nil) sends it the normal way (to pods, or to the host through the gateway port),
+// never into IntEgressOut, whatever its IPv4 egress (TestEgressNoIPv6); the IPv6 egress path is
+// egress6.go's.
 
 // Priorities of the IPv6 flows of IntClassifier.
 const (
@@ -192,20 +193,27 @@ func ref6(r of.FieldRef) of.FieldRef {
 // type before their address and recomputes the ICMPv6 checksum. The hop limit (255) and the
 // target are kept.
 func ndAnswer(mac net.HardwareAddr) []of.Action {
-	return append(ndAdvertise(mac),
-		of.SetField{Field: of.FieldNDOptionsType, Value: ndOptTLL},
-		Goto(IntNDAdvert))
+	return ndAnswerTo(mac, ndAdvertFlags, IntNDAdvert)
 }
 
-// ndAdvertise are the rewrites ndAnswer and ndAnswerNoOption share: addresses, type and flags.
-func ndAdvertise(mac net.HardwareAddr) []of.Action {
+// ndAnswerTo is ndAnswer with the advertisement's flags (nd_reserved) and the table that writes
+// the TLL option (IntNDAdvert on br-int, ExNDAdvert on br-ex).
+func ndAnswerTo(mac net.HardwareAddr, flags uint64, next Table) []of.Action {
+	return append(ndAdvertise(mac, flags),
+		of.SetField{Field: of.FieldNDOptionsType, Value: ndOptTLL},
+		Goto(next))
+}
+
+// ndAdvertise are the rewrites ndAnswerTo and ndAnswerNoOption share: addresses, type and the
+// flags (nd_reserved).
+func ndAdvertise(mac net.HardwareAddr, flags uint64) []of.Action {
 	return []of.Action{
 		of.Move{Src: nxmEthSrc, Dst: nxmEthDst},
 		of.ModDLSrc{MAC: mac},
 		of.Move{Src: of.Ref(of.FieldIPv6Src), Dst: of.Ref(of.FieldIPv6Dst)},
 		of.Move{Src: of.Ref(of.FieldNDTarget), Dst: of.Ref(of.FieldIPv6Src)},
 		of.SetField{Field: of.FieldICMPv6Type, Value: icmp6NeighAdvert},
-		of.SetField{Field: of.FieldNDReserved, Value: ndAdvertFlags},
+		of.SetField{Field: of.FieldNDReserved, Value: flags},
 	}
 }
 
@@ -219,7 +227,7 @@ func ndAdvertise(mac net.HardwareAddr) []of.Action {
 // option's type without checking there is one), and nd_tll can only be written into an option
 // the packet has. A multicast solicitation without the option is not answered (DropNDNoSLL).
 func ndAnswerNoOption(mac net.HardwareAddr) []of.Action {
-	return append(ndAdvertise(mac), outputInPort)
+	return append(ndAdvertise(mac, ndAdvertFlags), outputInPort)
 }
 
 // nsMatch matches m and a Neighbor Solicitation (type 135, code 0).

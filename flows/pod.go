@@ -22,7 +22,7 @@ func BuildPod(st *State, p Pod) (*FlowSet, error) {
 	for _, ip := range p.IPs {
 		if ip.Is6() && !p.Chained {
 			// IPv6 (a dual-stack pod): the same checks, pod6Flows. A chained pod's egress
-			// interface carries IPv4 only (egress IPs are IPv4).
+			// interface carries IPv4 only (chained IPv6 egress is not done).
 			cidr, ok := st.localCIDR(ip)
 			switch {
 			case !ok:
@@ -31,6 +31,8 @@ func BuildPod(st *State, p Pod) (*FlowSet, error) {
 				fs.Warnings = append(fs.Warnings, fmt.Sprintf("pod %s/%s: IP %s is the pod gateway address of %s", p.Namespace, p.Name, ip, cidr))
 			default:
 				fs.Flows = append(fs.Flows, pod6Flows(st, p, ip)...)
+				// Its IPv6 egress path (Pod.Egress6), part of its own flow set as IPv4's (C29).
+				fs.Flows = append(fs.Flows, podEgressFlows(st, p, ip)...)
 			}
 			continue
 		}

@@ -55,11 +55,17 @@ type State struct {
 	// --egress-cluster-cidrs): never sent to an egress gateway, like every node's pod CIDRs and
 	// InternalIP.
 	EgressClusterCIDRs []netip.Prefix
+	// EgressIPv6Path keeps the IPv6 egress path of br-int's base (the IPv6 twins of the
+	// pinned-connection and reply flows) on a node that runs IPv6 even when State.Egress holds no
+	// IPv6 egress IP any more: the agent sets it once it has seen one and keeps it for its life,
+	// so that IPv6 connections pinned to a vanished egress IP stay dropped (C37) instead of
+	// taking the host path.
+	EgressIPv6Path bool
 }
 
 // EgressIP is one egress IP of an EgressGateway and its active gateway.
 type EgressIP struct {
-	// IP is the egress IP (IPv4; IPv6 is refused by the agent for now).
+	// IP is the egress IP, IPv4 or IPv6 (KindEgress builds the path of its family).
 	IP netip.Addr
 	// Policy is the EgressGateway's name (logs, Events).
 	Policy string
@@ -277,6 +283,10 @@ type Pod struct {
 	// Egress, when set, sends the pod's new connections to its destinations through an egress
 	// gateway (BuildPod, docs/egress.md).
 	Egress *PodEgress
+	// Egress6, when set, does the same for the pod's IPv6 connections with an IPv6 egress IP
+	// (its own policy: each family follows the oldest policy that selects the pod and has a
+	// usable egress IP of that family). Egress governs IPv4 only, Egress6 IPv6 only.
+	Egress6 *PodEgress
 	// Chained is true for the egress interface srcip-cni adds in chained mode beside another
 	// main CNI (external_ids srcip-cni-mode=chained; docs/egress.md#chained-mode): IPs are the
 	// main CNI's addresses, which need not be inside this node's pod CIDRs; only the pod's egress

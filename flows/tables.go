@@ -46,6 +46,10 @@ const (
 	// here but established on the endpoint's node) out of the uplink, to the MAC the request
 	// came from (ct_label) and from br-ex's MAC. Anything else is dropped.
 	ExServiceReply Table = 46
+	// ExNDAdvert (the active gateway of an IPv6 egress IP) writes br-ex's MAC into the Target
+	// Link-Layer Address option of the Neighbor Advertisement ExClassifier made of a
+	// solicitation for the egress IP and sends it back out of the uplink it came from.
+	ExNDAdvert Table = 47
 )
 
 // br-int tables.
@@ -137,7 +141,7 @@ var tableNames = map[Bridge][]struct {
 }{
 	BrEx: {{ExClassifier, "ExClassifier"}, {ExServiceLB, "ExServiceLB"}, {ExServiceCT, "ExServiceCT"},
 		{ExServiceOut, "ExServiceOut"}, {ExServiceAffinity, "ExServiceAffinity"}, {ExServiceAffinityOut, "ExServiceAffinityOut"},
-		{ExFromInt, "ExFromInt"}, {ExServiceReply, "ExServiceReply"}},
+		{ExFromInt, "ExFromInt"}, {ExServiceReply, "ExServiceReply"}, {ExNDAdvert, "ExNDAdvert"}},
 	BrInt: {{IntClassifier, "IntClassifier"}, {IntPodEgressCT, "IntPodEgressCT"}, {IntTunnelCT, "IntTunnelCT"},
 		{IntGatewayCT, "IntGatewayCT"}, {IntEgressReplyCT, "IntEgressReplyCT"}, {IntARPResponder, "IntARPResponder"},
 		{IntNDResponder, "IntNDResponder"}, {IntNDAdvert, "IntNDAdvert"},

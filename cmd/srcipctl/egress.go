@@ -123,7 +123,7 @@ func writeEgress(out io.Writer, rep *agent.Report, views []egressView) {
 		}
 		var pods []string
 		for _, p := range v.Pods {
-			pods = append(pods, p.Namespace+"/"+p.Name+"("+strings.Join(p.IPs, ",")+"->"+p.EgressIP+")")
+			pods = append(pods, p.Namespace+"/"+p.Name+"("+strings.Join(p.IPs, ",")+"->"+egressIPs(p)+")")
 		}
 		conds := conditionsString(v.Conditions)
 		if v.Invalid != "" {
@@ -199,7 +199,7 @@ func writeEgressStatus(out io.Writer, r *agent.Report) {
 				orDash(strings.Join(ip.Eligible, ",")), ip.ThisNode)
 		}
 		for _, p := range e.Pods {
-			fmt.Fprintf(out, "  selected pod %s/%s %s -> %s\n", p.Namespace, p.Name, strings.Join(p.IPs, ","), p.EgressIP)
+			fmt.Fprintf(out, "  selected pod %s/%s %s -> %s\n", p.Namespace, p.Name, strings.Join(p.IPs, ","), egressIPs(p))
 		}
 		var sets []string
 		for _, fs := range e.FlowSets {
@@ -207,4 +207,16 @@ func writeEgressStatus(out io.Writer, r *agent.Report) {
 		}
 		fmt.Fprintf(out, "  flow sets: %s\n", orDash(strings.Join(sets, "; ")))
 	}
+}
+
+// egressIPs is the pod's egress IP per family under the policy: "192.0.2.50", "2001:db8::50" or
+// "192.0.2.50,2001:db8::50".
+func egressIPs(p agent.EgressPodReport) string {
+	var ips []string
+	for _, ip := range []string{p.EgressIP, p.EgressIPv6} {
+		if ip != "" {
+			ips = append(ips, ip)
+		}
+	}
+	return strings.Join(ips, ",")
 }

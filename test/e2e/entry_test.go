@@ -12,6 +12,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -97,9 +98,10 @@ while True:
 // then for every stdin line sends it and prints the answer or "ERROR <reason>".
 const lineClient = `
 import socket, sys
-s = socket.socket()
+v6 = ":" in sys.argv[1]
+s = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", int(sys.argv[3])))
+s.bind(("::" if v6 else "0.0.0.0", int(sys.argv[3])))
 s.settimeout(float(sys.argv[4]))
 try:
     s.connect((sys.argv[1], int(sys.argv[2])))
@@ -236,7 +238,10 @@ func dialLine(netns, addr string, localPort int, timeout time.Duration) (*lineCo
 	if err != nil {
 		return nil, err
 	}
-	host, port, _ := strings.Cut(addr, ":")
+	host, port, err := net.SplitHostPort(addr) // host:port or [IPv6]:port
+	if err != nil {
+		return nil, err
+	}
 	cmd := exec.Command("ip", "netns", "exec", ns, "python3", "-c", lineClient, host, port,
 		strconv.Itoa(localPort), strconv.FormatFloat(timeout.Seconds(), 'f', 3, 64))
 	in, err := cmd.StdinPipe()

@@ -84,6 +84,12 @@ func ensurePolicy(t *testing.T) {
 // returns it.
 func activeGateway(t *testing.T, not string, timeout time.Duration) string {
 	t.Helper()
+	return activeGatewayOf(t, egwName, egressIP, not, timeout)
+}
+
+// activeGatewayOf is activeGateway for policy egwName with the one egress IP egressIP.
+func activeGatewayOf(t *testing.T, egwName, egressIP, not string, timeout time.Duration) string {
+	t.Helper()
 	ctx := context.Background()
 	var active string
 	var last egressv1.EgressGatewayStatus
@@ -308,9 +314,15 @@ type tcpStream struct {
 
 func startTCPStream(t *testing.T) *tcpStream {
 	t.Helper()
+	return startTCPStreamTo(t, clientIP+":"+egressPort)
+}
+
+// startTCPStreamTo is startTCPStream to addr (host:port or [IPv6]:port).
+func startTCPStreamTo(t *testing.T, addr string) *tcpStream {
+	t.Helper()
 	ns, err := theLab.Netns("echo-a")
 	require.NoError(t, err)
-	cmd := exec.Command("ip", "netns", "exec", ns, theLab.EchoBin(), "stream", "--addr", clientIP+":"+egressPort, "--timeout", "30s")
+	cmd := exec.Command("ip", "netns", "exec", ns, theLab.EchoBin(), "stream", "--addr", addr, "--timeout", "30s")
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
