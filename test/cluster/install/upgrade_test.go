@@ -94,14 +94,14 @@ func createEgress(t *testing.T, ctx context.Context, c *cluster.Cluster) {
 	if _, err := ecs.OvsSrcipV1alpha1().EgressGateways().Create(ctx, &egressv1.EgressGateway{
 		ObjectMeta: metav1.ObjectMeta{Name: "upgrade"},
 		Spec: egressv1.EgressGatewaySpec{
-			EgressIPs:           []string{egressIP},
+			EgressIPs: []string{egressIP},
 			// Two eligible gateways: an agent that stops steps down (its Lease released, its
 			// answers removed: agent/election.go StepDown), so with one eligible node the roll of
 			// its agent is an egress outage until the new agent leads again (seen: every egress
 			// stream broken, 3 s without an answer); with two the other node takes over.
 			GatewayNodeSelector: metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
 				Key: "kubernetes.io/hostname", Operator: metav1.LabelSelectorOpIn, Values: []string{"node2", "node3"}}}},
-			PodSelector:         &metav1.LabelSelector{MatchLabels: map[string]string{"app": "job"}},
+			PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "job"}},
 		},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
