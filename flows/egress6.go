@@ -170,6 +170,16 @@ func buildEgress6(st *State, e EgressIP, fs *FlowSet) {
 // (override), not R: br-ex is a host for that address, not a router (RFC 4861 4.4).
 const ndAdvertFlagsEgress = 0x60000000
 
+// Priorities of br-ex's solicitation flows for an IPv6 egress IP (buildEgressAnnounce6), above
+// its answer (prioEgressHook): duplicate address detection (source ::, never answered), then a
+// multicast solicitation without a Source Link-Layer Address option (dropped), then a unicast
+// one without it (answered without a Target Link-Layer Address option).
+const (
+	prioEgressNDDAD            = prioEgressHook + 3
+	prioEgressNDNoSLLMulticast = prioEgressHook + 2
+	prioEgressNDNoSLL          = prioEgressHook + 1
+)
+
 // buildEgressAnnounce6 is BuildEgressAnnounce for an IPv6 egress IP on its active gateway (a
 // node that runs IPv6): on its uplink (State.UplinkFor), a Neighbor Solicitation for the egress
 // IP is answered with br-ex's MAC (ndAnswerTo's rewrite with flags S|O, then ExNDAdvert writes
@@ -185,8 +195,16 @@ func buildEgressAnnounce6(st *State, e EgressIP, fs *FlowSet) {
 	up := st.UplinkFor(e.IP)
 	target := of.NDTarget(e.IP)
 	fs.Flows = []of.Flow{
-		flow(ExClassifier, prioEgressHook+1, of.ProtoICMP6, up,
+		flow(ExClassifier, prioEgressNDDAD, of.ProtoICMP6, up,
 			nsMatch(of.IPv6Src(netip.IPv6Unspecified()), target), DropFor(DropNDNotOurs)),
+		// A solicitation without a Source Link-Layer Address option, as on br-int (intBase6): a
+		// multicast one is not answered (RFC 4861 4.3, 7.2.4, 7.2.5), a unicast one (the
+		// router's reachability probe) is answered without a Target Link-Layer Address option
+		// (writing nd_options_type would touch the byte after the packet's end).
+		flow(ExClassifier, prioEgressNDNoSLLMulticast, of.ProtoICMP6, up,
+			nsMatch(of.IPv6DstPrefix(multicast6), of.NDSLL(noLLAddr), target), DropFor(DropNDNoSLL)),
+		flow(ExClassifier, prioEgressNDNoSLL, of.ProtoICMP6, up, nsMatch(of.NDSLL(noLLAddr), target),
+			append(ndAdvertise(p.ExMAC, ndAdvertFlagsEgress), outputInPort)...),
 		flow(ExClassifier, prioEgressHook, of.ProtoICMP6, up, nsMatch(target),
 			ndAnswerTo(p.ExMAC, ndAdvertFlagsEgress, ExNDAdvert)...),
 		flow(ExNDAdvert, prioMid, of.ProtoICMP6, up,

@@ -29,7 +29,9 @@ func TestEveryDropHasAReason(t *testing.T) {
 	seen := map[DropSpot]bool{}
 	// A dual-stack node (IPv6 twins, neighbour discovery).
 	dual := GoldenStates()["node1-dual-stack-gateway"]
-	for _, st := range []*State{testState(webTCP(), webUDP()), withGW, testState(ranges), egress, dual} {
+	// IPv6 egress IPs, node1 the active gateway of one (br-ex's neighbour discovery for it).
+	egress6 := GoldenStates()["node1-dual-stack-egress6"]
+	for _, st := range []*State{testState(webTCP(), webUDP()), withGW, testState(ranges), egress, dual, egress6} {
 		d, err := Build(st)
 		require.NoError(t, err)
 		for _, fs := range d {
