@@ -173,8 +173,8 @@ func runNodeSetup(ctx context.Context, o *nodeSetupOptions) error {
 		return fmt.Errorf("--pod-cidr: %w", err)
 	}
 	if o.nodeIP != "" {
-		if o.cfg.NodeIP, err = netip.ParseAddr(o.nodeIP); err != nil || !o.cfg.NodeIP.Is4() {
-			return fmt.Errorf("--node-ip %q: not an IPv4 address", o.nodeIP)
+		if o.cfg.NodeIP, err = parseNodeIP(o.nodeIP); err != nil {
+			return fmt.Errorf("--node-ip: %w", err)
 		}
 	}
 	if len(o.cfg.PodCIDRs) == 0 {
@@ -222,6 +222,21 @@ func familiesServed(pods, cluster []netip.Prefix, logf func(string, ...any)) []n
 		logf("note: the Node's IPv6 pod CIDR is not served: --cluster-cidrs %v has no IPv6 CIDR (add the cluster's IPv6 --cluster-cidr to serve IPv6 pods); pod CIDRs %v", cluster, out)
 	}
 	return out
+}
+
+// parseNodeIP reads --node-ip: an IPv4 address, or an IPv6 one (the node's InternalIP on an
+// IPv6 underlay: Geneve's overhead is then 70 bytes); an IPv4-mapped IPv6 address reads as its
+// IPv4 address. Errors: not an address, or no global unicast one (loopback, link-local,
+// multicast, unspecified), which no other node could reach.
+func parseNodeIP(s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" {
+		return netip.Addr{}, fmt.Errorf("%q: not an IPv4 or IPv6 address", s)
+	}
+	if a = a.Unmap(); !a.IsGlobalUnicast() {
+		return netip.Addr{}, fmt.Errorf("%q: not a global unicast address (other nodes reach this node's host from it)", s)
+	}
+	return a, nil
 }
 
 func parsePrefixes(ss []string) ([]netip.Prefix, error) {

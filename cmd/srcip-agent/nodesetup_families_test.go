@@ -26,3 +26,17 @@ func TestNodeSetupFamilies(t *testing.T) {
 	assert.Equal(t, ps, familiesServed(ps, dual, logf))
 	assert.Len(t, notes, 1)
 }
+
+// --node-ip takes the node's InternalIP of either family (IPv6 on an IPv6 underlay); no address
+// that another node could not reach the host from.
+func TestParseNodeIP(t *testing.T) {
+	for in, want := range map[string]string{"192.0.2.11": "192.0.2.11", "2001:db8:0:2::11": "2001:db8:0:2::11", "::ffff:192.0.2.11": "192.0.2.11"} {
+		a, err := parseNodeIP(in)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, a.String())
+	}
+	for _, in := range []string{"node1", "192.0.2.0/24", "127.0.0.1", "fe80::1", "fe80::1%eth0", "::", "ff02::1", "169.254.1.1"} {
+		_, err := parseNodeIP(in)
+		assert.Error(t, err, in)
+	}
+}

@@ -104,3 +104,55 @@ func TestIPv6NodeHostToPodOriginNode(t *testing.T) {
 	require.Contains(t, out, "output:2", "out the tunnel port, not srcip-gw0: %s", out)
 	require.NotContains(t, out, "output:4", out)
 }
+
+// br-ex's neighbour discovery for an IPv6 egress IP (node1 its active gateway): the router's
+// solicitation with a Source Link-Layer Address option is answered with S|O and the TLL option
+// (47 ExNDAdvert); its unicast reachability probe without the option is answered without one
+// (no option type written into a packet that has none); a multicast one without it is dropped
+// (nd-multicast-without-source-lladdr), duplicate address detection too (nd-not-answered).
+func TestIPv6EgressIPSolicitations(t *testing.T) {
+	w := newDualStackNode(t, "node1")
+	const egressIP, router, routerMAC = "2001:db8:0:2::50", "2001:db8:0:2::1", "02:00:c0:00:02:01"
+	w.st.Egress = map[netip.Addr]flows.EgressIP{
+		netip.MustParseAddr(egressIP): {IP: netip.MustParseAddr(egressIP), Policy: "job", Gateway: "node1"}}
+	d, err := flows.Build(w.st)
+	require.NoError(t, err)
+	w.sb.LoadDesired(t, d)
+	ns := func(dst, dlDst, sll string) string {
+		s := "in_port=1,dl_src=" + routerMAC + ",dl_dst=" + dlDst + ",icmp6,ipv6_src=" + router + ",ipv6_dst=" + dst +
+			",nw_ttl=255,icmpv6_type=135,icmpv6_code=0,nd_target=" + egressIP
+		if sll != "" {
+			s += ",nd_sll=" + sll
+		}
+		return s
+	}
+	out := w.trace(t, w.ex, ns("ff02::1:ff00:50", "33:33:ff:00:00:50", routerMAC))
+	acts := datapathActions(out)
+	require.Len(t, acts, 1, out)
+	require.Contains(t, acts[0], "src="+egressIP+",dst="+router, out)
+	require.Contains(t, acts[0], "nd_reserved=0x60000000", "S|O: %s", out)
+	require.Contains(t, acts[0], "tll="+brExMAC, out)
+	t.Logf("multicast NS with SLL answered: %s", acts[0])
+
+	out = w.trace(t, w.ex, ns(egressIP, brExMAC, ""))
+	acts = datapathActions(out)
+	require.Len(t, acts, 1, out)
+	require.Contains(t, out, "priority 511", out)
+	require.Contains(t, acts[0], "src="+egressIP+",dst="+router, out)
+	require.Contains(t, acts[0], "nd_reserved=0x60000000", out)
+	require.NotContains(t, acts[0], "options_type", "no option to rewrite: %s", out)
+	require.NotContains(t, acts[0], "tll=", out)
+	t.Logf("unicast NS without SLL answered: %s", acts[0])
+
+	out = w.trace(t, w.ex, ns("ff02::1:ff00:50", "33:33:ff:00:00:50", ""))
+	require.Equal(t, []string{"drop"}, datapathActions(out), out)
+	require.Contains(t, out, "priority 512", out)
+	info, ok := flows.DropAt(flows.BrEx, flows.ExClassifier, 512, flows.KindEgressAnnounce)
+	require.True(t, ok)
+	require.Equal(t, flows.DropNDNoSLL, info.Reason)
+
+	dad := strings.Replace(ns("ff02::1:ff00:50", "33:33:ff:00:00:50", ""), "ipv6_src="+router, "ipv6_src=::", 1)
+	out = w.trace(t, w.ex, dad)
+	require.Equal(t, []string{"drop"}, datapathActions(out), out)
+	require.Contains(t, out, "priority 513", out)
+}
