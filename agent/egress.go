@@ -27,7 +27,11 @@ type EgressIPState struct {
 	// policy's gatewayNodeSelector, by name.
 	Gateway  string
 	Eligible []string
-	usable   bool // programmed: not refused, policy valid
+	// NoIPv4Underlay are the Ready nodes that match the selector but cannot be gateways: they
+	// have no IPv4 InternalIP (an IPv6 underlay), and the egress path (Geneve VNIs 4 and 5,
+	// CTLabelEgressNode) is built over an IPv4 underlay only.
+	NoIPv4Underlay []string
+	usable         bool // programmed: not refused, policy valid
 }
 
 // EgressPolicy is one EgressGateway as converted by the agent.
@@ -182,14 +186,22 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 		choose = m.election.Choose
 	}
 	for _, p := range pols {
-		var eligible []string
+		var eligible, noIPv4Underlay []string
 		if sel, err := metav1.LabelSelectorAsSelector(&p.obj.Spec.GatewayNodeSelector); err != nil {
 			p.Invalid = "gatewayNodeSelector: " + err.Error()
 		} else {
 			for _, name := range readyNames {
-				if sel.Matches(labels.Set(m.nodes[name].Labels)) {
-					eligible = append(eligible, name)
+				if !sel.Matches(labels.Set(m.nodes[name].Labels)) {
+					continue
 				}
+				// The egress path runs over an IPv4 underlay only: a node without an IPv4
+				// InternalIP would hold the Lease and drop every packet (flows.BuildEgress's
+				// DropEgressNoGateway on the pods' nodes).
+				if !nodeHasIPv4InternalIP(m.nodes[name]) {
+					noIPv4Underlay = append(noIPv4Underlay, name)
+					continue
+				}
+				eligible = append(eligible, name)
 			}
 		}
 		// An IPv6 egress IP is served only by a node that runs IPv6 (an IPv6 pod CIDR: its
@@ -201,7 +213,7 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 			}
 		}
 		for _, s := range p.obj.Spec.EgressIPs {
-			st := EgressIPState{Eligible: eligible}
+			st := EgressIPState{Eligible: eligible, NoIPv4Underlay: noIPv4Underlay}
 			ip, err := netip.ParseAddr(s)
 			if err == nil && ip.Is6() && !ip.Is4In6() {
 				st.Eligible = eligible6
@@ -364,6 +376,20 @@ func egressEventObject(g *egressv1.EgressGateway) *egressv1.EgressGateway {
 }
 
 // nodeHasIPv6PodCIDR reports whether n has an IPv6 pod CIDR (spec.podCIDRs, by family).
+// nodeHasIPv4InternalIP reports whether n has an IPv4 InternalIP (its Geneve underlay is then
+// IPv4: ConvertNode).
+func nodeHasIPv4InternalIP(n *corev1.Node) bool {
+	if n == nil {
+		return false
+	}
+	for _, a := range n.Status.Addresses {
+		if ip, err := netip.ParseAddr(a.Address); a.Type == corev1.NodeInternalIP && err == nil && ip.Unmap().Is4() {
+			return true
+		}
+	}
+	return false
+}
+
 func nodeHasIPv6PodCIDR(n *corev1.Node) bool {
 	if n == nil {
 		return false

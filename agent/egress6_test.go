@@ -174,3 +174,26 @@ func TestLeaseNameIPv6(t *testing.T) {
 	assert.Equal(t, "egress-2001-db8-0-2--50", LeaseName(addr("2001:db8:0:2::50")))
 	assert.Equal(t, "egress-2001-db8-1--0", LeaseName(addr("2001:db8:1::")))
 }
+
+// A node on an IPv6 underlay (no IPv4 InternalIP) is never an egress gateway, of either family:
+// the egress path runs over an IPv4 underlay only. The status says which node matched and why.
+func TestEgressNoGatewayOnIPv6Underlay(t *testing.T) {
+	g := egressPolicy("p", "192.0.2.50", "2001:db8::50")
+	g.Spec.GatewayNodeSelector = metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/hostname": "node1"}}
+	m, _, _ := egressModel(t, g)
+	n1 := m.nodes["node1"]
+	n1.Labels = map[string]string{"kubernetes.io/hostname": "node1"}
+	n1.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "2001:db8:0:2::11"}}
+	require.True(t, nodeHasIPv6PodCIDR(n1), "the fixture's node1 runs IPv6")
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	p := policyByName(m, "p")
+	for _, s := range p.IPs {
+		assert.Empty(t, s.Eligible, s.IP)
+		assert.Equal(t, []string{"node1"}, s.NoIPv4Underlay, s.IP)
+		assert.Equal(t, "", m.st.Egress[s.IP].Gateway, s.IP)
+	}
+	r := meta.FindStatusCondition(PolicyStatus(p, time.Now()).Conditions, egressv1.ConditionReady)
+	require.NotNil(t, r)
+	assert.Equal(t, egressv1.ReasonNoEligibleNode, r.Reason)
+	assert.Contains(t, r.Message, "192.0.2.50: no Ready node matches gatewayNodeSelector (node1 matched but have no IPv4 InternalIP: egress gateways need an IPv4 underlay)")
+}

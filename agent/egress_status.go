@@ -172,11 +172,14 @@ func PolicyStatus(p *EgressPolicy, now time.Time) egressv1.EgressGatewayStatus {
 			usable++
 			if len(s.Eligible) == 0 {
 				readyReason = egressv1.ReasonNoEligibleNode
+				msg := s.IP.String() + ": no Ready node matches gatewayNodeSelector"
 				if s.IP.Is6() {
-					noGW = append(noGW, s.IP.String()+": no Ready node with an IPv6 pod CIDR matches gatewayNodeSelector")
-				} else {
-					noGW = append(noGW, s.IP.String()+": no Ready node matches gatewayNodeSelector")
+					msg = s.IP.String() + ": no Ready node with an IPv6 pod CIDR matches gatewayNodeSelector"
 				}
+				if len(s.NoIPv4Underlay) > 0 {
+					msg += " (" + strings.Join(s.NoIPv4Underlay, ",") + " matched but have no IPv4 InternalIP: egress gateways need an IPv4 underlay)"
+				}
+				noGW = append(noGW, msg)
 			} else {
 				if readyReason != egressv1.ReasonNoEligibleNode {
 					readyReason = egressv1.ReasonElecting
