@@ -154,3 +154,17 @@ func TestTraceIPv6(t *testing.T) {
 	out = run(t, "trace", "--node-rundir", sb.RunDir, "--from", "[2001:db8:51::10]:40000", "--to", "[2001:db8::11]:30999")
 	assert.Contains(t, out, "verdict: not handled by ovs-srcip")
 }
+
+// The hops between nodes are traced over the underlay's family: IPv4 as before, IPv6 with
+// udp6/ipv6_src, tun_ipv6_src/tun_ipv6_dst and the 128-bit CTLabelIngressNode6.
+func TestTraceUnderlayFields(t *testing.T) {
+	assert.Equal(t, "udp", underlayUDP("192.0.2.11"))
+	assert.Equal(t, "nw_src=192.0.2.11,nw_dst=192.0.2.12", underlayAddrs("192.0.2.11", "192.0.2.12"))
+	assert.Equal(t, "tun_src=192.0.2.11,tun_dst=192.0.2.12", tunAddrs("192.0.2.11", "192.0.2.12"))
+	assert.Equal(t, "0xc000020b", ipLabel("192.0.2.11"))
+	assert.Equal(t, "udp6", underlayUDP("2001:db8:0:2::11"))
+	assert.Equal(t, "ipv6_src=2001:db8:0:2::11,ipv6_dst=2001:db8:0:2::12", underlayAddrs("2001:db8:0:2::11", "2001:db8:0:2::12"))
+	assert.Equal(t, "tun_ipv6_src=2001:db8:0:2::11,tun_ipv6_dst=2001:db8:0:2::12", tunAddrs("2001:db8:0:2::11", "2001:db8:0:2::12"))
+	assert.Equal(t, "0x20010db8000000020000000000000011", ipLabel("2001:db8:0:2::11"))
+	assert.Equal(t, "0", ipLabel(""))
+}

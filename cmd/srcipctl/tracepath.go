@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
@@ -172,13 +173,41 @@ func entryOwner(v *nodeView, entry netip.AddrPort, proto string) (string, string
 	return "", strings.Join(why, "; ")
 }
 
+// ipLabel is the ct_label a backend node records for a connection tunnelled from the ingress
+// node at underlay address ip: CTLabelIngressNode (ct_label[0..31]) over an IPv4 underlay,
+// CTLabelIngressNode6 (all 128 bits) over an IPv6 one; "0" for no address.
 func ipLabel(ip string) string {
 	a, err := netip.ParseAddr(ip)
-	if err != nil || !a.Is4() {
+	if err != nil {
 		return "0"
 	}
-	b := a.As4()
-	return fmt.Sprintf("0x%02x%02x%02x%02x", b[0], b[1], b[2], b[3])
+	return "0x" + hex.EncodeToString(a.Unmap().AsSlice())
+}
+
+// underlayUDP is the protocol of a Geneve packet from the node at underlay address ip: udp over
+// an IPv4 underlay, udp6 over an IPv6 one.
+func underlayUDP(ip string) string {
+	if a, err := netip.ParseAddr(ip); err == nil && !a.Unmap().Is4() {
+		return "udp6"
+	}
+	return "udp"
+}
+
+// underlayAddrs are the outer addresses of a Geneve packet from src to dst (underlay addresses).
+func underlayAddrs(src, dst string) string {
+	if underlayUDP(src) == "udp6" {
+		return "ipv6_src=" + src + ",ipv6_dst=" + dst
+	}
+	return "nw_src=" + src + ",nw_dst=" + dst
+}
+
+// tunAddrs are the tunnel metadata of a Geneve packet from src to dst (underlay addresses):
+// tun_src/tun_dst over IPv4, tun_ipv6_src/tun_ipv6_dst over IPv6 (ovs-fields(7)).
+func tunAddrs(src, dst string) string {
+	if underlayUDP(src) == "udp6" {
+		return "tun_ipv6_src=" + src + ",tun_ipv6_dst=" + dst
+	}
+	return "tun_src=" + src + ",tun_dst=" + dst
 }
 
 func macLabel(m net.HardwareAddr) string {
@@ -249,8 +278,8 @@ func (t *pathTracer) run(ctx context.Context, proto string, client, entry netip.
 		backend = &nodeView{name: name, c: c, rep: rep, names: newNames(rep)}
 		bp := rep.Ports
 		// The Geneve packet on the backend's uplink: let in only from a known node (tunnel-peer).
-		gflow := fmt.Sprintf("in_port=%d,udp,dl_dst=%s,nw_src=%s,nw_dst=%s,nw_ttl=64,udp_src=49152,udp_dst=%d",
-			bp.ExUplink, bp.ExMAC, in.ip(), r.TunDst, bp.TunnelUDPPort)
+		gflow := fmt.Sprintf("in_port=%d,%s,dl_dst=%s,%s,nw_ttl=64,udp_src=49152,udp_dst=%d",
+			bp.ExUplink, underlayUDP(in.ip()), bp.ExMAC, underlayAddrs(in.ip(), r.TunDst), bp.TunnelUDPPort)
 		g, err := t.trace(ctx, backend, "br-ex", "the Geneve packet from "+in.name+" on the uplink", gflow)
 		if err != nil {
 			return "", err
@@ -258,8 +287,8 @@ func (t *pathTracer) run(ctx context.Context, proto string, client, entry netip.
 		if g.Dropped() {
 			return dropVerdict(name, g), nil
 		}
-		bflow := fmt.Sprintf("in_port=%d,tun_id=%d,tun_src=%s,tun_dst=%s,%s,%s,nw_ttl=63,%s",
-			bp.IntTunnel, flows.VNIService, in.ip(), r.TunDst, l3(proto, client.Addr()), addrs(client.Addr(), epAddr.Addr()), l4(proto, client.Port(), epAddr.Port(), "syn"))
+		bflow := fmt.Sprintf("in_port=%d,tun_id=%d,%s,%s,%s,nw_ttl=63,%s",
+			bp.IntTunnel, flows.VNIService, tunAddrs(in.ip(), r.TunDst), l3(proto, client.Addr()), addrs(client.Addr(), epAddr.Addr()), l4(proto, client.Port(), epAddr.Port(), "syn"))
 		b, err := t.trace(ctx, backend, "br-int", "the decapsulated packet to the endpoint", bflow, "trk,new")
 		if err != nil {
 			return "", err
@@ -308,8 +337,8 @@ func (t *pathTracer) run(ctx context.Context, proto string, client, entry netip.
 			return fmt.Sprintf("unexpected: %s sends the reply to %s (datapath actions %s), not back to the ingress node %s", backend.name, rr.TunDst, rr.Final, in.name), nil
 		}
 		fmt.Fprintf(t.out, "   => Geneve (VNI %s) back to the ingress node %s\n", rr.VNI, in.names.node(in.ip()))
-		iflow := fmt.Sprintf("in_port=%d,tun_id=%d,tun_src=%s,tun_dst=%s,%s,%s,nw_ttl=63,%s,ct_label=%s",
-			p.IntTunnel, flows.VNIServiceReply, backend.ip(), in.ip(), l3(proto, client.Addr()), addrs(epAddr.Addr(), client.Addr()), l4(proto, epAddr.Port(), client.Port(), "syn|ack"), macLabel(t.clientMAC))
+		iflow := fmt.Sprintf("in_port=%d,tun_id=%d,%s,%s,%s,nw_ttl=63,%s,ct_label=%s",
+			p.IntTunnel, flows.VNIServiceReply, tunAddrs(backend.ip(), in.ip()), l3(proto, client.Addr()), addrs(epAddr.Addr(), client.Addr()), l4(proto, epAddr.Port(), client.Port(), "syn|ack"), macLabel(t.clientMAC))
 		if rr, err = t.trace(ctx, in, "br-int", "the reply from "+backend.name, iflow, "trk,est,rpl"); err != nil {
 			return "", err
 		}
