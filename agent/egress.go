@@ -301,13 +301,6 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 	}
 	m.st.Egress = egress
 	m.st.EgressClusterCIDRs = m.egressClusterCIDRs
-	// Once an IPv6 egress IP was served, br-int keeps the IPv6 egress path for the agent's
-	// life: connections pinned to it outlive it and must stay dropped (C37).
-	for ip := range egress {
-		if ip.Is6() {
-			m.st.EgressIPv6Path = true
-		}
-	}
 	m.egressPolicies = pols
 
 	// Local pods, per family: a pod's IPv4 traffic follows the oldest policy that selects it

@@ -32,23 +32,12 @@ func EgressID(ip netip.Addr) uint32 {
 	return binary.BigEndian.Uint32(b[12:])
 }
 
-// egress6 reports whether this node carries the IPv6 egress path: it runs IPv6 and State.Egress
-// holds an IPv6 egress IP, or the agent keeps the path (State.EgressIPv6Path: pinned IPv6
-// connections outlive their egress IP and must keep being dropped, C37).
-func (st *State) egress6() bool {
-	if !st.selfHasIPv6() {
-		return false
-	}
-	if st.EgressIPv6Path {
-		return true
-	}
-	for ip := range st.Egress {
-		if ip.Is6() {
-			return true
-		}
-	}
-	return false
-}
+// egress6 reports whether this node carries the IPv6 egress path of br-int's base: whenever it
+// runs IPv6 (an IPv6 pod CIDR), as the IPv4 path is always there, whether or not State.Egress
+// holds an IPv6 egress IP. IPv6 connections pinned to an egress IP outlive it and must keep
+// being dropped (C37), also by an agent restarted after it went; and a restart must find the
+// base it wrote (no rewrite of br-int when nothing changed).
+func (st *State) egress6() bool { return st.selfHasIPv6() }
 
 // egressBase6 are BuildIntBase's IPv6 egress flows (State.egress6): the ipv6 twins of
 // egressBaseFlows (a pinned connection's packets to IntEgressOut, the gateway's replies back to
@@ -60,7 +49,7 @@ func egressBase6(st *State) []of.Flow {
 	fl := twin6(egressBaseFlows(st))
 	names := make([]string, 0, len(st.Nodes))
 	for name, n := range st.Nodes {
-		if name != st.Node && n.InternalIP.Is4() {
+		if name != st.Node && n.InternalIP.Is4() && st.TunnelRefusal(n) == "" {
 			names = append(names, name)
 		}
 	}

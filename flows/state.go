@@ -55,12 +55,6 @@ type State struct {
 	// --egress-cluster-cidrs): never sent to an egress gateway, like every node's pod CIDRs and
 	// InternalIP.
 	EgressClusterCIDRs []netip.Prefix
-	// EgressIPv6Path keeps the IPv6 egress path of br-int's base (the IPv6 twins of the
-	// pinned-connection and reply flows) on a node that runs IPv6 even when State.Egress holds no
-	// IPv6 egress IP any more: the agent sets it once it has seen one and keeps it for its life,
-	// so that IPv6 connections pinned to a vanished egress IP stay dropped (C37) instead of
-	// taking the host path.
-	EgressIPv6Path bool
 }
 
 // EgressIP is one egress IP of an EgressGateway and its active gateway.
