@@ -15,8 +15,9 @@ import (
 // connection in ZonePod (EgressPath, the egress IP's id in CTLabelEgressIP) and tunnels it to
 // the active gateway (VNIEgress, inner eth_dst EgressMAC); the gateway SNATs it in its own zone,
 // ZoneEgress6, hands it to its host through br-ex, answers Neighbor Solicitations for the egress
-// IP on the uplink and tunnels the un-SNATed replies back (VNIEgressReply). The underlay stays
-// IPv4: tun_src/tun_dst and CTLabelEgressNode are the nodes' IPv4 InternalIPs. All of it exists
+// IP on the uplink and tunnels the un-SNATed replies back (VNIEgressReply). Egress needs an
+// IPv4 underlay: tun_src/tun_dst and CTLabelEgressNode are the nodes' IPv4 InternalIPs (over an
+// IPv6 underlay the egress path is not built). All of it exists
 // only on a node that runs IPv6 (State.selfHasIPv6) and carries the IPv6 egress path
 // (State.egress6): a dual-stack node without IPv6 egress IPs renders as before.
 

@@ -12,9 +12,11 @@ import (
 // (Node.PodCIDRs of both families: dual-stack) carries IPv6 on br-int like IPv4: every flow that
 // matches ip and must carry IPv6 too has an ipv6 twin (same table, priority, marks and actions;
 // tcp6 for tcp), the spoof guard holds each pod address of either family to its port, and IPv6
-// neighbour discovery replaces ARP (IntNDResponder, IntNDAdvert). The underlay stays IPv4:
-// inner IPv6 over Geneve with IPv4 tun_src/tun_dst, and the ct_label/ct_mark layout is that of
-// IPv4 (CTLabelIngressNode is the ingress node's 32-bit InternalIP). A node without an IPv6
+// neighbour discovery replaces ARP (IntNDResponder, IntNDAdvert). Over an IPv4 underlay inner
+// IPv6 goes over Geneve with IPv4 tun_src/tun_dst, and the ct_label/ct_mark layout is that of
+// IPv4 (CTLabelIngressNode is the ingress node's 32-bit InternalIP); over an IPv6 underlay the
+// tunnel fields are tun_ipv6_src/tun_ipv6_dst and the ingress node is CTLabelIngressNode6
+// (underlay.go). A node without an IPv6
 // pod CIDR renders exactly as before (no twin, no ND table).
 //
 // Egress per family: a pod whose IPv6 traffic no policy with an IPv6 egress IP selects
