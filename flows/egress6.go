@@ -42,24 +42,10 @@ func (st *State) egress6() bool { return st.selfHasIPv6() }
 
 // egressBase6 are BuildIntBase's IPv6 egress flows (State.egress6): the ipv6 twins of
 // egressBaseFlows (a pinned connection's packets to IntEgressOut, the gateway's replies back to
-// the pod's node or to its local pod, IntEgressReplyCT) and, per other node with an IPv4
-// InternalIP, the ipv6 twins of egressNodeFlows (the Geneve classification of VNIEgress and
-// VNIEgressReply from that node). They are in the base, not in the node flow sets, so that a
-// dual-stack node without IPv6 egress IPs keeps its node flow sets byte for byte.
-func egressBase6(st *State) []of.Flow {
-	fl := twin6(egressBaseFlows(st))
-	names := make([]string, 0, len(st.Nodes))
-	for name, n := range st.Nodes {
-		if name != st.Node && n.InternalIP.Is4() && st.TunnelRefusal(n) == "" {
-			names = append(names, name)
-		}
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		fl = append(fl, twin6(egressNodeFlows(st, of.TunSrc(st.Nodes[name].InternalIP)))...)
-	}
-	return fl
-}
+// the pod's node or to its local pod, IntEgressReplyCT). The twins of egressNodeFlows (the
+// Geneve classification of VNIEgress and VNIEgressReply from a peer) are in that peer's node
+// flow set (BuildNode), as the IPv4 ones.
+func egressBase6(st *State) []of.Flow { return twin6(egressBaseFlows(st)) }
 
 // egressExcluded6 is egressExcluded for IPv6: every node's IPv6 pod CIDRs and IPv6 InternalIP,
 // the IPv6 cluster networks (State.EgressClusterCIDRs) and the policy's IPv6

@@ -81,6 +81,11 @@ func BuildNode(st *State, n Node) (*FlowSet, error) {
 		// gateway needs an IPv4 InternalIP, BuildEgress): over an IPv6 underlay nothing
 		// classifies VNIEgress or VNIEgressReply, which IntClassifier then drops.
 		fs.Flows = append(fs.Flows, egressNodeFlows(st, tunSrc)...)
+		if st.egress6() {
+			// The IPv6 egress path's classification from n (egress6.go): here, not in br-int's
+			// base, so that a node's coming or going rewrites only its own flow set.
+			fs.Flows = append(fs.Flows, twin6(egressNodeFlows(st, tunSrc))...)
+		}
 	}
 	if !n.Down {
 		// Connections recorded as entering through this node keep their replies on it for as
