@@ -12,7 +12,7 @@ VERSION ?= $(shell cat VERSION)
 COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 LDFLAGS := -X github.com/ovs-srcip/ovs-srcip/version.Version=$(VERSION) -X github.com/ovs-srcip/ovs-srcip/version.Commit=$(COMMIT)
 
-.PHONY: all build image deps check demo test test-unit test-e2e test-conformance conformance conformance-build golden bench bench-datapath bench-podstart bench-dualstack bench-go bench-api vet fmt clean clean-labs controlplane cluster try-lab
+.PHONY: all build image deps check demo test test-unit test-e2e test-conformance test-upgrade conformance conformance-build golden bench bench-datapath bench-podstart bench-dualstack bench-go bench-api vet fmt clean clean-labs controlplane cluster try-lab
 
 # Extra flags for the demo, e.g. `make demo DEMO_ARGS=--keep` keeps the lab up for poking.
 DEMO_ARGS ?=
@@ -146,6 +146,14 @@ test-conformance: deps build controlplane cluster
 		$(BIN)/conformance-run -e2e "$$e2e" -agent $(BIN)/srcip-agent -out $(BIN)/conformance-subset \
 		-dual-stack -modes plain,all \
 		-focus '\[sig-network\].*\[Conformance\]|\[sig-network\] Services should (have session affinity timeout work for NodePort|be rejected|implement NodePort and HealthCheckNodePort correctly when ExternalTrafficPolicy changes)|\[sig-network\].*(\[Feature:IPv6DualStack\]|\[Feature:Networking-IPv6\])'
+
+# The rolling-upgrade test of issue 23 (test/cluster/install TestRollingUpgrade, build tag
+# upgrade; about 2.5 minutes): an older commit's image installed with kubectl apply -k, rolled to
+# this checkout's build and back under client streams. Not in make test yet: in fresh-debian one
+# new NodePort connection of 142 was refused during the upgrade (docs/install.md, Upgrade).
+test-upgrade: deps build controlplane cluster
+	set -o pipefail; SRCIP_AGENT=$(BIN)/srcip-agent $(GO) test -tags upgrade -count=1 -p 1 -timeout 15m -v -run '^TestRollingUpgrade$$' ./test/cluster/install/ \
+		| grep -v '^=== '
 
 test: deps vet build test-unit test-e2e test-conformance
 

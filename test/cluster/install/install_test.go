@@ -13,7 +13,7 @@
 //     Ready, pods talk across nodes; helm upgrade to a second tag and helm rollback (the agents
 //     back on the first, traffic); helm uninstall keeps the CRD and an EgressGateway
 //     (helm.sh/resource-policy: keep).
-//   - TestRollingUpgrade (upgrade_test.go): an older commit's image installed with apply -k,
+//   - TestRollingUpgrade (upgrade_test.go, build tag upgrade: make test-upgrade): an older commit's image installed with apply -k,
 //     rolled to this checkout's (built with a test-only flow layout change) and back under
 //     long-lived streams and new connections through every node; no reset, no silence over 1 s,
 //     no moment without flows, the other build's layout gone after each roll.

@@ -1,3 +1,5 @@
+//go:build upgrade
+
 package install
 
 import (
