@@ -99,3 +99,26 @@ func TestUnderlayFamilyMismatch(t *testing.T) {
 		assert.Contains(t, warnings[0], "node node3: its underlay address 192.0.2.13 is IPv4 and this node's (2001:db8:0:2::11) is IPv6")
 	}
 }
+
+// An endpoint on a node this node does not program (refused for its underlay family, so absent
+// from State.Nodes) declines the port with a reason that names the node, not "hostNetwork?": its
+// pod CIDR is unknown here, not outside the cluster's.
+func TestEndpointOnUnprogrammedNodeDeclined(t *testing.T) {
+	st := GoldenState()
+	delete(st.Nodes, "node3")
+	sp := ServicePort{Namespace: "demo", Name: "web", Protocol: TCP, Family: IPv4, Port: 80, NodePort: 30080,
+		Endpoints: []Endpoint{{IP: ip("10.244.2.5"), Port: 8080, NodeName: "node2"}, {IP: ip("10.244.3.5"), Port: 8080, NodeName: "node3"}}}
+	sp.GroupID = NewGroupIDs().ID(sp.Key())
+	fs, err := BuildServicePort(st, &sp)
+	require.NoError(t, err)
+	assert.Empty(t, fs.Flows)
+	assert.Contains(t, fs.Declined, "1 of 2 endpoint(s) on a node this node does not program")
+	assert.Contains(t, fs.Declined, "10.244.3.5:8080 on node node3")
+	assert.NotContains(t, fs.Declined, "hostNetwork")
+
+	// A hostNetwork endpoint on a programmed node keeps its own reason.
+	sp.Endpoints[1] = Endpoint{IP: ip("192.0.2.12"), Port: 8080, NodeName: "node2"}
+	fs, err = BuildServicePort(st, &sp)
+	require.NoError(t, err)
+	assert.Contains(t, fs.Declined, "outside every node's pod CIDRs (hostNetwork?): 192.0.2.12:8080")
+}
