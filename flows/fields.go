@@ -356,7 +356,7 @@ var (
 	// node's IPv6 InternalIP; :: for a pod on the gateway node itself. Nothing else is in the
 	// label of those zones.
 	CTLabelEgressNode6 = NewCTLabelField("CTLabelEgressNode6", 0, 127, ZoneEgress,
-		"IPv6 underlay: Geneve tun_ipv6_src of the first packet: the pod's node, where un-SNATed replies are tunnelled (::: a local pod)")
+		"IPv6 underlay: Geneve tun_ipv6_src of the first packet: the pod's node, where un-SNATed replies are tunnelled (all zero: a local pod)")
 )
 
 // Geneve VNIs (RFC 8926 "Virtual Network Identifier", tun_id in OVS). The VNI tells the
