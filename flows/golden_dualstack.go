@@ -30,6 +30,7 @@ func addDualStackGoldens(cases map[string]*State) {
 	cases["node1-dual-stack-gateway"] = goldenDualStackGateway()
 	// The IPv6 underlay (golden_underlay6.go).
 	cases["node1-ipv6-underlay"] = goldenIPv6Underlay()
+	cases["node1-ipv6-underlay-egress"] = goldenIPv6UnderlayEgress()
 	// The dual-stack pod selected by an EgressGateway (egress IPs are IPv4): its IPv4 traffic
 	// to 198.51.100.0/24 takes the egress path, its IPv6 traffic the host path; no ipv6 flow
 	// leads to IntEgressOut (TestEgressNoIPv6).
