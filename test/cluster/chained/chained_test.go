@@ -10,13 +10,13 @@ package chained
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -295,12 +295,19 @@ func chainedIPv6(t *testing.T, job, plain corev1.Pod) {
 	assert.Greater(t, srcip0TX(t, &job), tx0, "the injected packets did go out srcip0")
 }
 
-// srcip0TX is the tx_packets counter of the egress interface in pod p.
+// srcip0TX is the tx_packets counter of the egress interface in pod p (ip -j -s link).
 func srcip0TX(t *testing.T, p *corev1.Pod) uint64 {
 	t.Helper()
-	out, err := theCluster.PodExec(p, "cat", "/sys/class/net/srcip0/statistics/tx_packets")
+	out, err := theCluster.PodExec(p, "ip", "-j", "-s", "link", "show", "dev", "srcip0")
 	require.NoError(t, err)
-	n, err := strconv.ParseUint(strings.TrimSpace(out), 10, 64)
-	require.NoError(t, err)
-	return n
+	var links []struct {
+		Stats64 struct {
+			TX struct {
+				Packets uint64 `json:"packets"`
+			} `json:"tx"`
+		} `json:"stats64"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &links), out)
+	require.Len(t, links, 1, out)
+	return links[0].Stats64.TX.Packets
 }
