@@ -314,9 +314,9 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 		var pe, pe6 *flows.PodEgress
 		if pod := m.pods[nn(k.Namespace, k.Name)]; pod != nil {
 			pe = podEgressFor(pols, pod, m.namespaces[pod.Namespace], false)
-			if !fp.Chained { // a chained pod's egress interface carries IPv4 only
-				pe6 = podEgressFor(pols, pod, m.namespaces[pod.Namespace], true)
-			}
+			// A chained pod's too: its egress interface carries IPv6 when its main CNI gave
+			// it an IPv6 address (flows.chainedPodFlows).
+			pe6 = podEgressFor(pols, pod, m.namespaces[pod.Namespace], true)
 		}
 		if !reflect.DeepEqual(pe, m.podEgress[k]) || !reflect.DeepEqual(pe, fp.Egress) ||
 			!reflect.DeepEqual(pe6, m.podEgress6[k]) || !reflect.DeepEqual(pe6, fp.Egress6) {

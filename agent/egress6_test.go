@@ -224,3 +224,18 @@ func TestEgressIPv6UnderlayGateways(t *testing.T) {
 	assert.Equal(t, "node1", m.st.Egress[addr("192.0.2.50")].Gateway)
 	assert.Equal(t, "node1", m.st.Egress[addr("2001:db8::50")].Gateway)
 }
+
+// A chained pod (srcip-cni's chained mode, its main CNI's addresses of both families) gets its
+// IPv6 assignment as any pod: its egress interface carries IPv6 too (flows.chainedPodFlows).
+func TestEgressPerFamilyChained(t *testing.T) {
+	m, k, _ := egressModel(t, egressPolicy("dual", "192.0.2.60", "2001:db8::60"))
+	p := m.st.Pods[k]
+	p.Chained, p.IPs = true, []netip.Addr{addr("10.88.1.7"), addr("2001:db8:88:1::7")}
+	m.st.Pods[k] = p
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	p = m.st.Pods[k]
+	require.NotNil(t, p.Egress)
+	require.NotNil(t, p.Egress6)
+	assert.Equal(t, "192.0.2.60", p.Egress.IP.String())
+	assert.Equal(t, "2001:db8::60", p.Egress6.IP.String())
+}

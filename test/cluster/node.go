@@ -226,7 +226,7 @@ func (kn *KNode) up(ctx context.Context) error {
 		if err := os.Remove(kn.path("cni-conf", "10-ovs-srcip.conflist")); err != nil {
 			return err
 		}
-		if err := kn.writeConflistInPlace("10-lab-chained.conflist", ChainedConflist(kn.PodCIDR)); err != nil {
+		if err := kn.writeConflistInPlace("10-lab-chained.conflist", ChainedConflist(kn.PodCIDR, c.cfg.DualStack)); err != nil {
 			return err
 		}
 		if err := kn.StartAgent(); err != nil {
