@@ -182,8 +182,10 @@ func TestIPv6UnderlayEgress(t *testing.T) {
 		}
 	})
 	writeManifest(t, "egress.yaml", egressPolicyGW("job", []string{egressIP, egressIP6}, []string{"node3"}, "node3"))
-	require.NoError(t, waitBrInt("node2", "set_field:"+nodeIP(t, "node3", "IPv6")+"->tun_ipv6_dst,set_tunnel:0x4", "->tun_dst"),
-		"node2 tunnels to the gateway over IPv6")
+	if err := waitBrInt("node2", "set_field:"+nodeIP(t, "node3", "IPv6")+"->tun_ipv6_dst,set_field:0x4->tun_id", "->tun_dst"); err != nil {
+		out, _ := theLab.DumpFlows("node2", "br-int", "table=75")
+		t.Fatalf("node2 tunnels to the gateway over IPv6: %v\nnode2 br-int table 75:\n%s", err, out)
+	}
 	gnv4 := capture(t, "node3", "eth0", "ip and udp port 6081")
 	gnv6 := capture(t, "node3", "eth0", "ip6 and udp port 6081")
 	for _, proto := range []string{"tcp", "udp"} {
