@@ -169,22 +169,24 @@ func TestChainedEgress(t *testing.T) {
 	ctx := context.Background()
 	c := theCluster
 	serveOutside(t)
-	egressIPs := []string{egressIP}
-	if c.DualStack() {
-		egressIPs = append(egressIPs, egressIP6)
-	}
 	ecs, err := egressclient.NewForConfig(c.CP.RESTConfig)
 	require.NoError(t, err)
-	_, err = ecs.OvsSrcipV1alpha1().EgressGateways().Create(ctx, &egressv1.EgressGateway{
-		ObjectMeta: metav1.ObjectMeta{Name: "job"},
-		Spec: egressv1.EgressGatewaySpec{
-			EgressIPs:           egressIPs,
-			GatewayNodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/hostname": "node3"}},
-			PodSelector:         &metav1.LabelSelector{MatchLabels: map[string]string{"app": "job"}},
-			Destinations:        []string{cluster.ChainedDestinations, cluster.ChainedDestinations6},
-		},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	// One EgressGateway per family (the CRD wants the egress IPs and destinations of a policy in
+	// one family): job's IPv4 through "job", its IPv6 through "job6".
+	policies := []egressv1.EgressGatewaySpec{{EgressIPs: []string{egressIP}, Destinations: []string{cluster.ChainedDestinations}}}
+	if c.DualStack() {
+		policies = append(policies, egressv1.EgressGatewaySpec{EgressIPs: []string{egressIP6}, Destinations: []string{cluster.ChainedDestinations6}})
+	}
+	for i, spec := range policies {
+		name := "job"
+		if i > 0 {
+			name = "job6"
+		}
+		spec.GatewayNodeSelector = metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/hostname": "node3"}}
+		spec.PodSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "job"}}
+		_, err = ecs.OvsSrcipV1alpha1().EgressGateways().Create(ctx, &egressv1.EgressGateway{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{})
+		require.NoError(t, err, name)
+	}
 
 	job := deployOn(t, "job", "node2")
 	plain := deployOn(t, "plain", "node2")
