@@ -3,16 +3,9 @@ package e2e
 import (
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-
-	"github.com/ovs-srcip/ovs-srcip/test/lab"
 )
 
 // srcipctl trace over an IPv6 underlay (issue 22): a new connection from the client to
@@ -24,25 +17,10 @@ func TestTraceOverIPv6Underlay(t *testing.T) {
 	const file = "ds-prefer.yaml"
 	writeManifest(t, file, dsPrefer.yaml())
 	defer removeAndWait(t, file, fmt.Sprintf("tp_dst=%d", dsPrefer.nodePort))
-	bin := srcipctlBin(t)
 	for _, tc := range []struct{ fam, client string }{{"IPv4", clientIP}, {"IPv6", client6IP}} {
 		from := net.JoinHostPort(tc.client, "40000")
 		to := net.JoinHostPort(nodeIP(t, "node1", tc.fam), fmt.Sprint(dsPrefer.nodePort))
-		var out string
-		require.NoError(t, lab.WaitFor(func() error {
-			cmd := exec.Command(bin, "trace", "--from", from, "--to", to)
-			cmd.Env = append(os.Environ(), "OVS_RUNDIR="+theLab.Node("node1").Dir)
-			b, err := cmd.CombinedOutput()
-			out = string(b)
-			if err != nil {
-				return fmt.Errorf("%v: %s", err, out)
-			}
-			if !strings.Contains(out, "verdict: delivered") {
-				return fmt.Errorf("not delivered yet: %s", lastLine(out))
-			}
-			return nil
-		}, 30*time.Second), "%s: srcipctl trace --from %s --to %s: %s", tc.fam, from, to, out)
-		t.Logf("$ srcipctl trace --from %s --to %s\n%s", from, to, out)
+		out := traceDelivered(t, "node1", from, to)
 		assert.Contains(t, out, "=> Geneve (VNI 0x2) to node2", tc.fam)
 		assert.Contains(t, out, "(path node1 -> node2 -> node1)", tc.fam)
 		assert.Contains(t, out, "tun_ipv6_dst=2001:db8:0:2::12", tc.fam)
