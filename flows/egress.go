@@ -153,9 +153,9 @@ func egressNodeFlows(st *State, tunSrc of.Match) []of.Flow {
 }
 
 // egressGatewayRefusal is why this node cannot send egress IP e's packets to its gateway (""
-// when it can, or when e has no gateway: then it is "" and e.Gateway is ""): the gateway is
-// unknown, or another node this node cannot tunnel to (State.TunnelRefusal: no underlay address,
-// or one of the other family). This node itself is always reachable.
+// when it can): e has no gateway ("no gateway"; the callers warn only when e.Gateway is set), the
+// gateway is unknown, or another node this node cannot tunnel to (State.TunnelRefusal: no
+// underlay address, or one of the other family). This node itself is always reachable.
 func (st *State) egressGatewayRefusal(e EgressIP) string {
 	if e.Gateway == "" {
 		return "no gateway"
