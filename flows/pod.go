@@ -115,7 +115,7 @@ var ChainedGatewayMAC = GatewayMAC(ChainedGatewayIP)
 // un-SNATed replies (SourceEgress, after IntEgressReplyCT) are delivered; anything else for ip
 // that reaches br-int is dropped (the main CNI owns the address). No ARP and no ND flow: the pod
 // reaches its next hop through a permanent neighbour entry, and its solicitations fall to the
-// base's drops (nd-not-ours).
+// base's drops (DropNDNotOurs, nd-not-answered).
 func chainedPodFlows(st *State, p Pod, ip netip.Addr) []of.Flow {
 	proto, src, dst := of.ProtoIP, of.IPv4Src(ip), of.IPv4Dst(ip)
 	if ip.Is6() {
