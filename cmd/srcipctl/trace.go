@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ovs-srcip/ovs-srcip/agent"
 	"github.com/ovs-srcip/ovs-srcip/flows"
 	"github.com/ovs-srcip/ovs-srcip/ofctl"
 )
@@ -202,14 +203,8 @@ Example: srcipctl trace --from 198.51.100.10:40000 --to 203.0.113.100:80`,
 					if err != nil {
 						return fmt.Errorf("--client-mac: %w", err)
 					}
-					return pathTrace(ctx, out, traceAttempts, func(w io.Writer) *pathTracer {
-						return &pathTracer{out: w, full: full, clientMAC: mac,
-							ingress: &nodeView{name: rep.Node, c: ac, rep: rep, names: newNames(rep)},
-							peer:    peerFinder(peers, runDir)}
-					}, func() error {
-						rep, err = ac.Report(ctx)
-						return err
-					}, proto, client, entry)
+					base := pathTracer{full: full, clientMAC: mac, peer: peerFinder(peers, runDir)}
+					return pathTrace(ctx, out, base, ac, rep, traceAttempts, proto, client, entry)
 				}
 				if agentAddr != "" {
 					return rerr
@@ -240,18 +235,20 @@ Example: srcipctl trace --from 198.51.100.10:40000 --to 203.0.113.100:80`,
 // the agents' reports before it prints the last one with a note.
 const traceAttempts = 3
 
-// pathTrace runs the path trace of tracer (built anew per attempt, writing to the writer it is
-// given) and prints it with its verdict to out. The reports are read before the flows are
-// traced, so a change the agent applies in between leaves flows whose cookies the report does
-// not name ("not applied by the agent now") and an entry-point verdict from the old report; such
-// a trace is run again after refresh (a new report of the ingress node; the peers' reports are
-// read anew by each attempt), at most attempts times in all. The last stale one is printed with
-// a note that says so.
-func pathTrace(ctx context.Context, out io.Writer, attempts int, tracer func(io.Writer) *pathTracer, refresh func() error,
+// pathTrace runs the path trace of base (its out, ingress, step and stale are set here) from the
+// ingress node's agent ac with its report rep, and prints it with its verdict to out. The reports
+// are read before the flows are traced, so a change the agent applies in between leaves flows
+// whose cookies the report does not name ("not applied by the agent now") and an entry-point
+// verdict from the old report; such a trace is run again with a new report of ac (the peers'
+// reports are read anew by each attempt), at most attempts times in all. The last stale one is
+// printed with a note that says so. Errors: those of the trace and of reading ac's report.
+func pathTrace(ctx context.Context, out io.Writer, base pathTracer, ac *agentClient, rep *agent.Report, attempts int,
 	proto string, client, entry netip.AddrPort) error {
 	for i := 1; ; i++ {
 		var buf bytes.Buffer
-		t := tracer(&buf)
+		t := base
+		t.out = &buf
+		t.ingress = &nodeView{name: rep.Node, c: ac, rep: rep, names: newNames(rep)}
 		verdict, err := t.run(ctx, proto, client, entry)
 		if err != nil {
 			return err
@@ -266,7 +263,7 @@ func pathTrace(ctx context.Context, out io.Writer, attempts int, tracer func(io.
 			fmt.Fprintf(out, "\nverdict: %s\n", verdict)
 			return nil
 		}
-		if err := refresh(); err != nil {
+		if rep, err = ac.Report(ctx); err != nil {
 			return err
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -27,6 +26,7 @@ func TestPathTraceRetriesStaleReport(t *testing.T) {
 	const cookie = "0x5c106a56d6977977" // the service-port flows of ../../ofctl/testdata/trace-remote.txt
 	trace, err := os.ReadFile("../../ofctl/testdata/trace-remote.txt")
 	require.NoError(t, err)
+	cookies := regexp.MustCompile(`cookie (0x[0-9a-f]+)`).FindAllSubmatch(trace, -1)
 	for _, tc := range []struct {
 		name       string
 		freshAfter int32 // the /status call from which on the report lists the cookie (0: never)
@@ -45,7 +45,7 @@ func TestPathTraceRetriesStaleReport(t *testing.T) {
 					n := calls.Add(1)
 					rep := agent.Report{Node: "node1", Ports: agent.PortsReport{ExUplink: 1, ExMAC: "02:00:c0:00:02:0b", TunnelUDPPort: 6081}}
 					if tc.freshAfter != 0 && n >= tc.freshAfter {
-						for _, m := range regexp.MustCompile(`cookie (0x[0-9a-f]+)`).FindAllSubmatch(trace, -1) {
+						for _, m := range cookies {
 							fs := agent.FlowSetReport{Kind: "other", Cookie: string(m[1])}
 							if fs.Cookie == cookie {
 								fs.Kind, fs.Object = "service-port", "demo/web http/TCP"
@@ -69,14 +69,9 @@ func TestPathTraceRetriesStaleReport(t *testing.T) {
 			rep, err := ac.Report(ctx)
 			require.NoError(t, err)
 			var out bytes.Buffer
-			err = pathTrace(ctx, &out, traceAttempts, func(w io.Writer) *pathTracer {
-				return &pathTracer{out: w, clientMAC: []byte{2, 0, 0x5e, 0, 0x53, 1},
-					ingress: &nodeView{name: rep.Node, c: ac, rep: rep, names: newNames(rep)},
-					peer:    peerFinder(nil, t.TempDir())}
-			}, func() error {
-				rep, err = ac.Report(ctx)
-				return err
-			}, "tcp", netip.MustParseAddrPort("198.51.100.10:40000"), netip.MustParseAddrPort("203.0.113.100:80"))
+			base := pathTracer{clientMAC: []byte{2, 0, 0x5e, 0, 0x53, 1}, peer: peerFinder(nil, t.TempDir())}
+			err = pathTrace(ctx, &out, base, ac, rep, traceAttempts, "tcp",
+				netip.MustParseAddrPort("198.51.100.10:40000"), netip.MustParseAddrPort("203.0.113.100:80"))
 			require.NoError(t, err)
 			t.Log(out.String())
 			assert.Equal(t, tc.reports, calls.Load(), "reports read")
