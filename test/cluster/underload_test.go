@@ -320,6 +320,11 @@ func foSettle(t *testing.T, c *Cluster, ecs egressclient.Interface, conns *connL
 	t.Helper()
 	ctx := context.Background()
 	var active string
+	// since is when the Lease and the status first agreed on active: the connection that
+	// proves the path must have started after it. (It cannot be the time of each poll: a
+	// record is only added once its connection ended, so no record ever starts after "now".)
+	var since time.Time
+	var sinceGW string
 	if err := lab.WaitFor(func() error {
 		for _, n := range c.Lab.Nodes {
 			node, err := c.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
@@ -346,10 +351,15 @@ func foSettle(t *testing.T, c *Cluster, ecs egressclient.Interface, conns *connL
 		}
 		active = g.Status.ActiveGateways[0].Node
 		if h := leaseHolder(ctx, c); h != active || !slices.Contains(foCandidates, h) {
+			since = time.Time{}
 			return fmt.Errorf("Lease holder %q, status says %s", h, active)
 		}
-		if _, ok := conns.firstOKAfter(time.Now()); !ok {
-			return fmt.Errorf("no new connection through the egress IP yet")
+		if since.IsZero() || sinceGW != active {
+			since, sinceGW = time.Now(), active
+		}
+		if _, ok := conns.firstOKAfter(since); !ok {
+			return fmt.Errorf("no new connection through the egress IP via %s since %s (last: %s)",
+				active, since.Format("15:04:05.000"), conns.last())
 		}
 		return nil
 	}, 60*time.Second); err != nil {
@@ -415,6 +425,21 @@ func (l *connLoop) firstOKAfter(t time.Time) (connRec, bool) {
 
 // failedBetween counts the connections started between a and b that failed (or left with
 // another source).
+// last describes the newest connection (its start and the source the server saw, or failed).
+func (l *connLoop) last() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.recs) == 0 {
+		return "none made"
+	}
+	r := l.recs[len(l.recs)-1]
+	src := r.src
+	if src == "" {
+		src = "failed"
+	}
+	return fmt.Sprintf("started %s, %s, source %s", r.start.Format("15:04:05.000"), r.end.Sub(r.start).Round(time.Millisecond), src)
+}
+
 func (l *connLoop) failedBetween(a, b time.Time) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
