@@ -97,13 +97,15 @@ conformance-build: deps
 # test/cluster: pods, Services, NodePorts, hostPorts, agent restart; about 1 minute) run a second
 # time with kube-proxy in iptables mode, kubeadm's default (SRCIP_CLUSTER_PROXY_MODE). The first run is
 # dual-stack (SRCIP_LAB_DUAL_STACK=1: IPv4 and IPv6 pod CIDRs, Service CIDRs and node addresses),
-# the iptables run IPv4-only.
+# the iptables run IPv4-only. The egress failover test (TestEgressFailoverUnderLoad, about 35 s:
+# agent and ovs-vswitchd faults of the active gateway under load) runs in the first only: the
+# selected pod's egress does not go through kube-proxy, and its egress IP is IPv4 in both.
 test-e2e: deps build controlplane cluster
 	SRCIP_AGENT=$(BIN)/srcip-agent SRCIP_ECHO=$(BIN)/echo SRCIPCTL=$(BIN)/srcipctl $(GO) test -count=1 -p 1 -timeout 40m \
 		$$($(GO) list ./test/... ./deploy/... | grep -v /test/cluster)
 	set -o pipefail; SRCIP_AGENT=$(BIN)/srcip-agent SRCIP_LAB_DUAL_STACK=1 $(GO) test -count=1 -p 1 -timeout 20m -v ./test/cluster/... \
 		| grep -v '^=== '
-	set -o pipefail; SRCIP_AGENT=$(BIN)/srcip-agent SRCIP_CLUSTER_PROXY_MODE=iptables $(GO) test -count=1 -p 1 -timeout 10m -v ./test/cluster/ \
+	set -o pipefail; SRCIP_AGENT=$(BIN)/srcip-agent SRCIP_CLUSTER_PROXY_MODE=iptables $(GO) test -count=1 -p 1 -timeout 10m -v -skip '^TestEgressFailoverUnderLoad$$' ./test/cluster/ \
 		| grep -v '^=== '
 
 # The real-kubelet lab that test/cluster/install installs ovs-srcip on, held until Ctrl-C or
