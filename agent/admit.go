@@ -263,7 +263,14 @@ func (a *admission) setService(name types.NamespacedName, svc *corev1.Service) (
 				cips = append(cips, ip.Unmap())
 			}
 		}
-		wants = slices.Clone(lbs)
+		// An ipMode Proxy ingress is the load balancer's own address, never an entry point
+		// (proxiedIngress): it stays in lbs (an externalIP or egress IP equal to it is still
+		// someone else's address) but is not asked for.
+		for _, ing := range svc.Status.LoadBalancer.Ingress {
+			if ip, err := netip.ParseAddr(ing.IP); err == nil && !proxiedIngress(ing) {
+				wants = append(wants, ip.Unmap())
+			}
+		}
 		for _, s := range svc.Spec.ExternalIPs {
 			if ip, err := netip.ParseAddr(s); err == nil {
 				wants = append(wants, ip.Unmap())

@@ -223,6 +223,10 @@ func (s Selector) ServicePorts(svc *corev1.Service, eps []*discoveryv1.EndpointS
 		if ing.IP == "" {
 			continue // hostname-only ingress: nothing to match on
 		}
+		if proxiedIngress(ing) {
+			warn("status.loadBalancer.ingress ip %q skipped: ipMode Proxy (the load balancer proxies to the nodes' nodePorts, so no packet reaches a node addressed to it; kube-proxy does not serve it either, KEP-1860)", ing.IP)
+			continue
+		}
 		add("status.loadBalancer.ingress ip", ing.IP, &lbIPs)
 	}
 	for _, s := range svc.Spec.ExternalIPs {
@@ -819,4 +823,14 @@ func ParseCIDRs(ss []string) ([]netip.Prefix, error) {
 		out = append(out, p.Masked())
 	}
 	return out, nil
+}
+
+// proxiedIngress reports whether a LoadBalancer ingress has ipMode Proxy (KEP-1860,
+// corev1.LoadBalancerIPModeProxy): the load balancer terminates or proxies the connection and
+// sends it to the nodes (their nodePorts or the pods), never addressed to the ingress IP. kube-proxy
+// does not bind such an IP on the nodes, and ovs-srcip makes no entry point of it: its
+// traffic is the load balancer's, with the load balancer's source, arriving at the nodePort.
+// ipMode VIP or unset (the default) is an entry point.
+func proxiedIngress(ing corev1.LoadBalancerIngress) bool {
+	return ing.IPMode != nil && *ing.IPMode == corev1.LoadBalancerIPModeProxy
 }

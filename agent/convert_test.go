@@ -113,6 +113,19 @@ func TestServicePorts(t *testing.T) {
 			})},
 		},
 		{
+			name: "ipMode Proxy is not an entry point (a problem says so); VIP and unset are",
+			svc: makeService("ns1", "svc1", 30080, func(s *corev1.Service) {
+				s.Spec.Type = corev1.ServiceTypeLoadBalancer
+				proxy, vip := corev1.LoadBalancerIPModeProxy, corev1.LoadBalancerIPModeVIP
+				s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{
+					{IP: "198.51.100.8", IPMode: &proxy}, {IP: "198.51.100.7", IPMode: &vip}, {IP: "198.51.100.9"}}
+			}),
+			want: []flows.ServicePort{base(func(sp *flows.ServicePort) {
+				sp.LoadBalancerIPs = []netip.Addr{addr("198.51.100.7"), addr("198.51.100.9")}
+			})},
+			wantProblems: 1,
+		},
+		{
 			name: "bad IPs are problems, the rest converts",
 			svc: makeService("ns1", "svc1", 30080, func(s *corev1.Service) {
 				s.Spec.Type = corev1.ServiceTypeLoadBalancer

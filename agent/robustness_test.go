@@ -343,6 +343,46 @@ func TestEntryPointAdmission(t *testing.T) {
 	assert.ElementsMatch(t, []string{"192.168.0.1:30001/TCP", "203.0.113.1:80/TCP"}, entries("a"))
 }
 
+// A LoadBalancer ingress that turns from ipMode VIP to Proxy (KEP-1860) stops being an entry
+// point in the next sync, with a problem that says why; the nodePort stays, and the address is
+// neither refused nor claimed (an LB IP equal to a node address is refused as VIP only).
+func TestLoadBalancerIPModeProxyNotAnEntryPoint(t *testing.T) {
+	f := newFixture(t)
+	f.r = f.newReconcilerWith()
+	f.seedNodes(f.r)
+	lb := func(ip string, mode corev1.LoadBalancerIPMode) func(*corev1.Service) {
+		return func(s *corev1.Service) {
+			s.Spec.Type = corev1.ServiceTypeLoadBalancer
+			s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip, IPMode: &mode}}
+		}
+	}
+	entries := func(name string) []string {
+		var out []string
+		for _, e := range f.r.Applied(flows.BrEx)[svcKey(name)].EntryPoints {
+			out = append(out, e.String())
+		}
+		return out
+	}
+	vip := makeService("ns1", "a", 30001, lb("203.0.113.1", corev1.LoadBalancerIPModeVIP))
+	f.r.OnService(nil, vip)
+	require.NoError(t, f.sync())
+	assert.ElementsMatch(t, []string{"192.168.0.1:30001/TCP", "203.0.113.1:80/TCP"}, entries("a"))
+	assert.Contains(t, f.flowText(), "nw_dst=203.0.113.1")
+
+	proxy := makeService("ns1", "a", 30001, lb("203.0.113.1", corev1.LoadBalancerIPModeProxy))
+	f.r.OnService(vip, proxy)
+	require.NoError(t, f.sync())
+	assert.Equal(t, []string{"192.168.0.1:30001/TCP"}, entries("a"))
+	assert.NotContains(t, f.flowText(), "nw_dst=203.0.113.1")
+	assert.Contains(t, strings.Join(f.events.msgs, "\n"), `status.loadBalancer.ingress ip "203.0.113.1" skipped: ipMode Proxy`)
+
+	// Proxy on a node's address: not an entry point, so nothing to refuse.
+	f.r.OnService(nil, makeService("ns1", "b", 30002, lb("192.168.0.2", corev1.LoadBalancerIPModeProxy)))
+	require.NoError(t, f.sync())
+	assert.Equal(t, []string{"192.168.0.1:30002/TCP"}, entries("b"))
+	assert.NotContains(t, strings.Join(f.events.msgs, "\n"), "loadBalancer ingress IP 192.168.0.2 is an address of Node node2")
+}
+
 // The generic guard: two flow sets rendering the same flow (here two Services given the same
 // entry point behind the claims index's back) keep one winner, chosen by creationTimestamp.
 func TestCollisionGuardPicksOlderService(t *testing.T) {

@@ -417,7 +417,7 @@ func (r *Reconciler) serviceReport(name types.NamespacedName, svc *corev1.Servic
 			sr.Requested = append(sr.Requested, fmt.Sprintf("nodePort %d/%s", p.NodePort, proto))
 		}
 		for _, ing := range svc.Status.LoadBalancer.Ingress {
-			if ing.IP != "" {
+			if ing.IP != "" && !proxiedIngress(ing) {
 				sr.Requested = append(sr.Requested, requestedEntry(ing.IP, p.Port, proto))
 			}
 		}
