@@ -114,6 +114,14 @@ func buildEgress6(st *State, e EgressIP, fs *FlowSet) {
 	p := st.Ports
 	match := RegEgressIP.MatchValue(EgressID(e.IP))
 	mac := EgressMAC(e.IP)
+	if e.Gateway == st.Node {
+		if why := st.egress6SecondaryRefusal(e.IP); why != "" {
+			// Declined here: never SNATed onto the primary uplink's segment (fail closed).
+			fs.Flows = append(fs.Flows, flow(IntEgressOut, prioMid, of.ProtoIPv6, 0, []of.Match{match}, DropFor(DropEgressNoGateway)))
+			fs.Warnings = append(fs.Warnings, why)
+			return
+		}
+	}
 	switch why := st.egressGatewayRefusal(e); {
 	case why != "":
 		fs.Flows = append(fs.Flows, flow(IntEgressOut, prioMid, of.ProtoIPv6, 0, []of.Match{match}, DropFor(DropEgressNoGateway)))
@@ -142,6 +150,25 @@ func buildEgress6(st *State, e EgressIP, fs *FlowSet) {
 	}
 }
 
+// Egress6SecondaryNote is what the agent and the pipeline say about an IPv6 egress IP inside an
+// IPv6 subnet of a secondary uplink, after "IPv6 egress IP X is inside IPv6 subnet S of
+// secondary NIC N on node M: ".
+const Egress6SecondaryNote = "not served by that node (it declines it: node-setup records the NIC's IPv6 subnets but has " +
+	"no IPv6 source routing for it, so the SNATed packets would leave through the primary uplink, on the wrong segment); " +
+	"give the IP to nodes whose primary uplink is on that segment (gatewayNodeSelector), or use an IPv4 egress IP in the NIC's IPv4 subnet"
+
+// egress6SecondaryRefusal is why this node does not serve IPv6 egress IP ip ("" when it may):
+// ip is inside an IPv6 subnet of one of its secondary uplinks (State.SecondarySubnet6For), whose
+// segment this node cannot send IPv6 to (docs/egress.md "Secondary NICs").
+func (st *State) egress6SecondaryRefusal(ip netip.Addr) string {
+	nic, subnet, ok := st.SecondarySubnet6For(ip)
+	if !ok {
+		return ""
+	}
+	return "IPv6 egress IP " + ip.String() + " is inside IPv6 subnet " + subnet.String() + " of secondary NIC " + nic +
+		" on node " + st.Node + ": " + Egress6SecondaryNote + "; its traffic is dropped"
+}
+
 // ndAdvertFlagsEgress is the NA flags br-ex answers for an egress IP with: S (solicited) and O
 // (override), not R: br-ex is a host for that address, not a router (RFC 4861 4.4).
 const ndAdvertFlagsEgress = 0x60000000
@@ -166,6 +193,9 @@ const (
 func buildEgressAnnounce6(st *State, e EgressIP, fs *FlowSet) {
 	if !st.selfHasIPv6() {
 		return
+	}
+	if st.egress6SecondaryRefusal(e.IP) != "" {
+		return // declined (buildEgress6 warns): answered on no uplink
 	}
 	p := st.Ports
 	up := st.UplinkFor(e.IP)
