@@ -34,7 +34,13 @@ type EgressIPState struct {
 	// (flows.State.TunnelRefusal).
 	Underlay      flows.Family
 	OtherUnderlay []string
-	usable        bool // programmed: not refused, policy valid
+	// Declined is why this node declines to be the IP's gateway although it is eligible ("":
+	// it does not): an IPv6 egress IP inside an IPv6 subnet of one of its secondary NICs
+	// (flows.State.SecondarySubnet6For), which it cannot send through that NIC. This node's
+	// view only: the node neither campaigns for the IP nor serves it (flows.BuildEgress fails
+	// closed), says so in a Warning Event on the policy and in its status.nodes entry.
+	Declined string
+	usable   bool // programmed: not refused, policy valid
 }
 
 // EgressPolicy is one EgressGateway as converted by the agent.
@@ -251,6 +257,10 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 					takenID6[flows.EgressID(ip)] = ip
 				}
 				st.usable = p.Invalid == ""
+				if nic, subnet, ok := m.st.SecondarySubnet6For(ip); ok && st.usable && slices.Contains(st.Eligible, m.node) {
+					st.Declined = "IPv6 egress IP " + ip.String() + " is inside IPv6 subnet " + subnet.String() +
+						" of secondary NIC " + nic + " on node " + m.node + ": " + flows.Egress6SecondaryNote
+				}
 			}
 			p.IPs = append(p.IPs, st)
 		}
@@ -274,6 +284,16 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 		if len(probs) > 0 || !m.quiet(probs) {
 			m.report(egressEventObject(p.obj), "egressgateway/"+p.Name, ReasonConflict, probs)
 		}
+		// What this node declines (EgressIPState.Declined), never silently.
+		var declined []string
+		for _, s := range p.IPs {
+			if s.Declined != "" {
+				declined = append(declined, s.Declined)
+			}
+		}
+		if len(declined) > 0 || !m.quiet(declined) {
+			m.report(egressEventObject(p.obj), "egress-declined/"+p.Name, ReasonDeclined, declined)
+		}
 	}
 	// The election first learns what this node may serve (it gives up the rest at once), then
 	// names the gateways.
@@ -281,7 +301,7 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 		var mine []netip.Addr
 		for _, p := range pols {
 			for _, st := range p.IPs {
-				if st.usable && slices.Contains(st.Eligible, m.node) {
+				if st.usable && st.Declined == "" && slices.Contains(st.Eligible, m.node) {
 					mine = append(mine, st.IP)
 				}
 			}

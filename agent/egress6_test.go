@@ -239,3 +239,50 @@ func TestEgressPerFamilyChained(t *testing.T) {
 	assert.Equal(t, "192.0.2.60", p.Egress.IP.String())
 	assert.Equal(t, "2001:db8::60", p.Egress6.IP.String())
 }
+
+// campaignRecorder is a GatewayElection that records the last Campaign and chooses the first
+// eligible node.
+type campaignRecorder struct{ ips []netip.Addr }
+
+func (c *campaignRecorder) Campaign(ips []netip.Addr) { c.ips = ips }
+func (c *campaignRecorder) Choose(_ *egressv1.EgressGateway, _ netip.Addr, eligible []string) string {
+	if len(eligible) > 0 {
+		return eligible[0]
+	}
+	return ""
+}
+func (c *campaignRecorder) Synced() {}
+
+// An IPv6 egress IP inside an IPv6 subnet of one of this node's secondary NICs (recorded by
+// node-setup: Ports.Secondary[].Subnets6) is declined here, never served silently on the primary
+// uplink: the node does not campaign for it (another eligible node takes its Lease), says why
+// and what to do in one Warning Event on the policy (SourceIPDeclined) and in its status.nodes
+// entry; the policy's other egress IPs are unaffected. Without the subnet it campaigns again.
+func TestEgress6SecondaryNICDeclined(t *testing.T) {
+	m, _, ev := egressModel(t, egressPolicy("sec6", "192.0.2.50", "2001:db8:113::50", "2001:db8::60"))
+	el := &campaignRecorder{}
+	m.election = el
+	m.st.Ports.Secondary = []flows.SecondaryUplink{{Name: "eth1", OFPort: 5, Subnets: []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")},
+		Subnets6: []netip.Prefix{netip.MustParsePrefix("2001:db8:113::/64")}}}
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	assert.Equal(t, []netip.Addr{addr("192.0.2.50"), addr("2001:db8::60")}, el.ips, "no campaign for the declined IP")
+	p := policyByName(m, "sec6")
+	want := "IPv6 egress IP 2001:db8:113::50 is inside IPv6 subnet 2001:db8:113::/64 of secondary NIC eth1 on node node1: " + flows.Egress6SecondaryNote
+	for _, s := range p.IPs {
+		if s.IP == addr("2001:db8:113::50") {
+			assert.Equal(t, want, s.Declined)
+			assert.Empty(t, s.Refused, "declined by this node, not refused by the cluster")
+		} else {
+			assert.Empty(t, s.Declined, s.IP)
+		}
+	}
+	assert.Equal(t, []string{ReasonDeclined + ": " + want}, ev.msgs)
+	assert.Equal(t, []egressv1.NodeDecline{{EgressIP: "2001:db8:113::50", Message: want}}, NodeDeclines(p))
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	assert.Len(t, ev.msgs, 1, "reported once")
+
+	m.st.Ports.Secondary[0].Subnets6 = nil
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	assert.Equal(t, []netip.Addr{addr("192.0.2.50"), addr("2001:db8:113::50"), addr("2001:db8::60")}, el.ips)
+	assert.Empty(t, NodeDeclines(policyByName(m, "sec6")))
+}

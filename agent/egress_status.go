@@ -34,7 +34,7 @@ const statusRewrite = 10 * time.Second
 // EgressStatusWriter writes what this node's agent knows into the EgressGateway status
 // subresource, by server-side apply (JSON apply patches through the generated clientset):
 // every node its own status.nodes entry (observedGeneration: the generation whose flows the
-// last successful sync applied); the policy's StatusWriter node the activeGateways (from the
+// last successful sync applied; declined: the egress IPs it declines to serve, NodeDeclines); the policy's StatusWriter node the activeGateways (from the
 // Lease holders) and the Ready and Conflict conditions with their reasons (egressv1.Reason*).
 // Writes run on Run's goroutine, never on the sync goroutine; a failed write is logged and
 // retried at the next Publish.
@@ -96,8 +96,11 @@ func (w *EgressStatusWriter) write(ctx context.Context, p *EgressPolicy) error {
 		return nil
 	}
 	cur := p.obj.Status
-	if !slices.Contains(cur.Nodes, egressv1.NodeStatus{Node: w.node, ObservedGeneration: p.Generation}) {
-		st := egressv1.EgressGatewayStatus{Nodes: []egressv1.NodeStatus{{Node: w.node, ObservedGeneration: p.Generation}}}
+	mine := egressv1.NodeStatus{Node: w.node, ObservedGeneration: p.Generation, Declined: NodeDeclines(p)}
+	if !slices.ContainsFunc(cur.Nodes, func(n egressv1.NodeStatus) bool {
+		return n.Node == mine.Node && n.ObservedGeneration == mine.ObservedGeneration && slices.Equal(n.Declined, mine.Declined)
+	}) {
+		st := egressv1.EgressGatewayStatus{Nodes: []egressv1.NodeStatus{mine}}
 		if err := w.apply(ctx, StatusManagerNodePrefix+w.node, p.Name, st); err != nil {
 			return err
 		}
@@ -110,6 +113,18 @@ func (w *EgressStatusWriter) write(ctx context.Context, p *EgressPolicy) error {
 		return nil
 	}
 	return w.apply(ctx, StatusManagerGateways, p.Name, want)
+}
+
+// NodeDeclines is this node's status.nodes[].declined of p: the egress IPs it declines to serve
+// (EgressIPState.Declined), in spec order; nil for none.
+func NodeDeclines(p *EgressPolicy) []egressv1.NodeDecline {
+	var out []egressv1.NodeDecline
+	for _, s := range p.IPs {
+		if s.Declined != "" {
+			out = append(out, egressv1.NodeDecline{EgressIP: s.IP.String(), Message: s.Declined})
+		}
+	}
+	return out
 }
 
 // apply sends one apply patch of st to the status subresource of policy name as manager,

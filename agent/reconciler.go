@@ -33,7 +33,9 @@ const (
 	// were applied (docs/field-cases.md#c33).
 	ReasonRejected = "SourceIPRejected"
 	// ReasonDeclined: a Service port is left to the host because an endpoint is outside every
-	// node's pod CIDRs, e.g. a hostNetwork endpoint (docs/field-cases.md#c34).
+	// node's pod CIDRs, e.g. a hostNetwork endpoint (docs/field-cases.md#c34); or, on an
+	// EgressGateway, this node declines to be the gateway of an egress IP (an IPv6 one in a
+	// secondary NIC's IPv6 subnet: EgressIPState.Declined).
 	ReasonDeclined = "SourceIPDeclined"
 )
 

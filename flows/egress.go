@@ -26,26 +26,60 @@ func EgressMAC(ip netip.Addr) net.HardwareAddr {
 	return net.HardwareAddr{0x0a, 0x5e, b[0], b[1], b[2], b[3]}
 }
 
-// egressExcluded lists what is never sent to an egress gateway: every node's pod CIDRs and
-// InternalIP, the cluster's Service and node networks (State.EgressClusterCIDRs) and the
-// policy's excludedDestinations.
-func egressExcluded(st *State, e *PodEgress) []netip.Prefix {
-	var out []netip.Prefix
-	for _, n := range st.Nodes {
-		for _, c := range n.PodCIDRs {
-			if c.Addr().Is4() {
-				out = append(out, c.Masked())
-			}
-		}
-		if n.InternalIP.Is4() {
-			out = append(out, netip.PrefixFrom(n.InternalIP, 32))
-		}
+// egressFamily is what the egress builders take from an IP family, so that BuildEgress,
+// BuildEgressAnnounce's hand-off flows, podEgressFlows and egressExcluded are written once for
+// IPv4 and IPv6 (issue 22: the IPv6 path mirrors the IPv4 one table for table).
+type egressFamily struct {
+	v6    bool
+	proto of.Protocol
+	// zone is the gateway's SNAT zone (ZoneEgress, ZoneEgress6).
+	zone uint16
+	// all is every destination of the family: a policy without destinations.
+	all netip.Prefix
+	// hostBits is the prefix length of one address.
+	hostBits  int
+	src, dst  func(netip.Addr) of.Match
+	dstPrefix func(netip.Prefix) of.Match
+}
+
+var (
+	egressIPv4 = &egressFamily{proto: of.ProtoIP, zone: ZoneEgress, all: netip.MustParsePrefix("0.0.0.0/0"), hostBits: 32,
+		src: of.IPv4Src, dst: of.IPv4Dst, dstPrefix: of.IPv4DstPrefix}
+	egressIPv6 = &egressFamily{v6: true, proto: of.ProtoIPv6, zone: ZoneEgress6, all: netip.MustParsePrefix("::/0"), hostBits: 128,
+		src: of.IPv6Src, dst: of.IPv6Dst, dstPrefix: of.IPv6DstPrefix}
+)
+
+// has reports whether a is an address of the family (an IPv4-mapped IPv6 address is neither).
+func (f *egressFamily) has(a netip.Addr) bool {
+	if f.v6 {
+		return a.Is6() && !a.Is4In6()
 	}
-	for _, c := range append(slices.Clone(st.EgressClusterCIDRs), e.Excluded...) {
-		if c.Addr().Is4() {
+	return a.Is4()
+}
+
+// prefixes are the networks of cs of the family, masked, in order.
+func (f *egressFamily) prefixes(cs []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, c := range cs {
+		if f.has(c.Addr()) {
 			out = append(out, c.Masked())
 		}
 	}
+	return out
+}
+
+// egressExcluded lists what is never sent to an egress gateway, of family f: every node's pod
+// CIDRs and InternalIP, the cluster's Service and node networks (State.EgressClusterCIDRs) and
+// the policy's excludedDestinations.
+func egressExcluded(st *State, e *PodEgress, f *egressFamily) []netip.Prefix {
+	var out []netip.Prefix
+	for _, n := range st.Nodes {
+		out = append(out, f.prefixes(n.PodCIDRs)...)
+		if f.has(n.InternalIP) {
+			out = append(out, netip.PrefixFrom(n.InternalIP, f.hostBits))
+		}
+	}
+	out = append(out, f.prefixes(append(slices.Clone(st.EgressClusterCIDRs), e.Excluded...))...)
 	slices.SortFunc(out, func(a, b netip.Prefix) int {
 		if c := a.Addr().Compare(b.Addr()); c != 0 {
 			return c
@@ -63,43 +97,40 @@ func egressExcluded(st *State, e *PodEgress) []netip.Prefix {
 // Established packets of such a connection go to IntEgressOut by BuildIntBase's flow; replies
 // to connections that came IN to the pod were steered away earlier (IntPodEgressCT, C22).
 func podEgressFlows(st *State, p Pod, ip netip.Addr) []of.Flow {
+	f, e := egressIPv4, p.Egress
 	if ip.Is6() {
 		// IPv6: only the pod's IPv6 assignment, on a node that carries the IPv6 egress path.
-		if e := p.Egress6; e != nil && e.IP.Is6() && st.selfHasIPv6() {
-			return podEgressFlows6(st, ip, e)
+		f, e = egressIPv6, p.Egress6
+		if e == nil || !e.IP.Is6() || !st.selfHasIPv6() {
+			return nil
 		}
+	} else if e == nil || !e.IP.Is4() {
 		return nil
 	}
-	e := p.Egress
-	if e == nil || !e.IP.Is4() || !ip.Is4() {
-		return nil
-	}
-	src := of.IPv4Src(ip)
+	src := f.src(ip)
 	newConn := ctState(of.CTTracked.Set(), of.CTNew.Set())
 	var fl []of.Flow
 	hostPath := DropFor(DropNoRoute)
 	if st.Ports.HasGateway() {
 		hostPath = Goto(IntGatewayOut)
 	}
-	for _, x := range egressExcluded(st, e) {
-		fl = append(fl, flow(IntL3Forwarding, prioEgressExcl, of.ProtoIP, 0,
-			[]of.Match{SourcePod.Match(), src, of.IPv4DstPrefix(x), newConn}, hostPath))
+	for _, x := range egressExcluded(st, e, f) {
+		fl = append(fl, flow(IntL3Forwarding, prioEgressExcl, f.proto, 0,
+			[]of.Match{SourcePod.Match(), src, f.dstPrefix(x), newConn}, hostPath))
 	}
-	dsts := e.Destinations
-	if len(dsts) == 0 {
-		dsts = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}
+	dsts := f.prefixes(e.Destinations)
+	if len(e.Destinations) == 0 {
+		dsts = []netip.Prefix{f.all}
 	}
+	id := EgressID(e.IP)
 	for _, d := range dsts {
-		if !d.Addr().Is4() {
-			continue
-		}
 		m := []of.Match{SourcePod.Match(), src, newConn}
 		if d.Bits() > 0 {
-			m = append(m, of.IPv4DstPrefix(d.Masked()))
+			m = append(m, f.dstPrefix(d))
 		}
-		fl = append(fl, flow(IntL3Forwarding, prioEgress, of.ProtoIP, 0, m,
-			CT{Commit: true, Zone: ZonePod, Exec: []of.Action{EgressPath.Load(), CTLabelEgressIP.Load(ipv4Value(e.IP))}},
-			RegEgressIP.Load(uint32(ipv4Value(e.IP))), Goto(IntEgressOut)))
+		fl = append(fl, flow(IntL3Forwarding, prioEgress, f.proto, 0, m,
+			CT{Commit: true, Zone: ZonePod, Exec: []of.Action{EgressPath.Load(), CTLabelEgressIP.Load(uint64(id))}},
+			RegEgressIP.Load(id), Goto(IntEgressOut)))
 	}
 	return fl
 }
@@ -180,40 +211,54 @@ func (st *State) egressGatewayRefusal(e EgressIP) string {
 // br-ex passes back for the egress IP.
 func BuildEgress(st *State, e EgressIP) (*FlowSet, error) {
 	fs := &FlowSet{Key: Key{Kind: KindEgress, Name: e.IP.String()}, Bridge: BrInt}
-	if e.IP.Is6() && !e.IP.Is4In6() {
-		buildEgress6(st, e, fs)
-		return fs, fs.Finish()
-	}
-	if !e.IP.Is4() {
+	f := egressIPv4
+	switch {
+	case e.IP.Is6() && !e.IP.Is4In6():
+		// IPv6 (issue 22): on a node that runs IPv6 only; its gateway declines an IP inside
+		// an IPv6 subnet of one of its secondary NICs (egress6SecondaryRefusal).
+		if !st.selfHasIPv6() {
+			return fs, fs.Finish()
+		}
+		f = egressIPv6
+		if e.Gateway == st.Node {
+			if why := st.egress6SecondaryRefusal(e.IP); why != "" {
+				// Never SNATed onto the primary uplink's segment (fail closed).
+				fs.Flows = append(fs.Flows, flow(IntEgressOut, prioMid, f.proto, 0,
+					[]of.Match{RegEgressIP.MatchValue(EgressID(e.IP))}, DropFor(DropEgressNoGateway)))
+				fs.Warnings = append(fs.Warnings, why)
+				return fs, fs.Finish()
+			}
+		}
+	case !e.IP.Is4():
 		return fs, fs.Finish()
 	}
 	p := st.Ports
-	match := RegEgressIP.MatchValue(uint32(ipv4Value(e.IP)))
+	match := RegEgressIP.MatchValue(EgressID(e.IP))
 	mac := EgressMAC(e.IP)
 	switch why := st.egressGatewayRefusal(e); {
 	case why != "":
-		fs.Flows = append(fs.Flows, flow(IntEgressOut, prioMid, of.ProtoIP, 0, []of.Match{match}, DropFor(DropEgressNoGateway)))
+		fs.Flows = append(fs.Flows, flow(IntEgressOut, prioMid, f.proto, 0, []of.Match{match}, DropFor(DropEgressNoGateway)))
 		if e.Gateway != "" {
 			fs.Warnings = append(fs.Warnings, fmt.Sprintf("egress IP %s: %s: its traffic is dropped", e.IP, why))
 		}
 	case e.Gateway == st.Node:
-		fs.Flows = append(fs.Flows, flow(IntEgressOut, prioMid, of.ProtoIP, 0, []of.Match{match},
+		fs.Flows = append(fs.Flows, flow(IntEgressOut, prioMid, f.proto, 0, []of.Match{match},
 			of.ModDLDst{MAC: mac}, Goto(IntEgressSNAT)))
 	default:
-		fs.Flows = append(fs.Flows, flow(IntEgressOut, prioMid, of.ProtoIP, 0, []of.Match{match},
+		fs.Flows = append(fs.Flows, flow(IntEgressOut, prioMid, f.proto, 0, []of.Match{match},
 			of.ModDLDst{MAC: mac}, of.SetTunDstAddr(st.Nodes[e.Gateway].InternalIP), of.SetTunnel{ID: VNIEgress},
 			output(p.IntTunnel)))
 	}
 	if e.Gateway == st.Node {
 		fs.Flows = append(fs.Flows,
-			flow(IntEgressSNAT, prioMid, of.ProtoIP, 0, []of.Match{of.EthDst(mac)},
-				CT{Commit: true, Zone: ZoneEgress, NAT: &NAT{Src: e.IP}, Table: uint8(IntEgressSend), HasTable: true,
+			flow(IntEgressSNAT, prioMid, f.proto, 0, []of.Match{of.EthDst(mac)},
+				CT{Commit: true, Zone: f.zone, NAT: &NAT{Src: e.IP}, Table: uint8(IntEgressSend), HasTable: true,
 					Exec: []of.Action{st.egressNodeFromTunSrc()}}),
-			flow(IntEgressSend, prioMid, of.ProtoIP, 0, []of.Match{of.IPv4Src(e.IP)},
+			flow(IntEgressSend, prioMid, f.proto, 0, []of.Match{f.src(e.IP)},
 				of.ModDLSrc{MAC: mac}, of.ModDLDst{MAC: p.ExMAC}, output(p.IntPatch)),
-			flow(IntClassifier, prioEgressHook, of.ProtoIP, p.IntPatch,
-				[]of.Match{of.EthDst(p.ExMAC), of.IPv4Dst(e.IP)},
-				CT{Zone: ZoneEgress, NAT: &NAT{}, Table: uint8(IntEgressReply), HasTable: true}),
+			flow(IntClassifier, prioEgressHook, f.proto, p.IntPatch,
+				[]of.Match{of.EthDst(p.ExMAC), f.dst(e.IP)},
+				CT{Zone: f.zone, NAT: &NAT{}, Table: uint8(IntEgressReply), HasTable: true}),
 		)
 	}
 	return fs, fs.Finish()
@@ -238,15 +283,25 @@ func BuildEgressAnnounce(st *State, e EgressIP) (*FlowSet, error) {
 	}
 	p := st.Ports
 	up := st.UplinkFor(e.IP)
-	fs.Flows = []of.Flow{
+	fs.Flows = append([]of.Flow{
 		flow(ExClassifier, prioEgressHook, of.ProtoARP, up,
 			[]of.Match{of.ARPOp(arpOpRequest), of.ARPTPA(e.IP)}, arpReply(p.ExMAC)...),
-		flow(ExClassifier, prioEgressHook, of.ProtoIP, up,
-			[]of.Match{of.EthDst(p.ExMAC), of.IPv4Dst(e.IP)}, output(p.ExPatch)),
-		flow(ExClassifier, prioEgressHook, of.ProtoIP, p.ExPatch,
-			[]of.Match{of.IPv4Src(e.IP)}, of.ModDLSrc{MAC: p.ExMAC}, outputLocal),
-	}
+	}, egressHandoffFlows(st, e.IP, egressIPv4, up)...)
 	return fs, fs.Finish()
+}
+
+// egressHandoffFlows are the br-ex flows of egress IP ip (family f) on its active gateway
+// besides its ARP or Neighbor Discovery answers: what comes to it from its uplink up (br-ex's
+// MAC) goes to br-int for the un-SNAT; what br-int sends from it goes to the host, which routes
+// it.
+func egressHandoffFlows(st *State, ip netip.Addr, f *egressFamily, up int) []of.Flow {
+	p := st.Ports
+	return []of.Flow{
+		flow(ExClassifier, prioEgressHook, f.proto, up,
+			[]of.Match{of.EthDst(p.ExMAC), f.dst(ip)}, output(p.ExPatch)),
+		flow(ExClassifier, prioEgressHook, f.proto, p.ExPatch,
+			[]of.Match{f.src(ip)}, of.ModDLSrc{MAC: p.ExMAC}, outputLocal),
+	}
 }
 
 func egressKeys(k Kind) func(st *State) []Key {

@@ -3,7 +3,6 @@ package flows
 import (
 	"encoding/binary"
 	"net/netip"
-	"slices"
 
 	of "github.com/ovs-srcip/ovs-srcip/openflow"
 )
@@ -48,98 +47,23 @@ func (st *State) egress6() bool { return st.selfHasIPv6() }
 // flow set (BuildNode), as the IPv4 ones.
 func egressBase6(st *State) []of.Flow { return twin6(egressBaseFlows(st)) }
 
-// egressExcluded6 is egressExcluded for IPv6: every node's IPv6 pod CIDRs and IPv6 InternalIP,
-// the IPv6 cluster networks (State.EgressClusterCIDRs) and the policy's IPv6
-// excludedDestinations.
-func egressExcluded6(st *State, e *PodEgress) []netip.Prefix {
-	var out []netip.Prefix
-	for _, n := range st.Nodes {
-		out = append(out, v6CIDRs(n.PodCIDRs)...)
-		if n.InternalIP.Is6() && !n.InternalIP.Is4In6() {
-			out = append(out, netip.PrefixFrom(n.InternalIP, 128))
-		}
-	}
-	out = append(out, v6CIDRs(append(slices.Clone(st.EgressClusterCIDRs), e.Excluded...))...)
-	slices.SortFunc(out, func(a, b netip.Prefix) int {
-		if c := a.Addr().Compare(b.Addr()); c != 0 {
-			return c
-		}
-		return a.Bits() - b.Bits()
-	})
-	return slices.Compact(out)
-}
+// Egress6SecondaryNote is what the agent and the pipeline say about an IPv6 egress IP inside an
+// IPv6 subnet of a secondary uplink, after "IPv6 egress IP X is inside IPv6 subnet S of
+// secondary NIC N on node M: ".
+const Egress6SecondaryNote = "not served by that node (it declines it: node-setup records the NIC's IPv6 subnets but has " +
+	"no IPv6 source routing for it, so the SNATed packets would leave through the primary uplink, on the wrong segment); " +
+	"give the IP to nodes whose primary uplink is on that segment (gatewayNodeSelector), or use an IPv4 egress IP in the NIC's IPv4 subnet"
 
-// podEgressFlows6 are podEgressFlows for an IPv6 address ip of a local pod and its IPv6 egress
-// assignment e (Pod.Egress6): the excluded networks keep the host path; a NEW connection to one
-// of the IPv6 destinations (default ::/0) is committed in ZonePod with EgressPath and the egress
-// IP's EgressID in CTLabelEgressIP, loads RegEgressIP and goes to IntEgressOut.
-func podEgressFlows6(st *State, ip netip.Addr, e *PodEgress) []of.Flow {
-	src := of.IPv6Src(ip)
-	newConn := ctState(of.CTTracked.Set(), of.CTNew.Set())
-	hostPath := DropFor(DropNoRoute)
-	if st.Ports.HasGateway() {
-		hostPath = Goto(IntGatewayOut)
+// egress6SecondaryRefusal is why this node does not serve IPv6 egress IP ip ("" when it may):
+// ip is inside an IPv6 subnet of one of its secondary uplinks (State.SecondarySubnet6For), whose
+// segment this node cannot send IPv6 to (docs/egress.md "Secondary NICs").
+func (st *State) egress6SecondaryRefusal(ip netip.Addr) string {
+	nic, subnet, ok := st.SecondarySubnet6For(ip)
+	if !ok {
+		return ""
 	}
-	var fl []of.Flow
-	for _, x := range egressExcluded6(st, e) {
-		fl = append(fl, flow(IntL3Forwarding, prioEgressExcl, of.ProtoIPv6, 0,
-			[]of.Match{SourcePod.Match(), src, of.IPv6DstPrefix(x), newConn}, hostPath))
-	}
-	dsts := v6CIDRs(e.Destinations)
-	if len(e.Destinations) == 0 {
-		dsts = []netip.Prefix{netip.MustParsePrefix("::/0")}
-	}
-	id := EgressID(e.IP)
-	for _, d := range dsts {
-		m := []of.Match{SourcePod.Match(), src, newConn}
-		if d.Bits() > 0 {
-			m = append(m, of.IPv6DstPrefix(d))
-		}
-		fl = append(fl, flow(IntL3Forwarding, prioEgress, of.ProtoIPv6, 0, m,
-			CT{Commit: true, Zone: ZonePod, Exec: []of.Action{EgressPath.Load(), CTLabelEgressIP.Load(uint64(id))}},
-			RegEgressIP.Load(id), Goto(IntEgressOut)))
-	}
-	return fl
-}
-
-// buildEgress6 is BuildEgress for an IPv6 egress IP (a node that runs IPv6; nothing elsewhere):
-// IntEgressOut sends the packets with RegEgressIP = EgressID(IP) to the active gateway over
-// Geneve (either underlay), to this node's own SNAT, or drops them (no gateway: C29); on the
-// active gateway the SNAT in ZoneEgress6 (nat(src=IP), the pod's node's tunnel source in
-// CTLabelEgressNode or CTLabelEgressNode6), the hand-off to br-ex and the un-SNAT of what br-ex passes back.
-func buildEgress6(st *State, e EgressIP, fs *FlowSet) {
-	if !st.selfHasIPv6() {
-		return
-	}
-	p := st.Ports
-	match := RegEgressIP.MatchValue(EgressID(e.IP))
-	mac := EgressMAC(e.IP)
-	switch why := st.egressGatewayRefusal(e); {
-	case why != "":
-		fs.Flows = append(fs.Flows, flow(IntEgressOut, prioMid, of.ProtoIPv6, 0, []of.Match{match}, DropFor(DropEgressNoGateway)))
-		if e.Gateway != "" {
-			fs.Warnings = append(fs.Warnings, "egress IP "+e.IP.String()+": "+why+": its traffic is dropped")
-		}
-	case e.Gateway == st.Node:
-		fs.Flows = append(fs.Flows, flow(IntEgressOut, prioMid, of.ProtoIPv6, 0, []of.Match{match},
-			of.ModDLDst{MAC: mac}, Goto(IntEgressSNAT)))
-	default:
-		fs.Flows = append(fs.Flows, flow(IntEgressOut, prioMid, of.ProtoIPv6, 0, []of.Match{match},
-			of.ModDLDst{MAC: mac}, of.SetTunDstAddr(st.Nodes[e.Gateway].InternalIP), of.SetTunnel{ID: VNIEgress},
-			output(p.IntTunnel)))
-	}
-	if e.Gateway == st.Node {
-		fs.Flows = append(fs.Flows,
-			flow(IntEgressSNAT, prioMid, of.ProtoIPv6, 0, []of.Match{of.EthDst(mac)},
-				CT{Commit: true, Zone: ZoneEgress6, NAT: &NAT{Src: e.IP}, Table: uint8(IntEgressSend), HasTable: true,
-					Exec: []of.Action{st.egressNodeFromTunSrc()}}),
-			flow(IntEgressSend, prioMid, of.ProtoIPv6, 0, []of.Match{of.IPv6Src(e.IP)},
-				of.ModDLSrc{MAC: mac}, of.ModDLDst{MAC: p.ExMAC}, output(p.IntPatch)),
-			flow(IntClassifier, prioEgressHook, of.ProtoIPv6, p.IntPatch,
-				[]of.Match{of.EthDst(p.ExMAC), of.IPv6Dst(e.IP)},
-				CT{Zone: ZoneEgress6, NAT: &NAT{}, Table: uint8(IntEgressReply), HasTable: true}),
-		)
-	}
+	return "IPv6 egress IP " + ip.String() + " is inside IPv6 subnet " + subnet.String() + " of secondary NIC " + nic +
+		" on node " + st.Node + ": " + Egress6SecondaryNote + "; its traffic is dropped"
 }
 
 // ndAdvertFlagsEgress is the NA flags br-ex answers for an egress IP with: S (solicited) and O
@@ -167,6 +91,9 @@ func buildEgressAnnounce6(st *State, e EgressIP, fs *FlowSet) {
 	if !st.selfHasIPv6() {
 		return
 	}
+	if st.egress6SecondaryRefusal(e.IP) != "" {
+		return // declined (BuildEgress warns): answered on no uplink
+	}
 	p := st.Ports
 	up := st.UplinkFor(e.IP)
 	target := of.NDTarget(e.IP)
@@ -186,9 +113,6 @@ func buildEgressAnnounce6(st *State, e EgressIP, fs *FlowSet) {
 		flow(ExNDAdvert, prioMid, of.ProtoICMP6, up,
 			[]of.Match{of.ICMPv6Type(icmp6NeighAdvert), of.ICMPv6Code(0), target},
 			of.Move{Src: nxmEthSrc, Dst: of.Ref(of.FieldNDTLL)}, outputInPort),
-		flow(ExClassifier, prioEgressHook, of.ProtoIPv6, up,
-			[]of.Match{of.EthDst(p.ExMAC), of.IPv6Dst(e.IP)}, output(p.ExPatch)),
-		flow(ExClassifier, prioEgressHook, of.ProtoIPv6, p.ExPatch,
-			[]of.Match{of.IPv6Src(e.IP)}, of.ModDLSrc{MAC: p.ExMAC}, outputLocal),
 	}
+	fs.Flows = append(fs.Flows, egressHandoffFlows(st, e.IP, egressIPv6, up)...)
 }

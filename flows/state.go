@@ -166,6 +166,30 @@ type SecondaryUplink struct {
 	OFPort int
 	// Subnets are its segment's IPv4 networks (e.g. 203.0.113.0/24).
 	Subnets []netip.Prefix
+	// Subnets6 are its segment's IPv6 networks (e.g. 2001:db8:0:113::/64; node-setup records the
+	// NIC's global IPv6 addresses' networks). They get no flow: node-setup has no IPv6 source
+	// routing for the NIC, so an IPv6 egress IP inside one is declined on this node
+	// (SecondarySubnet6For), never served on the primary uplink.
+	Subnets6 []netip.Prefix
+}
+
+// SecondarySubnet6For returns the secondary uplink and the IPv6 subnet of it (Subnets6) that
+// contains IPv6 address ip, ok false when none does. An IPv6 egress IP there must leave through
+// that NIC, which this node cannot do yet (docs/egress.md "Secondary NICs"): BuildEgress and
+// BuildEgressAnnounce decline it, and the agent neither campaigns for it nor lets it be served
+// here silently.
+func (st *State) SecondarySubnet6For(ip netip.Addr) (uplink string, subnet netip.Prefix, ok bool) {
+	if !ip.Is6() || ip.Is4In6() {
+		return "", netip.Prefix{}, false
+	}
+	for _, s := range st.Ports.Secondary {
+		for _, n := range s.Subnets6 {
+			if n.Bits() > 0 && n.Contains(ip) {
+				return s.Name, n, true
+			}
+		}
+	}
+	return "", netip.Prefix{}, false
 }
 
 // UplinkFor returns the br-ex port on which ip is announced and reached: the secondary uplink
@@ -196,7 +220,7 @@ func (st *State) SecondaryUplinks() ([]SecondaryUplink, []string) {
 		own = append(own, n.InternalIP)
 	}
 	for _, s := range st.Ports.Secondary {
-		u := SecondaryUplink{Name: s.Name, OFPort: s.OFPort}
+		u := SecondaryUplink{Name: s.Name, OFPort: s.OFPort, Subnets6: s.Subnets6}
 		for _, n := range s.Subnets {
 			bad := ""
 			switch {

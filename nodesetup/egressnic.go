@@ -23,7 +23,9 @@ import (
 // C38). Each NIC becomes a second uplink of br-ex: its IPv4 addresses and main-table routes move
 // to br-ex like the primary NIC's, the port is isolated from br-ex's NORMAL (Port.tag
 // ofctl.SecondaryUplinkTag) and marked for the agent (Interface.external_ids
-// ofctl.ExternalIDEgressSubnets = the NIC's subnets), and static source routing makes the host
+// ofctl.ExternalIDEgressSubnets = the NIC's subnets; its global IPv6 addresses stay on the NIC
+// and their networks go to ofctl.ExternalIDEgressSubnets6, recorded, not routed: the agent
+// declines an IPv6 egress IP inside them), and static source routing makes the host
 // send whatever is sourced in those subnets (an egress IP's SNATed packets, the host's own
 // address there) to the NIC's router:
 //
@@ -72,6 +74,10 @@ type EgressNICState struct {
 	NIC      string   `json:"nic"`
 	BridgeEx string   `json:"bridgeEx"`
 	Subnets  []string `json:"subnets"`
+	// Subnets6 are the NIC's IPv6 subnets (its global IPv6 addresses' networks, which stay on
+	// the NIC), recorded for the agent (ofctl.ExternalIDEgressSubnets6), which declines an IPv6
+	// egress IP inside one: there is no IPv6 source routing for the NIC yet.
+	Subnets6 []string `json:"subnets6,omitempty"`
 	Router   string   `json:"router"`
 	// RouterGiven: Router came from --egress-interface NIC=ROUTER; it then replaces a default
 	// route of the NIC's own in the NIC's table.
@@ -281,6 +287,28 @@ func addrPrefix(a netlink.Addr) (netip.Prefix, bool) {
 	return netip.PrefixFrom(ip, bits), true
 }
 
+// globalIPv6Subnets are the networks of the global unicast IPv6 addresses among addrs (no
+// link-local, no IPv4-mapped one), masked and without repeats, in order. node-setup records them
+// for a secondary NIC (EgressNICState.Subnets6) but does not route them: the agent declines an
+// IPv6 egress IP inside one instead of serving it on the primary uplink.
+func globalIPv6Subnets(addrs []netlink.Addr) []netip.Prefix {
+	var out []netip.Prefix
+	for _, a := range addrs {
+		if a.IPNet == nil || a.IP.To4() != nil {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(a.IP)
+		if !ok || !ip.Is6() || !ip.IsGlobalUnicast() {
+			continue
+		}
+		bits, _ := a.Mask.Size()
+		if p := netip.PrefixFrom(ip, bits).Masked(); p.IsValid() && p.Bits() > 0 && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // checkRouter refuses a router outside subnets, or that is a subnet's network or broadcast
 // address (below /31) or one of the NIC's own addresses (own).
 func checkRouter(router netip.Addr, subnets []netip.Prefix, own map[netip.Addr]bool) error {
@@ -459,7 +487,19 @@ func (r *run) setupEgressNIC(ctx context.Context, ei EgressInterface, st *Egress
 			r.changed("net.ipv4.conf.%s.rp_filter=1 (userspace datapath)", ei.NIC)
 		}
 	}
-	changes, err := r.db.EnsureSecondaryUplink(ctx, c.BridgeEx, ei.NIC, subnets)
+	as6, err := netlink.AddrList(link, unix.AF_INET6)
+	if err != nil {
+		return fmt.Errorf("IPv6 addresses of %s: %w", ei.NIC, err)
+	}
+	subnets6 := globalIPv6Subnets(as6)
+	st.Subnets6 = nil
+	for _, p := range subnets6 {
+		st.Subnets6 = append(st.Subnets6, p.String())
+	}
+	if err := save(); err != nil {
+		return err
+	}
+	changes, err := r.db.EnsureSecondaryUplink(ctx, c.BridgeEx, ei.NIC, append(slices.Clone(subnets), subnets6...))
 	if err != nil {
 		return err
 	}

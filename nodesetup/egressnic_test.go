@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/vishvananda/netlink"
 )
 
 func TestParseEgressInterface(t *testing.T) {
@@ -78,4 +79,20 @@ func TestCheckRouter(t *testing.T) {
 	} {
 		assert.ErrorContains(t, checkRouter(netip.MustParseAddr(bad), subnets, own), msg, bad)
 	}
+}
+
+// A secondary NIC's IPv6 subnets (recorded for the agent, which declines an IPv6 egress IP in
+// them): the networks of its global unicast addresses only, once each.
+func TestGlobalIPv6Subnets(t *testing.T) {
+	addr := func(cidr string) netlink.Addr {
+		a, err := netlink.ParseAddr(cidr)
+		require.NoError(t, err)
+		return *a
+	}
+	got := globalIPv6Subnets([]netlink.Addr{
+		addr("fe80::1/64"), addr("2001:db8:0:113::13/64"), addr("2001:db8:0:113::14/64"),
+		addr("203.0.113.13/24"), addr("2001:db8:1::5/128"), addr("ff02::1/128"),
+	})
+	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("2001:db8:0:113::/64"), netip.MustParsePrefix("2001:db8:1::5/128")}, got)
+	assert.Empty(t, globalIPv6Subnets([]netlink.Addr{addr("fe80::1/64"), addr("192.0.2.1/24")}))
 }

@@ -25,6 +25,14 @@ import (
 // and never takes such a port for the primary uplink.
 const ExternalIDEgressSubnets = "ovs-srcip.io/egress-subnets"
 
+// ExternalIDEgressSubnets6 is the Interface.external_ids key with the comma-separated IPv6
+// subnets of a secondary uplink's segment (its global IPv6 addresses' networks, e.g.
+// "2001:db8:0:113::/64"), absent when it has none. They are recorded, not routed: node-setup has
+// no IPv6 source routing for the NIC yet, so the agent declines an IPv6 egress IP inside one of
+// them (flows.State.SecondarySubnet6For) rather than serving it on the primary uplink. A key of
+// its own, so an agent that knows only ExternalIDEgressSubnets still reads that one.
+const ExternalIDEgressSubnets6 = "ovs-srcip.io/egress-subnets6"
+
 // SecondaryUplinkTag is the access VLAN (Port.tag) node-setup gives a secondary uplink. It only
 // changes what the NORMAL action does (ovs-vswitchd.conf.db(5), "VLAN Configuration"): br-ex's
 // NORMAL serves the untagged primary uplink, LOCAL and the patch port, so it never floods or
@@ -34,6 +42,15 @@ const SecondaryUplinkTag = 4094
 
 // ParseEgressSubnets parses an ExternalIDEgressSubnets value.
 func ParseEgressSubnets(v string) ([]netip.Prefix, error) {
+	return parseEgressSubnets(ExternalIDEgressSubnets, v, flows.IPv4)
+}
+
+// ParseEgressSubnets6 parses an ExternalIDEgressSubnets6 value.
+func ParseEgressSubnets6(v string) ([]netip.Prefix, error) {
+	return parseEgressSubnets(ExternalIDEgressSubnets6, v, flows.IPv6)
+}
+
+func parseEgressSubnets(key, v string, fam flows.Family) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for _, f := range strings.Split(v, ",") {
 		f = strings.TrimSpace(f)
@@ -41,15 +58,24 @@ func ParseEgressSubnets(v string) ([]netip.Prefix, error) {
 			continue
 		}
 		p, err := netip.ParsePrefix(f)
-		if err != nil || !p.Addr().Is4() {
-			return nil, fmt.Errorf("%s=%q: %q is not an IPv4 network", ExternalIDEgressSubnets, v, f)
+		if err != nil || p.Addr().Is4In6() || flows.FamilyOf(p.Addr()) != fam {
+			return nil, fmt.Errorf("%s=%q: %q is not an %s network", key, v, f, fam)
 		}
 		out = append(out, p.Masked())
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("%s=%q: no subnet", ExternalIDEgressSubnets, v)
+		return nil, fmt.Errorf("%s=%q: no subnet", key, v)
 	}
 	return out, nil
+}
+
+// joinSubnets is the external_ids value of subnets ("" for none).
+func joinSubnets(subnets []netip.Prefix) string {
+	var vs []string
+	for _, s := range subnets {
+		vs = append(vs, s.Masked().String())
+	}
+	return strings.Join(vs, ",")
 }
 
 // secondaryUplinks returns the secondary uplinks of bridge brEx, sorted by ofport, and the names
@@ -82,6 +108,13 @@ func (d *DB) secondaryUplinks(ctx context.Context, brEx string) ([]flows.Seconda
 			errs = append(errs, fmt.Errorf("secondary uplink %s: %w (ignored)", i.Name, err))
 			continue
 		}
+		var subnets6 []netip.Prefix
+		if v6, ok := i.ExternalIDs[ExternalIDEgressSubnets6]; ok {
+			if subnets6, err = ParseEgressSubnets6(v6); err != nil {
+				errs = append(errs, fmt.Errorf("secondary uplink %s: %w (ignored)", i.Name, err))
+				continue
+			}
+		}
 		if i.OFPort != nil && *i.OFPort < 0 {
 			msg := "no ofport"
 			if i.Error != nil {
@@ -94,7 +127,7 @@ func (d *DB) secondaryUplinks(ctx context.Context, brEx string) ([]flows.Seconda
 			pending = append(pending, i.Name)
 			continue
 		}
-		out = append(out, flows.SecondaryUplink{Name: i.Name, OFPort: *i.OFPort, Subnets: subnets})
+		out = append(out, flows.SecondaryUplink{Name: i.Name, OFPort: *i.OFPort, Subnets: subnets, Subnets6: subnets6})
 	}
 	slices.SortFunc(out, func(a, b flows.SecondaryUplink) int { return a.OFPort - b.OFPort })
 	// Logged when it changes, not at every sync.
@@ -109,18 +142,23 @@ func (d *DB) secondaryUplinks(ctx context.Context, brEx string) ([]flows.Seconda
 }
 
 // EnsureSecondaryUplink makes system interface nic a port of bridge with access VLAN
-// SecondaryUplinkTag and Interface.external_ids ExternalIDEgressSubnets = subnets, in one
-// transaction; it returns what it changed (none when all was right). The bridge must exist; a
-// port of another bridge is an error.
+// SecondaryUplinkTag and Interface.external_ids ExternalIDEgressSubnets = the IPv4 subnets and
+// ExternalIDEgressSubnets6 = the IPv6 ones (the key absent without any), in one transaction; it
+// returns what it changed (none when all was right). subnets must hold an IPv4 network. The
+// bridge must exist; a port of another bridge is an error.
 func (d *DB) EnsureSecondaryUplink(ctx context.Context, bridge, nic string, subnets []netip.Prefix) ([]string, error) {
-	if len(subnets) == 0 {
+	var v4, v6 []netip.Prefix
+	for _, s := range subnets {
+		if s.Addr().Is4() {
+			v4 = append(v4, s)
+		} else if s.Addr().Is6() && !s.Addr().Is4In6() {
+			v6 = append(v6, s)
+		}
+	}
+	if len(v4) == 0 {
 		return nil, fmt.Errorf("secondary uplink %s: no IPv4 subnet", nic)
 	}
-	var vs []string
-	for _, s := range subnets {
-		vs = append(vs, s.Masked().String())
-	}
-	val := strings.Join(vs, ",")
+	val, val6 := joinSubnets(v4), joinSubnets(v6)
 	br := &bridgeRow{Name: bridge}
 	if err := d.c.Get(ctx, br); err != nil {
 		if errors.Is(err, client.ErrNotFound) {
@@ -135,6 +173,9 @@ func (d *DB) EnsureSecondaryUplink(ctx context.Context, bridge, nic string, subn
 	switch err := d.c.Get(ctx, iface); {
 	case errors.Is(err, client.ErrNotFound):
 		row := &ifaceRow{Name: nic, ExternalIDs: map[string]string{ExternalIDEgressSubnets: val}}
+		if val6 != "" {
+			row.ExternalIDs[ExternalIDEgressSubnets6] = val6
+		}
 		row.UUID = t.name()
 		port := &portRow{UUID: t.name(), Name: nic, Interfaces: []string{row.UUID}, Tag: &tag}
 		if err := t.add(d.c.Create(row, port)); err != nil {
@@ -145,7 +186,11 @@ func (d *DB) EnsureSecondaryUplink(ctx context.Context, bridge, nic string, subn
 		})); err != nil {
 			return nil, fmt.Errorf("add port %s to %s: %w", nic, bridge, err)
 		}
-		changes = append(changes, fmt.Sprintf("added %s to %s (tag %d, %s=%s)", nic, bridge, tag, ExternalIDEgressSubnets, val))
+		msg := fmt.Sprintf("added %s to %s (tag %d, %s=%s", nic, bridge, tag, ExternalIDEgressSubnets, val)
+		if val6 != "" {
+			msg += fmt.Sprintf(", %s=%s", ExternalIDEgressSubnets6, val6)
+		}
+		changes = append(changes, msg+")")
 	case err != nil:
 		return nil, fmt.Errorf("read interface %s: %w", nic, err)
 	default:
@@ -154,17 +199,28 @@ func (d *DB) EnsureSecondaryUplink(ctx context.Context, bridge, nic string, subn
 		} else if got != bridge {
 			return nil, fmt.Errorf("port %s is on bridge %s, want %s", nic, got, bridge)
 		}
-		if iface.ExternalIDs[ExternalIDEgressSubnets] != val {
+		old6, had6 := iface.ExternalIDs[ExternalIDEgressSubnets6]
+		if iface.ExternalIDs[ExternalIDEgressSubnets] != val || old6 != val6 || (had6 && val6 == "") {
 			ids := maps.Clone(iface.ExternalIDs)
 			if ids == nil {
 				ids = map[string]string{}
 			}
+			if ids[ExternalIDEgressSubnets] != val {
+				changes = append(changes, fmt.Sprintf("set %s=%s on %s", ExternalIDEgressSubnets, val, nic))
+			}
 			ids[ExternalIDEgressSubnets] = val
+			switch {
+			case val6 != "" && old6 != val6:
+				ids[ExternalIDEgressSubnets6] = val6
+				changes = append(changes, fmt.Sprintf("set %s=%s on %s", ExternalIDEgressSubnets6, val6, nic))
+			case val6 == "" && had6:
+				delete(ids, ExternalIDEgressSubnets6)
+				changes = append(changes, fmt.Sprintf("removed %s from %s", ExternalIDEgressSubnets6, nic))
+			}
 			iface.ExternalIDs = ids
 			if err := t.add(d.c.Where(iface).Update(iface, &iface.ExternalIDs)); err != nil {
 				return nil, fmt.Errorf("update interface %s: %w", nic, err)
 			}
-			changes = append(changes, fmt.Sprintf("set %s=%s on %s", ExternalIDEgressSubnets, val, nic))
 		}
 		p := &portRow{Name: nic}
 		if err := d.c.Get(ctx, p); err != nil {

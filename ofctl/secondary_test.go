@@ -2,6 +2,7 @@ package ofctl_test
 
 import (
 	"net/netip"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -62,6 +63,28 @@ func TestSecondaryUplink(t *testing.T) {
 	assert.Equal(t, "4094", vsGet(t, sb, "Port", "eth1", "tag"))
 	assert.Equal(t, "203.0.113.0/24,198.18.0.0/15", vsGet(t, sb, "Interface", "eth1", "external_ids:ovs-srcip.io/egress-subnets"))
 
+	// The NIC's IPv6 subnets go into a key of their own (the IPv4 key unchanged); the agent reads
+	// them into Subnets6, and removes the key when the NIC has none any more.
+	dual := append(slices.Clone(two), netip.MustParsePrefix("2001:db8:0:113::/64"))
+	changes, err = db.EnsureSecondaryUplink(ctx, "br-ex", "eth1", dual)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"set ovs-srcip.io/egress-subnets6=2001:db8:0:113::/64 on eth1"}, changes)
+	assert.Equal(t, "203.0.113.0/24,198.18.0.0/15", vsGet(t, sb, "Interface", "eth1", "external_ids:ovs-srcip.io/egress-subnets"))
+	assert.Equal(t, "2001:db8:0:113::/64", vsGet(t, sb, "Interface", "eth1", "external_ids:ovs-srcip.io/egress-subnets6"))
+	require.Eventually(t, func() bool {
+		ports, err = db.EnsureIntegration(ctx, c)
+		return err == nil && len(ports.Secondary) == 1 && len(ports.Secondary[0].Subnets6) == 1
+	}, 5*time.Second, 50*time.Millisecond, "%v %v", ports.Secondary, err)
+	assert.Equal(t, two, ports.Secondary[0].Subnets)
+	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("2001:db8:0:113::/64")}, ports.Secondary[0].Subnets6)
+	require.Eventually(t, func() bool {
+		changes, err = db.EnsureSecondaryUplink(ctx, "br-ex", "eth1", two)
+		return err == nil && len(changes) == 1
+	}, 5*time.Second, 50*time.Millisecond, "%v %v", changes, err)
+	assert.Equal(t, []string{"removed ovs-srcip.io/egress-subnets6 from eth1"}, changes)
+	_, err = db.EnsureSecondaryUplink(ctx, "br-ex", "eth2", []netip.Prefix{netip.MustParsePrefix("2001:db8:0:113::/64")})
+	require.ErrorContains(t, err, "no IPv4 subnet", "an IPv6 subnet alone is no secondary uplink")
+
 	// A malformed value: the port is ignored (and still no primary candidate).
 	sb.Vsctl(t, "set", "Interface", "eth1", `external_ids:ovs-srcip.io/egress-subnets="bogus"`)
 	require.Eventually(t, func() bool {
@@ -81,6 +104,16 @@ func TestParseEgressSubnets(t *testing.T) {
 	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("198.18.0.0/15")}, got)
 	for _, bad := range []string{"", ",", "2001:db8::/64", "203.0.113.0"} {
 		_, err := ofctl.ParseEgressSubnets(bad)
+		assert.Error(t, err, bad)
+	}
+}
+
+func TestParseEgressSubnets6(t *testing.T) {
+	got, err := ofctl.ParseEgressSubnets6(" 2001:db8:0:113::7/64, 2001:db8:1::/48")
+	require.NoError(t, err)
+	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("2001:db8:0:113::/64"), netip.MustParsePrefix("2001:db8:1::/48")}, got)
+	for _, bad := range []string{"", ",", "203.0.113.0/24", "::ffff:203.0.113.0/120", "2001:db8::"} {
+		_, err := ofctl.ParseEgressSubnets6(bad)
 		assert.Error(t, err, bad)
 	}
 }

@@ -111,6 +111,33 @@ func TestNodeSetupEgressInterface(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, out, "node-setup: nothing changed")
 
+	// The NIC's global IPv6 addresses (they stay on the NIC) are recorded for the agent in a key
+	// of their own, which declines an IPv6 egress IP inside them: no IPv6 source routing yet.
+	must(t, nil, "ip", "netns", "exec", n.netns, "sysctl", "-q", "-w", "net.ipv6.conf.eth1.accept_ra=0", "net.ipv6.conf.eth1.disable_ipv6=0")
+	must(t, nil, "ip", "-n", n.netns, "addr", "add", "2001:db8:0:113::13/64", "dev", "eth1", "nodad")
+	out, err = n.agent(t, bin, setup...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "changed: set ovs-srcip.io/egress-subnets6=2001:db8:0:113::/64 on eth1")
+	ids, err = n.vsctl(t, "get", "Interface", "eth1", "external_ids")
+	require.NoError(t, err)
+	assert.Contains(t, ids, `"ovs-srcip.io/egress-subnets"="203.0.113.0/24"`)
+	assert.Contains(t, ids, `"ovs-srcip.io/egress-subnets6"="2001:db8:0:113::/64"`)
+	state, err := os.ReadFile(filepath.Join(n.dir, "state", nodesetup.EgressStateFile))
+	require.NoError(t, err)
+	assert.Contains(t, string(state), `"subnets6": [`)
+	assert.NotContains(t, must(t, nil, "ip", "-n", n.netns, "-6", "rule", "show"), "7100", "no IPv6 source routing")
+	out, err = n.agent(t, bin, setup...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "node-setup: nothing changed")
+	must(t, nil, "ip", "-n", n.netns, "addr", "del", "2001:db8:0:113::13/64", "dev", "eth1")
+	must(t, nil, "ip", "netns", "exec", n.netns, "sysctl", "-q", "-w", "net.ipv6.conf.eth1.disable_ipv6=1")
+	out, err = n.agent(t, bin, setup...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "changed: removed ovs-srcip.io/egress-subnets6 from eth1")
+	ids, err = n.vsctl(t, "get", "Interface", "eth1", "external_ids")
+	require.NoError(t, err)
+	assert.NotContains(t, ids, "egress-subnets6")
+
 	// The table is kept exact, and said so: a route deleted by hand comes back, a stray one goes.
 	must(t, nil, "ip", "-n", n.netns, "route", "del", "default", "table", "7100")
 	must(t, nil, "ip", "-n", n.netns, "route", "add", "10.99.0.0/16", "via", "203.0.113.7", "dev", "br-ex", "table", "7100")

@@ -136,6 +136,27 @@ type NodeStatus struct {
 	// +required
 	// +kubebuilder:validation:Minimum=0
 	ObservedGeneration int64 `json:"observedGeneration"`
+	// Declined are the egress IPs this node is eligible for but declines to serve, each with
+	// why and what to do (e.g. an IPv6 egress IP inside an IPv6 subnet of one of the node's
+	// secondary NICs: docs/egress.md "Secondary NICs"). The node does not run for them; the
+	// other eligible nodes do.
+	// +optional
+	// +listType=map
+	// +listMapKey=egressIP
+	// +kubebuilder:validation:MaxItems=64
+	Declined []NodeDecline `json:"declined,omitempty"`
+}
+
+// NodeDecline is one egress IP a node declines to serve.
+type NodeDecline struct {
+	// EgressIP is one of spec.egressIPs.
+	// +required
+	// +kubebuilder:validation:MaxLength=45
+	EgressIP string `json:"egressIP"`
+	// Message says why and what to do.
+	// +required
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message"`
 }
 
 // Condition types and reasons of EgressGatewayStatus.Conditions.
