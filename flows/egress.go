@@ -69,14 +69,19 @@ func (f *egressFamily) prefixes(cs []netip.Prefix) []netip.Prefix {
 }
 
 // egressExcluded lists what is never sent to an egress gateway, of family f: every node's pod
-// CIDRs and InternalIP, the cluster's Service and node networks (State.EgressClusterCIDRs) and
+// CIDRs and InternalIPs (the underlay one and the IPv6 one), the cluster's Service and node networks (State.EgressClusterCIDRs) and
 // the policy's excludedDestinations.
 func egressExcluded(st *State, e *PodEgress, f *egressFamily) []netip.Prefix {
 	var out []netip.Prefix
 	for _, n := range st.Nodes {
 		out = append(out, f.prefixes(n.PodCIDRs)...)
-		if f.has(n.InternalIP) {
-			out = append(out, netip.PrefixFrom(n.InternalIP, f.hostBits))
+		// The node's underlay address and, on a dual-stack node, its IPv6 InternalIP (the
+		// underlay may be IPv4 while the node also has an IPv6 address): a selected pod reaches
+		// other nodes' own addresses directly in both families, never through the gateway.
+		for _, a := range []netip.Addr{n.InternalIP, n.InternalIPv6} {
+			if a.IsValid() && f.has(a) {
+				out = append(out, netip.PrefixFrom(a, f.hostBits))
+			}
 		}
 	}
 	out = append(out, f.prefixes(append(slices.Clone(st.EgressClusterCIDRs), e.Excluded...))...)
