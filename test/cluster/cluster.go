@@ -187,6 +187,15 @@ type Config struct {
 	// IPv6 addresses from 2001:db8::/32 (setupIPv6; the underlay stays IPv4). The test binary
 	// turns it on with SRCIP_LAB_DUAL_STACK=1.
 	DualStack bool
+	// IPv6First makes the nodes and pods of a DualStack cluster IPv6-first (issue 22; invalid
+	// without DualStack): kube-controller-manager's --cluster-cidr and node-setup's
+	// --cluster-cidrs name the IPv6 range first, so every Node's spec.podCIDRs and every pod's
+	// status.podIPs start with IPv6, and the kubelets' --node-ip too, so every Node's first
+	// InternalIP is IPv6. The Service CIDRs stay IPv4 first (a Service without ipFamilies is
+	// IPv4): kube-apiserver refuses a primary Service range of another family than its
+	// advertise address, the lab's IPv4 link address. The underlay stays IPv4. The test binary
+	// turns it on with SRCIP_LAB_DUAL_STACK=ipv6-first.
+	IPv6First bool
 	// ClusterCIDR6 is the IPv6 cluster CIDR of DualStack; default DefaultClusterCIDR6.
 	ClusterCIDR6 string
 	// ServiceCIDR6 is the IPv6 Service CIDR of DualStack; default DefaultServiceCIDR6.
@@ -253,6 +262,9 @@ func (c *Cluster) ProxyMode() string { return c.cfg.ProxyMode }
 // DualStack reports whether the cluster is dual-stack (Config.DualStack).
 func (c *Cluster) DualStack() bool { return c.cfg.DualStack }
 
+// IPv6First reports whether the dual-stack cluster lists IPv6 first (Config.IPv6First).
+func (c *Cluster) IPv6First() bool { return c.cfg.IPv6First }
+
 // ZoneOf is the zone of the lab node named node: "zone-" + node.
 func ZoneOf(node string) string { return "zone-" + node }
 
@@ -282,6 +294,9 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	case ProxyNFTables, ProxyIPTables:
 	default:
 		return nil, fmt.Errorf("cluster: Config.ProxyMode %q: want %q or %q", cfg.ProxyMode, ProxyNFTables, ProxyIPTables)
+	}
+	if cfg.IPv6First && !cfg.DualStack {
+		return nil, fmt.Errorf("cluster: Config.IPv6First without DualStack")
 	}
 	if cfg.DualStack {
 		if cfg.ClusterCIDR6 == "" {

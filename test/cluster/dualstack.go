@@ -49,10 +49,14 @@ func IPv6Of(v4 netip.Addr, subnet string) netip.Addr {
 func routerIPv6(subnet string) netip.Addr { return netip.MustParsePrefix(subnet).Addr().Next() }
 
 // clusterCIDRs is kube-controller-manager's --cluster-cidr (also kube-proxy's clusterCIDR and
-// node-setup's --cluster-cidrs): ClusterCIDR, and ClusterCIDR6 after it when dual-stack.
+// node-setup's --cluster-cidrs): ClusterCIDR, and ClusterCIDR6 after it when dual-stack (before it
+// when IPv6First).
 func (c *Cluster) clusterCIDRs() string {
 	if !c.cfg.DualStack {
 		return c.cfg.ClusterCIDR
+	}
+	if c.cfg.IPv6First {
+		return c.cfg.ClusterCIDR6 + "," + c.cfg.ClusterCIDR
 	}
 	return c.cfg.ClusterCIDR + "," + c.cfg.ClusterCIDR6
 }
@@ -92,10 +96,14 @@ func (c *Cluster) ClientIP6(name string) netip.Addr {
 	return IPv6Of(c.Lab.Client(name).IP, ClientSubnet6)
 }
 
-// nodeIPs is the kubelet's --node-ip: the InternalIP, and the IPv6 one after it when dual-stack.
+// nodeIPs is the kubelet's --node-ip: the InternalIP, and the IPv6 one after it when dual-stack
+// (before it when IPv6First: the Node's first InternalIP is then IPv6).
 func (kn *KNode) nodeIPs() string {
 	if !kn.IP6.IsValid() {
 		return kn.IP.String()
+	}
+	if kn.c.cfg.IPv6First {
+		return kn.IP6.String() + "," + kn.IP.String()
 	}
 	return kn.IP.String() + "," + kn.IP6.String()
 }

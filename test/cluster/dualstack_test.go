@@ -15,6 +15,21 @@ import (
 	"github.com/ovs-srcip/ovs-srcip/test/lab"
 )
 
+// podIPOfFamily is the pod's address of addr's family (status.podIPs), "" when it has none.
+func podIPOfFamily(p *corev1.Pod, addr string) string {
+	v4, v6 := podIPsByFamily(p)
+	if a, err := netip.ParseAddr(addr); err == nil && a.Is6() {
+		if v6.IsValid() {
+			return v6.String()
+		}
+		return ""
+	}
+	if v4.IsValid() {
+		return v4.String()
+	}
+	return ""
+}
+
 // podIPsByFamily returns the pod's IPv4 and IPv6 addresses from status.podIPs, by family.
 func podIPsByFamily(p *corev1.Pod) (v4, v6 netip.Addr) {
 	for _, s := range p.Status.PodIPs {

@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -121,12 +123,16 @@ func TestHostNetworkClientSeenWithNodeIP(t *testing.T) {
 				continue
 			}
 			for _, proto := range []string{"tcp", "udp"} {
-				addr := p.Status.PodIP + ":8080"
+				addr := net.JoinHostPort(p.Status.PodIP, "8080")
+				wantIP := n.IP.String() // the node's address of the pod IP's family
+				if a, err := netip.ParseAddr(p.Status.PodIP); err == nil && a.Is6() {
+					wantIP = theCluster.KNodes[n.Name].IP6.String()
+				}
 				var r lab.Reply
 				retry(t, n.Name+" -> "+proto+" "+addr, func() (err error) { r, err = theCluster.Lab.Request(n.Name, proto, addr); return err })
 				t.Logf("host of %s -> %s %s (%s on %s): the pod saw %s", n.Name, proto, addr, p.Name, p.Spec.NodeName, r.Client)
-				if r.ClientIP() != n.IP.String() {
-					t.Errorf("host of %s -> %s %s: the pod saw %s, want the node's InternalIP %s", n.Name, proto, addr, r.Client, n.IP)
+				if r.ClientIP() != wantIP {
+					t.Errorf("host of %s -> %s %s: the pod saw %s, want the node's InternalIP %s", n.Name, proto, addr, r.Client, wantIP)
 				}
 			}
 		}
@@ -141,7 +147,7 @@ func TestHostNetworkClientSeenWithNodeIP(t *testing.T) {
 // this node and on the others.
 func TestHostToClusterIPMasqueradedToNodeIP(t *testing.T) {
 	svc := createService(t, echoService("echo-hostcip", corev1.ServiceTypeClusterIP, 0))
-	addr := svc.Spec.ClusterIP + ":80"
+	addr := net.JoinHostPort(svc.Spec.ClusterIP, "80")
 	n := theCluster.Lab.Nodes[0]
 	seen := map[string]lab.Reply{}
 	retry(t, "answers from every node's pod through "+addr, func() error {

@@ -68,8 +68,9 @@ func run(m *testing.M) int {
 		CRDs: []string{"../../deploy/crds/crd-egressgateway.yaml"},
 		AgentArgs: []string{"--lease-namespace=" + leaseNS, "--egress-lease-duration=" + leaseDuration.String(),
 			"--egress-renew-deadline=" + renewDeadline.String(), "--egress-retry-period=" + retryPeriod.String()},
-		// Dual-stack (issue 22): SRCIP_LAB_DUAL_STACK=1; default IPv4 only.
-		DualStack: os.Getenv("SRCIP_LAB_DUAL_STACK") == "1",
+		// Dual-stack (issue 22): SRCIP_LAB_DUAL_STACK=1 (IPv4 first) or ipv6-first; default IPv4 only.
+		DualStack: os.Getenv("SRCIP_LAB_DUAL_STACK") == "1" || os.Getenv("SRCIP_LAB_DUAL_STACK") == "ipv6-first",
+		IPv6First: os.Getenv("SRCIP_LAB_DUAL_STACK") == "ipv6-first",
 	})
 	if err != nil {
 		return fail("cluster: %v", err)
@@ -78,8 +79,12 @@ func run(m *testing.M) int {
 		theCluster.BuildTime.Round(time.Millisecond), theCluster.Lab.SetupTime.Round(time.Millisecond), theCluster.ProxyMode())
 	for _, n := range theCluster.Lab.Nodes {
 		if kn := theCluster.KNodes[n.Name]; theCluster.DualStack() {
-			fmt.Printf("cluster: node %s Ready %v after its start, pod CIDRs %s %s, InternalIPs %s %s (dual-stack)\n", n.Name,
-				theCluster.NodeReady[n.Name].Round(time.Millisecond), kn.PodCIDR, kn.PodCIDR6, kn.IP, kn.IP6)
+			order := "dual-stack"
+			if theCluster.IPv6First() {
+				order = "dual-stack, IPv6 first"
+			}
+			fmt.Printf("cluster: node %s Ready %v after its start, pod CIDRs %s %s, InternalIPs %s %s (%s)\n", n.Name,
+				theCluster.NodeReady[n.Name].Round(time.Millisecond), kn.PodCIDR, kn.PodCIDR6, kn.IP, kn.IP6, order)
 			continue
 		}
 		fmt.Printf("cluster: node %s Ready %v after its start, pod CIDR %s\n", n.Name,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -58,7 +59,7 @@ func TestPodToPodAcrossNodes(t *testing.T) {
 				continue
 			}
 			for _, proto := range []string{"tcp", "udp"} {
-				addr := dst.Status.PodIP + ":8080"
+				addr := net.JoinHostPort(dst.Status.PodIP, "8080") // the first family's (IPv6 on an IPv6-first cluster)
 				var r lab.Reply
 				retry(t, src.Name+" -> "+addr, func() (err error) { r, err = theCluster.PodRequest(&src, proto, addr); return err })
 				t.Logf("%s (%s) -> %s %s: answered by %s, which saw %s", src.Spec.NodeName, src.Status.PodIP, proto, addr, r.Pod, r.Client)
@@ -99,7 +100,8 @@ func echoService(name string, typ corev1.ServiceType, nodePort int32) *corev1.Se
 func TestPodToClusterIPService(t *testing.T) {
 	svc := createService(t, echoService("echo-cip", corev1.ServiceTypeClusterIP, 0))
 	src := pods(t)[0]
-	addr := svc.Spec.ClusterIP + ":80"
+	addr := net.JoinHostPort(svc.Spec.ClusterIP, "80")
+	want := podIPOfFamily(&src, svc.Spec.ClusterIP) // the source address of the ClusterIP's family
 	remote := map[string]lab.Reply{}
 	retry(t, "answers from pods on the other nodes through "+addr, func() error {
 		r, err := theCluster.PodRequest(&src, "tcp", addr)
@@ -116,8 +118,8 @@ func TestPodToClusterIPService(t *testing.T) {
 	})
 	for n, r := range remote {
 		t.Logf("%s (%s) -> ClusterIP %s: answered by %s on %s, which saw %s", src.Spec.NodeName, src.Status.PodIP, addr, r.Pod, n, r.Client)
-		if r.ClientIP() != src.Status.PodIP {
-			t.Errorf("backend %s saw %s, want the source pod %s", r.Pod, r.Client, src.Status.PodIP)
+		if r.ClientIP() != want {
+			t.Errorf("backend %s saw %s, want the source pod %s", r.Pod, r.Client, want)
 		}
 	}
 }
@@ -406,7 +408,7 @@ func TestAgentRestart(t *testing.T) {
 		}
 		// Agent down: pods still answer (pod to pod across nodes, the stream).
 		a, b := pods(t)[0], pods(t)[1]
-		if _, err := theCluster.PodRequest(&a, "tcp", b.Status.PodIP+":8080"); err != nil {
+		if _, err := theCluster.PodRequest(&a, "tcp", net.JoinHostPort(b.Status.PodIP, "8080")); err != nil {
 			t.Errorf("agent of %s down: %s -> %s: %v", n.Name, a.Name, b.Name, err)
 		}
 		t.Logf("agent of %s down: stream %s", n.Name, exchange("agent down"))
