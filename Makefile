@@ -147,13 +147,13 @@ test-conformance: deps build controlplane cluster
 		-dual-stack -modes plain,all \
 		-focus '\[sig-network\].*\[Conformance\]|\[sig-network\] Services should (have session affinity timeout work for NodePort|be rejected|implement NodePort and HealthCheckNodePort correctly when ExternalTrafficPolicy changes)|\[sig-network\].*(\[Feature:IPv6DualStack\]|\[Feature:Networking-IPv6\])'
 
-# The rolling-upgrade test of issue 23 (test/cluster/install TestRollingUpgrade, build tag
-# upgrade; about 2.5 minutes): an older commit's image installed with kubectl apply -k, rolled to
-# this checkout's build and back under client streams. Not in make test yet: in fresh-debian one
-# new NodePort connection of 142 was refused during the upgrade (docs/install.md, Upgrade).
+# The rolling-upgrade test of issue 23 (test/cluster/install TestRollingUpgrade, alone; it also
+# runs in make test, test-e2e's ./test/cluster/... line): an older commit's image installed with
+# kubectl apply -k, rolled to this checkout's build and back (1 roll by default) under client
+# streams and new connections (docs/install.md, Upgrade).
 # Stress: SRCIP_UPGRADE_ROLLS=3 SRCIP_UPGRADE_CONN_EVERY=50ms SRCIP_UPGRADE_DIAG=/tmp/diag make test-upgrade
 test-upgrade: deps build controlplane cluster
-	set -o pipefail; SRCIP_AGENT=$(BIN)/srcip-agent $(GO) test -tags upgrade -count=1 -p 1 -timeout 15m -v -run '^TestRollingUpgrade$$' ./test/cluster/install/ \
+	set -o pipefail; SRCIP_AGENT=$(BIN)/srcip-agent $(GO) test -count=1 -p 1 -timeout 15m -v -run '^TestRollingUpgrade$$' ./test/cluster/install/ \
 		| grep -v '^=== '
 
 test: deps vet build test-unit test-e2e test-conformance

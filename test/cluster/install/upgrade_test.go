@@ -1,5 +1,3 @@
-//go:build upgrade
-
 package install
 
 import (
