@@ -97,11 +97,14 @@ conformance-build: deps
 # test/cluster: pods, Services, NodePorts, hostPorts, agent restart; about 1 minute) run a second
 # time with kube-proxy in iptables mode, kubeadm's default (SRCIP_CLUSTER_PROXY_MODE). The first run is
 # dual-stack (SRCIP_LAB_DUAL_STACK=1: IPv4 and IPv6 pod CIDRs, Service CIDRs and node addresses),
-# the iptables run IPv4-only.
+# the iptables run IPv4-only. Its test/cluster/install (IPv4 labs whatever SRCIP_LAB_DUAL_STACK
+# says; each test on a lab of its own) installs with kubectl apply -k and Helm and rolls an older
+# commit's image to this checkout's and back under traffic (TestRollingUpgrade, 1 roll): 761 s in
+# all on a loaded 2-vCPU machine, 371 s of it TestRollingUpgrade; hence the line's 25m timeout.
 test-e2e: deps build controlplane cluster
 	SRCIP_AGENT=$(BIN)/srcip-agent SRCIP_ECHO=$(BIN)/echo SRCIPCTL=$(BIN)/srcipctl $(GO) test -count=1 -p 1 -timeout 40m \
 		$$($(GO) list ./test/... ./deploy/... | grep -v /test/cluster)
-	set -o pipefail; SRCIP_AGENT=$(BIN)/srcip-agent SRCIP_LAB_DUAL_STACK=1 $(GO) test -count=1 -p 1 -timeout 20m -v ./test/cluster/... \
+	set -o pipefail; SRCIP_AGENT=$(BIN)/srcip-agent SRCIP_LAB_DUAL_STACK=1 $(GO) test -count=1 -p 1 -timeout 25m -v ./test/cluster/... \
 		| grep -v '^=== '
 	set -o pipefail; SRCIP_AGENT=$(BIN)/srcip-agent SRCIP_CLUSTER_PROXY_MODE=iptables $(GO) test -count=1 -p 1 -timeout 10m -v ./test/cluster/ \
 		| grep -v '^=== '
