@@ -13,10 +13,14 @@
 //     Ready, pods talk across nodes; helm upgrade to a second tag and helm rollback (the agents
 //     back on the first, traffic); helm uninstall keeps the CRD and an EgressGateway
 //     (helm.sh/resource-policy: keep).
-//   - TestRollingUpgrade (upgrade_test.go, build tag upgrade: make test-upgrade): an older commit's image installed with apply -k,
-//     rolled to this checkout's (built with a test-only flow layout change) and back under
-//     long-lived streams and new connections through every node; no reset, no silence over 1 s,
-//     no moment without flows, the other build's layout gone after each roll.
+//   - TestRollingUpgrade (upgrade_test.go; alone: make test-upgrade): an older commit's image
+//     installed with apply -k, rolled to this checkout's (built with a test-only flow layout
+//     change) and back under long-lived streams and new connections through every node; no reset,
+//     no silence over 1 s, no moment without flows, the other build's layout gone after each roll.
+//
+// Each test starts its own lab: TestDaemonSetInstall's uninstall leaves the nodes' bridges,
+// flows, conflist and plugins (the node-teardown of docs/install.md "Uninstall" is not run) and
+// its pods, so the next test would not start from nodes that run nothing of ovs-srcip.
 package install
 
 import (

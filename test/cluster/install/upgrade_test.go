@@ -1,5 +1,3 @@
-//go:build upgrade
-
 package install
 
 import (
@@ -65,6 +63,49 @@ func upgradeRolls() int {
 		return n
 	}
 	return 1
+}
+
+// clientPortLo..clientPortHi are the lab client's local ports for every connection it opens during
+// a roll (streams and new connections to the NodePorts), each used once per run, reserved in its
+// netns (net.ipv4.ip_local_reserved_ports) so that the kernel never picks one of them for another
+// socket. Left to the kernel, the client reused the local port of its own live stream to node2's
+// NodePort for a new connection to node1's (Linux shares an ephemeral port between connections to
+// different destinations): the Service's group hashes the client ip:port, so both went to the
+// same endpoint, one 4-tuple there for two connections, and the endpoint's node refused the second
+// by design (flows resetCollision; docs/security.md "The same client ip:port through two ingress
+// nodes to one endpoint"): "connect: connection refused", a collision of the test's client with
+// itself, not something the roll did.
+const clientPortLo, clientPortHi = 20000, 32767
+
+// clientPorts hands out the lab client's local ports (clientPortLo..clientPortHi), each once.
+type clientPorts struct {
+	mu   sync.Mutex
+	next int
+}
+
+// reserveClientPorts reserves clientPortLo..clientPortHi in the lab client's netns and returns
+// their allocator.
+func reserveClientPorts(t *testing.T, c *cluster.Cluster) *clientPorts {
+	t.Helper()
+	ns, err := c.Lab.Netns(c.Lab.Clients[0].Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := fmt.Sprintf("%d-%d", clientPortLo, clientPortHi)
+	if out, err := exec.Command("ip", "netns", "exec", ns, "sysctl", "-w", "net.ipv4.ip_local_reserved_ports="+r).CombinedOutput(); err != nil {
+		t.Fatalf("reserve the client's ports %s: %v\n%s", r, err, out)
+	}
+	return &clientPorts{next: clientPortLo}
+}
+
+func (p *clientPorts) take() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	port := p.next
+	if p.next++; p.next > clientPortHi {
+		p.next = clientPortLo // 12768 connections later: any TIME_WAIT of the first is long over
+	}
+	return port
 }
 
 // diagnose, with SRCIP_UPGRADE_DIAG=DIR, captures the lab client's SYNs, resets and ICMP
@@ -621,7 +662,7 @@ type rollFigures struct {
 
 // underTraffic opens the long-lived streams, starts the new-connection loops and the flow sampler,
 // runs roll, keeps the traffic 3 s more, stops everything and returns the figures.
-func underTraffic(t *testing.T, ctx context.Context, c *cluster.Cluster, what string, roll func()) rollFigures {
+func underTraffic(t *testing.T, ctx context.Context, c *cluster.Cluster, ports *clientPorts, what string, roll func()) rollFigures {
 	t.Helper()
 	client := c.Lab.Clients[0]
 	pods, err := c.WaitPodsReady(ctx, "app", "app=echo", len(c.Lab.Nodes), 120*time.Second)
@@ -634,18 +675,19 @@ func underTraffic(t *testing.T, ctx context.Context, c *cluster.Cluster, what st
 	}
 	nodePort := svc.Spec.Ports[0].NodePort
 	cip := svc.Spec.ClusterIP
-	podArgv := func(p *corev1.Pod, args ...string) []string {
+	podArgv := func(p *corev1.Pod, args ...string) func() []string {
 		pid, err := c.PodPid(p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return append([]string{"nsenter", "--net=/proc/" + strconv.Itoa(pid) + "/ns/net", c.Lab.EchoBin()}, args...)
+		argv := append([]string{"nsenter", "--net=/proc/" + strconv.Itoa(pid) + "/ns/net", c.Lab.EchoBin()}, args...)
+		return func() []string { return argv }
 	}
 	var fig rollFigures
-	open := func(name, wantClient string, notNode string, argv []string) {
+	open := func(name, wantClient string, notNode string, argv func() []string) {
 		var s *upStream
 		if err := lab.WaitFor(func() (err error) {
-			s, err = openStream(t, name, wantClient, argv...)
+			s, err = openStream(t, name, wantClient, argv()...)
 			if err == nil && notNode != "" && s.first.Node == notNode {
 				s.close()
 				return fmt.Errorf("backend %s on the ingress node", s.first.Pod)
@@ -680,9 +722,18 @@ func underTraffic(t *testing.T, ctx context.Context, c *cluster.Cluster, what st
 			t.Fatal(err)
 		}
 		open(fmt.Sprintf("client -> %s NodePort (backend elsewhere)", n.Name), client.IP.String(), n.Name,
-			[]string{"ip", "netns", "exec", cns, c.Lab.EchoBin(), "stream", "--addr", addr})
+			func() []string {
+				return []string{"ip", "netns", "exec", cns, c.Lab.EchoBin(), "stream", "--addr", addr, "--local-port", strconv.Itoa(ports.take())}
+			})
 		ingress = append(ingress, tryConn{what: "client -> " + addr, wantClient: client.IP.String(),
-			get: func() (lab.Reply, error) { return c.Lab.Request(client.Name, "tcp", addr) }})
+			get: func() (lab.Reply, error) {
+				p := ports.take()
+				r, err := c.Lab.RequestWith(client.Name, "tcp", addr, lab.RequestOpts{LocalPort: p})
+				if err != nil {
+					err = fmt.Errorf("from local port %d: %w", p, err) // for matching it in SRCIP_UPGRADE_DIAG's client.pcap
+				}
+				return r, err
+			}})
 		src, dst := pods[i], pods[(i+1)%len(pods)]
 		open(fmt.Sprintf("pod %s -> pod %s", src.Spec.NodeName, dst.Spec.NodeName), src.Status.PodIP, "",
 			podArgv(&src, "stream", "--addr", dst.Status.PodIP+":8080"))
@@ -724,6 +775,8 @@ func underTraffic(t *testing.T, ctx context.Context, c *cluster.Cluster, what st
 	for _, s := range fig.streams {
 		close(s.stop)
 		<-s.done
+		// Closed here, not at the end of the test: a roll's connections do not outlive it.
+		s.close()
 	}
 	wg.Wait()
 	return fig
@@ -804,6 +857,7 @@ func TestRollingUpgrade(t *testing.T) {
 	ctx := context.Background()
 	c := startLab(t, ctx)
 	oldCtl, newCtl := buildUpgradeImages(t, ctx, c)
+	ports := reserveClientPorts(t, c)
 	diagnose(t, ctx, c)
 	vOld, vNew := imageRepo+":"+oldTag, imageRepo+":"+newTag
 
@@ -858,7 +912,7 @@ func TestRollingUpgrade(t *testing.T) {
 
 	diffNodes(t, c, "installed", oldCtl)
 	for i := 0; i < upgradeRolls(); i++ {
-		up := underTraffic(t, ctx, c, "upgrade", func() {
+		up := underTraffic(t, ctx, c, ports, "upgrade", func() {
 			applyKustomize(t, ctx, c, "testdata/upgrade-new")
 			run(t, c, "kubectl", "-n", "ovs-srcip", "rollout", "status", "daemonset/srcip-agent", "--timeout=240s")
 			waitAgentsOn(t, ctx, c, vNew)
@@ -879,7 +933,7 @@ func TestRollingUpgrade(t *testing.T) {
 		up.report(t, "upgrade")
 		checkVersions(t, ctx, c, newTag)
 
-		down := underTraffic(t, ctx, c, "downgrade", func() {
+		down := underTraffic(t, ctx, c, ports, "downgrade", func() {
 			run(t, c, "kubectl", "-n", "ovs-srcip", "rollout", "undo", "daemonset/srcip-agent")
 			run(t, c, "kubectl", "-n", "ovs-srcip", "rollout", "status", "daemonset/srcip-agent", "--timeout=240s")
 			waitAgentsOn(t, ctx, c, vOld)
