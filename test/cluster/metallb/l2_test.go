@@ -413,3 +413,54 @@ func TestL2AnnouncesThroughBrEx(t *testing.T) {
 	}
 }
 
+// TestL2NotOptedIn: MetalLB announces an unannotated LoadBalancer Service the same way, and
+// ovs-srcip leaves it alone: no br-ex flow names its IP on any node, kube-proxy serves it (the
+// backend sees a node-side address, not the client's).
+//
+// The Service asks MetalLB for 10.89.0.201 (metallb.io/loadBalancerIPs): left to itself MetalLB
+// hands out the address TestL2AnnouncesThroughBrEx's Service just gave back, whose entry point the
+// agent still drains (a service-drain flow naming it until a full sync finds no live connection,
+// docs/pipeline.md "Drains"), which is not this Service's.
+func TestL2NotOptedIn(t *testing.T) {
+	applyL2(t)
+	backend := deployOn(t, "echo-plain", "node3")
+	svc := lbService("echo-plain", "echo-plain", false)
+	svc.Annotations = map[string]string{"metallb.io/loadBalancerIPs": "10.89.0.201"}
+	createService(t, svc)
+	ip := assignedIP(t, "echo-plain")
+	if ip.String() != "10.89.0.201" {
+		t.Fatalf("MetalLB assigned %s, want the requested 10.89.0.201", ip)
+	}
+	leader := announcer(t, "echo-plain")
+	addr := ip.String() + ":80"
+	var r lab.Reply
+	if err := lab.WaitFor(func() (err error) {
+		r, err = theCluster.Lab.RequestWith("client", "tcp", addr, lab.RequestOpts{Timeout: "2s"})
+		return err
+	}, time.Minute); err != nil {
+		t.Fatalf("client -> %s: %v", addr, err)
+	}
+	if r.Pod != backend.Name {
+		t.Fatalf("client -> %s: answered by %s, want %s", addr, r.Pod, backend.Name)
+	}
+	if r.ClientIP() == clientIP {
+		t.Errorf("client -> %s (not opted in): backend saw the client's IP %s, want kube-proxy's masquerade", addr, r.Client)
+	}
+	mac, _, err := routerNeigh(ip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := brExMAC(t, leader); !strings.EqualFold(mac, want) {
+		t.Errorf("router resolves %s to %s, want %s's br-ex MAC %s", ip, mac, leader, want)
+	}
+	for _, n := range []string{"node1", "node2", "node3"} {
+		if fl, _ := lbFlows(t, n, ip); len(fl) != 0 {
+			t.Errorf("%s: br-ex flows name %s, a Service that did not opt in:\n%s", n, ip, strings.Join(fl, "\n"))
+		}
+		if a := arpFlowsNaming(t, n, ip); len(a) != 0 {
+			t.Errorf("%s: br-ex ARP flows naming %s:\n%s", n, ip, strings.Join(a, "\n"))
+		}
+	}
+	t.Logf("unannotated %s (MetalLB %s, announced by %s, router lladdr %s): backend %s on %s saw %s (kube-proxy), no br-ex flow names it on any node",
+		addr, ip, leader, mac, r.Pod, r.Node, r.Client)
+}
