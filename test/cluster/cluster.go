@@ -176,6 +176,11 @@ type Config struct {
 	// ReleaseVersion is the tag of the release image CNIDaemonSet imports (hack/image.sh -v);
 	// default the repository's VERSION (what deploy/ is pinned to).
 	ReleaseVersion string
+	// ServiceAccounts turns on the ServiceAccount admission plugin and the serviceaccount and
+	// root-ca-certificate-publisher controllers (what CNIDaemonSet and Conformance also do), so that
+	// pods other than ovs-srcip's get API credentials (test/cluster/metallb: MetalLB's controller
+	// and speakers).
+	ServiceAccounts bool
 	// Images are docker-archive tarballs imported into every node besides the lab's own
 	// (hack/conformance/build.sh's images/*.tar: the e2e images under their exact names).
 	Images []string
@@ -370,7 +375,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	controllers := "endpointslice-controller,endpointslice-mirroring-controller,namespace-controller," +
 		"garbage-collector-controller,deployment-controller,replicaset-controller,daemonset-controller," +
 		"node-ipam-controller,node-lifecycle-controller"
-	if cfg.CNI == CNIDaemonSet {
+	if cfg.CNI == CNIDaemonSet || cfg.ServiceAccounts {
 		controllers += ",serviceaccount-controller,root-ca-certificate-publisher-controller"
 	}
 	if cfg.Conformance {
@@ -381,7 +386,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		Dir:              filepath.Join(c.dir, "cp"),
 		APIServerAddress: c.linkIP.String(),
 		ClusterCIDR:      c.clusterCIDRs(),
-		ServiceAccounts:  cfg.CNI == CNIDaemonSet || cfg.Conformance,
+		ServiceAccounts:  cfg.CNI == CNIDaemonSet || cfg.Conformance || cfg.ServiceAccounts,
 		Kubelets:         true,
 		Controllers:      controllers,
 		Logf:             cfg.Logf,
