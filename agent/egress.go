@@ -2,6 +2,7 @@ package agent
 
 import (
 	"cmp"
+	"fmt"
 	"hash/fnv"
 	"net/netip"
 	"reflect"
@@ -45,11 +46,18 @@ type EgressPolicy struct {
 	StatusWriter string
 	// Invalid is set when the spec cannot be used (a selector or CIDR the agent cannot parse).
 	Invalid string
-	obj     *egressv1.EgressGateway
-	nsSel   labels.Selector // nil: every namespace
-	podSel  labels.Selector // nil: every pod
-	dsts    []netip.Prefix
-	exclude []netip.Prefix
+	// Pool is how the status writer cuts port blocks (--egress-port-*); Nodes are the nodes
+	// the agent knows (a status.nodes entry of another node lists no pods: its blocks are
+	// released); LocalPods are this node's pods the policy gives an egress IP, for its own
+	// status.nodes entry.
+	Pool      PortPool
+	Nodes     []string
+	LocalPods []egressv1.PodPortRequest
+	obj       *egressv1.EgressGateway
+	nsSel     labels.Selector // nil: every namespace
+	podSel    labels.Selector // nil: every pod
+	dsts      []netip.Prefix
+	exclude   []netip.Prefix
 }
 
 // GatewayChooser returns the active gateway of an egress IP among eligible nodes (sorted by
@@ -74,7 +82,16 @@ func StatusGateway(policy *egressv1.EgressGateway, ip netip.Addr, eligible []str
 func egressGatewayEqual(a, b *egressv1.EgressGateway) bool {
 	return a.Generation == b.Generation && a.CreationTimestamp.Equal(&b.CreationTimestamp) &&
 		equality.Semantic.DeepEqual(a.Spec, b.Spec) &&
-		equality.Semantic.DeepEqual(a.Status.ActiveGateways, b.Status.ActiveGateways)
+		equality.Semantic.DeepEqual(a.Status.ActiveGateways, b.Status.ActiveGateways) &&
+		portBlocksEqual(a.Status.PortBlocks, b.Status.PortBlocks) && nodePodsEqual(a.Status.Nodes, b.Status.Nodes)
+}
+
+// nodePodsEqual compares the pods the nodes list (what the status writer allocates for), not
+// their observedGeneration.
+func nodePodsEqual(a, b []egressv1.NodeStatus) bool {
+	return slices.EqualFunc(a, b, func(x, y egressv1.NodeStatus) bool {
+		return x.Node == y.Node && slices.Equal(x.Pods, y.Pods)
+	})
 }
 
 func namespaceEqual(a, b *corev1.Namespace) bool { return reflect.DeepEqual(a.Labels, b.Labels) }
@@ -298,6 +315,29 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 		if p.StatusWriter == "" && len(readyNames) > 0 {
 			p.StatusWriter = readyNames[0]
 		}
+		p.Pool = m.portPool
+		p.Nodes = make([]string, 0, len(m.nodes))
+		for name := range m.nodes {
+			p.Nodes = append(p.Nodes, name)
+		}
+		slices.Sort(p.Nodes)
+	}
+	// Pool exhaustion as a Warning Event on the policy, by its status writer only (the
+	// condition PortBlocksExhausted is in the status, PolicyStatus).
+	for _, p := range pols {
+		var probs []string
+		if p.StatusWriter == m.node {
+			if _, waiting := AllocatePortBlocks(p.obj.Status.PortBlocks, portRequests(p), p.Pool, m.now()); len(waiting) > 0 {
+				probs = append(probs, exhaustedMessage(p, waiting))
+			}
+		}
+		if len(probs) > 0 || !m.quiet(probs) {
+			m.report(egressEventObject(p.obj), "egressgateway/"+p.Name+"/ports", ReasonPortBlocksExhausted, probs)
+		}
+	}
+	polByName := map[string]*EgressPolicy{}
+	for _, p := range pols {
+		polByName[p.Name] = p
 	}
 	m.st.Egress = egress
 	m.st.EgressClusterCIDRs = m.egressClusterCIDRs
@@ -312,6 +352,16 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 			pe = podEgressFor(pols, pod, m.namespaces[pod.Namespace], false)
 			if !fp.Chained { // a chained pod's egress interface carries IPv4 only
 				pe6 = podEgressFor(pols, pod, m.namespaces[pod.Namespace], true)
+			}
+			// The pod's port block per family (none yet: its TCP and UDP egress is dropped).
+			for _, e := range []*flows.PodEgress{pe, pe6} {
+				if e == nil {
+					continue
+				}
+				p := polByName[e.Policy]
+				req := egressv1.PodPortRequest{Pod: k.Namespace + "/" + k.Name, PodUID: string(pod.UID), EgressIP: e.IP.String()}
+				p.LocalPods = append(p.LocalPods, req)
+				e.PortFirst, e.PortLast, _ = portBlockOf(p.obj.Status.PortBlocks, req.EgressIP, req.PodUID)
 			}
 		}
 		if !reflect.DeepEqual(pe, m.podEgress[k]) || !reflect.DeepEqual(pe, fp.Egress) ||
@@ -333,6 +383,51 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 		fp.Egress, fp.Egress6 = pe, pe6
 		m.st.Pods[k] = fp
 	}
+	for _, p := range pols {
+		slices.SortFunc(p.LocalPods, func(a, b egressv1.PodPortRequest) int {
+			return cmp.Or(cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.EgressIP, b.EgressIP))
+		})
+	}
+}
+
+// portRequests are the (pod, egress IP) pairs of p that need a port block: those the nodes
+// list in p's status.nodes, of known nodes (a node gone from the API releases its pods'
+// blocks) and of p's usable egress IPs.
+func portRequests(p *EgressPolicy) []PortRequest {
+	usable := map[string]bool{}
+	for _, s := range p.IPs {
+		if s.usable {
+			usable[s.IP.String()] = true
+		}
+	}
+	var out []PortRequest
+	for _, n := range p.obj.Status.Nodes {
+		if _, ok := slices.BinarySearch(p.Nodes, n.Node); !ok {
+			continue
+		}
+		for _, r := range n.Pods {
+			if usable[r.EgressIP] && r.PodUID != "" {
+				out = append(out, PortRequest{Pod: r.Pod, PodUID: r.PodUID, EgressIP: r.EgressIP})
+			}
+		}
+	}
+	return out
+}
+
+// exhaustedMessage says how many pods of p wait for a port block and what to do.
+func exhaustedMessage(p *EgressPolicy, waiting []PortRequest) string {
+	names := make([]string, 0, 3)
+	for i, r := range waiting {
+		if i == 3 {
+			names = append(names, "...")
+			break
+		}
+		names = append(names, r.String())
+	}
+	return fmt.Sprintf("%d pod(s) wait for a source-port block (%s): each egress IP holds %d blocks of %d ports "+
+		"(ports %d-%d); their TCP and UDP egress is dropped until a block is free: add egress IPs, or give "+
+		"srcip-agent a larger --egress-port-range or a smaller --egress-port-block-size",
+		len(waiting), strings.Join(names, ", "), p.Pool.Blocks(), p.Pool.Size, p.Pool.First, p.Pool.Last)
 }
 
 // podEgressFor returns pod's egress assignment of one family (v6: IPv6, else IPv4): the

@@ -75,6 +75,7 @@ type model struct {
 	// Egress: the cluster networks never sent to a gateway, how the active gateway is chosen,
 	// the policies as last converted, each local pod's last egress assignment.
 	egressClusterCIDRs []netip.Prefix
+	portPool           PortPool
 	chooseGateway      GatewayChooser
 	election           GatewayElection
 	egressPolicies     []*EgressPolicy
@@ -114,6 +115,7 @@ type model struct {
 func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, nodePortRange [2]uint16, mode PreserveMode, events EventSink) *model {
 	m := &model{
 		node: node, npCIDRs: npCIDRs, events: events, sel: Selector{Mode: mode, ExternalIPCIDRs: externalIPCIDRs, Node: node},
+		portPool:       DefaultPortPool,
 		nodeChanges:    NewChangeTracker[string](nodeEqual),
 		svcChanges:     NewChangeTracker[types.NamespacedName](serviceEqual),
 		sliceChanges:   NewChangeTracker[types.NamespacedName](sliceEqual),

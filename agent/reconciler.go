@@ -28,7 +28,9 @@ var ErrNotSynced = errors.New("state source has not synced yet")
 const (
 	ReasonInvalid  = "SourceIPInvalid"
 	ReasonConflict = "SourceIPConflict"
-	ReasonWarning  = "SourceIPWarning"
+	// ReasonPortBlocksExhausted: an EgressGateway's pods wait for a source-port block.
+	ReasonPortBlocksExhausted = "PortBlocksExhausted"
+	ReasonWarning             = "SourceIPWarning"
 	// ReasonRejected: Open vSwitch rejected the object's flows; the rest of the node's changes
 	// were applied (docs/field-cases.md#c33).
 	ReasonRejected = "SourceIPRejected"
@@ -64,6 +66,9 @@ type ReconcilerConfig struct {
 	// EgressClusterCIDRs are the cluster's Service and node networks, never sent to an egress
 	// gateway (--egress-cluster-cidrs; pod CIDRs and node InternalIPs are always excluded).
 	EgressClusterCIDRs []netip.Prefix
+	// EgressPortPool is how the EgressGateways' source-port blocks are cut (zero:
+	// DefaultPortPool; docs/egress.md "Port blocks").
+	EgressPortPool PortPool
 	// PreserveSourceIP says which Services are served (--preserve-source-ip; Selector.Select):
 	// PreserveAnnotated (also ""), those annotated "true"; PreserveAll, every eligible Service
 	// not annotated "false".
@@ -191,6 +196,10 @@ func NewReconciler(cfg ReconcilerConfig) *Reconciler {
 		model:  newModel(cfg.NodeName, cfg.NodePortCIDRs, cfg.ExternalIPCIDRs, cfg.NodePortRange, cfg.PreserveSourceIP, cfg.Events),
 		syncer: newSyncer(cfg, m), memReleased: make(chan struct{})}
 	r.model.egressClusterCIDRs = cfg.EgressClusterCIDRs
+	r.model.portPool = cfg.EgressPortPool
+	if r.model.portPool.Size == 0 {
+		r.model.portPool = DefaultPortPool
+	}
 	r.model.admit.setServiceCIDRs(cfg.ServiceCIDRs, nil)
 	r.model.nextHops = cfg.RouteNextHops
 	r.model.sel.SCTP = cfg.SCTP

@@ -97,9 +97,35 @@ func podEgressFlows(st *State, p Pod, ip netip.Addr) []of.Flow {
 		if d.Bits() > 0 {
 			m = append(m, of.IPv4DstPrefix(d.Masked()))
 		}
+		exec := []of.Action{EgressPath.Load(), CTLabelEgressIP.Load(ipv4Value(e.IP))}
 		fl = append(fl, flow(IntL3Forwarding, prioEgress, of.ProtoIP, 0, m,
-			CT{Commit: true, Zone: ZonePod, Exec: []of.Action{EgressPath.Load(), CTLabelEgressIP.Load(ipv4Value(e.IP))}},
+			CT{Commit: true, Zone: ZonePod, Exec: exec},
 			RegEgressIP.Load(uint32(ipv4Value(e.IP))), Goto(IntEgressOut)))
+		fl = append(fl, podEgressPortFlows(ip, e, m, uint32(ipv4Value(e.IP)), exec, of.ProtoTCP, of.ProtoUDP)...)
+	}
+	return fl
+}
+
+// podEgressPortFlows are the TCP and UDP variants (protos) of a pod's egress flow with matches
+// m: the commit in ZonePod maps the source port into the pod's block for its egress IP
+// (nat(src=POD_IP:FIRST-LAST): the pod IP is kept, conntrack keeps the pod's port when it is in
+// the block and free, else takes a free one of the block) and recirculates to IntEgressOut,
+// RegEgressIP loaded before (registers survive the recirculation). The pod's node holds the
+// translation (ZonePod never fails over; its base flows apply it to the later packets and undo
+// it on the replies); the gateways see only ports of the pod's block, unique per egress IP
+// cluster-wide, so every gateway's nat(src=EGRESS_IP) keeps them (docs/egress.md "Port
+// blocks"). Without a block they are dropped (fail closed).
+func podEgressPortFlows(ip netip.Addr, e *PodEgress, m []of.Match, id uint32, exec []of.Action, protos ...of.Protocol) []of.Flow {
+	var fl []of.Flow
+	for _, proto := range protos {
+		if !e.HasPorts() {
+			fl = append(fl, flow(IntL3Forwarding, prioEgressPorts, proto, 0, m, DropFor(DropEgressNoPortBlock)))
+			continue
+		}
+		fl = append(fl, flow(IntL3Forwarding, prioEgressPorts, proto, 0, m,
+			RegEgressIP.Load(id),
+			CT{Commit: true, Zone: ZonePod, NAT: &NAT{Src: ip, SrcPortMin: e.PortFirst, SrcPortMax: e.PortLast},
+				Table: uint8(IntEgressOut), HasTable: true, Exec: exec}))
 	}
 	return fl
 }
@@ -122,9 +148,9 @@ func egressBaseFlows(st *State) []of.Flow {
 		flow(IntEgressSend, prioDefault, of.ProtoNone, 0, nil, DropFor(DropEgressNotGateway)),
 		// Gateway: un-SNATed replies go back to the pod's node, or to this node's pod.
 		flow(IntEgressReply, prioMid, of.ProtoIP, 0, []of.Match{rpl, local},
-			SourceEgress.Load(), CT{Zone: ZonePod, Table: uint8(IntEgressReplyCT), HasTable: true}),
+			SourceEgress.Load(), CT{Zone: ZonePod, NAT: &NAT{}, Table: uint8(IntEgressReplyCT), HasTable: true}),
 		flow(IntEgressReply, prioMid, of.ProtoIP, 0, []of.Match{rel, local},
-			SourceEgress.Load(), CT{Zone: ZonePod, Table: uint8(IntEgressReplyCT), HasTable: true}),
+			SourceEgress.Load(), CT{Zone: ZonePod, NAT: &NAT{}, Table: uint8(IntEgressReplyCT), HasTable: true}),
 		flow(IntEgressReply, prioLow+1, of.ProtoIP, 0, []of.Match{rpl},
 			CTLabelEgressNode.MoveTo(nxmTunIPv4), of.SetTunnel{ID: VNIEgressReply}, output(p.IntTunnel)),
 		flow(IntEgressReply, prioLow+1, of.ProtoIP, 0, []of.Match{rel},
@@ -148,7 +174,7 @@ func egressNodeFlows(st *State, tunSrc of.Match) []of.Flow {
 		flow(IntClassifier, prioHook, of.ProtoIP, st.Ports.IntTunnel, []of.Match{tunSrc, of.TunID(VNIEgress)},
 			Goto(IntEgressSNAT)),
 		flow(IntClassifier, prioHook, of.ProtoIP, st.Ports.IntTunnel, []of.Match{tunSrc, of.TunID(VNIEgressReply)},
-			SourceEgress.Load(), CT{Zone: ZonePod, Table: uint8(IntEgressReplyCT), HasTable: true}),
+			SourceEgress.Load(), CT{Zone: ZonePod, NAT: &NAT{}, Table: uint8(IntEgressReplyCT), HasTable: true}),
 	}
 }
 
@@ -257,5 +283,5 @@ func egressBuild(b func(*State, EgressIP) (*FlowSet, error)) func(*State, Key) (
 // the pod's egress flows (podEgressFlows: to the egress path, or an excluded destination kept on
 // the host path), for srcipctl get egress.
 func PodEgressFlow(t Table, prio int) bool {
-	return t == IntL3Forwarding && (prio == prioEgress || prio == prioEgressExcl)
+	return t == IntL3Forwarding && (prio == prioEgress || prio == prioEgressPorts || prio == prioEgressExcl)
 }

@@ -94,9 +94,11 @@ func podEgressFlows6(st *State, ip netip.Addr, e *PodEgress) []of.Flow {
 		if d.Bits() > 0 {
 			m = append(m, of.IPv6DstPrefix(d))
 		}
+		exec := []of.Action{EgressPath.Load(), CTLabelEgressIP.Load(uint64(id))}
 		fl = append(fl, flow(IntL3Forwarding, prioEgress, of.ProtoIPv6, 0, m,
-			CT{Commit: true, Zone: ZonePod, Exec: []of.Action{EgressPath.Load(), CTLabelEgressIP.Load(uint64(id))}},
+			CT{Commit: true, Zone: ZonePod, Exec: exec},
 			RegEgressIP.Load(id), Goto(IntEgressOut)))
+		fl = append(fl, podEgressPortFlows(ip, e, m, id, exec, of.ProtoTCP6, of.ProtoUDP6)...)
 	}
 	return fl
 }

@@ -78,7 +78,16 @@ type PodEgress struct {
 	Excluded []netip.Prefix
 	// Policy is the EgressGateway's name.
 	Policy string
+	// PortFirst..PortLast is the pod's source-port block for this egress IP (the
+	// EgressGateway's status.portBlocks): the pod's node maps the source port of every TCP and
+	// UDP connection to the destinations into it (ct nat in ZonePod), so that the egress IP's
+	// gateways see ports no other pod uses. Zero: no block yet (or the pool is exhausted): its
+	// new TCP and UDP connections to the destinations are dropped (DropEgressNoPortBlock).
+	PortFirst, PortLast uint16
 }
+
+// HasPorts reports whether e carries a port block.
+func (e *PodEgress) HasPorts() bool { return e.PortFirst != 0 && e.PortFirst <= e.PortLast }
 
 // NewState returns the State of node with the given objects (for tests and tools; the agent fills
 // the maps incrementally).

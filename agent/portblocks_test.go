@@ -1,0 +1,106 @@
+package agent
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	egressv1 "github.com/ovs-srcip/ovs-srcip/apis/ovssrcip/v1alpha1"
+)
+
+func req(pod, uid, ip string) PortRequest { return PortRequest{Pod: pod, PodUID: uid, EgressIP: ip} }
+
+// Blocks are aligned, inside the pool, and unique per egress IP; another egress IP reuses the
+// same ports (its SNAT target differs).
+func TestAllocatePortBlocksUnique(t *testing.T) {
+	pool := PortPool{First: 1000, Last: 4095, Size: 1024, Quarantine: time.Minute}
+	require.Equal(t, 3, pool.Blocks()) // 1024, 2048, 3072 (1000 is not aligned)
+	now := time.Unix(1000, 0)
+	got, waiting := AllocatePortBlocks(nil, []PortRequest{
+		req("ns/b", "u2", "192.0.2.50"), req("ns/a", "u1", "192.0.2.50"), req("ns/c", "u3", "192.0.2.51"),
+	}, pool, now)
+	assert.Empty(t, waiting)
+	assert.Equal(t, []egressv1.PortBlock{
+		{EgressIP: "192.0.2.50", Pod: "ns/a", PodUID: "u1", First: 1024, Size: 1024},
+		{EgressIP: "192.0.2.50", Pod: "ns/b", PodUID: "u2", First: 2048, Size: 1024},
+		{EgressIP: "192.0.2.51", Pod: "ns/c", PodUID: "u3", First: 1024, Size: 1024},
+	}, got)
+}
+
+// A pod keeps its block whatever else changes (new pods, other pods gone, request order), and
+// another writer starting from the same status computes the same (stable across failover and
+// restarts: the status is the only state).
+func TestAllocatePortBlocksStable(t *testing.T) {
+	pool := PortPool{First: 1024, Last: 65535, Size: 512, Quarantine: time.Minute}
+	now := time.Unix(1000, 0)
+	cur, _ := AllocatePortBlocks(nil, []PortRequest{req("ns/a", "u1", "ip"), req("ns/b", "u2", "ip")}, pool, now)
+	next, _ := AllocatePortBlocks(cur, []PortRequest{req("ns/0", "u0", "ip"), req("ns/b", "u2", "ip")}, pool, now.Add(time.Second))
+	assert.Equal(t, cur[1], next[1], "b keeps its block")
+	assert.Equal(t, int32(1536), next[1].First)
+	assert.Equal(t, "ns/0", next[2].Pod, "the new pod takes a free block, not a's quarantined one")
+	assert.Equal(t, int32(2048), next[2].First)
+	again, _ := AllocatePortBlocks(next, []PortRequest{req("ns/b", "u2", "ip"), req("ns/0", "u0", "ip")}, pool, now.Add(2*time.Second))
+	assert.True(t, portBlocksEqual(next, again), "a second round (another writer) changes nothing")
+	// A block of an older size is kept and avoided.
+	old := []egressv1.PortBlock{{EgressIP: "ip", Pod: "ns/x", PodUID: "ux", First: 1024, Size: 2048}}
+	got, _ := AllocatePortBlocks(old, []PortRequest{req("ns/x", "ux", "ip"), req("ns/y", "uy", "ip")}, pool, now)
+	assert.Equal(t, int32(2048), got[0].Size)
+	assert.Equal(t, int32(3072), got[1].First)
+}
+
+// A released block is quarantined (fake clock) and only reused after the quarantine; its pod
+// coming back (same UID) within it gets it back; a re-created pod (new UID) gets a new one.
+func TestAllocatePortBlocksQuarantine(t *testing.T) {
+	pool := PortPool{First: 1024, Last: 2047, Size: 512, Quarantine: 2 * time.Minute}
+	t0 := time.Unix(1000, 0)
+	cur, _ := AllocatePortBlocks(nil, []PortRequest{req("ns/a", "u1", "ip"), req("ns/b", "u2", "ip")}, pool, t0)
+	cur, _ = AllocatePortBlocks(cur, []PortRequest{req("ns/b", "u2", "ip")}, pool, t0.Add(time.Second))
+	require.NotNil(t, cur[0].ReleasedAt)
+	assert.Equal(t, t0.Add(time.Second), cur[0].ReleasedAt.Time)
+	_, _, ok := portBlockOf(cur, "ip", "u1")
+	assert.False(t, ok, "a quarantined block serves no pod")
+	// The pool is full (a quarantined, b active): a re-created a (new UID) waits.
+	got, waiting := AllocatePortBlocks(cur, []PortRequest{req("ns/b", "u2", "ip"), req("ns/a", "u9", "ip")}, pool, t0.Add(2*time.Minute))
+	assert.Equal(t, []PortRequest{req("ns/a", "u9", "ip")}, waiting)
+	assert.Len(t, got, 2)
+	// After the quarantine it gets the block.
+	got, waiting = AllocatePortBlocks(got, []PortRequest{req("ns/b", "u2", "ip"), req("ns/a", "u9", "ip")}, pool, t0.Add(time.Second+2*time.Minute))
+	assert.Empty(t, waiting)
+	assert.Equal(t, egressv1.PortBlock{EgressIP: "ip", Pod: "ns/a", PodUID: "u9", First: 1024, Size: 512}, got[0])
+	// The same pod (UID) coming back within the quarantine keeps its own block.
+	cur, _ = AllocatePortBlocks(got, []PortRequest{req("ns/a", "u9", "ip")}, pool, t0.Add(10*time.Minute))
+	cur, _ = AllocatePortBlocks(cur, []PortRequest{req("ns/a", "u9", "ip"), req("ns/b", "u2", "ip")}, pool, t0.Add(11*time.Minute))
+	lo, hi, ok := portBlockOf(cur, "ip", "u2")
+	assert.True(t, ok)
+	assert.Equal(t, [2]uint16{1536, 2047}, [2]uint16{lo, hi})
+}
+
+// Exhaustion: the requests beyond the pool wait (the agent drops their TCP and UDP egress and
+// sets PortBlocksExhausted), in a stable order.
+func TestAllocatePortBlocksExhausted(t *testing.T) {
+	pool := PortPool{First: 60000, Last: 65535, Size: 2048, Quarantine: time.Minute}
+	require.Equal(t, 2, pool.Blocks())
+	got, waiting := AllocatePortBlocks(nil, []PortRequest{req("ns/d", "4", "ip"), req("ns/c", "3", "ip"), req("ns/b", "2", "ip"), req("ns/a", "1", "ip")}, pool, time.Unix(0, 0))
+	assert.Len(t, got, 2)
+	assert.Equal(t, []PortRequest{req("ns/c", "3", "ip"), req("ns/d", "4", "ip")}, waiting)
+	p := &EgressPolicy{Pool: pool}
+	assert.Contains(t, exhaustedMessage(p, waiting), "2 pod(s) wait for a source-port block (ns/c (ip), ns/d (ip)): each egress IP holds 2 blocks of 2048 ports")
+}
+
+func TestParsePortPool(t *testing.T) {
+	p, err := ParsePortPool("1024-65535", 512, 2*time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, DefaultPortPool, p)
+	assert.Equal(t, 126, p.Blocks())
+	for _, c := range []struct {
+		r    string
+		size int
+	}{{"1024", 512}, {"0-100", 1}, {"2000-1000", 1}, {"1024-65535", 500}, {"1024-65535", 65536}, {"1025-1100", 1024}, {"a-b", 1}} {
+		_, err := ParsePortPool(c.r, c.size, time.Minute)
+		assert.Error(t, err, "%s size %d", c.r, c.size)
+	}
+	_, err = ParsePortPool("1024-2047", 512, -time.Second)
+	assert.Error(t, err)
+}
