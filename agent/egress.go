@@ -346,22 +346,57 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 	// Local pods, per family: a pod's IPv4 traffic follows the oldest policy that selects it
 	// and has a usable IPv4 egress IP, its IPv6 traffic the oldest one with a usable IPv6
 	// egress IP (a policy of one family governs only that family's traffic).
+	type podEg struct {
+		pe, pe6 *flows.PodEgress
+		uid     string
+	}
+	assigned := make(map[flows.Key]podEg, len(m.st.Pods))
 	for k, fp := range m.st.Pods {
-		var pe, pe6 *flows.PodEgress
+		var a podEg
 		if pod := m.pods[nn(k.Namespace, k.Name)]; pod != nil {
-			pe = podEgressFor(pols, pod, m.namespaces[pod.Namespace], false)
+			a.uid = string(pod.UID)
+			a.pe = podEgressFor(pols, pod, m.namespaces[pod.Namespace], false)
 			if !fp.Chained { // a chained pod's egress interface carries IPv4 only
-				pe6 = podEgressFor(pols, pod, m.namespaces[pod.Namespace], true)
+				a.pe6 = podEgressFor(pols, pod, m.namespaces[pod.Namespace], true)
 			}
-			// The pod's port block per family (none yet: its TCP and UDP egress is dropped).
-			for _, e := range []*flows.PodEgress{pe, pe6} {
-				if e == nil {
-					continue
+			for _, e := range []*flows.PodEgress{a.pe, a.pe6} {
+				if e != nil {
+					p := polByName[e.Policy]
+					p.LocalPods = append(p.LocalPods, egressv1.PodPortRequest{Pod: k.Namespace + "/" + k.Name, PodUID: a.uid, EgressIP: e.IP.String()})
 				}
-				p := polByName[e.Policy]
-				req := egressv1.PodPortRequest{Pod: k.Namespace + "/" + k.Name, PodUID: string(pod.UID), EgressIP: e.IP.String()}
-				p.LocalPods = append(p.LocalPods, req)
-				e.PortFirst, e.PortLast, _ = portBlockOf(p.obj.Status.PortBlocks, req.EgressIP, req.PodUID)
+			}
+		}
+		assigned[k] = a
+	}
+	// The port blocks: from the policy's status (the status writer allocates them for every
+	// node), or, without a status writer (manifests mode), allocated here among this node's
+	// own pods and kept in memory (unique on this node only: docs/egress.md "Port blocks").
+	blocksOf := map[string][]egressv1.PortBlock{}
+	for _, p := range pols {
+		slices.SortFunc(p.LocalPods, func(a, b egressv1.PodPortRequest) int {
+			return cmp.Or(cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.EgressIP, b.EgressIP))
+		})
+		if !m.localPortBlocks {
+			blocksOf[p.Name] = p.obj.Status.PortBlocks
+			continue
+		}
+		var want []PortRequest
+		for _, r := range p.LocalPods {
+			want = append(want, PortRequest{Pod: r.Pod, PodUID: r.PodUID, EgressIP: r.EgressIP})
+		}
+		blocks, _ := AllocatePortBlocks(m.localBlocks[p.Name], want, m.portPool, m.now())
+		blocksOf[p.Name] = blocks
+	}
+	if m.localPortBlocks {
+		m.localBlocks = blocksOf
+	}
+	for k, fp := range m.st.Pods {
+		a := assigned[k]
+		pe, pe6 := a.pe, a.pe6
+		// The pod's port block per family (none yet: its TCP and UDP egress is dropped).
+		for _, e := range []*flows.PodEgress{pe, pe6} {
+			if e != nil {
+				e.PortFirst, e.PortLast, _ = portBlockOf(blocksOf[e.Policy], e.IP.String(), a.uid)
 			}
 		}
 		if !reflect.DeepEqual(pe, m.podEgress[k]) || !reflect.DeepEqual(pe, fp.Egress) ||
@@ -371,22 +406,19 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 				delete(m.podEgress, k)
 			} else {
 				m.podEgress[k] = pe
-				logger.V(2).Info("Pod egress", "pod", klog.KRef(k.Namespace, k.Name), "egressIP", pe.IP, "policy", pe.Policy)
+				logger.V(2).Info("Pod egress", "pod", klog.KRef(k.Namespace, k.Name), "egressIP", pe.IP, "policy", pe.Policy,
+					"ports", fmt.Sprintf("%d-%d", pe.PortFirst, pe.PortLast))
 			}
 			if pe6 == nil {
 				delete(m.podEgress6, k)
 			} else {
 				m.podEgress6[k] = pe6
-				logger.V(2).Info("Pod egress (IPv6)", "pod", klog.KRef(k.Namespace, k.Name), "egressIP", pe6.IP, "policy", pe6.Policy)
+				logger.V(2).Info("Pod egress (IPv6)", "pod", klog.KRef(k.Namespace, k.Name), "egressIP", pe6.IP, "policy", pe6.Policy,
+					"ports", fmt.Sprintf("%d-%d", pe6.PortFirst, pe6.PortLast))
 			}
 		}
 		fp.Egress, fp.Egress6 = pe, pe6
 		m.st.Pods[k] = fp
-	}
-	for _, p := range pols {
-		slices.SortFunc(p.LocalPods, func(a, b egressv1.PodPortRequest) int {
-			return cmp.Or(cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.EgressIP, b.EgressIP))
-		})
 	}
 }
 

@@ -197,6 +197,7 @@ func NewReconciler(cfg ReconcilerConfig) *Reconciler {
 		syncer: newSyncer(cfg, m), memReleased: make(chan struct{})}
 	r.model.egressClusterCIDRs = cfg.EgressClusterCIDRs
 	r.model.portPool = cfg.EgressPortPool
+	r.model.localPortBlocks = cfg.EgressStatus == nil
 	if r.model.portPool.Size == 0 {
 		r.model.portPool = DefaultPortPool
 	}
@@ -541,4 +542,8 @@ func (r *Reconciler) afterSync(ctx context.Context) {
 }
 
 // SetEgressStatus sets the status writer (ReconcilerConfig.EgressStatus); call before Run.
-func (r *Reconciler) SetEgressStatus(s EgressStatusSink) { r.cfg.EgressStatus = s }
+// With a writer the pods' port blocks come from the policies' status (its allocation).
+func (r *Reconciler) SetEgressStatus(s EgressStatusSink) {
+	r.cfg.EgressStatus = s
+	r.model.localPortBlocks = s == nil
+}

@@ -17,7 +17,7 @@
 // UDP reply datagram, read from an unconnected socket). It exits 1 on error
 // or timeout.
 //
-//	echo stream --addr IP:PORT [--timeout 2s]
+//	echo stream --addr IP:PORT [--timeout 2s] [--local-port N]
 //
 // opens one TCP connection, sends "stream" (the server then keeps the
 // connection open and answers every request line) and prints the answer as
@@ -377,6 +377,7 @@ func stream(args []string) error {
 	fs := flag.NewFlagSet("stream", flag.ContinueOnError)
 	addr := fs.String("addr", "", "IP:PORT to connect to (TCP)")
 	timeout := fs.Duration("timeout", 2*time.Second, "bound of the connect and of each exchange")
+	localPort := fs.Int("local-port", 0, "bind this source port (0: the kernel picks one)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -387,7 +388,11 @@ func stream(args []string) error {
 		fmt.Printf("ERROR %v\n", err)
 		return err
 	}
-	c, err := net.DialTimeout(network("tcp", *addr), *addr, *timeout)
+	d := net.Dialer{Timeout: *timeout}
+	if *localPort != 0 {
+		d.LocalAddr = &net.TCPAddr{Port: *localPort}
+	}
+	c, err := d.Dial(network("tcp", *addr), *addr)
 	if err != nil {
 		return fail(err)
 	}
