@@ -6,8 +6,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 
 	egressv1 "github.com/ovs-srcip/ovs-srcip/apis/ovssrcip/v1alpha1"
+	"github.com/ovs-srcip/ovs-srcip/flows"
 )
 
 func req(pod, uid, ip string) PortRequest { return PortRequest{Pod: pod, PodUID: uid, EgressIP: ip} }
@@ -103,4 +107,62 @@ func TestParsePortPool(t *testing.T) {
 	}
 	_, err = ParsePortPool("1024-2047", 512, -time.Second)
 	assert.Error(t, err)
+}
+
+// The agent's wiring: with a status writer the pod's block per family comes from the policy's
+// status.portBlocks (none: no block, its TCP and UDP egress is dropped by the flows) and the
+// node lists the pod in LocalPods for its status.nodes entry; the status writer's allocation
+// and its PortBlocksExhausted condition and Event; without a writer (manifests mode) the
+// blocks are allocated locally and kept across updates.
+func TestEgressPortBlocksModel(t *testing.T) {
+	m, k, ev := egressModel(t, egressPolicy("dual", "192.0.2.60", "2001:db8::60"))
+	m.pods[nn("demo", "job")].UID = "uid-job"
+	m.localPortBlocks = false
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	p := m.st.Pods[k]
+	require.NotNil(t, p.Egress)
+	assert.False(t, p.Egress.HasPorts(), "no block in the status yet")
+	pol := policyByName(m, "dual")
+	assert.Equal(t, []egressv1.PodPortRequest{
+		{Pod: "demo/job", PodUID: "uid-job", EgressIP: "192.0.2.60"},
+		{Pod: "demo/job", PodUID: "uid-job", EgressIP: "2001:db8::60"}}, pol.LocalPods)
+
+	// The writer's round: the node entry lists the pod; the blocks follow.
+	g := m.egws["dual"]
+	g.Status.Nodes = []egressv1.NodeStatus{{Node: thisNode, ObservedGeneration: 1, Pods: pol.LocalPods}, {Node: "gone", Pods: []egressv1.PodPortRequest{{Pod: "x/y", PodUID: "u", EgressIP: "192.0.2.60"}}}}
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	pol = policyByName(m, "dual")
+	blocks, waiting := AllocatePortBlocks(nil, portRequests(pol), pol.Pool, time.Unix(0, 0))
+	assert.Empty(t, waiting)
+	require.Len(t, blocks, 2, "the pod of a node the agent does not know gets none")
+	g.Status.PortBlocks = blocks
+	touched := map[flows.Key]bool{}
+	m.updateEgress(klog.Background(), touched)
+	p = m.st.Pods[k]
+	assert.Equal(t, [2]uint16{1024, 1535}, [2]uint16{p.Egress.PortFirst, p.Egress.PortLast})
+	assert.Equal(t, [2]uint16{1024, 1535}, [2]uint16{p.Egress6.PortFirst, p.Egress6.PortLast})
+	assert.True(t, touched[k], "the pod's flows are rebuilt with its block")
+
+	// Exhaustion: a pool of one block, a second pod waits: condition and Event (the writer).
+	m.portPool = PortPool{First: 1024, Last: 1535, Size: 512, Quarantine: time.Minute}
+	g.Status.Nodes[0].Pods = append(g.Status.Nodes[0].Pods, egressv1.PodPortRequest{Pod: "demo/other", PodUID: "uid-other", EgressIP: "192.0.2.60"})
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	pol = policyByName(m, "dual")
+	require.Equal(t, thisNode, pol.StatusWriter)
+	c := meta.FindStatusCondition(PolicyStatus(pol, time.Now()).Conditions, egressv1.ConditionPortBlocksExhausted)
+	require.NotNil(t, c)
+	assert.Equal(t, metav1.ConditionTrue, c.Status)
+	assert.Equal(t, egressv1.ReasonPoolExhausted, c.Reason)
+	assert.Contains(t, c.Message, "1 pod(s) wait for a source-port block (demo/other (192.0.2.60))")
+	require.NotEmpty(t, ev.msgs)
+	assert.Contains(t, ev.msgs[len(ev.msgs)-1], "PortBlocksExhausted: 1 pod(s) wait")
+
+	// Manifests mode: local allocation, stable across updates.
+	m, k, _ = egressModel(t, egressPolicy("dual", "192.0.2.60"))
+	m.pods[nn("demo", "job")].UID = "uid-job"
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	first := *m.st.Pods[k].Egress
+	assert.True(t, first.HasPorts())
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	assert.Equal(t, first, *m.st.Pods[k].Egress)
 }
