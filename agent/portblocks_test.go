@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"context"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	egressv1 "github.com/ovs-srcip/ovs-srcip/apis/ovssrcip/v1alpha1"
+	egressfake "github.com/ovs-srcip/ovs-srcip/client/clientset/versioned/fake"
 	"github.com/ovs-srcip/ovs-srcip/flows"
 )
 
@@ -165,4 +168,37 @@ func TestEgressPortBlocksModel(t *testing.T) {
 	assert.True(t, first.HasPorts())
 	m.updateEgress(klog.Background(), map[flows.Key]bool{})
 	assert.Equal(t, first, *m.st.Pods[k].Egress)
+}
+
+// The status writer updates status.portBlocks from the nodes' pod lists (an update of the
+// status subresource: the fake clientset stores it), and a second write with the same state
+// changes nothing.
+func TestEgressStatusWriterPortBlocks(t *testing.T) {
+	g := egressPolicy("job", "192.0.2.50")
+	g.Status.Nodes = []egressv1.NodeStatus{{Node: "node2", ObservedGeneration: 1,
+		Pods: []egressv1.PodPortRequest{{Pod: "demo/a", PodUID: "ua", EgressIP: "192.0.2.50"}, {Pod: "demo/b", PodUID: "ub", EgressIP: "192.0.2.50"}}}}
+	c := egressfake.NewSimpleClientset()
+	ctx := context.Background()
+	g, err := c.OvsSrcipV1alpha1().EgressGateways().Create(ctx, g, metav1.CreateOptions{})
+	require.NoError(t, err)
+	w := NewEgressStatusWriter(c, "node1")
+	w.clock = func() time.Time { return time.Unix(1000, 0) }
+	p := &EgressPolicy{Name: "job", Generation: 1, StatusWriter: "node1", Pool: DefaultPortPool, Nodes: []string{"node1", "node2"},
+		obj: g, IPs: []EgressIPState{{IP: netip.MustParseAddr("192.0.2.50"), Gateway: "node1", usable: true}}}
+	require.NoError(t, w.writePortBlocks(ctx, p, w.now()))
+	got, err := c.OvsSrcipV1alpha1().EgressGateways().Get(ctx, "job", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, []egressv1.PortBlock{
+		{EgressIP: "192.0.2.50", Pod: "demo/a", PodUID: "ua", First: 1024, Size: 512},
+		{EgressIP: "192.0.2.50", Pod: "demo/b", PodUID: "ub", First: 1536, Size: 512}}, got.Status.PortBlocks)
+	assert.Equal(t, g.Status.Nodes, got.Status.Nodes, "the update keeps the nodes' entries")
+	// b goes: its block is quarantined, a keeps its own.
+	got.Status.Nodes[0].Pods = got.Status.Nodes[0].Pods[:1]
+	p.obj = got
+	require.NoError(t, w.writePortBlocks(ctx, p, w.now()))
+	got, err = c.OvsSrcipV1alpha1().EgressGateways().Get(ctx, "job", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Len(t, got.Status.PortBlocks, 2)
+	assert.Nil(t, got.Status.PortBlocks[0].ReleasedAt)
+	require.NotNil(t, got.Status.PortBlocks[1].ReleasedAt)
 }
