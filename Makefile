@@ -151,6 +151,7 @@ test-conformance: deps build controlplane cluster
 # upgrade; about 2.5 minutes): an older commit's image installed with kubectl apply -k, rolled to
 # this checkout's build and back under client streams. Not in make test yet: in fresh-debian one
 # new NodePort connection of 142 was refused during the upgrade (docs/install.md, Upgrade).
+# Stress: SRCIP_UPGRADE_ROLLS=3 SRCIP_UPGRADE_CONN_EVERY=50ms SRCIP_UPGRADE_DIAG=/tmp/diag make test-upgrade
 test-upgrade: deps build controlplane cluster
 	set -o pipefail; SRCIP_AGENT=$(BIN)/srcip-agent $(GO) test -tags upgrade -count=1 -p 1 -timeout 15m -v -run '^TestRollingUpgrade$$' ./test/cluster/install/ \
 		| grep -v '^=== '

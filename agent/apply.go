@@ -416,7 +416,7 @@ func (s *syncer) setApplied(b flows.Bridge, k flows.Key, fs *flows.FlowSet) {
 		s.appliedByKind[k.Kind][k]++
 	}
 	if fs != nil && fs.Declined != "" {
-		s.declined[k] = true
+		s.declined[k] = fs.Declined
 	} else {
 		delete(s.declined, k)
 	}

@@ -14,10 +14,18 @@ import (
 // ports) over the native OpenFlow connection: the first full sync of n opted-in Services x 10
 // endpoints from objects already in the Reconciler to every flow committed in emptied bridges
 // (the agent's cold start without the API server's lists). Both processes share the machine's
-// cores, as they do on a node.
+// cores, as they do on a node. The /dual-stack case is seedLargeDualStack's cluster (issue 22).
 func BenchmarkColdFullSyncOVS(b *testing.B) {
-	for _, n := range []int{10000} {
-		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+	for _, c := range []struct {
+		n    int
+		dual bool
+	}{{10000, false}, {10000, true}} {
+		n := c.n
+		name := fmt.Sprintf("services=%d", n)
+		if c.dual {
+			name += "/dual-stack"
+		}
+		b.Run(name, func(b *testing.B) {
 			sb := ovstest.StartDummy(b)
 			bridges := map[flows.Bridge]FlowBridge{}
 			for _, br := range []flows.Bridge{flows.BrEx, flows.BrInt} {
@@ -39,7 +47,11 @@ func BenchmarkColdFullSyncOVS(b *testing.B) {
 					c.Bridges = bridges
 					c.NodePortRange = [2]uint16{20000, 32767}
 				})
-				seedLarge(f.r, n, 10, 50)
+				if c.dual {
+					seedLargeDualStack(f.r, n, 10, 50)
+				} else {
+					seedLarge(f.r, n, 10, 50)
+				}
 				b.StartTimer()
 				if err := f.sync(); err != nil {
 					b.Fatal(err)

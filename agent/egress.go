@@ -28,11 +28,14 @@ type EgressIPState struct {
 	// policy's gatewayNodeSelector, by name.
 	Gateway  string
 	Eligible []string
-	// NoIPv4Underlay are the Ready nodes that match the selector but cannot be gateways: they
-	// have no IPv4 InternalIP (an IPv6 underlay), and the egress path (Geneve VNIs 4 and 5,
-	// CTLabelEgressNode) is built over an IPv4 underlay only.
-	NoIPv4Underlay []string
-	usable         bool // programmed: not refused, policy valid
+	// Underlay is the family of the egress path's Geneve underlay (egressUnderlay: the nodes'
+	// underlay family; IPv4 in a cluster that mixes them). OtherUnderlay are the Ready nodes
+	// that match the selector but cannot be gateways: their underlay address is not of that
+	// family (or they have none), and a node tunnels only to nodes of its own underlay family
+	// (flows.State.TunnelRefusal).
+	Underlay      flows.Family
+	OtherUnderlay []string
+	usable        bool // programmed: not refused, policy valid
 }
 
 // EgressPolicy is one EgressGateway as converted by the agent.
@@ -202,8 +205,9 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 	if m.election != nil {
 		choose = m.election.Choose
 	}
+	underlay := egressUnderlay(m.nodes)
 	for _, p := range pols {
-		var eligible, noIPv4Underlay []string
+		var eligible, otherUnderlay []string
 		if sel, err := metav1.LabelSelectorAsSelector(&p.obj.Spec.GatewayNodeSelector); err != nil {
 			p.Invalid = "gatewayNodeSelector: " + err.Error()
 		} else {
@@ -211,11 +215,11 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 				if !sel.Matches(labels.Set(m.nodes[name].Labels)) {
 					continue
 				}
-				// The egress path runs over an IPv4 underlay only: a node without an IPv4
-				// InternalIP would hold the Lease and drop every packet (flows.BuildEgress's
-				// DropEgressNoGateway on the pods' nodes).
-				if !nodeHasIPv4InternalIP(m.nodes[name]) {
-					noIPv4Underlay = append(noIPv4Underlay, name)
+				// The gateway must be reachable over the egress underlay: a node of the other
+				// underlay family (or without an underlay address) would hold the Lease while
+				// the pods' nodes drop every packet (flows.BuildEgress's DropEgressNoGateway).
+				if a := nodeUnderlayAddr(m.nodes[name]); !a.IsValid() || flows.FamilyOf(a) != underlay {
+					otherUnderlay = append(otherUnderlay, name)
 					continue
 				}
 				eligible = append(eligible, name)
@@ -230,7 +234,7 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 			}
 		}
 		for _, s := range p.obj.Spec.EgressIPs {
-			st := EgressIPState{Eligible: eligible, NoIPv4Underlay: noIPv4Underlay}
+			st := EgressIPState{Eligible: eligible, Underlay: underlay, OtherUnderlay: otherUnderlay}
 			ip, err := netip.ParseAddr(s)
 			if err == nil && ip.Is6() && !ip.Is4In6() {
 				st.Eligible = eligible6
@@ -351,14 +355,14 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 		uid     string
 	}
 	assigned := make(map[flows.Key]podEg, len(m.st.Pods))
-	for k, fp := range m.st.Pods {
+	for k := range m.st.Pods {
 		var a podEg
 		if pod := m.pods[nn(k.Namespace, k.Name)]; pod != nil {
 			a.uid = string(pod.UID)
 			a.pe = podEgressFor(pols, pod, m.namespaces[pod.Namespace], false)
-			if !fp.Chained { // a chained pod's egress interface carries IPv4 only
-				a.pe6 = podEgressFor(pols, pod, m.namespaces[pod.Namespace], true)
-			}
+			// A chained pod's too: its egress interface carries IPv6 when its main CNI gave
+			// it an IPv6 address (flows.chainedPodFlows).
+			a.pe6 = podEgressFor(pols, pod, m.namespaces[pod.Namespace], true)
 			for _, e := range []*flows.PodEgress{a.pe, a.pe6} {
 				if e != nil {
 					p := polByName[e.Policy]
@@ -495,21 +499,42 @@ func egressEventObject(g *egressv1.EgressGateway) *egressv1.EgressGateway {
 	return &c
 }
 
-// nodeHasIPv6PodCIDR reports whether n has an IPv6 pod CIDR (spec.podCIDRs, by family).
-// nodeHasIPv4InternalIP reports whether n has an IPv4 InternalIP (its Geneve underlay is then
-// IPv4: ConvertNode).
-func nodeHasIPv4InternalIP(n *corev1.Node) bool {
+// nodeUnderlayAddr is n's Geneve underlay address as ConvertNode takes it: its first IPv4
+// InternalIP, else its first IPv6 one (invalid: none).
+func nodeUnderlayAddr(n *corev1.Node) netip.Addr {
 	if n == nil {
-		return false
+		return netip.Addr{}
 	}
-	for _, a := range n.Status.Addresses {
-		if ip, err := netip.ParseAddr(a.Address); a.Type == corev1.NodeInternalIP && err == nil && ip.Unmap().Is4() {
-			return true
-		}
+	c, err := ConvertNode(n)
+	if err != nil {
+		return netip.Addr{}
 	}
-	return false
+	return c.InternalIP
 }
 
+// egressUnderlay is the family of the egress path's underlay, the same on every agent: IPv6 when
+// every node with an underlay address has an IPv6 one (an IPv6-underlay cluster), else IPv4 (an
+// IPv4-underlay cluster, and a cluster that mixes the families, whose nodes of the other family
+// cannot tunnel to the IPv4 ones anyway: their agents refuse them). All nodes count, Ready or
+// not, so a node's readiness never flips the family.
+func egressUnderlay(nodes map[string]*corev1.Node) flows.Family {
+	six := false
+	for _, n := range nodes {
+		switch a := nodeUnderlayAddr(n); {
+		case !a.IsValid():
+		case a.Is4():
+			return flows.IPv4
+		default:
+			six = true
+		}
+	}
+	if six {
+		return flows.IPv6
+	}
+	return flows.IPv4
+}
+
+// nodeHasIPv6PodCIDR reports whether n has an IPv6 pod CIDR (spec.podCIDRs, by family).
 func nodeHasIPv6PodCIDR(n *corev1.Node) bool {
 	if n == nil {
 		return false

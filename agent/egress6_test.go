@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -173,9 +174,10 @@ func TestLeaseNameIPv6(t *testing.T) {
 	assert.Equal(t, "egress-2001-db8-1--0", LeaseName(addr("2001:db8:1::")))
 }
 
-// A node on an IPv6 underlay (no IPv4 InternalIP) is never an egress gateway, of either family:
-// the egress path runs over an IPv4 underlay only. The status says which node matched and why.
-func TestEgressNoGatewayOnIPv6Underlay(t *testing.T) {
+// In a cluster that mixes underlay families, a node whose underlay is IPv6 (no IPv4 InternalIP)
+// is not elected while other nodes tunnel over IPv4: the IPv4-underlay nodes could not tunnel to
+// it. The status says which node matched and why.
+func TestEgressMixedUnderlayNoGateway(t *testing.T) {
 	g := egressPolicy("p", "192.0.2.50", "2001:db8::50")
 	g.Spec.GatewayNodeSelector = metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/hostname": "node1"}}
 	m, _, _ := egressModel(t, g)
@@ -187,11 +189,53 @@ func TestEgressNoGatewayOnIPv6Underlay(t *testing.T) {
 	p := policyByName(m, "p")
 	for _, s := range p.IPs {
 		assert.Empty(t, s.Eligible, s.IP)
-		assert.Equal(t, []string{"node1"}, s.NoIPv4Underlay, s.IP)
+		assert.Equal(t, []string{"node1"}, s.OtherUnderlay, s.IP)
+		assert.Equal(t, flows.IPv4, s.Underlay, s.IP)
 		assert.Equal(t, "", m.st.Egress[s.IP].Gateway, s.IP)
 	}
 	r := meta.FindStatusCondition(PolicyStatus(p, time.Now()).Conditions, egressv1.ConditionReady)
 	require.NotNil(t, r)
 	assert.Equal(t, egressv1.ReasonNoEligibleNode, r.Reason)
-	assert.Contains(t, r.Message, "192.0.2.50: no Ready node matches gatewayNodeSelector (node1 matched but have no IPv4 InternalIP: egress gateways need an IPv4 underlay)")
+	assert.Contains(t, r.Message, "192.0.2.50: no Ready node matches gatewayNodeSelector (node1 matched but have no IPv4 underlay address: the egress path runs over the IPv4 underlay of the other nodes, and a node tunnels only to nodes of its own underlay family)")
+}
+
+// Over an IPv6 underlay (every node has only IPv6 InternalIPs) nodes are elected for egress IPs
+// of both families, as over an IPv4 one; a Ready node without any InternalIP is not.
+func TestEgressIPv6UnderlayGateways(t *testing.T) {
+	g := egressPolicy("p", "192.0.2.50", "2001:db8::50")
+	m, _, _ := egressModel(t, g)
+	for i, name := range []string{"node1", "node2", "node3"} {
+		m.nodes[name].Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("2001:db8:0:2::1%d", i+1)}}
+	}
+	m.nodes["node4"] = makeNode("node4", "192.168.0.4", "10.244.4.0/24", func(n *corev1.Node) {
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+		n.Status.Addresses = nil
+	})
+	assert.Equal(t, flows.IPv6, egressUnderlay(m.nodes))
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	p := policyByName(m, "p")
+	require.Len(t, p.IPs, 2)
+	for _, s := range p.IPs {
+		assert.Equal(t, flows.IPv6, s.Underlay, s.IP)
+		assert.Equal(t, []string{"node4"}, s.OtherUnderlay, s.IP)
+	}
+	assert.Equal(t, []string{"node1", "node2", "node3"}, p.IPs[0].Eligible)
+	assert.Equal(t, []string{"node1", "node2"}, p.IPs[1].Eligible, "an IPv6 egress IP needs an IPv6 pod CIDR")
+	assert.Equal(t, "node1", m.st.Egress[addr("192.0.2.50")].Gateway)
+	assert.Equal(t, "node1", m.st.Egress[addr("2001:db8::50")].Gateway)
+}
+
+// A chained pod (srcip-cni's chained mode, its main CNI's addresses of both families) gets its
+// IPv6 assignment as any pod: its egress interface carries IPv6 too (flows.chainedPodFlows).
+func TestEgressPerFamilyChained(t *testing.T) {
+	m, k, _ := egressModel(t, egressPolicy("dual", "192.0.2.60", "2001:db8::60"))
+	p := m.st.Pods[k]
+	p.Chained, p.IPs = true, []netip.Addr{addr("10.88.1.7"), addr("2001:db8:88:1::7")}
+	m.st.Pods[k] = p
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	p = m.st.Pods[k]
+	require.NotNil(t, p.Egress)
+	require.NotNil(t, p.Egress6)
+	assert.Equal(t, "192.0.2.60", p.Egress.IP.String())
+	assert.Equal(t, "2001:db8::60", p.Egress6.IP.String())
 }

@@ -235,8 +235,10 @@ func PolicyStatus(p *EgressPolicy, now time.Time) egressv1.EgressGatewayStatus {
 				if s.IP.Is6() {
 					msg = s.IP.String() + ": no Ready node with an IPv6 pod CIDR matches gatewayNodeSelector"
 				}
-				if len(s.NoIPv4Underlay) > 0 {
-					msg += " (" + strings.Join(s.NoIPv4Underlay, ",") + " matched but have no IPv4 InternalIP: egress gateways need an IPv4 underlay)"
+				if len(s.OtherUnderlay) > 0 {
+					msg += " (" + strings.Join(s.OtherUnderlay, ",") + " matched but have no " + s.Underlay.String() +
+						" underlay address: the egress path runs over the " + s.Underlay.String() +
+						" underlay of the other nodes, and a node tunnels only to nodes of its own underlay family)"
 				}
 				noGW = append(noGW, msg)
 			} else {

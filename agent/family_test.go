@@ -275,6 +275,15 @@ func TestNodesDualStack(t *testing.T) {
 			assert.Equal(t, []string{"10.244.3.0/24", "fd00:10:244:3::/64"}, nr.PodCIDRs)
 		}
 	}
+
+	// A Service with an endpoint on the refused node is declined naming that node, not as a
+	// hostNetwork endpoint (its pod CIDR is unknown here, not outside the cluster's).
+	f.r.OnNode(nil, makeNode("node5", "2001:db8:ff::5", "10.244.5.0/24", ready))
+	f.r.OnService(nil, makeService("ns1", "web", 30400))
+	f.r.OnEndpointSlice(nil, makeSlice("ns1", "web", "web-a", ep("10.244.2.5", "node2"), ep("10.244.5.5", "node5")))
+	require.NoError(t, f.sync())
+	assert.Contains(t, f.eventText(), "declined: 1 of 2 endpoint(s) on a node this node does not program (no Geneve tunnel to it or an invalid Node: see that Node's Warning Event): 10.244.5.5:8080 on node node5")
+	assert.NotContains(t, f.flowText(), "tp_dst=30400")
 }
 
 // NodePort addresses of both families, --nodeport-addresses restricting each family by its own

@@ -47,6 +47,18 @@ func TestHostNetworkEndpointDeclinesPort(t *testing.T) {
 			ev := strings.Join(f.events.msgs, "\n")
 			assert.Contains(t, ev, "SourceIPDeclined: port http/TCP declined: 1 of 2 endpoint(s) outside every node's pod CIDRs (hostNetwork?): 192.168.0.2:8080", tc.name)
 		}
+		// srcipctl's report names the flow set's own reason.
+		var declined []string
+		for _, sr := range f.r.Report().Services {
+			for _, pr := range sr.Ports {
+				if pr.Declined != "" {
+					declined = append(declined, pr.Declined)
+				}
+			}
+		}
+		require.Len(t, declined, 1, tc.name)
+		assert.Contains(t, declined[0], "endpoint(s) outside every node's pod CIDRs (hostNetwork?): ", tc.name)
+		assert.Contains(t, declined[0], "192.168.0.2:8080 (see the SourceIPDeclined Event)", tc.name)
 		n := f.bundles()
 		f.r.RequestFullSync()
 		require.NoError(t, f.sync())

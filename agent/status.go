@@ -461,8 +461,8 @@ func (r *Reconciler) serviceReport(name types.NamespacedName, svc *corev1.Servic
 				pr.EntryPoints = append(pr.EntryPoints, e.String())
 			}
 		}
-		if s.declined[k] {
-			pr.Declined = "declined: an endpoint is outside every node's pod CIDRs (see the SourceIPDeclined Event)"
+		if why, ok := s.declined[k]; ok {
+			pr.Declined = "declined: " + why + " (see the SourceIPDeclined Event)"
 		}
 		_, pr.Rejected = s.rejected[flows.BrEx][k]
 		var eps []netip.AddrPort

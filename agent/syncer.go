@@ -35,8 +35,9 @@ type syncer struct {
 	appliedByKind map[flows.Kind]map[flows.Key]int
 	// liveEPs counts the applied service-port flow sets that program each entry point.
 	liveEPs map[flows.EntryPoint]int
-	// declined holds the applied service-port flow sets that decline their port (C34).
-	declined map[flows.Key]bool
+	// declined holds why each applied service-port flow set declines its port (FlowSet.Declined:
+	// an endpoint outside every node's pod CIDRs, C34; no IPv6 pod CIDR on this node).
+	declined map[flows.Key]string
 	// drains holds the draining entry points with the time their drain began.
 	drains          map[flows.EntryPoint]time.Time
 	drainsRecovered bool
@@ -91,7 +92,7 @@ func newSyncer(cfg ReconcilerConfig, m *Metrics) *syncer {
 		kindCount:     map[flows.Kind]int{},
 		appliedByKind: map[flows.Kind]map[flows.Key]int{},
 		liveEPs:       map[flows.EntryPoint]int{},
-		declined:      map[flows.Key]bool{},
+		declined:      map[flows.Key]string{},
 		drains:        map[flows.EntryPoint]time.Time{},
 		rejected:      map[flows.Bridge]map[flows.Key]flows.Cookie{},
 	}

@@ -137,7 +137,7 @@ func egressBaseFlows(st *State) []of.Flow {
 	estOrig := ctState(trk, of.CTEstablished.Set(), of.CTReply.Unset())
 	rpl := ctState(trk, of.CTEstablished.Set(), of.CTReply.Set())
 	rel := ctState(trk, of.CTRelated.Set())
-	local := CTLabelEgressNode.Match(0)
+	local := st.egressLocal()
 	return []of.Flow{
 		// A pod's packet of a connection pinned to the egress path goes to its egress IP's
 		// gateway, whatever the policies say now (C37); without that IP's flow set it is dropped.
@@ -152,9 +152,9 @@ func egressBaseFlows(st *State) []of.Flow {
 		flow(IntEgressReply, prioMid, of.ProtoIP, 0, []of.Match{rel, local},
 			SourceEgress.Load(), CT{Zone: ZonePod, NAT: &NAT{}, Table: uint8(IntEgressReplyCT), HasTable: true}),
 		flow(IntEgressReply, prioLow+1, of.ProtoIP, 0, []of.Match{rpl},
-			CTLabelEgressNode.MoveTo(nxmTunIPv4), of.SetTunnel{ID: VNIEgressReply}, output(p.IntTunnel)),
+			st.egressNodeToTunDst(), of.SetTunnel{ID: VNIEgressReply}, output(p.IntTunnel)),
 		flow(IntEgressReply, prioLow+1, of.ProtoIP, 0, []of.Match{rel},
-			CTLabelEgressNode.MoveTo(nxmTunIPv4), of.SetTunnel{ID: VNIEgressReply}, output(p.IntTunnel)),
+			st.egressNodeToTunDst(), of.SetTunnel{ID: VNIEgressReply}, output(p.IntTunnel)),
 		flow(IntEgressReply, prioDefault, of.ProtoNone, 0, nil, DropFor(DropEgressReplyNoConnection)),
 		// Pod's node: only replies of what the pod opened on the egress path reach it.
 		flow(IntEgressReplyCT, prioMid, of.ProtoIP, 0, []of.Match{rpl, EgressPath.Match()}, Goto(IntL3Forwarding)),
@@ -164,7 +164,7 @@ func egressBaseFlows(st *State) []of.Flow {
 }
 
 // egressNodeFlows are the Geneve classification flows of the egress VNIs from one peer node,
-// tunSrc matching its InternalIP (part of BuildNode): VNIEgress from it goes to IntEgressSNAT, which SNATs only for egress IPs
+// tunSrc matching its underlay address (tun_src or tun_ipv6_src; part of BuildNode): VNIEgress from it goes to IntEgressSNAT, which SNATs only for egress IPs
 // this node is the active gateway of; VNIEgressReply goes through ZonePod to IntEgressReplyCT.
 // The inner source is not checked against the peer's pod CIDRs: a chained pod's address is its main
 // CNI's (docs/egress.md#chained-mode), the pod's node already held it to its port (spoof
@@ -176,6 +176,27 @@ func egressNodeFlows(st *State, tunSrc of.Match) []of.Flow {
 		flow(IntClassifier, prioHook, of.ProtoIP, st.Ports.IntTunnel, []of.Match{tunSrc, of.TunID(VNIEgressReply)},
 			SourceEgress.Load(), CT{Zone: ZonePod, NAT: &NAT{}, Table: uint8(IntEgressReplyCT), HasTable: true}),
 	}
+}
+
+// egressGatewayRefusal is why this node cannot send egress IP e's packets to its gateway (""
+// when it can): e has no gateway ("no gateway"; the callers warn only when e.Gateway is set), the
+// gateway is unknown, or another node this node cannot tunnel to (State.TunnelRefusal: no
+// underlay address, or one of the other family). This node itself is always reachable.
+func (st *State) egressGatewayRefusal(e EgressIP) string {
+	if e.Gateway == "" {
+		return "no gateway"
+	}
+	if e.Gateway == st.Node {
+		return ""
+	}
+	gw, known := st.Nodes[e.Gateway]
+	if !known {
+		return "gateway node " + e.Gateway + " unknown"
+	}
+	if why := st.TunnelRefusal(gw); why != "" {
+		return "gateway " + why
+	}
+	return ""
 }
 
 // BuildEgress returns the br-int flows of one egress IP (KindEgress), on every node: where
@@ -195,26 +216,25 @@ func BuildEgress(st *State, e EgressIP) (*FlowSet, error) {
 	p := st.Ports
 	match := RegEgressIP.MatchValue(uint32(ipv4Value(e.IP)))
 	mac := EgressMAC(e.IP)
-	gw, known := st.Nodes[e.Gateway]
-	switch {
-	case e.Gateway == "" || !known || !gw.InternalIP.Is4():
+	switch why := st.egressGatewayRefusal(e); {
+	case why != "":
 		fs.Flows = append(fs.Flows, flow(IntEgressOut, prioMid, of.ProtoIP, 0, []of.Match{match}, DropFor(DropEgressNoGateway)))
 		if e.Gateway != "" {
-			fs.Warnings = append(fs.Warnings, fmt.Sprintf("egress IP %s: gateway node %s unknown or without IPv4 InternalIP: its traffic is dropped", e.IP, e.Gateway))
+			fs.Warnings = append(fs.Warnings, fmt.Sprintf("egress IP %s: %s: its traffic is dropped", e.IP, why))
 		}
 	case e.Gateway == st.Node:
 		fs.Flows = append(fs.Flows, flow(IntEgressOut, prioMid, of.ProtoIP, 0, []of.Match{match},
 			of.ModDLDst{MAC: mac}, Goto(IntEgressSNAT)))
 	default:
 		fs.Flows = append(fs.Flows, flow(IntEgressOut, prioMid, of.ProtoIP, 0, []of.Match{match},
-			of.ModDLDst{MAC: mac}, of.SetTunDst(gw.InternalIP), of.SetTunnel{ID: VNIEgress},
+			of.ModDLDst{MAC: mac}, of.SetTunDstAddr(st.Nodes[e.Gateway].InternalIP), of.SetTunnel{ID: VNIEgress},
 			output(p.IntTunnel)))
 	}
 	if e.Gateway == st.Node {
 		fs.Flows = append(fs.Flows,
 			flow(IntEgressSNAT, prioMid, of.ProtoIP, 0, []of.Match{of.EthDst(mac)},
 				CT{Commit: true, Zone: ZoneEgress, NAT: &NAT{Src: e.IP}, Table: uint8(IntEgressSend), HasTable: true,
-					Exec: []of.Action{CTLabelEgressNode.MoveFrom(nxmTunSrc)}}),
+					Exec: []of.Action{st.egressNodeFromTunSrc()}}),
 			flow(IntEgressSend, prioMid, of.ProtoIP, 0, []of.Match{of.IPv4Src(e.IP)},
 				of.ModDLSrc{MAC: mac}, of.ModDLDst{MAC: p.ExMAC}, output(p.IntPatch)),
 			flow(IntClassifier, prioEgressHook, of.ProtoIP, p.IntPatch,

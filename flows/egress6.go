@@ -15,9 +15,10 @@ import (
 // connection in ZonePod (EgressPath, the egress IP's id in CTLabelEgressIP) and tunnels it to
 // the active gateway (VNIEgress, inner eth_dst EgressMAC); the gateway SNATs it in its own zone,
 // ZoneEgress6, hands it to its host through br-ex, answers Neighbor Solicitations for the egress
-// IP on the uplink and tunnels the un-SNATed replies back (VNIEgressReply). Egress needs an
-// IPv4 underlay: tun_src/tun_dst and CTLabelEgressNode are the nodes' IPv4 InternalIPs (over an
-// IPv6 underlay the egress path is not built). All of it exists
+// IP on the uplink and tunnels the un-SNATed replies back (VNIEgressReply). Both families go
+// over either underlay: the outer addresses are the nodes' underlay addresses (tun_src/tun_dst
+// and CTLabelEgressNode over IPv4, tun_ipv6_src/tun_ipv6_dst and CTLabelEgressNode6 over IPv6,
+// underlay.go). All of it exists
 // only on a node that runs IPv6 (State.selfHasIPv6) and carries the IPv6 egress path
 // (State.egress6): a dual-stack node without IPv6 egress IPs renders as before.
 
@@ -105,9 +106,9 @@ func podEgressFlows6(st *State, ip netip.Addr, e *PodEgress) []of.Flow {
 
 // buildEgress6 is BuildEgress for an IPv6 egress IP (a node that runs IPv6; nothing elsewhere):
 // IntEgressOut sends the packets with RegEgressIP = EgressID(IP) to the active gateway over
-// Geneve (IPv4 underlay), to this node's own SNAT, or drops them (no gateway: C29); on the
-// active gateway the SNAT in ZoneEgress6 (nat(src=IP), the pod's node's tun_src in
-// CTLabelEgressNode), the hand-off to br-ex and the un-SNAT of what br-ex passes back.
+// Geneve (either underlay), to this node's own SNAT, or drops them (no gateway: C29); on the
+// active gateway the SNAT in ZoneEgress6 (nat(src=IP), the pod's node's tunnel source in
+// CTLabelEgressNode or CTLabelEgressNode6), the hand-off to br-ex and the un-SNAT of what br-ex passes back.
 func buildEgress6(st *State, e EgressIP, fs *FlowSet) {
 	if !st.selfHasIPv6() {
 		return
@@ -115,26 +116,25 @@ func buildEgress6(st *State, e EgressIP, fs *FlowSet) {
 	p := st.Ports
 	match := RegEgressIP.MatchValue(EgressID(e.IP))
 	mac := EgressMAC(e.IP)
-	gw, known := st.Nodes[e.Gateway]
-	switch {
-	case e.Gateway == "" || !known || !gw.InternalIP.Is4():
+	switch why := st.egressGatewayRefusal(e); {
+	case why != "":
 		fs.Flows = append(fs.Flows, flow(IntEgressOut, prioMid, of.ProtoIPv6, 0, []of.Match{match}, DropFor(DropEgressNoGateway)))
 		if e.Gateway != "" {
-			fs.Warnings = append(fs.Warnings, "egress IP "+e.IP.String()+": gateway node "+e.Gateway+" unknown or without IPv4 InternalIP: its traffic is dropped")
+			fs.Warnings = append(fs.Warnings, "egress IP "+e.IP.String()+": "+why+": its traffic is dropped")
 		}
 	case e.Gateway == st.Node:
 		fs.Flows = append(fs.Flows, flow(IntEgressOut, prioMid, of.ProtoIPv6, 0, []of.Match{match},
 			of.ModDLDst{MAC: mac}, Goto(IntEgressSNAT)))
 	default:
 		fs.Flows = append(fs.Flows, flow(IntEgressOut, prioMid, of.ProtoIPv6, 0, []of.Match{match},
-			of.ModDLDst{MAC: mac}, of.SetTunDst(gw.InternalIP), of.SetTunnel{ID: VNIEgress},
+			of.ModDLDst{MAC: mac}, of.SetTunDstAddr(st.Nodes[e.Gateway].InternalIP), of.SetTunnel{ID: VNIEgress},
 			output(p.IntTunnel)))
 	}
 	if e.Gateway == st.Node {
 		fs.Flows = append(fs.Flows,
 			flow(IntEgressSNAT, prioMid, of.ProtoIPv6, 0, []of.Match{of.EthDst(mac)},
 				CT{Commit: true, Zone: ZoneEgress6, NAT: &NAT{Src: e.IP}, Table: uint8(IntEgressSend), HasTable: true,
-					Exec: []of.Action{CTLabelEgressNode.MoveFrom(nxmTunSrc)}}),
+					Exec: []of.Action{st.egressNodeFromTunSrc()}}),
 			flow(IntEgressSend, prioMid, of.ProtoIPv6, 0, []of.Match{of.IPv6Src(e.IP)},
 				of.ModDLSrc{MAC: mac}, of.ModDLDst{MAC: p.ExMAC}, output(p.IntPatch)),
 			flow(IntClassifier, prioEgressHook, of.ProtoIPv6, p.IntPatch,

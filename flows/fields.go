@@ -351,6 +351,12 @@ var (
 	// pod on the gateway node itself.
 	CTLabelEgressNode = NewCTLabelField("CTLabelEgressNode", 0, 31, ZoneEgress,
 		"Geneve tun_src of the first packet: the pod's node, where un-SNATed replies are tunnelled (0: a local pod)")
+	// CTLabelEgressNode6 (ZoneEgress, ZoneEgress6, gateway node, IPv6 underlay): ct_label[0..127]
+	// is the Geneve outer IPv6 source (tun_ipv6_src) of the connection's first packet - the pod's
+	// node's IPv6 InternalIP; :: for a pod on the gateway node itself. Nothing else is in the
+	// label of those zones.
+	CTLabelEgressNode6 = NewCTLabelField("CTLabelEgressNode6", 0, 127, ZoneEgress,
+		"IPv6 underlay: Geneve tun_ipv6_src of the first packet: the pod's node, where un-SNATed replies are tunnelled (all zero: a local pod)")
 )
 
 // Geneve VNIs (RFC 8926 "Virtual Network Identifier", tun_id in OVS). The VNI tells the
@@ -429,6 +435,7 @@ func Fields() []FieldDoc {
 		{fmt.Sprintf("`%s` `%s` (ZonePod)", CTLabelIngressNode6.name, CTLabelIngressNode6.Ref()), "IPv6", CTLabelIngressNode6.doc},
 		{fmt.Sprintf("`%s` `%s` (ZonePod)", CTLabelEgressIP.name, CTLabelEgressIP.Ref()), "IPv4 or IPv6 id (EgressID)", CTLabelEgressIP.doc},
 		{fmt.Sprintf("`%s` `%s` (ZoneEgress, ZoneEgress6)", CTLabelEgressNode.name, CTLabelEgressNode.Ref()), "IPv4", CTLabelEgressNode.doc},
+		{fmt.Sprintf("`%s` `%s` (ZoneEgress, ZoneEgress6)", CTLabelEgressNode6.name, CTLabelEgressNode6.Ref()), "IPv6", CTLabelEgressNode6.doc},
 		{fmt.Sprintf("`%s` `%s` (br-int)", RegSource.name, RegSource.Ref()),
 			marks(SourcePod, SourceBrEx, SourceTunnelPod, SourceTunnelSvc, SourceGateway, SourceEgress), "where the packet entered br-int"},
 		{fmt.Sprintf("`%s` `%s` (br-int)", RegOutPort.name, RegOutPort.Ref()), "ofport", "output port chosen by IntL3Forwarding"},

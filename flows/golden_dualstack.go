@@ -30,6 +30,7 @@ func addDualStackGoldens(cases map[string]*State) {
 	cases["node1-dual-stack-gateway"] = goldenDualStackGateway()
 	// The IPv6 underlay (golden_underlay6.go).
 	cases["node1-ipv6-underlay"] = goldenIPv6Underlay()
+	cases["node1-ipv6-underlay-egress"] = goldenIPv6UnderlayEgress()
 	// The dual-stack pod selected by an EgressGateway (egress IPs are IPv4): its IPv4 traffic
 	// to 198.51.100.0/24 takes the egress path, its IPv6 traffic the host path; no ipv6 flow
 	// leads to IntEgressOut (TestEgressNoIPv6).
@@ -43,6 +44,23 @@ func addDualStackGoldens(cases map[string]*State) {
 	eg.Pods[k] = pod
 	cases["node1-dual-stack-egress"] = eg
 	cases["node1-dual-stack-egress6"] = goldenDualStackEgress6()
+	cases["node1-dual-stack-chained"] = goldenDualStackChained()
+}
+
+// goldenDualStackChained is goldenDualStackEgress6 with a chained dual-stack pod on node1
+// (docs/egress.md#chained-mode): demo/job's egress interface (ofport 9) holds its main CNI's
+// addresses 10.88.1.7 and 2001:db8:88:1::7, outside every pod CIDR; its IPv4 traffic to
+// 198.51.100.0/24 follows 192.0.2.50, its IPv6 traffic to 2001:db8:100::/48 follows
+// 2001:db8::50. No ARP or ND flow for its port.
+func goldenDualStackChained() *State {
+	st := goldenDualStackEgress6()
+	dsts := []netip.Prefix{goldenPrefix("198.51.100.0/24"), goldenPrefix("2001:db8:100::/48")}
+	job := Pod{Namespace: "demo", Name: "job", IPs: []netip.Addr{goldenIP("10.88.1.7"), goldenIP("2001:db8:88:1::7")},
+		MAC: goldenMAC("0a:58:0a:58:01:07"), OFPort: 9, Chained: true,
+		Egress:  &PodEgress{IP: goldenIP("192.0.2.50"), Policy: "job", Destinations: dsts, PortFirst: 2560, PortLast: 3071},
+		Egress6: &PodEgress{IP: goldenIP("2001:db8::50"), Policy: "job", Destinations: dsts, PortFirst: 1024, PortLast: 1535}}
+	st.Pods[job.Key()] = job
+	return st
 }
 
 // goldenDualStackEgress6 is the dual-stack pod echo-c (node1) selected per family: its IPv4

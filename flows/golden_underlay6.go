@@ -34,3 +34,28 @@ func goldenIPv6Underlay() *State {
 	st.Ports.GatewayMAC = goldenMAC("02:00:0a:f4:01:01")
 	return st
 }
+
+// goldenIPv6UnderlayEgress is goldenIPv6Underlay with egress gateways (issue 22: egress over an
+// IPv6 underlay): echo-c's IPv4 traffic to 198.51.100.0/24 follows 192.0.2.50 (gateway node2),
+// its IPv6 traffic to 2001:db8:100::/48 follows 2001:db8:0:2::50 (gateway node2), both tunnelled
+// with tun_ipv6_dst; node1 is the active gateway of 192.0.2.51 and 2001:db8:0:2::51 (the SNAT
+// records the pod's node's tun_ipv6_src in CTLabelEgressNode6); 192.0.2.53's gateway node3 has
+// no IPv6 pod CIDR but an IPv6 underlay address (an IPv4 egress IP is served by it).
+func goldenIPv6UnderlayEgress() *State {
+	st := goldenIPv6Underlay()
+	st.EgressClusterCIDRs = []netip.Prefix{goldenPrefix("10.96.0.0/12"), goldenPrefix("2001:db8:96::/108")}
+	st.Egress = map[netip.Addr]EgressIP{
+		goldenIP("192.0.2.50"):       {IP: goldenIP("192.0.2.50"), Policy: "job", Gateway: "node2"},
+		goldenIP("2001:db8:0:2::50"): {IP: goldenIP("2001:db8:0:2::50"), Policy: "job", Gateway: "node2"},
+		goldenIP("192.0.2.51"):       {IP: goldenIP("192.0.2.51"), Policy: "local", Gateway: "node1"},
+		goldenIP("2001:db8:0:2::51"): {IP: goldenIP("2001:db8:0:2::51"), Policy: "local", Gateway: "node1"},
+		goldenIP("192.0.2.53"):       {IP: goldenIP("192.0.2.53"), Policy: "other", Gateway: "node3"},
+	}
+	dsts := []netip.Prefix{goldenPrefix("198.51.100.0/24"), goldenPrefix("2001:db8:100::/48")}
+	k := Key{Kind: KindPod, Namespace: "demo", Name: "echo-c"}
+	pod := st.Pods[k]
+	pod.Egress = &PodEgress{IP: goldenIP("192.0.2.50"), Policy: "job", Destinations: dsts, PortFirst: 1024, PortLast: 1535}
+	pod.Egress6 = &PodEgress{IP: goldenIP("2001:db8:0:2::50"), Policy: "job", Destinations: dsts, PortFirst: 1024, PortLast: 1535}
+	st.Pods[k] = pod
+	return st
+}

@@ -76,16 +76,14 @@ func BuildNode(st *State, n Node) (*FlowSet, error) {
 		flow(IntClassifier, prioHook, of.ProtoNone, st.Ports.IntTunnel, []of.Match{tunSrc, of.TunID(VNIService)}, SourceTunnelSvc.Load(), Goto(IntL3Forwarding)),
 		flow(IntClassifier, prioHook, of.ProtoNone, st.Ports.IntTunnel, []of.Match{tunSrc, of.TunID(VNIServiceReply)}, output(st.Ports.IntPatch)),
 	)
-	if !st.underlayIPv6() {
-		// The egress path is IPv4-underlay only (CTLabelEgressNode holds 32 bits; an egress
-		// gateway needs an IPv4 InternalIP, BuildEgress): over an IPv6 underlay nothing
-		// classifies VNIEgress or VNIEgressReply, which IntClassifier then drops.
-		fs.Flows = append(fs.Flows, egressNodeFlows(st, tunSrc)...)
-		if st.egress6() {
-			// The IPv6 egress path's classification from n (egress6.go): here, not in br-int's
-			// base, so that a node's coming or going rewrites only its own flow set.
-			fs.Flows = append(fs.Flows, twin6(egressNodeFlows(st, tunSrc))...)
-		}
+	// The egress VNIs from n, over either underlay (tunSrc is tun_src or tun_ipv6_src): only a
+	// node's underlay address may use them (the tunnel guard); Geneve from any other source
+	// matches none of these and IntClassifier drops it.
+	fs.Flows = append(fs.Flows, egressNodeFlows(st, tunSrc)...)
+	if st.egress6() {
+		// The IPv6 egress path's classification from n (egress6.go): here, not in br-int's
+		// base, so that a node's coming or going rewrites only its own flow set.
+		fs.Flows = append(fs.Flows, twin6(egressNodeFlows(st, tunSrc))...)
 	}
 	if !n.Down {
 		// Connections recorded as entering through this node keep their replies on it for as

@@ -70,10 +70,18 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 	if !OwnedGroup(sp.GroupID) {
 		return nil, fmt.Errorf("service port %s: group id %#x outside the agent's range", sp.Key(), sp.GroupID)
 	}
-	var outside []string
+	// outside: endpoints in no node's pod CIDRs; unprogrammed: endpoints on a node this node
+	// holds no Node for (refused: no tunnel to it, State.TunnelRefusal; or invalid), whose pod
+	// CIDRs are therefore unknown here. Both decline the port; the message says which.
+	var outside, unprogrammed []string
 	for _, ep := range sp.Endpoints {
 		if sp.Family.Has(ep.IP) && ep.Port != 0 && !st.routableOn(ep.IP, ep.NodeName) {
-			outside = append(outside, netip.AddrPortFrom(ep.IP, ep.Port).String())
+			a := netip.AddrPortFrom(ep.IP, ep.Port).String()
+			if _, known := st.Nodes[ep.NodeName]; ep.NodeName != "" && !known {
+				unprogrammed = append(unprogrammed, a+" on node "+ep.NodeName)
+			} else {
+				outside = append(outside, a)
+			}
 		}
 	}
 	if sp.Family == IPv6 && !st.selfHasIPv6() {
@@ -82,6 +90,11 @@ func BuildServicePort(st *State, sp *ServicePort) (*FlowSet, error) {
 		// its cluster went dual-stack keeps its IPv4-only spec.podCIDRs (immutable once set).
 		fs.Declined = "this node has no IPv6 pod CIDR (spec.podCIDRs), so its br-int carries no IPv6"
 		fs.Warnings = append(fs.Warnings, fmt.Sprintf("port %s/%s/IPv6 declined on this node: %s; the host (kube-proxy) serves its IPv6 entry points here, with SNAT", sp.PortName, sp.Protocol, fs.Declined))
+		return fs, fs.Finish()
+	}
+	if len(unprogrammed) > 0 {
+		fs.Declined = fmt.Sprintf("%d of %d endpoint(s) on a node this node does not program (no Geneve tunnel to it or an invalid Node: see that Node's Warning Event): %s", len(unprogrammed), len(sp.Endpoints), strings.Join(unprogrammed, ", "))
+		fs.Warnings = append(fs.Warnings, fmt.Sprintf("port %s/%s declined: %s; this node programs no entry point for it and the host (kube-proxy) serves it, with SNAT", sp.PortName, sp.Protocol, fs.Declined))
 		return fs, fs.Finish()
 	}
 	if len(outside) > 0 {

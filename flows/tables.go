@@ -116,15 +116,16 @@ const (
 	// (fail closed, C29).
 	IntEgressOut Table = 75
 	// IntEgressSNAT (active gateway) commits the packet in ZoneEgress with nat(src=egress IP)
-	// and the pod's node (tun_src) in CTLabelEgressNode, then IntEgressSend. Only egress IPs this
+	// and the pod's node (tun_src; tun_ipv6_src in CTLabelEgressNode6 over an IPv6 underlay) in
+	// CTLabelEgressNode, then IntEgressSend. Only egress IPs this
 	// node is the active gateway of have a flow; anything else is dropped.
 	IntEgressSNAT Table = 76
 	// IntEgressSend (active gateway) hands the SNATed packet to br-ex (to its MAC; br-ex gives
 	// it to the host, which routes it out).
 	IntEgressSend Table = 77
 	// IntEgressReply (active gateway) sees replies to an egress IP after ct(zone=ZoneEgress,nat)
-	// un-SNATed them: +est+rpl / +rel go back over Geneve (VNIEgressReply) to CTLabelEgressNode,
-	// or to IntEgressReplyCT for a pod on this node; anything else is dropped.
+	// un-SNATed them: +est+rpl / +rel go back over Geneve (VNIEgressReply) to CTLabelEgressNode
+	// (CTLabelEgressNode6 over an IPv6 underlay), or to IntEgressReplyCT for a pod on this node; anything else is dropped.
 	IntEgressReply Table = 78
 	// IntEgressReplyCT (pod's node; numbered below IntL3Forwarding, which it goes to) sees an un-SNATed reply after ct(zone=ZonePod): only a reply
 	// (+est+rpl, +rel) of a connection the pod opened on the egress path (EgressPath) goes on to

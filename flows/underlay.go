@@ -105,3 +105,30 @@ func (f *CTLabelField) MatchAddr(a netip.Addr) of.Match {
 	}
 	return of.CTLabel(v, of.U128{Hi: ^uint64(0), Lo: ^uint64(0)})
 }
+
+// egressNodeLabel is the ct_label field that records the pod's node's underlay address in
+// ZoneEgress and ZoneEgress6 on an egress gateway: CTLabelEgressNode (IPv4), CTLabelEgressNode6
+// (IPv6).
+func (st *State) egressNodeLabel() *CTLabelField {
+	if st.underlayIPv6() {
+		return CTLabelEgressNode6
+	}
+	return CTLabelEgressNode
+}
+
+// egressLocal matches gateway connections of a pod on this node (no tunnel source recorded).
+func (st *State) egressLocal() of.Match {
+	if st.underlayIPv6() {
+		return CTLabelEgressNode6.MatchAddr(netip.IPv6Unspecified())
+	}
+	return CTLabelEgressNode.Match(0)
+}
+
+// egressNodeFromTunSrc records the packet's tunnel source as the pod's node (in the SNAT
+// commit's exec).
+func (st *State) egressNodeFromTunSrc() of.Action {
+	return st.egressNodeLabel().MoveFrom(st.tunSrcRef())
+}
+
+// egressNodeToTunDst tunnels an un-SNATed reply to the recorded pod's node.
+func (st *State) egressNodeToTunDst() of.Action { return st.egressNodeLabel().MoveTo(st.tunDstRef()) }

@@ -68,7 +68,7 @@ type NetConf struct {
 	// EgressIfName is the chained egress interface's name in the pod (default
 	// DefaultEgressIfName; at most 15 bytes, not CNI_IFNAME).
 	EgressIfName string `json:"egressIfName,omitempty"`
-	// EgressDestinations are the IPv4 CIDRs routed through the chained egress interface (the
+	// EgressDestinations are the IPv4 and IPv6 CIDRs routed through the chained egress interface (the
 	// EgressGateways' destinations; required in chained mode, no default route: the main CNI
 	// keeps everything else). Parsed into EgressPrefixes.
 	EgressDestinations []string `json:"egressDestinations,omitempty"`
@@ -137,7 +137,8 @@ func parseConf(stdin []byte, needIPAM bool) (*NetConf, error) {
 }
 
 // parseChained checks and fills chained mode's settings: egressIfName (default, length) and
-// egressDestinations (at least one IPv4 CIDR with a prefix length above 0).
+// egressDestinations (at least one IPv4 or IPv6 CIDR with a prefix length above 0; each family's
+// are routed only for a pod with an address of that family).
 func (c *NetConf) parseChained() error {
 	if c.EgressIfName == "" {
 		c.EgressIfName = DefaultEgressIfName
@@ -153,8 +154,8 @@ func (c *NetConf) parseChained() error {
 		if err != nil {
 			return fmt.Errorf("srcip-cni: \"egressDestinations\": %w", err)
 		}
-		if !p.Addr().Is4() || p.Bits() == 0 {
-			return fmt.Errorf("srcip-cni: \"egressDestinations\" %s: want an IPv4 CIDR other than the default route (the main CNI keeps the default route)", s)
+		if p.Addr().Is4In6() || p.Bits() == 0 {
+			return fmt.Errorf("srcip-cni: \"egressDestinations\" %s: want an IPv4 or IPv6 CIDR other than the default route (the main CNI keeps the default route)", s)
 		}
 		c.EgressPrefixes = append(c.EgressPrefixes, p.Masked())
 	}

@@ -11,6 +11,8 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ovs-srcip/ovs-srcip/flows"
 )
 
 const contractConf = `{"cniVersion": "1.1.0", "name": "ovs-srcip", "type": "srcip-cni",
@@ -168,10 +170,14 @@ func TestParseConfChained(t *testing.T) {
 	require.NoError(t, err, "chained mode needs no ipam")
 	assert.Equal(t, DefaultEgressIfName, c.EgressIfName)
 	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}, c.EgressPrefixes)
+	c, err = parseConf([]byte(`{"cniVersion":"1.0.0","name":"n","type":"srcip-cni","mode":"chained","egressDestinations":["198.51.100.7/24","2001:db8:0:100::7/64"]}`), true)
+	require.NoError(t, err, "IPv6 destinations too")
+	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("2001:db8:0:100::/64")}, c.EgressPrefixes)
 	for _, bad := range []string{
 		`{"mode":"chained"}`,
 		`{"mode":"chained","egressDestinations":["0.0.0.0/0"]}`,
-		`{"mode":"chained","egressDestinations":["2001:db8::/32"]}`,
+		`{"mode":"chained","egressDestinations":["::/0"]}`,
+		`{"mode":"chained","egressDestinations":["198.51.100.0/24","::ffff:198.51.100.0/120"]}`,
 		`{"mode":"chained","egressDestinations":["198.51.100.0/24"],"egressIfName":"a-very-long-name-x"}`,
 		`{"mode":"other","ipam":{"type":"host-local"}}`,
 	} {
@@ -180,22 +186,63 @@ func TestParseConfChained(t *testing.T) {
 	}
 }
 
-// Chained mode takes the main CNI's IPv4 address of a dual-stack pod, and reports an IPv6-only
-// prevResult as errNoChainedIPv4 with the prevResult (ADD passes it on unchanged).
+// Chained mode takes the main CNI's addresses by family, never by index: per family the first
+// one on a sandbox interface, when a destination of that family is listed; an address of a
+// host-side interface is no pod address. A prevResult with no address of a listed family is
+// errNoChainedAddress with the prevResult (ADD passes it on unchanged).
 func TestChainedAddressFamilies(t *testing.T) {
-	base := `{"cniVersion":"1.1.0","name":"n","type":"srcip-cni","mode":"chained","egressDestinations":["198.51.100.0/24"],
-	 "prevResult":{"cniVersion":"1.1.0","interfaces":[{"name":"eth0","sandbox":"/var/run/netns/x"}],"ips":%s}}`
-	c, err := parseConf([]byte(fmt.Sprintf(base, `[{"address":"fd00::5/64","interface":0},{"address":"10.0.0.5/24","interface":0}]`)), true)
-	require.NoError(t, err)
-	_, addr, err := chainedAddress(c)
-	require.NoError(t, err)
-	assert.Equal(t, "10.0.0.5/24", addr.Address.String())
+	base := `{"cniVersion":"1.1.0","name":"n","type":"srcip-cni","mode":"chained","egressDestinations":%s,
+	 "prevResult":{"cniVersion":"1.1.0","interfaces":[{"name":"cni0"},{"name":"eth0","sandbox":"/var/run/netns/x"}],"ips":%s}}`
+	both := `["198.51.100.0/24","2001:db8:0:100::/64"]`
+	conf := func(dsts, ips string) *NetConf {
+		t.Helper()
+		c, err := parseConf([]byte(fmt.Sprintf(base, dsts, ips)), true)
+		require.NoError(t, err)
+		return c
+	}
+	dual := `[{"address":"fd00::1/64","interface":0},{"address":"fd00::5/64","interface":1},{"address":"fd00::6/64","interface":1},{"address":"10.0.0.5/24","interface":1}]`
 
-	c, err = parseConf([]byte(fmt.Sprintf(base, `[{"address":"fd00::5/64","interface":0}]`)), true)
+	// v4+v6 (the IPv6 address first in ips, and one of the host's): one of each, IPv4 first.
+	_, a, skipped, err := chainedAddresses(conf(both, dual))
 	require.NoError(t, err)
-	prev, addr, err := chainedAddress(c)
-	assert.ErrorIs(t, err, errNoChainedIPv4)
-	assert.Nil(t, addr)
+	assert.Empty(t, skipped)
+	require.NotNil(t, a.v4)
+	require.NotNil(t, a.v6)
+	assert.Equal(t, "10.0.0.5/24", a.v4.Address.String())
+	assert.Equal(t, "fd00::5/64", a.v6.Address.String())
+	assert.Equal(t, "10.0.0.5/24,fd00::5/64", a.ipAddresses())
+	src, gw, ok := a.routeSrc(netip.MustParsePrefix("2001:db8:0:100::/64"))
+	require.True(t, ok)
+	assert.Equal(t, "fd00::5", src.String())
+	assert.Equal(t, flows.ChainedGatewayIP6.String(), gw.String())
+	src, gw, ok = a.routeSrc(netip.MustParsePrefix("198.51.100.0/24"))
+	require.True(t, ok)
+	assert.Equal(t, "10.0.0.5", src.String())
+	assert.Equal(t, flows.ChainedGatewayIP.String(), gw.String())
+
+	// Only IPv4 destinations: the pod's IPv6 address is not used (no IPv6 on the interface).
+	_, a, _, err = chainedAddresses(conf(`["198.51.100.0/24"]`, dual))
+	require.NoError(t, err)
+	assert.Nil(t, a.v6)
+	assert.Equal(t, "10.0.0.5/24", a.ipAddresses())
+
+	// v6-only pod: its IPv6 address; the IPv4 destination is not routed (skipped).
+	_, a, skipped, err = chainedAddresses(conf(both, `[{"address":"fd00::5/64","interface":1}]`))
+	require.NoError(t, err)
+	assert.Nil(t, a.v4)
+	assert.Equal(t, "fd00::5/64", a.ipAddresses())
+	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}, skipped)
+	_, _, ok = a.routeSrc(netip.MustParsePrefix("198.51.100.0/24"))
+	assert.False(t, ok)
+
+	// v6-only pod, IPv4 destinations only: nothing to do, prevResult passed on.
+	prev, a, _, err := chainedAddresses(conf(`["198.51.100.0/24"]`, `[{"address":"fd00::5/64","interface":1}]`))
+	assert.ErrorIs(t, err, errNoChainedAddress)
+	assert.Empty(t, a.ipAddresses())
 	require.NotNil(t, prev)
 	assert.Equal(t, "fd00::5/64", ipAddresses(prev))
+
+	// Only a host-side address: none of the pod.
+	_, _, _, err = chainedAddresses(conf(both, `[{"address":"10.0.0.1/24","interface":0}]`))
+	assert.ErrorIs(t, err, errNoChainedAddress)
 }

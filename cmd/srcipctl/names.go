@@ -81,6 +81,27 @@ func (n *names) cookie(c flows.Cookie) string {
 	return c.Kind().String()
 }
 
+// stale reports whether c is a cookie of ours, not learned at run time, that n's report does
+// not list: the flows were read after the report (the agent applied a change in between), or
+// another agent (an old version) wrote them. False for a nil n.
+func (n *names) stale(c flows.Cookie) bool {
+	if n == nil || !c.Owned() || c.Learned() {
+		return false
+	}
+	_, ok := n.cookies[c.String()]
+	return !ok
+}
+
+// staleGroup reports whether group id is not a Service port group of n's report (see stale).
+// False for a nil n.
+func (n *names) staleGroup(id uint32) bool {
+	if n == nil {
+		return false
+	}
+	_, ok := n.groups[id]
+	return !ok
+}
+
 // group names a group id: "group of demo/web http/TCP".
 func (n *names) group(id uint32) string {
 	if n != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ovs-srcip/ovs-srcip/agent"
 	"github.com/ovs-srcip/ovs-srcip/flows"
 	"github.com/ovs-srcip/ovs-srcip/ofctl"
 )
@@ -201,15 +203,8 @@ Example: srcipctl trace --from 198.51.100.10:40000 --to 203.0.113.100:80`,
 					if err != nil {
 						return fmt.Errorf("--client-mac: %w", err)
 					}
-					t := &pathTracer{out: out, full: full, clientMAC: mac,
-						ingress: &nodeView{name: rep.Node, c: ac, rep: rep, names: newNames(rep)},
-						peer:    peerFinder(peers, runDir)}
-					verdict, err := t.run(ctx, proto, client, entry)
-					if err != nil {
-						return err
-					}
-					fmt.Fprintf(out, "\nverdict: %s\n", verdict)
-					return nil
+					base := pathTracer{full: full, clientMAC: mac, peer: peerFinder(peers, runDir)}
+					return pathTrace(ctx, out, base, ac, rep, traceAttempts, proto, client, entry)
 				}
 				if agentAddr != "" {
 					return rerr
@@ -234,6 +229,44 @@ Example: srcipctl trace --from 198.51.100.10:40000 --to 203.0.113.100:80`,
 	cmd.Flags().BoolVar(&full, "full", false, "also print every ofproto/trace output whole")
 	_ = cmd.MarkFlagRequired("to")
 	return cmd
+}
+
+// traceAttempts is how many times srcipctl trace runs a path trace whose flows are newer than
+// the agents' reports before it prints the last one with a note.
+const traceAttempts = 3
+
+// pathTrace runs the path trace of base (its out, ingress, step and stale are set here) from the
+// ingress node's agent ac with its report rep, and prints it with its verdict to out. The reports
+// are read before the flows are traced, so a change the agent applies in between leaves flows
+// whose cookies the report does not name ("not applied by the agent now") and an entry-point
+// verdict from the old report; such a trace is run again with a new report of ac (the peers'
+// reports are read anew by each attempt), at most attempts times in all. The last stale one is
+// printed with a note that says so. Errors: those of the trace and of reading ac's report.
+func pathTrace(ctx context.Context, out io.Writer, base pathTracer, ac *agentClient, rep *agent.Report, attempts int,
+	proto string, client, entry netip.AddrPort) error {
+	for i := 1; ; i++ {
+		var buf bytes.Buffer
+		t := base
+		t.out = &buf
+		t.ingress = &nodeView{name: rep.Node, c: ac, rep: rep, names: newNames(rep)}
+		verdict, err := t.run(ctx, proto, client, entry)
+		if err != nil {
+			return err
+		}
+		if !t.stale || i >= attempts {
+			if _, err := buf.WriteTo(out); err != nil {
+				return err
+			}
+			if t.stale {
+				fmt.Fprintf(out, "\n# note: some traced flows carry cookies that the agents' reports do not list, in %d attempts: the agent is applying changes, or another agent (an old version) wrote them\n", attempts)
+			}
+			fmt.Fprintf(out, "\nverdict: %s\n", verdict)
+			return nil
+		}
+		if rep, err = ac.Report(ctx); err != nil {
+			return err
+		}
+	}
 }
 
 // peerFinder returns how trace reaches another node's agent: peers[node], else the status socket

@@ -45,6 +45,9 @@ type pathTracer struct {
 	// clientMAC is the Ethernet source of the client's packets (its router) as traced.
 	clientMAC net.HardwareAddr
 	step      int
+	// stale is set when a traced flow's cookie is not in its node's report (names.stale): the
+	// report is older than the flows, and the trace is run again with a new report.
+	stale bool
 }
 
 func (t *pathTracer) trace(ctx context.Context, v *nodeView, bridge, what, flow string, ctNext ...string) (ofctl.Trace, error) {
@@ -72,7 +75,9 @@ func (t *pathTracer) trace(ctx context.Context, v *nodeView, bridge, what, flow 
 func (t *pathTracer) printHits(v *nodeView, r ofctl.Trace) {
 	for _, h := range r.Steps {
 		notes := []string{v.names.cookie(h.Cookie)}
+		t.stale = t.stale || v.names.stale(h.Cookie)
 		if h.Group != 0 {
+			t.stale = t.stale || v.names.staleGroup(h.Group)
 			g := "group " + v.names.group(h.Group)
 			if h.Bucket >= 0 {
 				g += fmt.Sprintf(" -> bucket %d: %s", h.Bucket, v.names.bucket(h.Group, uint32(h.Bucket)))

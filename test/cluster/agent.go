@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 )
 
@@ -51,6 +52,26 @@ func (kn *KNode) StopAgent() error {
 	return p.stop(kn.c.logf, 10*time.Second)
 }
 
+// KillAgent SIGKILLs the node's agent, as a crash would (no step-down: its flows, its ARP
+// answers and the Leases it holds stay until they expire), and waits until it has exited.
+func (kn *KNode) KillAgent() error {
+	kn.mu.Lock()
+	p := kn.agent
+	kn.mu.Unlock()
+	if !p.running() {
+		return fmt.Errorf("agent of %s is not running", kn.Name)
+	}
+	if err := syscall.Kill(p.pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("agent of %s: SIGKILL pid %d: %w", kn.Name, p.pid, err)
+	}
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(5 * time.Second):
+		return fmt.Errorf("agent of %s: pid %d did not exit after SIGKILL", kn.Name, p.pid)
+	}
+}
+
 // RestartAgent is StopAgent then StartAgent.
 func (kn *KNode) RestartAgent() error {
 	if err := kn.StopAgent(); err != nil {
@@ -73,7 +94,7 @@ func (kn *KNode) AgentPid() int {
 // address and the cluster route, the masquerade, srcip-cni + host-local + loopback + portmap in
 // /opt/cni/bin and the conflist (in place) in /etc/cni/net.d. br-ex is the lab's (the node
 // installer's), so no --nic.
-func (kn *KNode) nodeSetup() error {
+func (kn *KNode) nodeSetup(extra ...string) error {
 	c := kn.c
 	argv := []string{c.cfg.AgentBin, "node-setup",
 		"--node-name=" + kn.Name,
@@ -84,6 +105,7 @@ func (kn *KNode) nodeSetup() error {
 		"--cni-source-dir=" + filepath.Join(c.dir, "cni-src"),
 		"--state-dir=" + kn.path("node-setup"),
 		"--mtu=" + strconv.Itoa(1400)}
+	argv = append(argv, extra...)
 	if !c.cfg.DualStack {
 		_, err := kn.Exec(argv...)
 		return err

@@ -93,6 +93,10 @@ const (
 // ChainedDestinations are the egressDestinations of ChainedConflist: the lab's client network.
 const ChainedDestinations = "198.51.100.0/24"
 
+// ChainedDestinations6 are the IPv6 egressDestinations of ChainedConflist on a dual-stack
+// cluster: the client network's IPv6 subnet (ClientSubnet6).
+const ChainedDestinations6 = ClientSubnet6
+
 // ChainedSubnet is the main CNI's pod subnet of a node in CNIChained mode: 10.88.N.0/24 for the
 // node whose pod CIDR is 10.244.N.0/24 (outside the cluster's pod CIDRs, which srcip-gw0 holds).
 func ChainedSubnet(podCIDR netip.Prefix) netip.Prefix {
@@ -100,14 +104,32 @@ func ChainedSubnet(podCIDR netip.Prefix) netip.Prefix {
 	return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 88, b[2], 0}), 24)
 }
 
+// ChainedSubnet6 is the main CNI's IPv6 pod subnet of a node in CNIChained mode on a dual-stack
+// cluster: 2001:db8:88:N::/64 for the node whose pod CIDR is 10.244.N.0/24 (outside the
+// cluster's IPv6 pod CIDRs, ClusterCIDR6).
+func ChainedSubnet6(podCIDR netip.Prefix) netip.Prefix {
+	b := [16]byte{0x20, 0x01, 0x0d, 0xb8, 0x00, 0x88, 0x00, podCIDR.Addr().As4()[2]}
+	return netip.PrefixFrom(netip.AddrFrom16(b), 64)
+}
+
 // ChainedConflist is the conflist of CNIChained for a node with pod CIDR podCIDR: the bridge
-// plugin with host-local as the main CNI, then srcip-cni in chained mode.
-func ChainedConflist(podCIDR netip.Prefix) string {
+// plugin with host-local as the main CNI, then srcip-cni in chained mode. dualStack adds the
+// IPv6 range ChainedSubnet6 (and its default route) to host-local and ChainedDestinations6 to
+// the egress destinations.
+func ChainedConflist(podCIDR netip.Prefix, dualStack bool) string {
+	ranges := `[{"subnet": "` + ChainedSubnet(podCIDR).String() + `"}]`
+	routes := `{"dst": "0.0.0.0/0"}`
+	dsts := `"` + ChainedDestinations + `"`
+	if dualStack {
+		ranges += `, [{"subnet": "` + ChainedSubnet6(podCIDR).String() + `"}]`
+		routes += `, {"dst": "::/0"}`
+		dsts += `, "` + ChainedDestinations6 + `"`
+	}
 	return `{"cniVersion": "1.0.0", "name": "lab-chained", "plugins": [
   {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "ipMasqBackend": "nftables", "mtu": 1400,
-   "ipam": {"type": "host-local", "ranges": [[{"subnet": "` + ChainedSubnet(podCIDR).String() + `"}]],
-            "routes": [{"dst": "0.0.0.0/0"}]}},
-  {"type": "srcip-cni", "mode": "chained", "mtu": 1400, "egressDestinations": ["` + ChainedDestinations + `"]}
+   "ipam": {"type": "host-local", "ranges": [` + ranges + `],
+            "routes": [` + routes + `]}},
+  {"type": "srcip-cni", "mode": "chained", "mtu": 1400, "egressDestinations": [` + dsts + `]}
 ]}
 `
 }

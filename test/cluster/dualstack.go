@@ -6,6 +6,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/ovs-srcip/ovs-srcip/test/lab"
 )
 
 // The dual-stack lab's IPv6 plan (Config.DualStack; documentation prefix 2001:db8::/32, the same
@@ -156,19 +158,28 @@ func (c *Cluster) setupIPv6() error {
 		}
 	}
 	for _, n := range c.Lab.Nodes {
-		if err := c.enable6(n.Netns, false, "br-ex"); err != nil {
-			return fmt.Errorf("node %s: %w", n.Name, err)
-		}
-		if err := c.ipBatch6(n.Netns,
-			"addr replace "+IPv6Of(n.IP, NodeSubnet6).String()+"/64 dev br-ex nodad",
-			"route replace default via "+routerIPv6(NodeSubnet6).String()); err != nil {
-			return fmt.Errorf("node %s: %w", n.Name, err)
+		if err := c.nodeIPv6(n); err != nil {
+			return err
 		}
 	}
 	if node, ok := c.Lab.Routes()["203.0.113.0/24"]; ok {
 		if err := c.ipBatch6(r, "route replace "+ExternalCIDR6+" via "+IPv6Of(c.Lab.Node(node).IP, NodeSubnet6).String()); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// nodeIPv6 gives node n's br-ex its IPv6Of address and the IPv6 default route via the router
+// (setupIPv6; again after an ovs-vswitchd restart, which recreates br-ex's tap device).
+func (c *Cluster) nodeIPv6(n *lab.Node) error {
+	if err := c.enable6(n.Netns, false, "br-ex"); err != nil {
+		return fmt.Errorf("node %s: %w", n.Name, err)
+	}
+	if err := c.ipBatch6(n.Netns,
+		"addr replace "+IPv6Of(n.IP, NodeSubnet6).String()+"/64 dev br-ex nodad",
+		"route replace default via "+routerIPv6(NodeSubnet6).String()); err != nil {
+		return fmt.Errorf("node %s: %w", n.Name, err)
 	}
 	return nil
 }

@@ -63,6 +63,11 @@ func run(m *testing.M) int {
 		Lab:      lc,
 		AgentBin: bins.agent, EchoBin: bins.echo, PauseBin: bins.pause, CNIBin: bins.cni, PortmapBin: bins.portmap,
 		CNI: cni, ProxyMode: proxyMode, Logf: logf,
+		// EgressGateways served from the start; short gateway-election settings (as test/kubee2e)
+		// so that TestEgressFailoverUnderLoad's failovers take seconds.
+		CRDs: []string{"../../deploy/crds/crd-egressgateway.yaml"},
+		AgentArgs: []string{"--lease-namespace=" + leaseNS, "--egress-lease-duration=" + leaseDuration.String(),
+			"--egress-renew-deadline=" + renewDeadline.String(), "--egress-retry-period=" + retryPeriod.String()},
 		// Dual-stack (issue 22): SRCIP_LAB_DUAL_STACK=1; default IPv4 only.
 		DualStack: os.Getenv("SRCIP_LAB_DUAL_STACK") == "1",
 	})

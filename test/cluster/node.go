@@ -226,8 +226,19 @@ func (kn *KNode) up(ctx context.Context) error {
 		if err := os.Remove(kn.path("cni-conf", "10-ovs-srcip.conflist")); err != nil {
 			return err
 		}
-		if err := kn.writeConflistInPlace("10-lab-chained.conflist", ChainedConflist(kn.PodCIDR)); err != nil {
+		if err := kn.writeConflistInPlace("10-lab-chained.conflist", ChainedConflist(kn.PodCIDR, c.cfg.DualStack)); err != nil {
 			return err
+		}
+		if c.cfg.DualStack {
+			// The bridge plugin creates cni0 at the first ADD, when the netns default has IPv6
+			// off (the lab's): it could not give cni0 its IPv6 gateway address. The plugin takes
+			// an existing bridge of that name, so it is made here with IPv6 on.
+			if _, err := c.run("ip", "-n", kn.Netns, "link", "add", "cni0", "type", "bridge"); err != nil {
+				return err
+			}
+			if err := kn.sysctl6("cni0", ipv6On); err != nil {
+				return err
+			}
 		}
 		if err := kn.StartAgent(); err != nil {
 			return err

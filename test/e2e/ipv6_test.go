@@ -554,13 +554,27 @@ func TestTraceIPv6AcrossNodes(t *testing.T) {
 	const file = "ds-prefer.yaml"
 	writeManifest(t, file, dsPrefer.yaml())
 	defer removeAndWait(t, file, fmt.Sprintf("tp_dst=%d", dsPrefer.nodePort))
-	bin := srcipctlBin(t)
 	from := net.JoinHostPort(client6IP, "40000")
 	to := net.JoinHostPort(nodeIP(t, "node1", "IPv6"), fmt.Sprint(dsPrefer.nodePort))
+	out := traceDelivered(t, "node1", from, to)
+	assert.Contains(t, out, "entry point of e2e/ds-prefer http/TCP/IPv6")
+	assert.Contains(t, out, "tcp6,")
+	assert.Contains(t, out, "ipv6_src="+client6IP)
+	assert.Contains(t, out, "=> Geneve (VNI 0x2) to node2")
+	assert.Contains(t, out, "ct(zone=ZoneService6,nat) un-DNATs the reply")
+	assert.Contains(t, out, "(path node1 -> node2 -> node1)")
+	assert.NotContains(t, out, "drop:", "no step of a delivered connection is named a drop")
+}
+
+// traceDelivered runs `srcipctl trace --from from --to to` against node's agent until its
+// verdict is "delivered" (30 s; the flows may still be on their way), logs and returns its output.
+func traceDelivered(t *testing.T, node, from, to string) string {
+	t.Helper()
+	bin := srcipctlBin(t)
 	var out string
 	require.NoError(t, lab.WaitFor(func() error {
 		cmd := exec.Command(bin, "trace", "--from", from, "--to", to)
-		cmd.Env = append(os.Environ(), "OVS_RUNDIR="+theLab.Node("node1").Dir)
+		cmd.Env = append(os.Environ(), "OVS_RUNDIR="+theLab.Node(node).Dir)
 		b, err := cmd.CombinedOutput()
 		out = string(b)
 		if err != nil {
@@ -572,11 +586,5 @@ func TestTraceIPv6AcrossNodes(t *testing.T) {
 		return nil
 	}, 30*time.Second), "srcipctl trace --from %s --to %s: %s", from, to, out)
 	t.Logf("$ srcipctl trace --from %s --to %s\n%s", from, to, out)
-	assert.Contains(t, out, "entry point of e2e/ds-prefer http/TCP/IPv6")
-	assert.Contains(t, out, "tcp6,")
-	assert.Contains(t, out, "ipv6_src="+client6IP)
-	assert.Contains(t, out, "=> Geneve (VNI 0x2) to node2")
-	assert.Contains(t, out, "ct(zone=ZoneService6,nat) un-DNATs the reply")
-	assert.Contains(t, out, "(path node1 -> node2 -> node1)")
-	assert.NotContains(t, out, "drop:", "no step of a delivered connection is named a drop")
+	return out
 }

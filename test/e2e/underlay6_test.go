@@ -7,9 +7,11 @@ package e2e
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -47,8 +49,7 @@ func ipv6Underlay(t *testing.T) {
 	t.Logf("IPv6 underlay programmed on node1 and node2 in %s", time.Since(start).Round(time.Millisecond))
 }
 
-// waitBrInt waits until node's br-int has a flow with want and none with not (outside the
-// egress reply table 78, IPv4-underlay only).
+// waitBrInt waits until node's br-int has a flow with want and none with not.
 func waitBrInt(node, want, not string) error {
 	return lab.WaitFor(func() error {
 		out, err := theLab.DumpFlows(node, "br-int")
@@ -59,7 +60,7 @@ func waitBrInt(node, want, not string) error {
 			return fmt.Errorf("%s br-int: no %s yet", node, want)
 		}
 		for _, l := range strings.Split(out, "\n") {
-			if strings.Contains(l, not) && !strings.Contains(l, "table=78") {
+			if strings.Contains(l, not) {
 				return fmt.Errorf("%s br-int still has %s: %s", node, not, strings.TrimSpace(l))
 			}
 		}
@@ -156,4 +157,119 @@ func TestIPv6UnderlayOnlyNodesMayTunnel(t *testing.T) {
 	pod = capture(t, "echo-c", "eth0", "tcp dst port 8080 and src host "+spoofed6)
 	inject(t, "client", append([]string{"--dst", "2001:db8:0:2::11", "--vni", "2", "--src", "2001:db8:0:2::12"}, inner6...)...)
 	assert.NotEmpty(t, pod(), "positive control: the injected SYN over IPv6 with a node's IPv6 source must reach the pod")
+}
+
+// Issue 22, egress over an IPv6 underlay: echo-a (node2) selected by a policy with the IPv4 egress
+// IP 192.0.2.50 and the IPv6 one 2001:db8:0:2::50, gateway node3. With IPv6 InternalIPs only,
+// node2 tunnels echo-a's packets of both families to node3 over IPv6 (VNI 4, tun_ipv6_dst), node3
+// SNATs them and the server in the client netns sees only the egress IPs (TCP and UDP, each
+// family); node3's ZoneEgress and ZoneEgress6 entries record node2's IPv6 address
+// (CTLabelEgressNode6) and the replies go back over IPv6 (VNI 5): no Geneve over IPv4 on node3's
+// uplink.
+func TestIPv6UnderlayEgress(t *testing.T) {
+	ipv6Underlay(t)
+	hostEcho(t, "client", "")
+	target4 := clientIP + ":" + hostPort
+	target6 := net.JoinHostPort(client6IP, hostPort)
+	node2v4, node2v6 := "192.0.2.12", nodeIP(t, "node2", "IPv6")
+	t.Cleanup(func() {
+		writeManifest(t, "egress.yaml", "")
+		waitSeenAs(t, "echo-a", "tcp", target4, node2v4)
+		waitSeenAs(t, "echo-a", "tcp", target6, node2v6)
+		for _, n := range []string{"node1", "node2", "node3"} {
+			_, err := theLab.Appctl(n, "revalidator/purge")
+			assert.NoError(t, err, n)
+		}
+	})
+	writeManifest(t, "egress.yaml", egressPolicyGW("job", []string{egressIP, egressIP6}, []string{"node3"}, "node3"))
+	if err := waitBrInt("node2", "set_field:"+nodeIP(t, "node3", "IPv6")+"->tun_ipv6_dst,set_field:0x4->tun_id", "->tun_dst"); err != nil {
+		out, _ := theLab.DumpFlows("node2", "br-int", "table=75")
+		t.Fatalf("node2 tunnels to the gateway over IPv6: %v\nnode2 br-int table 75:\n%s", err, out)
+	}
+	gnv4 := capture(t, "node3", "eth0", "ip and udp port 6081")
+	gnv6 := capture(t, "node3", "eth0", "ip6 and udp port 6081")
+	for _, proto := range []string{"tcp", "udp"} {
+		r4 := waitSeenAs(t, "echo-a", proto, target4, egressIP)
+		r6 := waitSeenAs(t, "echo-a", proto, target6, egressIP6)
+		t.Logf("IPv6 underlay, %s from echo-a: IPv4 seen as %s, IPv6 as %s", proto, r4.Client, r6.Client)
+	}
+	six, four := gnv6(), gnv4()
+	assert.NotEmpty(t, six, "no Geneve over IPv6 on node3's uplink")
+	assert.Empty(t, four, "Geneve over IPv4 on node3's uplink")
+	var toNode2 int
+	for _, l := range six {
+		if strings.Contains(l, "> "+node2v6+".") {
+			toNode2++
+		}
+	}
+	assert.NotZero(t, toNode2, "no reply tunnelled back to node2 over IPv6: %q", six)
+	t.Logf("node3 uplink: %d Geneve-over-IPv6 packets (%d to node2), %d over IPv4", len(six), toNode2, len(four))
+	// node3 recorded node2's IPv6 underlay address in all of ct_label (CTLabelEgressNode6).
+	label := "labels=0x20010db8000000020000000000000012"
+	ct4, err := theLab.Appctl("node3", "dpctl/dump-conntrack", "zone=64258")
+	require.NoError(t, err)
+	assert.Regexp(t, regexp.MustCompile(`src=10\.244\.2\.5,.*dst=`+regexp.QuoteMeta(egressIP)+`,.*`+label), ct4)
+	ct6, err := theLab.Appctl("node3", "dpctl/dump-conntrack", "zone=64274")
+	require.NoError(t, err)
+	assert.Regexp(t, regexp.MustCompile(`src=`+regexp.QuoteMeta(podIP6(echoA))+`,.*dst=`+regexp.QuoteMeta(egressIP6)+`,.*`+label), ct6)
+	// A pod that is not selected keeps its node's addresses.
+	request(t, "echo-c", "tcp", target4, "client", "192.0.2.11")
+}
+
+// Issue 22, the egress tunnel guard over an IPv6 underlay: an outside host (the client, no node)
+// sends Geneve over IPv6 with VNI 4 to the gateway node3, inner eth_dst the egress IPs' MACs
+// (0a:5e:c0:00:02:32, 0a:5f:00:00:00:50) and inner SYNs of both families to itself, and VNI 5
+// (an un-SNATed reply) to node2: node3's and node2's udp6 drop flows count them and nothing
+// leaves with an egress IP. Positive control: the same VNI 4 packets with node2's IPv6 address as
+// outer source are SNATed by node3 and reach the client from the egress IPs - only the source
+// check stops the rest.
+func TestIPv6UnderlayEgressOnlyNodes(t *testing.T) {
+	ipv6Underlay(t)
+	writeManifest(t, "egress.yaml", egressPolicyGW("job", []string{egressIP, egressIP6}, []string{"node3"}, "node3"))
+	t.Cleanup(func() { writeManifest(t, "egress.yaml", "") })
+	node3v6, node2v6 := nodeIP(t, "node3", "IPv6"), nodeIP(t, "node2", "IPv6")
+	require.NoError(t, lab.WaitFor(func() error {
+		out, err := theLab.DumpFlows("node3", "br-int")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(out, "nat(src="+egressIP6+")") || !strings.Contains(out, "nat(src="+egressIP+")") {
+			return fmt.Errorf("node3 does not SNAT for both egress IPs yet")
+		}
+		return nil
+	}, 20*time.Second))
+	const port = "41990"
+	seen := func() func() []string {
+		return capture(t, "client", "eth0", "tcp dst port "+port+" and (src host "+egressIP+" or src host "+egressIP6+")")
+	}
+	vni4 := [][]string{
+		{"--inner-eth-dst", "0a:5e:c0:00:02:32", "--inner-src", "10.244.2.77:41070", "--inner-dst", clientIP + ":" + port},
+		{"--inner-eth-dst", "0a:5f:00:00:00:50", "--inner-src", "[2001:db8:244:2::77]:41071", "--inner-dst", "[" + client6IP + "]:" + port},
+	}
+	stop := seen()
+	before3, before2 := dropCountUDP(t, "node3", "udp6"), dropCountUDP(t, "node2", "udp6")
+	for _, inner := range vni4 {
+		inject(t, "client", append([]string{"--dst", node3v6, "--vni", "4"}, inner...)...)
+	}
+	inject(t, "client", "--dst", node2v6, "--vni", "5", "--inner-src", clientIP+":"+port, "--inner-dst", "10.244.2.5:41070")
+	inject(t, "client", "--dst", node2v6, "--vni", "5", "--inner-src", "["+client6IP+"]:"+port, "--inner-dst", "["+podIP6(echoA)+"]:41071")
+	var got3, got2 int
+	assert.Eventually(t, func() bool {
+		got3, got2 = dropCountUDP(t, "node3", "udp6")-before3, dropCountUDP(t, "node2", "udp6")-before2
+		return before3 >= 0 && before2 >= 0 && got3 >= 2 && got2 >= 2
+	}, 5*time.Second, 100*time.Millisecond, "the gateway's and the pod node's Geneve drop flows must count the VNI 4 and VNI 5 packets")
+	t.Logf("dropped: node3 %d VNI 4 packets, node2 %d VNI 5 packets from a non-node address", got3, got2)
+	assert.Empty(t, stop(), "a Geneve packet from outside the cluster left with an egress IP")
+
+	stop = seen()
+	for _, inner := range vni4 {
+		inject(t, "client", append([]string{"--dst", node3v6, "--vni", "4", "--src", node2v6}, inner...)...)
+	}
+	time.Sleep(2 * time.Second)
+	got := stop()
+	for _, ip := range []string{egressIP, egressIP6} {
+		assert.True(t, slices.ContainsFunc(got, func(l string) bool { return strings.Contains(l, ip+".") }),
+			"positive control: VNI 4 from node2's IPv6 address must leave with %s: %q", ip, got)
+	}
+	t.Logf("positive control: %q", got)
 }

@@ -24,6 +24,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"syscall"
 	"time"
 )
@@ -48,6 +49,7 @@ func run() error {
 	plain := flag.Bool("plain", false, "send the inner packet without Geneve (--dst, --src, --vni unused)")
 	randomSrc := flag.String("random-src", "", "with --plain: a random inner source address in this CIDR per packet (and a random source port)")
 	pps := flag.Int("pps", 0, "packets per second (0: as fast as possible)")
+	innerEthDst := flag.String("inner-eth-dst", "0a:58:00:00:00:01", "inner Ethernet destination (an egress gateway reads its egress IP from it: 0a:5e:<IPv4>, 0a:5f:<IPv6's last 32 bits>)")
 	flag.Parse()
 	if *plain {
 		return sendPlain(*innerSrc, *innerDst, *randomSrc, *proto, *flags, *count, *pps)
@@ -98,12 +100,17 @@ func run() error {
 	default:
 		return fmt.Errorf("--proto %q: tcp or udp", *proto)
 	}
-	// Inner Ethernet: br-int routes by IP and rewrites both MACs.
+	// Inner Ethernet: br-int routes by IP and rewrites both MACs (an egress gateway matches the
+	// destination, --inner-eth-dst).
 	ethType := []byte{0x08, 0x00}
 	if id.Addr().Is6() {
 		ethType = []byte{0x86, 0xdd}
 	}
-	eth := append(append([]byte{0x0a, 0x58, 0, 0, 0, 1, 0x02, 0xba, 0xd0, 0, 0, 1}, ethType...), inner...)
+	mac, err := net.ParseMAC(*innerEthDst)
+	if err != nil || len(mac) != 6 {
+		return fmt.Errorf("--inner-eth-dst %q: not an Ethernet address", *innerEthDst)
+	}
+	eth := append(append(append(slices.Clone([]byte(mac)), 0x02, 0xba, 0xd0, 0, 0, 1), ethType...), inner...)
 	// Geneve header (RFC 8926 section 3.4): version 0, no options, protocol type 0x6558
 	// (Transparent Ethernet Bridging), 24-bit VNI.
 	gnv := make([]byte, 8)

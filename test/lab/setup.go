@@ -406,7 +406,12 @@ func (l *Lab) setupPod(p *Pod) error {
 
 // KillVswitchd SIGKILLs node's ovs-vswitchd (by its pid), as a crash would: the datapath stops
 // forwarding at once. RestartVswitchd brings it back.
-func (l *Lab) KillVswitchd(node string) error {
+func (l *Lab) KillVswitchd(node string) error { return l.SignalVswitchd(node, syscall.SIGKILL) }
+
+// SignalVswitchd sends sig to node's ovs-vswitchd (by its pid) and waits until it has exited:
+// SIGKILL as a crash, SIGTERM as `systemctl stop` (it removes its pidfile; the userspace
+// datapath, its tap devices with it, is gone either way). RestartVswitchd brings it back.
+func (l *Lab) SignalVswitchd(node string, sig syscall.Signal) error {
 	n := l.Node(node)
 	if n == nil {
 		return fmt.Errorf("lab: no node %q", node)
@@ -414,8 +419,8 @@ func (l *Lab) KillVswitchd(node string) error {
 	if n.VswitchdPid <= 0 || !PidAlive(n.VswitchdPid) {
 		return fmt.Errorf("node %s: ovs-vswitchd is not running", node)
 	}
-	if err := syscall.Kill(n.VswitchdPid, syscall.SIGKILL); err != nil {
-		return fmt.Errorf("node %s: kill ovs-vswitchd %d: %w", node, n.VswitchdPid, err)
+	if err := syscall.Kill(n.VswitchdPid, sig); err != nil {
+		return fmt.Errorf("node %s: signal %v to ovs-vswitchd %d: %w", node, sig, n.VswitchdPid, err)
 	}
 	return WaitFor(func() error {
 		if PidAlive(n.VswitchdPid) {

@@ -42,13 +42,96 @@ const (
 	upgradeTbl  = 58
 	streamEvery = 100 * time.Millisecond // one request per stream every 100 ms
 	maxSilence  = time.Second            // the longest gap between two answers allowed
-	connEvery   = 150 * time.Millisecond // one new connection per kind every 150 ms
 	ownedCookie = "cookie=0x5c00000000000000/0xff00000000000000"
 	// egressIP is the EgressGateway's address (in the nodes' subnet: its gateway, node2 or node3,
 	// answers ARP for it on br-ex); outsidePort is the server in the lab client's netns.
 	egressIP    = "10.89.0.50"
 	outsidePort = "9090"
 )
+
+// connEvery: one new connection per kind every 150 ms (SRCIP_UPGRADE_CONN_EVERY, a duration,
+// changes it: a stress run opens many more).
+var connEvery = func() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("SRCIP_UPGRADE_CONN_EVERY")); err == nil && d > 0 {
+		return d
+	}
+	return 150 * time.Millisecond
+}()
+
+// upgradeRolls is how many upgrade-downgrade pairs TestRollingUpgrade does (SRCIP_UPGRADE_ROLLS;
+// 1 by default).
+func upgradeRolls() int {
+	if n, err := strconv.Atoi(os.Getenv("SRCIP_UPGRADE_ROLLS")); err == nil && n > 0 {
+		return n
+	}
+	return 1
+}
+
+// diagnose, with SRCIP_UPGRADE_DIAG=DIR, captures the lab client's SYNs, resets and ICMP
+// (tcpdump in its netns, DIR/client.pcap) and follows the logs of every agent pod
+// (DIR/POD.log) until the test ends: what a refused or lost new connection met.
+func diagnose(t *testing.T, ctx context.Context, c *cluster.Cluster) {
+	dir := os.Getenv("SRCIP_UPGRADE_DIAG")
+	if dir == "" {
+		return
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ns, err := c.Lab.Netns(c.Lab.Clients[0].Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	td := exec.Command("ip", "netns", "exec", ns, "tcpdump", "-i", "any", "-nn", "-U", "-s", "200", "-w", filepath.Join(dir, "client.pcap"))
+	if err := td.Start(); err != nil {
+		t.Fatalf("tcpdump: %v", err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		close(stop)
+		wg.Wait()
+		_ = td.Process.Signal(syscall.SIGTERM)
+		_ = td.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		seen := map[string]bool{}
+		var procs []*exec.Cmd
+		defer func() {
+			for _, p := range procs {
+				_ = p.Process.Kill()
+				_ = p.Wait()
+			}
+		}()
+		for {
+			if l, err := c.Client.CoreV1().Pods("ovs-srcip").List(ctx, metav1.ListOptions{LabelSelector: agentPods}); err == nil {
+				for _, p := range l.Items {
+					if seen[p.Name] || p.Status.Phase != corev1.PodRunning {
+						continue
+					}
+					seen[p.Name] = true
+					f, err := os.Create(filepath.Join(dir, p.Spec.NodeName+"-"+p.Name+".log"))
+					if err != nil {
+						continue
+					}
+					cmd := exec.Command(filepath.Join(c.BinDir, "kubectl"), "--kubeconfig", c.Kubeconfig, "-n", "ovs-srcip",
+						"logs", "-f", "--all-containers", "--prefix", "--timestamps", p.Name)
+					cmd.Stdout, cmd.Stderr = f, f
+					if cmd.Start() == nil {
+						procs = append(procs, cmd)
+					}
+				}
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+}
 
 // serveOutside runs an echo server in the lab client's netns (the outside world of the egress
 // streams) until the test ends.
@@ -721,6 +804,7 @@ func TestRollingUpgrade(t *testing.T) {
 	ctx := context.Background()
 	c := startLab(t, ctx)
 	oldCtl, newCtl := buildUpgradeImages(t, ctx, c)
+	diagnose(t, ctx, c)
 	vOld, vNew := imageRepo+":"+oldTag, imageRepo+":"+newTag
 
 	for _, n := range c.Lab.Nodes {
@@ -773,43 +857,45 @@ func TestRollingUpgrade(t *testing.T) {
 	}
 
 	diffNodes(t, c, "installed", oldCtl)
-	up := underTraffic(t, ctx, c, "upgrade", func() {
-		applyKustomize(t, ctx, c, "testdata/upgrade-new")
-		run(t, c, "kubectl", "-n", "ovs-srcip", "rollout", "status", "daemonset/srcip-agent", "--timeout=240s")
-		waitAgentsOn(t, ctx, c, vNew)
-	})
-	upgraded := map[string]layout{}
-	for _, n := range c.Lab.Nodes {
-		l := nodeLayout(t, c, n.Name)
-		upgraded[n.Name] = l
-		old := onlyKey(before[n.Name].intBase)
-		if len(l.intBase) != 1 || len(l.exBase) != 1 || l.upgradeFlows == 0 || l.intBase[old] != 0 {
-			t.Errorf("%s after the upgrade: br-int base cookies %v (the old build's %s), br-ex base cookies %v, %d flows in table %d",
-				n.Name, l.intBase, old, l.exBase, l.upgradeFlows, upgradeTbl)
+	for i := 0; i < upgradeRolls(); i++ {
+		up := underTraffic(t, ctx, c, "upgrade", func() {
+			applyKustomize(t, ctx, c, "testdata/upgrade-new")
+			run(t, c, "kubectl", "-n", "ovs-srcip", "rollout", "status", "daemonset/srcip-agent", "--timeout=240s")
+			waitAgentsOn(t, ctx, c, vNew)
+		})
+		upgraded := map[string]layout{}
+		for _, n := range c.Lab.Nodes {
+			l := nodeLayout(t, c, n.Name)
+			upgraded[n.Name] = l
+			old := onlyKey(before[n.Name].intBase)
+			if len(l.intBase) != 1 || len(l.exBase) != 1 || l.upgradeFlows == 0 || l.intBase[old] != 0 {
+				t.Errorf("%s after the upgrade: br-int base cookies %v (the old build's %s), br-ex base cookies %v, %d flows in table %d",
+					n.Name, l.intBase, old, l.exBase, l.upgradeFlows, upgradeTbl)
+			}
+			fmt.Printf("upgrade: %s on %s: %d owned flows, br-int base cookie %s (old %s: 0 flows left), br-ex base cookie %s, %d flow in table %d\n",
+				n.Name, newTag, l.owned, onlyKey(l.intBase), old, onlyKey(l.exBase), l.upgradeFlows, upgradeTbl)
 		}
-		fmt.Printf("upgrade: %s on %s: %d owned flows, br-int base cookie %s (old %s: 0 flows left), br-ex base cookie %s, %d flow in table %d\n",
-			n.Name, newTag, l.owned, onlyKey(l.intBase), old, onlyKey(l.exBase), l.upgradeFlows, upgradeTbl)
-	}
-	diffNodes(t, c, "upgrade", newCtl)
-	up.report(t, "upgrade")
-	checkVersions(t, ctx, c, newTag)
+		diffNodes(t, c, "upgrade", newCtl)
+		up.report(t, "upgrade")
+		checkVersions(t, ctx, c, newTag)
 
-	down := underTraffic(t, ctx, c, "downgrade", func() {
-		run(t, c, "kubectl", "-n", "ovs-srcip", "rollout", "undo", "daemonset/srcip-agent")
-		run(t, c, "kubectl", "-n", "ovs-srcip", "rollout", "status", "daemonset/srcip-agent", "--timeout=240s")
-		waitAgentsOn(t, ctx, c, vOld)
-	})
-	for _, n := range c.Lab.Nodes {
-		l := nodeLayout(t, c, n.Name)
-		nw := onlyKey(upgraded[n.Name].intBase)
-		if len(l.intBase) != 1 || len(l.exBase) != 1 || l.upgradeFlows != 0 || l.intBase[nw] != 0 {
-			t.Errorf("%s after the downgrade: br-int base cookies %v (the new build's %s), br-ex base cookies %v, %d flows in table %d",
-				n.Name, l.intBase, nw, l.exBase, l.upgradeFlows, upgradeTbl)
+		down := underTraffic(t, ctx, c, "downgrade", func() {
+			run(t, c, "kubectl", "-n", "ovs-srcip", "rollout", "undo", "daemonset/srcip-agent")
+			run(t, c, "kubectl", "-n", "ovs-srcip", "rollout", "status", "daemonset/srcip-agent", "--timeout=240s")
+			waitAgentsOn(t, ctx, c, vOld)
+		})
+		for _, n := range c.Lab.Nodes {
+			l := nodeLayout(t, c, n.Name)
+			nw := onlyKey(upgraded[n.Name].intBase)
+			if len(l.intBase) != 1 || len(l.exBase) != 1 || l.upgradeFlows != 0 || l.intBase[nw] != 0 {
+				t.Errorf("%s after the downgrade: br-int base cookies %v (the new build's %s), br-ex base cookies %v, %d flows in table %d",
+					n.Name, l.intBase, nw, l.exBase, l.upgradeFlows, upgradeTbl)
+			}
+			fmt.Printf("downgrade: %s on %s: %d owned flows, br-int base cookie %s (new %s: 0 flows left; before the upgrade %s), table %d empty\n",
+				n.Name, oldTag, l.owned, onlyKey(l.intBase), nw, onlyKey(before[n.Name].intBase), upgradeTbl)
 		}
-		fmt.Printf("downgrade: %s on %s: %d owned flows, br-int base cookie %s (new %s: 0 flows left; before the upgrade %s), table %d empty\n",
-			n.Name, oldTag, l.owned, onlyKey(l.intBase), nw, onlyKey(before[n.Name].intBase), upgradeTbl)
+		diffNodes(t, c, "downgrade", oldCtl)
+		down.report(t, "downgrade")
+		checkVersions(t, ctx, c, oldTag)
 	}
-	diffNodes(t, c, "downgrade", oldCtl)
-	down.report(t, "downgrade")
-	checkVersions(t, ctx, c, oldTag)
 }
