@@ -375,21 +375,32 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 	// The port blocks: from the policy's status (the status writer allocates them for every
 	// node), or, without a status writer (manifests mode), allocated here among this node's
 	// own pods and kept in memory (unique on this node only: docs/egress.md "Port blocks").
+	// A pod without a block is failed closed only when the allocation leaves it waiting (the
+	// pool of its egress IP is exhausted: every agent computes the writer's allocation from the
+	// same status); while its block is pending (its node's entry or the writer's update not
+	// written yet, or a status writer that allocates none: an agent of an older version during
+	// an upgrade) it keeps the egress path with its own port (flows.PodEgress.PortsExhausted).
 	blocksOf := map[string][]egressv1.PortBlock{}
+	type waitKey struct{ policy, uid, ip string }
+	exhausted := map[waitKey]bool{}
 	for _, p := range pols {
 		slices.SortFunc(p.LocalPods, func(a, b egressv1.PodPortRequest) int {
 			return cmp.Or(cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.EgressIP, b.EgressIP))
 		})
+		var waiting []PortRequest
 		if !m.localPortBlocks {
 			blocksOf[p.Name] = p.obj.Status.PortBlocks
-			continue
+			_, waiting = AllocatePortBlocks(p.obj.Status.PortBlocks, portRequests(p), p.Pool, m.now())
+		} else {
+			var want []PortRequest
+			for _, r := range p.LocalPods {
+				want = append(want, PortRequest{Pod: r.Pod, PodUID: r.PodUID, EgressIP: r.EgressIP})
+			}
+			blocksOf[p.Name], waiting = AllocatePortBlocks(m.localBlocks[p.Name], want, m.portPool, m.now())
 		}
-		var want []PortRequest
-		for _, r := range p.LocalPods {
-			want = append(want, PortRequest{Pod: r.Pod, PodUID: r.PodUID, EgressIP: r.EgressIP})
+		for _, r := range waiting {
+			exhausted[waitKey{p.Name, r.PodUID, r.EgressIP}] = true
 		}
-		blocks, _ := AllocatePortBlocks(m.localBlocks[p.Name], want, m.portPool, m.now())
-		blocksOf[p.Name] = blocks
 	}
 	if m.localPortBlocks {
 		m.localBlocks = blocksOf
@@ -397,10 +408,12 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 	for k, fp := range m.st.Pods {
 		a := assigned[k]
 		pe, pe6 := a.pe, a.pe6
-		// The pod's port block per family (none yet: its TCP and UDP egress is dropped).
+		// The pod's port block per family (none: pending, or its pool is exhausted).
 		for _, e := range []*flows.PodEgress{pe, pe6} {
 			if e != nil {
-				e.PortFirst, e.PortLast, _ = portBlockOf(blocksOf[e.Policy], e.IP.String(), a.uid)
+				var ok bool
+				e.PortFirst, e.PortLast, ok = portBlockOf(blocksOf[e.Policy], e.IP.String(), a.uid)
+				e.PortsExhausted = !ok && exhausted[waitKey{e.Policy, a.uid, e.IP.String()}]
 			}
 		}
 		if !reflect.DeepEqual(pe, m.podEgress[k]) || !reflect.DeepEqual(pe, fp.Egress) ||

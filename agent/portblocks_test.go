@@ -2,7 +2,9 @@ package agent
 
 import (
 	"context"
+	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -201,4 +203,72 @@ func TestEgressStatusWriterPortBlocks(t *testing.T) {
 	require.Len(t, got.Status.PortBlocks, 2)
 	assert.Nil(t, got.Status.PortBlocks[0].ReleasedAt)
 	require.NotNil(t, got.Status.PortBlocks[1].ReleasedAt)
+}
+
+// A pod without a block is failed closed only when its pool is exhausted: while its block is
+// pending (no status entry yet, or a status writer that allocates none: an older agent during an
+// upgrade) its TCP and UDP keep the egress path with its own port (no prioEgressPorts flow);
+// when the allocation leaves it waiting its TCP and UDP to the destinations are dropped
+// (egress-no-port-block), never mapped, never sent on the host path, and a pod that has a block
+// keeps its nat flows.
+func TestEgressPortBlocksPendingAndExhausted(t *testing.T) {
+	podFlows := func(m *model, k flows.Key) string {
+		pod := m.st.Pods[k]
+		pod.OFPort, pod.MAC = 7, net.HardwareAddr{0x0a, 0x58, 0x0a, 0xf4, 0x01, 0x05}
+		fs, err := flows.BuildPod(m.st, pod)
+		require.NoError(t, err)
+		var b strings.Builder
+		for _, f := range fs.Flows {
+			b.WriteString(f.String() + "\n")
+		}
+		return b.String()
+	}
+	m, k, _ := egressModel(t, egressPolicy("job", "192.0.2.60"))
+	m.st.Nodes[thisNode] = flows.Node{Name: thisNode, InternalIP: addr("192.168.0.1"), PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}}
+	m.pods[nn("demo", "job")].UID = "uid-job"
+	m.localPortBlocks = false
+	m.portPool = PortPool{First: 1024, Last: 1535, Size: 512, Quarantine: time.Minute}
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	p := m.st.Pods[k]
+	require.NotNil(t, p.Egress)
+	assert.False(t, p.Egress.HasPorts())
+	assert.False(t, p.Egress.PortsExhausted, "pending: no status entry yet")
+	text := podFlows(m, k)
+	assert.NotContains(t, text, "priority=21,", "pending: no TCP/UDP flow of its own, nothing dropped")
+	assert.NotContains(t, text, "nat(src=", "pending: no mapping")
+	assert.Regexp(t, `(?m)^priority=20,ip,.*table=60,.*goto_table:75$`, text, "pending: the egress path (prioEgress)")
+
+	// The one block of the pool belongs to a pod of node2; this node's pod waits.
+	g := m.egws["job"]
+	g.Status.Nodes = []egressv1.NodeStatus{
+		{Node: "node2", Pods: []egressv1.PodPortRequest{{Pod: "demo/a", PodUID: "uid-a", EgressIP: "192.0.2.60"}}},
+		{Node: thisNode, Pods: []egressv1.PodPortRequest{{Pod: "demo/job", PodUID: "uid-job", EgressIP: "192.0.2.60"}}}}
+	g.Status.PortBlocks = []egressv1.PortBlock{{EgressIP: "192.0.2.60", Pod: "demo/a", PodUID: "uid-a", First: 1024, Size: 512}}
+	touched := map[flows.Key]bool{}
+	m.updateEgress(klog.Background(), touched)
+	p = m.st.Pods[k]
+	assert.True(t, touched[k])
+	assert.False(t, p.Egress.HasPorts())
+	assert.True(t, p.Egress.PortsExhausted)
+	text = podFlows(m, k)
+	for _, proto := range []string{"tcp", "udp"} {
+		assert.Regexp(t, `(?m)^priority=21,`+proto+`,.*table=60,.*actions=drop$`, text)
+	}
+	assert.NotContains(t, text, "nat(src=")
+
+	// The block is released (demo/a gone) and quarantined: still exhausted; after the
+	// quarantine the pod gets it.
+	now := time.Now()
+	m.now = func() time.Time { return now }
+	g.Status.Nodes[0].Pods = nil
+	rel := metav1.NewTime(now.Add(-30 * time.Second))
+	g.Status.PortBlocks[0].ReleasedAt = &rel
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	assert.True(t, m.st.Pods[k].Egress.PortsExhausted, "quarantined block")
+	g.Status.PortBlocks = []egressv1.PortBlock{{EgressIP: "192.0.2.60", Pod: "demo/job", PodUID: "uid-job", First: 1024, Size: 512}}
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	p = m.st.Pods[k]
+	assert.True(t, p.Egress.HasPorts())
+	assert.False(t, p.Egress.PortsExhausted)
+	assert.Contains(t, podFlows(m, k), "nat(src=10.244.1.5:1024-1535)")
 }

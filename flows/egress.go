@@ -114,12 +114,16 @@ func podEgressFlows(st *State, p Pod, ip netip.Addr) []of.Flow {
 // translation (ZonePod never fails over; its base flows apply it to the later packets and undo
 // it on the replies); the gateways see only ports of the pod's block, unique per egress IP
 // cluster-wide, so every gateway's nat(src=EGRESS_IP) keeps them (docs/egress.md "Port
-// blocks"). Without a block they are dropped (fail closed).
+// blocks"). Without a block because the pool is exhausted (PodEgress.PortsExhausted) they are
+// dropped (fail closed); while the block is pending there is no such flow (prioEgress carries
+// them with the pod's own port, as before port blocks).
 func podEgressPortFlows(ip netip.Addr, e *PodEgress, m []of.Match, id uint32, exec []of.Action, protos ...of.Protocol) []of.Flow {
 	var fl []of.Flow
 	for _, proto := range protos {
 		if !e.HasPorts() {
-			fl = append(fl, flow(IntL3Forwarding, prioEgressPorts, proto, 0, m, DropFor(DropEgressNoPortBlock)))
+			if e.PortsExhausted {
+				fl = append(fl, flow(IntL3Forwarding, prioEgressPorts, proto, 0, m, DropFor(DropEgressNoPortBlock)))
+			}
 			continue
 		}
 		fl = append(fl, flow(IntL3Forwarding, prioEgressPorts, proto, 0, m,

@@ -33,14 +33,15 @@ func addDualStackGoldens(cases map[string]*State) {
 	cases["node1-ipv6-underlay-egress"] = goldenIPv6UnderlayEgress()
 	// The dual-stack pod selected by an EgressGateway (egress IPs are IPv4): its IPv4 traffic
 	// to 198.51.100.0/24 takes the egress path, its IPv6 traffic the host path; no ipv6 flow
-	// leads to IntEgressOut (TestEgressNoIPv6).
+	// leads to IntEgressOut (TestEgressNoIPv6). Its egress IP's port pool is exhausted (no
+	// block): its TCP and UDP to the destinations are dropped (egress-no-port-block).
 	eg := goldenDualStackGateway()
 	eg.EgressClusterCIDRs = []netip.Prefix{goldenPrefix("10.96.0.0/12"), goldenPrefix("2001:db8:96::/108")}
 	eg.Egress = map[netip.Addr]EgressIP{goldenIP("192.0.2.50"): {IP: goldenIP("192.0.2.50"), Policy: "job", Gateway: "node3"}}
 	k := Key{Kind: KindPod, Namespace: "demo", Name: "echo-c"}
 	pod := eg.Pods[k]
 	pod.Egress = &PodEgress{IP: goldenIP("192.0.2.50"), Policy: "job",
-		Destinations: []netip.Prefix{goldenPrefix("198.51.100.0/24"), goldenPrefix("2001:db8:100::/48")}}
+		Destinations: []netip.Prefix{goldenPrefix("198.51.100.0/24"), goldenPrefix("2001:db8:100::/48")}, PortsExhausted: true}
 	eg.Pods[k] = pod
 	cases["node1-dual-stack-egress"] = eg
 	cases["node1-dual-stack-egress6"] = goldenDualStackEgress6()

@@ -66,8 +66,8 @@ const (
 	// flow set yet): fail closed, it never leaves with the node address (C29).
 	DropEgressNoGateway DropReason = "egress-no-gateway"
 	// DropEgressNoPortBlock: a selected pod's new TCP or UDP connection to the destinations
-	// while the pod has no source-port block for its egress IP (not allocated yet, or the pool
-	// is exhausted: condition PortBlocksExhausted): fail closed.
+	// while the pool of its egress IP is exhausted and the pod has no source-port block
+	// (condition PortBlocksExhausted): fail closed.
 	DropEgressNoPortBlock DropReason = "egress-no-port-block"
 	// DropEgressNotGateway: an egress packet tunnelled to a node that is not (any more) the
 	// active gateway of its egress IP, or that its ZoneEgress could not SNAT.
@@ -152,7 +152,7 @@ var dropInfos = []DropInfo{
 		[]DropSpot{{BrInt, IntGatewayCT, prioDefault, KindGateway}}},
 	{DropEgressNoGateway, "a pod selected by an EgressGateway sent to its destinations while its egress IP has no active gateway (check the policy's status: Ready, activeGateways, and the egress-<IP> Lease)",
 		[]DropSpot{{BrInt, IntEgressOut, prioDefault, KindIntBase}, {BrInt, IntEgressOut, prioMid, KindEgress}}},
-	{DropEgressNoPortBlock, "a pod selected by an EgressGateway opened a TCP or UDP connection to its destinations before it had a source-port block for its egress IP (allocation pending, or the pool exhausted: check the policy's PortBlocksExhausted condition and status.portBlocks)",
+	{DropEgressNoPortBlock, "a pod selected by an EgressGateway opened a TCP or UDP connection to its destinations while it has no source-port block because the pool of its egress IP is exhausted (check the policy's PortBlocksExhausted condition and status.portBlocks)",
 		[]DropSpot{{BrInt, IntL3Forwarding, prioEgressPorts, KindPod}}},
 	{DropEgressNotGateway, "egress traffic reached a node that is not the active gateway of its egress IP (a failover in progress), or its ZoneEgress could not SNAT it",
 		[]DropSpot{{BrInt, IntEgressSNAT, prioDefault, KindIntBase}, {BrInt, IntEgressSend, prioDefault, KindIntBase}}},
