@@ -2,8 +2,10 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 
 	egressv1 "github.com/ovs-srcip/ovs-srcip/apis/ovssrcip/v1alpha1"
@@ -271,4 +276,102 @@ func TestEgressPortBlocksPendingAndExhausted(t *testing.T) {
 	assert.True(t, p.Egress.HasPorts())
 	assert.False(t, p.Egress.PortsExhausted)
 	assert.Contains(t, podFlows(m, k), "nat(src=10.244.1.5:1024-1535)")
+}
+
+// How many status writes one new selected pod costs (docs/egress.md "Port blocks", the write
+// bound): three nodes' writers (node1 the gateway and status writer, node2 and node3 the other
+// nodes) are run, round after round, on the object as stored (every agent's informer sees every
+// status change and publishes again after its sync) until no writer writes any more. After a
+// settled start, one new pod on node2 costs exactly 2 writes (node2's apply of its status.nodes
+// entry, the writer's update of status.portBlocks), and the round after writes nothing: the other
+// nodes' resyncs on those changes write nothing (no storm). A pod moving from node2 to node3 costs
+// 3 (two entries, one update that quarantines the old block and allocates the new one).
+func TestEgressStatusWritesPerPod(t *testing.T) {
+	ctx := context.Background()
+	c := egressfake.NewSimpleClientset()
+	writes := 0
+	// The fake clientset has no server-side apply: merge an apply of the status by the rules of
+	// the CRD (status.nodes a map keyed by node; activeGateways and conditions the writer's).
+	c.PrependReactor("patch", "egressgateways", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		pa := a.(k8stesting.PatchAction)
+		if pa.GetPatchType() != types.ApplyPatchType || pa.GetSubresource() != "status" {
+			return false, nil, nil
+		}
+		writes++
+		var body struct{ Status egressv1.EgressGatewayStatus }
+		require.NoError(t, json.Unmarshal(pa.GetPatch(), &body))
+		o, err := c.Tracker().Get(egressv1.SchemeGroupVersion.WithResource("egressgateways"), "", pa.GetName())
+		require.NoError(t, err)
+		g := o.(*egressv1.EgressGateway).DeepCopy()
+		for _, n := range body.Status.Nodes {
+			i := slices.IndexFunc(g.Status.Nodes, func(x egressv1.NodeStatus) bool { return x.Node == n.Node })
+			if i < 0 {
+				g.Status.Nodes = append(g.Status.Nodes, n)
+			} else {
+				g.Status.Nodes[i] = n
+			}
+		}
+		if len(body.Status.Nodes) == 0 {
+			g.Status.ActiveGateways, g.Status.Conditions = body.Status.ActiveGateways, body.Status.Conditions
+		}
+		return true, g, c.Tracker().Update(egressv1.SchemeGroupVersion.WithResource("egressgateways"), g, "")
+	})
+	c.PrependReactor("update", "egressgateways", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		writes++
+		return false, nil, nil
+	})
+	_, err := c.OvsSrcipV1alpha1().EgressGateways().Create(ctx, egressPolicy("job", "192.0.2.50"), metav1.CreateOptions{})
+	require.NoError(t, err)
+	nodes := []string{"node1", "node2", "node3"}
+	ws := map[string]*EgressStatusWriter{}
+	for _, n := range nodes {
+		ws[n] = NewEgressStatusWriter(c, n)
+		ws[n].clock = func() time.Time { return time.Unix(1000, 0) }
+	}
+	local := map[string][]egressv1.PodPortRequest{}
+	// round: every node's writer on the stored object; the number of writes it took.
+	round := func() int {
+		before := writes
+		for _, n := range nodes {
+			g, err := c.OvsSrcipV1alpha1().EgressGateways().Get(ctx, "job", metav1.GetOptions{})
+			require.NoError(t, err)
+			p := &EgressPolicy{Name: "job", Generation: g.Generation, StatusWriter: "node1", Pool: DefaultPortPool, Nodes: nodes,
+				obj: g, IPs: []EgressIPState{{IP: netip.MustParseAddr("192.0.2.50"), Gateway: "node1", usable: true}}, LocalPods: local[n]}
+			require.NoError(t, ws[n].write(ctx, p))
+		}
+		return writes - before
+	}
+	settle := func() []int {
+		var per []int
+		for i := 0; i < 10; i++ {
+			n := round()
+			if n == 0 {
+				return per
+			}
+			per = append(per, n)
+		}
+		t.Fatalf("status writes never settle: %v", per)
+		return nil
+	}
+	t.Logf("start: writes per round %v", settle())
+	local["node2"] = []egressv1.PodPortRequest{{Pod: "demo/a", PodUID: "ua", EgressIP: "192.0.2.50"}}
+	per := settle()
+	t.Logf("one new pod on node2: writes per round %v", per)
+	assert.Equal(t, []int{1, 1}, per, "node2's entry, then the writer's portBlocks (node1 runs first in a round)")
+	g, err := c.OvsSrcipV1alpha1().EgressGateways().Get(ctx, "job", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Len(t, g.Status.PortBlocks, 1)
+	local["node3"] = []egressv1.PodPortRequest{{Pod: "demo/b", PodUID: "ub", EgressIP: "192.0.2.50"}}
+	local["node2"] = nil
+	per = settle()
+	t.Logf("one new pod on node3, node2's pod gone: writes per round %v", per)
+	assert.Equal(t, 3, sumInts(per), "two node entries, and the writer's one update (a's block quarantined, b's allocated)")
+}
+
+func sumInts(xs []int) int {
+	s := 0
+	for _, x := range xs {
+		s += x
+	}
+	return s
 }

@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -448,16 +450,24 @@ func TestEgressFailoverSessions(t *testing.T) {
 	waitNewConns(t, time.Now(), "", 20*time.Second)
 	other := map[string]string{"node1": "echo-b", "node3": "echo-c"}[active] // on the surviving candidate
 
+	// Every session must be opened with the pod's port block in place: a connection opened while
+	// the block is pending leaves unmapped, with the pod's own port (docs/egress.md "Port blocks").
+	// So wait until a new connection of each pod reaches the server from a port of its block.
+	blocks := map[string][2]int{}
+	for _, pod := range []string{"echo-a", other} {
+		first, size := waitPortBlock(t, pod, 20*time.Second)
+		blocks[pod] = [2]int{first, size}
+		require.Eventually(t, func() bool {
+			r, err := theLab.RequestWith(pod, "tcp", clientIP+":"+egressPort, lab.RequestOpts{Timeout: "1s"})
+			return err == nil && r.ClientIP() == egressIP && inBlock(r.Client, first, size)
+		}, 20*time.Second, 200*time.Millisecond, "new connections from %s through the egress IP from a port of its block %d/%d", pod, first, size)
+	}
 	var streams []*tcpStream
 	for range nTCP {
 		streams = append(streams, startTCPStream(t))
 	}
 	var collide []*tcpStream
 	for _, pod := range []string{"echo-a", other} {
-		require.Eventually(t, func() bool { // the pod's block may be allocated a moment later
-			r, err := theLab.RequestWith(pod, "tcp", clientIP+":"+egressPort, lab.RequestOpts{Timeout: "1s"})
-			return err == nil && r.ClientIP() == egressIP
-		}, 20*time.Second, 200*time.Millisecond, "new connections from %s through the egress IP", pod)
 		collide = append(collide, startTCPStreamFrom(t, pod, clientIP+":"+egressPort, samePort))
 	}
 	ns, err := theLab.Netns("echo-a")
@@ -496,6 +506,13 @@ func TestEgressFailoverSessions(t *testing.T) {
 		}
 		assert.True(t, ok, "TCP stream %d not kept through the failover", i)
 		assert.Len(t, clients, 1, "TCP stream %d: the server saw its translated port change", i)
+		pod := "echo-a"
+		if i == nTCP+1 {
+			pod = other
+		}
+		for _, c := range clients {
+			assert.True(t, inBlock(c, blocks[pod][0], blocks[pod][1]), "TCP stream %d: %s is outside %s's block %v", i, c, pod, blocks[pod])
+		}
 		if i >= nTCP && len(clients) > 0 {
 			collideSeen = append(collideSeen, clients[0])
 		}
@@ -517,8 +534,42 @@ func TestEgressFailoverSessions(t *testing.T) {
 	for _, g := range gaps {
 		t.Logf("TCP %s", g)
 	}
+	t.Logf("port blocks (first, size): echo-a %v, %s %v", blocks["echo-a"], other, blocks[other])
 	t.Logf("port %d bound by echo-a (node2) and %s: the server saw %v", samePort, other, collideSeen)
 	t.Logf("FAILOVER (agent and ovs-vswitchd of %s SIGKILLed; new gateway %s; lease duration 3s, renew deadline 2s, retry 500ms): "+
 		"new connections work after %v; TCP sessions kept: %d/%d (5 + 2 on one source port); UDP stream: %d sent, %d answered, longest silence %d ms, sources %v",
 		active, newGW, took.Round(time.Millisecond), alive, nTCP+len(collide), u.Sent, u.Received, u.MaxGapMs, u.Clients)
+}
+
+// waitPortBlock waits until the policy's status.portBlocks holds an active block of pod (in the
+// lab's namespace) for egressIP and returns its first port and size.
+func waitPortBlock(t *testing.T, pod string, timeout time.Duration) (first, size int) {
+	t.Helper()
+	var last []egressv1.PortBlock
+	err := lab.WaitFor(func() error {
+		g, err := ecs.OvsSrcipV1alpha1().EgressGateways().Get(context.Background(), egwName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		last = g.Status.PortBlocks
+		for _, b := range g.Status.PortBlocks {
+			if b.EgressIP == egressIP && strings.HasSuffix(b.Pod, "/"+pod) && b.ReleasedAt == nil {
+				first, size = int(b.First), int(b.Size)
+				return nil
+			}
+		}
+		return fmt.Errorf("no block of %s", pod)
+	}, timeout)
+	require.NoError(t, err, "status.portBlocks %+v", last)
+	return first, size
+}
+
+// inBlock reports whether the port of hostport is in first..first+size-1.
+func inBlock(hostport string, first, size int) bool {
+	_, p, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	n, err := strconv.Atoi(p)
+	return err == nil && n >= first && n < first+size
 }
