@@ -107,12 +107,16 @@ func TestEgressPortBlocksExhausted(t *testing.T) {
 	require.NoError(t, err)
 	re := regexp.MustCompile(`n_packets=(\d+),.*priority=21,tcp,.*actions=drop`)
 	dropped := ""
+	var prio21 []string
 	for _, l := range strings.Split(dump, "\n") {
+		if strings.Contains(l, "priority=21,") {
+			prio21 = append(prio21, strings.TrimSpace(l))
+		}
 		if m := re.FindStringSubmatch(l); m != nil && m[1] != "0" {
 			dropped = strings.TrimSpace(l)
 		}
 	}
-	assert.NotEmpty(t, dropped, "no egress-no-port-block drop counted on %s", pods[waiting])
+	assert.NotEmpty(t, dropped, "no egress-no-port-block drop counted on %s; its priority 21 flows:\n%s", pods[waiting], strings.Join(prio21, "\n"))
 	t.Logf("%s: %s", pods[waiting], dropped)
 	// UDP: the pods with a block are answered through the egress IP, the waiting one not at all.
 	for p := range blocks {
