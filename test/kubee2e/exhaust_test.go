@@ -105,7 +105,8 @@ func TestEgressPortBlocksExhausted(t *testing.T) {
 	}
 	dump, err := theLab.DumpFlows(pods[waiting], "br-int")
 	require.NoError(t, err)
-	re := regexp.MustCompile(`n_packets=(\d+),.*priority=21,tcp,.*actions=drop`)
+	// dump-flows prints ct_state and the registers before the protocol.
+	re := regexp.MustCompile(`n_packets=(\d+),.*priority=21,.*\btcp\b.*actions=drop`)
 	dropped := ""
 	var prio21 []string
 	for _, l := range strings.Split(dump, "\n") {
