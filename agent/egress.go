@@ -2,6 +2,7 @@ package agent
 
 import (
 	"cmp"
+	"fmt"
 	"hash/fnv"
 	"net/netip"
 	"reflect"
@@ -54,11 +55,18 @@ type EgressPolicy struct {
 	StatusWriter string
 	// Invalid is set when the spec cannot be used (a selector or CIDR the agent cannot parse).
 	Invalid string
-	obj     *egressv1.EgressGateway
-	nsSel   labels.Selector // nil: every namespace
-	podSel  labels.Selector // nil: every pod
-	dsts    []netip.Prefix
-	exclude []netip.Prefix
+	// Pool is how the status writer cuts port blocks (--egress-port-*); Nodes are the nodes
+	// the agent knows (a status.nodes entry of another node lists no pods: its blocks are
+	// released); LocalPods are this node's pods the policy gives an egress IP, for its own
+	// status.nodes entry.
+	Pool      PortPool
+	Nodes     []string
+	LocalPods []egressv1.PodPortRequest
+	obj       *egressv1.EgressGateway
+	nsSel     labels.Selector // nil: every namespace
+	podSel    labels.Selector // nil: every pod
+	dsts      []netip.Prefix
+	exclude   []netip.Prefix
 }
 
 // GatewayChooser returns the active gateway of an egress IP among eligible nodes (sorted by
@@ -83,7 +91,16 @@ func StatusGateway(policy *egressv1.EgressGateway, ip netip.Addr, eligible []str
 func egressGatewayEqual(a, b *egressv1.EgressGateway) bool {
 	return a.Generation == b.Generation && a.CreationTimestamp.Equal(&b.CreationTimestamp) &&
 		equality.Semantic.DeepEqual(a.Spec, b.Spec) &&
-		equality.Semantic.DeepEqual(a.Status.ActiveGateways, b.Status.ActiveGateways)
+		equality.Semantic.DeepEqual(a.Status.ActiveGateways, b.Status.ActiveGateways) &&
+		portBlocksEqual(a.Status.PortBlocks, b.Status.PortBlocks) && nodePodsEqual(a.Status.Nodes, b.Status.Nodes)
+}
+
+// nodePodsEqual compares the pods the nodes list (what the status writer allocates for), not
+// their observedGeneration.
+func nodePodsEqual(a, b []egressv1.NodeStatus) bool {
+	return slices.EqualFunc(a, b, func(x, y egressv1.NodeStatus) bool {
+		return x.Node == y.Node && slices.Equal(x.Pods, y.Pods)
+	})
 }
 
 func namespaceEqual(a, b *corev1.Namespace) bool { return reflect.DeepEqual(a.Labels, b.Labels) }
@@ -322,6 +339,29 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 		if p.StatusWriter == "" && len(readyNames) > 0 {
 			p.StatusWriter = readyNames[0]
 		}
+		p.Pool = m.portPool
+		p.Nodes = make([]string, 0, len(m.nodes))
+		for name := range m.nodes {
+			p.Nodes = append(p.Nodes, name)
+		}
+		slices.Sort(p.Nodes)
+	}
+	// Pool exhaustion as a Warning Event on the policy, by its status writer only (the
+	// condition PortBlocksExhausted is in the status, PolicyStatus).
+	for _, p := range pols {
+		var probs []string
+		if p.StatusWriter == m.node {
+			if _, waiting := AllocatePortBlocks(p.obj.Status.PortBlocks, portRequests(p), p.Pool, m.now()); len(waiting) > 0 {
+				probs = append(probs, exhaustedMessage(p, waiting))
+			}
+		}
+		if len(probs) > 0 || !m.quiet(probs) {
+			m.report(egressEventObject(p.obj), "egressgateway/"+p.Name+"/ports", ReasonPortBlocksExhausted, probs)
+		}
+	}
+	polByName := map[string]*EgressPolicy{}
+	for _, p := range pols {
+		polByName[p.Name] = p
 	}
 	m.st.Egress = egress
 	m.st.EgressClusterCIDRs = m.egressClusterCIDRs
@@ -330,13 +370,71 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 	// Local pods, per family: a pod's IPv4 traffic follows the oldest policy that selects it
 	// and has a usable IPv4 egress IP, its IPv6 traffic the oldest one with a usable IPv6
 	// egress IP (a policy of one family governs only that family's traffic).
-	for k, fp := range m.st.Pods {
-		var pe, pe6 *flows.PodEgress
+	type podEg struct {
+		pe, pe6 *flows.PodEgress
+		uid     string
+	}
+	assigned := make(map[flows.Key]podEg, len(m.st.Pods))
+	for k := range m.st.Pods {
+		var a podEg
 		if pod := m.pods[nn(k.Namespace, k.Name)]; pod != nil {
-			pe = podEgressFor(pols, pod, m.namespaces[pod.Namespace], false)
+			a.uid = string(pod.UID)
+			a.pe = podEgressFor(pols, pod, m.namespaces[pod.Namespace], false)
 			// A chained pod's too: its egress interface carries IPv6 when its main CNI gave
 			// it an IPv6 address (flows.chainedPodFlows).
-			pe6 = podEgressFor(pols, pod, m.namespaces[pod.Namespace], true)
+			a.pe6 = podEgressFor(pols, pod, m.namespaces[pod.Namespace], true)
+			for _, e := range []*flows.PodEgress{a.pe, a.pe6} {
+				if e != nil {
+					p := polByName[e.Policy]
+					p.LocalPods = append(p.LocalPods, egressv1.PodPortRequest{Pod: k.Namespace + "/" + k.Name, PodUID: a.uid, EgressIP: e.IP.String()})
+				}
+			}
+		}
+		assigned[k] = a
+	}
+	// The port blocks: from the policy's status (the status writer allocates them for every
+	// node), or, without a status writer (manifests mode), allocated here among this node's
+	// own pods and kept in memory (unique on this node only: docs/egress.md "Port blocks").
+	// A pod without a block is failed closed only when the allocation leaves it waiting (the
+	// pool of its egress IP is exhausted: every agent computes the writer's allocation from the
+	// same status); while its block is pending (its node's entry or the writer's update not
+	// written yet, or a status writer that allocates none: an agent of an older version during
+	// an upgrade) it keeps the egress path with its own port (flows.PodEgress.PortsExhausted).
+	blocksOf := map[string][]egressv1.PortBlock{}
+	type waitKey struct{ policy, uid, ip string }
+	exhausted := map[waitKey]bool{}
+	for _, p := range pols {
+		slices.SortFunc(p.LocalPods, func(a, b egressv1.PodPortRequest) int {
+			return cmp.Or(cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.EgressIP, b.EgressIP))
+		})
+		var waiting []PortRequest
+		if !m.localPortBlocks {
+			blocksOf[p.Name] = p.obj.Status.PortBlocks
+			_, waiting = AllocatePortBlocks(p.obj.Status.PortBlocks, portRequests(p), p.Pool, m.now())
+		} else {
+			var want []PortRequest
+			for _, r := range p.LocalPods {
+				want = append(want, PortRequest{Pod: r.Pod, PodUID: r.PodUID, EgressIP: r.EgressIP})
+			}
+			blocksOf[p.Name], waiting = AllocatePortBlocks(m.localBlocks[p.Name], want, m.portPool, m.now())
+		}
+		for _, r := range waiting {
+			exhausted[waitKey{p.Name, r.PodUID, r.EgressIP}] = true
+		}
+	}
+	if m.localPortBlocks {
+		m.localBlocks = blocksOf
+	}
+	for k, fp := range m.st.Pods {
+		a := assigned[k]
+		pe, pe6 := a.pe, a.pe6
+		// The pod's port block per family (none: pending, or its pool is exhausted).
+		for _, e := range []*flows.PodEgress{pe, pe6} {
+			if e != nil {
+				var ok bool
+				e.PortFirst, e.PortLast, ok = portBlockOf(blocksOf[e.Policy], e.IP.String(), a.uid)
+				e.PortsExhausted = !ok && exhausted[waitKey{e.Policy, a.uid, e.IP.String()}]
+			}
 		}
 		if !reflect.DeepEqual(pe, m.podEgress[k]) || !reflect.DeepEqual(pe, fp.Egress) ||
 			!reflect.DeepEqual(pe6, m.podEgress6[k]) || !reflect.DeepEqual(pe6, fp.Egress6) {
@@ -345,18 +443,60 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 				delete(m.podEgress, k)
 			} else {
 				m.podEgress[k] = pe
-				logger.V(2).Info("Pod egress", "pod", klog.KRef(k.Namespace, k.Name), "egressIP", pe.IP, "policy", pe.Policy)
+				logger.V(2).Info("Pod egress", "pod", klog.KRef(k.Namespace, k.Name), "egressIP", pe.IP, "policy", pe.Policy,
+					"ports", fmt.Sprintf("%d-%d", pe.PortFirst, pe.PortLast))
 			}
 			if pe6 == nil {
 				delete(m.podEgress6, k)
 			} else {
 				m.podEgress6[k] = pe6
-				logger.V(2).Info("Pod egress (IPv6)", "pod", klog.KRef(k.Namespace, k.Name), "egressIP", pe6.IP, "policy", pe6.Policy)
+				logger.V(2).Info("Pod egress (IPv6)", "pod", klog.KRef(k.Namespace, k.Name), "egressIP", pe6.IP, "policy", pe6.Policy,
+					"ports", fmt.Sprintf("%d-%d", pe6.PortFirst, pe6.PortLast))
 			}
 		}
 		fp.Egress, fp.Egress6 = pe, pe6
 		m.st.Pods[k] = fp
 	}
+}
+
+// portRequests are the (pod, egress IP) pairs of p that need a port block: those the nodes
+// list in p's status.nodes, of known nodes (a node gone from the API releases its pods'
+// blocks) and of p's usable egress IPs.
+func portRequests(p *EgressPolicy) []PortRequest {
+	usable := map[string]bool{}
+	for _, s := range p.IPs {
+		if s.usable {
+			usable[s.IP.String()] = true
+		}
+	}
+	var out []PortRequest
+	for _, n := range p.obj.Status.Nodes {
+		if _, ok := slices.BinarySearch(p.Nodes, n.Node); !ok {
+			continue
+		}
+		for _, r := range n.Pods {
+			if usable[r.EgressIP] && r.PodUID != "" {
+				out = append(out, PortRequest{Pod: r.Pod, PodUID: r.PodUID, EgressIP: r.EgressIP})
+			}
+		}
+	}
+	return out
+}
+
+// exhaustedMessage says how many pods of p wait for a port block and what to do.
+func exhaustedMessage(p *EgressPolicy, waiting []PortRequest) string {
+	names := make([]string, 0, 3)
+	for i, r := range waiting {
+		if i == 3 {
+			names = append(names, "...")
+			break
+		}
+		names = append(names, r.String())
+	}
+	return fmt.Sprintf("%d pod(s) wait for a source-port block (%s): each egress IP holds %d blocks of %d ports "+
+		"(ports %d-%d); their TCP and UDP egress is dropped until a block is free: add egress IPs, or give "+
+		"srcip-agent a larger --egress-port-range or a smaller --egress-port-block-size",
+		len(waiting), strings.Join(names, ", "), p.Pool.Blocks(), p.Pool.Size, p.Pool.First, p.Pool.Last)
 }
 
 // podEgressFor returns pod's egress assignment of one family (v6: IPv6, else IPv4): the

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
 	egressv1 "github.com/ovs-srcip/ovs-srcip/apis/ovssrcip/v1alpha1"
@@ -25,6 +26,9 @@ const (
 	StatusManagerGateways = "srcip-agent-gateways"
 	// StatusManagerNodePrefix + node name owns that node's status.nodes entry.
 	StatusManagerNodePrefix = "srcip-agent-node-"
+	// StatusManagerPortBlocks is the field manager of the status writer's updates of
+	// status.portBlocks (an update, not an apply: it must fail on a concurrent change).
+	StatusManagerPortBlocks = "srcip-agent-portblocks"
 )
 
 // statusRewrite is how long the writer trusts that an applied status reached its informer
@@ -46,6 +50,7 @@ type EgressStatusWriter struct {
 	pending []*EgressPolicy
 	kick    chan struct{}
 	written map[string]writtenStatus // manager/policy -> last body
+	clock   func() time.Time         // nil: time.Now
 }
 
 type writtenStatus struct {
@@ -96,9 +101,10 @@ func (w *EgressStatusWriter) write(ctx context.Context, p *EgressPolicy) error {
 		return nil
 	}
 	cur := p.obj.Status
-	mine := egressv1.NodeStatus{Node: w.node, ObservedGeneration: p.Generation, Declined: NodeDeclines(p)}
+	mine := egressv1.NodeStatus{Node: w.node, ObservedGeneration: p.Generation, Declined: NodeDeclines(p), Pods: p.LocalPods}
 	if !slices.ContainsFunc(cur.Nodes, func(n egressv1.NodeStatus) bool {
-		return n.Node == mine.Node && n.ObservedGeneration == mine.ObservedGeneration && slices.Equal(n.Declined, mine.Declined)
+		return n.Node == mine.Node && n.ObservedGeneration == mine.ObservedGeneration && slices.Equal(n.Declined, mine.Declined) &&
+			slices.Equal(n.Pods, mine.Pods)
 	}) {
 		st := egressv1.EgressGatewayStatus{Nodes: []egressv1.NodeStatus{mine}}
 		if err := w.apply(ctx, StatusManagerNodePrefix+w.node, p.Name, st); err != nil {
@@ -108,7 +114,11 @@ func (w *EgressStatusWriter) write(ctx context.Context, p *EgressPolicy) error {
 	if p.StatusWriter != w.node {
 		return nil
 	}
-	want := PolicyStatus(p, time.Now())
+	now := w.now()
+	if err := w.writePortBlocks(ctx, p, now); err != nil {
+		return err
+	}
+	want := PolicyStatus(p, now)
 	if slices.Equal(want.ActiveGateways, cur.ActiveGateways) && conditionsEqual(want.Conditions, cur.Conditions) {
 		return nil
 	}
@@ -125,6 +135,53 @@ func NodeDeclines(p *EgressPolicy) []egressv1.NodeDecline {
 		}
 	}
 	return out
+}
+
+// writePortBlocks allocates p's port blocks (AllocatePortBlocks) and, when they change, writes
+// status.portBlocks by an update of the status subresource against the resourceVersion it read
+// (field manager StatusManagerPortBlocks): a conflict (another writer, a node's entry) rereads
+// the object and allocates again, so two writers (a failover in progress) never hand out one
+// block twice. The first round works on the informer's copy; only a change costs a read.
+func (w *EgressStatusWriter) writePortBlocks(ctx context.Context, p *EgressPolicy, now time.Time) error {
+	obj := p.obj
+	blocks, _ := AllocatePortBlocks(obj.Status.PortBlocks, portRequests(p), p.Pool, now)
+	if portBlocksEqual(blocks, obj.Status.PortBlocks) {
+		return nil
+	}
+	gws := w.client.OvsSrcipV1alpha1().EgressGateways()
+	first := true
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if !first {
+			fresh, err := gws.Get(ctx, p.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			q := *p
+			q.obj = fresh
+			blocks, _ = AllocatePortBlocks(fresh.Status.PortBlocks, portRequests(&q), p.Pool, now)
+			if portBlocksEqual(blocks, fresh.Status.PortBlocks) {
+				return nil
+			}
+			obj = fresh
+		}
+		first = false
+		c := obj.DeepCopy()
+		c.Status.PortBlocks = blocks
+		_, err := gws.UpdateStatus(ctx, c, metav1.UpdateOptions{FieldManager: StatusManagerPortBlocks})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("update status.portBlocks: %w", err)
+	}
+	klog.FromContext(ctx).V(2).Info("Updated EgressGateway port blocks", "egressGateway", p.Name, "blocks", len(blocks))
+	return nil
+}
+
+func (w *EgressStatusWriter) now() time.Time {
+	if w.clock != nil {
+		return w.clock()
+	}
+	return time.Now()
 }
 
 // apply sends one apply patch of st to the status subresource of policy name as manager,
@@ -223,8 +280,13 @@ func PolicyStatus(p *EgressPolicy, now time.Time) egressv1.EgressGatewayStatus {
 	if refReason != "" {
 		conflict.Status, conflict.Reason, conflict.Message = metav1.ConditionTrue, refReason, strings.Join(refused, "; ")
 	}
+	ports := metav1.Condition{Type: egressv1.ConditionPortBlocksExhausted, Status: metav1.ConditionFalse,
+		Reason: egressv1.ReasonBlocksAllocated, Message: "every selected pod has its source-port block", ObservedGeneration: p.Generation}
+	if _, waiting := AllocatePortBlocks(p.obj.Status.PortBlocks, portRequests(p), p.Pool, now); len(waiting) > 0 {
+		ports.Status, ports.Reason, ports.Message = metav1.ConditionTrue, egressv1.ReasonPoolExhausted, exhaustedMessage(p, waiting)
+	}
 	conds := slices.Clone(p.obj.Status.Conditions)
-	for _, c := range []metav1.Condition{ready, conflict} {
+	for _, c := range []metav1.Condition{ready, conflict, ports} {
 		c.LastTransitionTime = metav1.NewTime(now)
 		meta.SetStatusCondition(&conds, c) // keeps the transition time when the status is unchanged
 	}

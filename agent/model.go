@@ -75,11 +75,16 @@ type model struct {
 	// Egress: the cluster networks never sent to a gateway, how the active gateway is chosen,
 	// the policies as last converted, each local pod's last egress assignment.
 	egressClusterCIDRs []netip.Prefix
-	chooseGateway      GatewayChooser
-	election           GatewayElection
-	egressPolicies     []*EgressPolicy
-	podEgress          map[flows.Key]*flows.PodEgress
-	podEgress6         map[flows.Key]*flows.PodEgress
+	portPool           PortPool
+	// localPortBlocks: no status writer (manifests mode): the port blocks of this node's pods
+	// are allocated here (localBlocks, per policy) instead of read from the policies' status.
+	localPortBlocks bool
+	localBlocks     map[string][]egressv1.PortBlock
+	chooseGateway   GatewayChooser
+	election        GatewayElection
+	egressPolicies  []*EgressPolicy
+	podEgress       map[flows.Key]*flows.PodEgress
+	podEgress6      map[flows.Key]*flows.PodEgress
 
 	// nextHops reads the next hops of this node's routes (ReconcilerConfig.RouteNextHops; nil:
 	// none are known).
@@ -114,6 +119,7 @@ type model struct {
 func newModel(node string, npCIDRs, externalIPCIDRs []netip.Prefix, nodePortRange [2]uint16, mode PreserveMode, events EventSink) *model {
 	m := &model{
 		node: node, npCIDRs: npCIDRs, events: events, sel: Selector{Mode: mode, ExternalIPCIDRs: externalIPCIDRs, Node: node},
+		portPool: DefaultPortPool, localPortBlocks: true,
 		nodeChanges:    NewChangeTracker[string](nodeEqual),
 		svcChanges:     NewChangeTracker[types.NamespacedName](serviceEqual),
 		sliceChanges:   NewChangeTracker[types.NamespacedName](sliceEqual),

@@ -28,7 +28,9 @@ var ErrNotSynced = errors.New("state source has not synced yet")
 const (
 	ReasonInvalid  = "SourceIPInvalid"
 	ReasonConflict = "SourceIPConflict"
-	ReasonWarning  = "SourceIPWarning"
+	// ReasonPortBlocksExhausted: an EgressGateway's pods wait for a source-port block.
+	ReasonPortBlocksExhausted = "PortBlocksExhausted"
+	ReasonWarning             = "SourceIPWarning"
 	// ReasonRejected: Open vSwitch rejected the object's flows; the rest of the node's changes
 	// were applied (docs/field-cases.md#c33).
 	ReasonRejected = "SourceIPRejected"
@@ -66,6 +68,9 @@ type ReconcilerConfig struct {
 	// EgressClusterCIDRs are the cluster's Service and node networks, never sent to an egress
 	// gateway (--egress-cluster-cidrs; pod CIDRs and node InternalIPs are always excluded).
 	EgressClusterCIDRs []netip.Prefix
+	// EgressPortPool is how the EgressGateways' source-port blocks are cut (zero:
+	// DefaultPortPool; docs/egress.md "Port blocks").
+	EgressPortPool PortPool
 	// PreserveSourceIP says which Services are served (--preserve-source-ip; Selector.Select):
 	// PreserveAnnotated (also ""), those annotated "true"; PreserveAll, every eligible Service
 	// not annotated "false".
@@ -193,6 +198,11 @@ func NewReconciler(cfg ReconcilerConfig) *Reconciler {
 		model:  newModel(cfg.NodeName, cfg.NodePortCIDRs, cfg.ExternalIPCIDRs, cfg.NodePortRange, cfg.PreserveSourceIP, cfg.Events),
 		syncer: newSyncer(cfg, m), memReleased: make(chan struct{})}
 	r.model.egressClusterCIDRs = cfg.EgressClusterCIDRs
+	r.model.portPool = cfg.EgressPortPool
+	r.model.localPortBlocks = cfg.EgressStatus == nil
+	if r.model.portPool.Size == 0 {
+		r.model.portPool = DefaultPortPool
+	}
 	r.model.admit.setServiceCIDRs(cfg.ServiceCIDRs, nil)
 	r.model.nextHops = cfg.RouteNextHops
 	r.model.sel.SCTP = cfg.SCTP
@@ -534,4 +544,8 @@ func (r *Reconciler) afterSync(ctx context.Context) {
 }
 
 // SetEgressStatus sets the status writer (ReconcilerConfig.EgressStatus); call before Run.
-func (r *Reconciler) SetEgressStatus(s EgressStatusSink) { r.cfg.EgressStatus = s }
+// With a writer the pods' port blocks come from the policies' status (its allocation).
+func (r *Reconciler) SetEgressStatus(s EgressStatusSink) {
+	r.cfg.EgressStatus = s
+	r.model.localPortBlocks = s == nil
+}

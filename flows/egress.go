@@ -32,6 +32,8 @@ func EgressMAC(ip netip.Addr) net.HardwareAddr {
 type egressFamily struct {
 	v6    bool
 	proto of.Protocol
+	// tcp and udp are the family's TCP and UDP protocols (the port-block flows).
+	tcp, udp of.Protocol
 	// zone is the gateway's SNAT zone (ZoneEgress, ZoneEgress6).
 	zone uint16
 	// all is every destination of the family: a policy without destinations.
@@ -43,9 +45,9 @@ type egressFamily struct {
 }
 
 var (
-	egressIPv4 = &egressFamily{proto: of.ProtoIP, zone: ZoneEgress, all: netip.MustParsePrefix("0.0.0.0/0"), hostBits: 32,
+	egressIPv4 = &egressFamily{proto: of.ProtoIP, tcp: of.ProtoTCP, udp: of.ProtoUDP, zone: ZoneEgress, all: netip.MustParsePrefix("0.0.0.0/0"), hostBits: 32,
 		src: of.IPv4Src, dst: of.IPv4Dst, dstPrefix: of.IPv4DstPrefix}
-	egressIPv6 = &egressFamily{v6: true, proto: of.ProtoIPv6, zone: ZoneEgress6, all: netip.MustParsePrefix("::/0"), hostBits: 128,
+	egressIPv6 = &egressFamily{v6: true, proto: of.ProtoIPv6, tcp: of.ProtoTCP6, udp: of.ProtoUDP6, zone: ZoneEgress6, all: netip.MustParsePrefix("::/0"), hostBits: 128,
 		src: of.IPv6Src, dst: of.IPv6Dst, dstPrefix: of.IPv6DstPrefix}
 )
 
@@ -133,9 +135,39 @@ func podEgressFlows(st *State, p Pod, ip netip.Addr) []of.Flow {
 		if d.Bits() > 0 {
 			m = append(m, f.dstPrefix(d))
 		}
+		exec := []of.Action{EgressPath.Load(), CTLabelEgressIP.Load(uint64(id))}
 		fl = append(fl, flow(IntL3Forwarding, prioEgress, f.proto, 0, m,
-			CT{Commit: true, Zone: ZonePod, Exec: []of.Action{EgressPath.Load(), CTLabelEgressIP.Load(uint64(id))}},
+			CT{Commit: true, Zone: ZonePod, Exec: exec},
 			RegEgressIP.Load(id), Goto(IntEgressOut)))
+		fl = append(fl, podEgressPortFlows(ip, e, m, id, exec, f.tcp, f.udp)...)
+	}
+	return fl
+}
+
+// podEgressPortFlows are the TCP and UDP variants (protos) of a pod's egress flow with matches
+// m: the commit in ZonePod maps the source port into the pod's block for its egress IP
+// (nat(src=POD_IP:FIRST-LAST): the pod IP is kept, conntrack keeps the pod's port when it is in
+// the block and free, else takes a free one of the block) and recirculates to IntEgressOut,
+// RegEgressIP loaded before (registers survive the recirculation). The pod's node holds the
+// translation (ZonePod never fails over; its base flows apply it to the later packets and undo
+// it on the replies); the gateways see only ports of the pod's block, unique per egress IP
+// cluster-wide, so every gateway's nat(src=EGRESS_IP) keeps them (docs/egress.md "Port
+// blocks"). Without a block because the pool is exhausted (PodEgress.PortsExhausted) they are
+// dropped (fail closed); while the block is pending there is no such flow (prioEgress carries
+// them with the pod's own port, as before port blocks).
+func podEgressPortFlows(ip netip.Addr, e *PodEgress, m []of.Match, id uint32, exec []of.Action, protos ...of.Protocol) []of.Flow {
+	var fl []of.Flow
+	for _, proto := range protos {
+		if !e.HasPorts() {
+			if e.PortsExhausted {
+				fl = append(fl, flow(IntL3Forwarding, prioEgressPorts, proto, 0, m, DropFor(DropEgressNoPortBlock)))
+			}
+			continue
+		}
+		fl = append(fl, flow(IntL3Forwarding, prioEgressPorts, proto, 0, m,
+			RegEgressIP.Load(id),
+			CT{Commit: true, Zone: ZonePod, NAT: &NAT{Src: ip, SrcPortMin: e.PortFirst, SrcPortMax: e.PortLast},
+				Table: uint8(IntEgressOut), HasTable: true, Exec: exec}))
 	}
 	return fl
 }
@@ -158,9 +190,9 @@ func egressBaseFlows(st *State) []of.Flow {
 		flow(IntEgressSend, prioDefault, of.ProtoNone, 0, nil, DropFor(DropEgressNotGateway)),
 		// Gateway: un-SNATed replies go back to the pod's node, or to this node's pod.
 		flow(IntEgressReply, prioMid, of.ProtoIP, 0, []of.Match{rpl, local},
-			SourceEgress.Load(), CT{Zone: ZonePod, Table: uint8(IntEgressReplyCT), HasTable: true}),
+			SourceEgress.Load(), CT{Zone: ZonePod, NAT: &NAT{}, Table: uint8(IntEgressReplyCT), HasTable: true}),
 		flow(IntEgressReply, prioMid, of.ProtoIP, 0, []of.Match{rel, local},
-			SourceEgress.Load(), CT{Zone: ZonePod, Table: uint8(IntEgressReplyCT), HasTable: true}),
+			SourceEgress.Load(), CT{Zone: ZonePod, NAT: &NAT{}, Table: uint8(IntEgressReplyCT), HasTable: true}),
 		flow(IntEgressReply, prioLow+1, of.ProtoIP, 0, []of.Match{rpl},
 			st.egressNodeToTunDst(), of.SetTunnel{ID: VNIEgressReply}, output(p.IntTunnel)),
 		flow(IntEgressReply, prioLow+1, of.ProtoIP, 0, []of.Match{rel},
@@ -184,7 +216,7 @@ func egressNodeFlows(st *State, tunSrc of.Match) []of.Flow {
 		flow(IntClassifier, prioHook, of.ProtoIP, st.Ports.IntTunnel, []of.Match{tunSrc, of.TunID(VNIEgress)},
 			Goto(IntEgressSNAT)),
 		flow(IntClassifier, prioHook, of.ProtoIP, st.Ports.IntTunnel, []of.Match{tunSrc, of.TunID(VNIEgressReply)},
-			SourceEgress.Load(), CT{Zone: ZonePod, Table: uint8(IntEgressReplyCT), HasTable: true}),
+			SourceEgress.Load(), CT{Zone: ZonePod, NAT: &NAT{}, Table: uint8(IntEgressReplyCT), HasTable: true}),
 	}
 }
 
@@ -337,5 +369,5 @@ func egressBuild(b func(*State, EgressIP) (*FlowSet, error)) func(*State, Key) (
 // the pod's egress flows (podEgressFlows: to the egress path, or an excluded destination kept on
 // the host path), for srcipctl get egress.
 func PodEgressFlow(t Table, prio int) bool {
-	return t == IntL3Forwarding && (prio == prioEgress || prio == prioEgressExcl)
+	return t == IntL3Forwarding && (prio == prioEgress || prio == prioEgressPorts || prio == prioEgressExcl)
 }

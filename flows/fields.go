@@ -395,7 +395,8 @@ const (
 	prioSourceDeny    = 95 // below prioEntry: new connections from outside loadBalancerSourceRanges
 	prioAffinityMiss  = 90 // below prioEntry: no learned endpoint (or one that left): the group
 	prioDrain         = 90 // below prioEntry: a live entry point wins over a draining one
-	prioEgressExcl    = 21 // above prioEgress: excluded destinations keep the host path
+	prioEgressExcl    = 22 // above prioEgressPorts: excluded destinations keep the host path
+	prioEgressPorts   = 21 // above prioEgress: a selected pod's TCP and UDP, mapped into its port block
 	prioEgress        = 20 // above prioLow (the host path), below pod and node routes
 	prioLow           = 10
 	prioDefault       = 0

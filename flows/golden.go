@@ -119,7 +119,7 @@ func GoldenStates() map[string]*State {
 		}
 		pod := st.Pods[Key{Kind: KindPod, Namespace: "demo", Name: "echo-c"}]
 		pod.Egress = &PodEgress{IP: goldenIP("192.0.2.50"), Policy: "job", Destinations: []netip.Prefix{goldenPrefix("198.51.100.0/24")},
-			Excluded: []netip.Prefix{goldenPrefix("198.51.100.128/25")}}
+			Excluded: []netip.Prefix{goldenPrefix("198.51.100.128/25")}, PortFirst: 1536, PortLast: 2047}
 		st.Pods[pod.Key()] = pod
 		return st
 	}

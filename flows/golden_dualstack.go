@@ -33,14 +33,15 @@ func addDualStackGoldens(cases map[string]*State) {
 	cases["node1-ipv6-underlay-egress"] = goldenIPv6UnderlayEgress()
 	// The dual-stack pod selected by an EgressGateway (egress IPs are IPv4): its IPv4 traffic
 	// to 198.51.100.0/24 takes the egress path, its IPv6 traffic the host path; no ipv6 flow
-	// leads to IntEgressOut (TestEgressNoIPv6).
+	// leads to IntEgressOut (TestEgressNoIPv6). Its egress IP's port pool is exhausted (no
+	// block): its TCP and UDP to the destinations are dropped (egress-no-port-block).
 	eg := goldenDualStackGateway()
 	eg.EgressClusterCIDRs = []netip.Prefix{goldenPrefix("10.96.0.0/12"), goldenPrefix("2001:db8:96::/108")}
 	eg.Egress = map[netip.Addr]EgressIP{goldenIP("192.0.2.50"): {IP: goldenIP("192.0.2.50"), Policy: "job", Gateway: "node3"}}
 	k := Key{Kind: KindPod, Namespace: "demo", Name: "echo-c"}
 	pod := eg.Pods[k]
 	pod.Egress = &PodEgress{IP: goldenIP("192.0.2.50"), Policy: "job",
-		Destinations: []netip.Prefix{goldenPrefix("198.51.100.0/24"), goldenPrefix("2001:db8:100::/48")}}
+		Destinations: []netip.Prefix{goldenPrefix("198.51.100.0/24"), goldenPrefix("2001:db8:100::/48")}, PortsExhausted: true}
 	eg.Pods[k] = pod
 	cases["node1-dual-stack-egress"] = eg
 	cases["node1-dual-stack-egress6"] = goldenDualStackEgress6()
@@ -57,8 +58,8 @@ func goldenDualStackChained() *State {
 	dsts := []netip.Prefix{goldenPrefix("198.51.100.0/24"), goldenPrefix("2001:db8:100::/48")}
 	job := Pod{Namespace: "demo", Name: "job", IPs: []netip.Addr{goldenIP("10.88.1.7"), goldenIP("2001:db8:88:1::7")},
 		MAC: goldenMAC("0a:58:0a:58:01:07"), OFPort: 9, Chained: true,
-		Egress:  &PodEgress{IP: goldenIP("192.0.2.50"), Policy: "job", Destinations: dsts},
-		Egress6: &PodEgress{IP: goldenIP("2001:db8::50"), Policy: "job", Destinations: dsts}}
+		Egress:  &PodEgress{IP: goldenIP("192.0.2.50"), Policy: "job", Destinations: dsts, PortFirst: 2560, PortLast: 3071},
+		Egress6: &PodEgress{IP: goldenIP("2001:db8::50"), Policy: "job", Destinations: dsts, PortFirst: 1024, PortLast: 1535}}
 	st.Pods[job.Key()] = job
 	return st
 }
@@ -79,9 +80,9 @@ func goldenDualStackEgress6() *State {
 	dsts := []netip.Prefix{goldenPrefix("198.51.100.0/24"), goldenPrefix("2001:db8:100::/48")}
 	k := Key{Kind: KindPod, Namespace: "demo", Name: "echo-c"}
 	pod := st.Pods[k]
-	pod.Egress = &PodEgress{IP: goldenIP("192.0.2.50"), Policy: "job", Destinations: dsts}
+	pod.Egress = &PodEgress{IP: goldenIP("192.0.2.50"), Policy: "job", Destinations: dsts, PortFirst: 1024, PortLast: 1535}
 	pod.Egress6 = &PodEgress{IP: goldenIP("2001:db8::50"), Policy: "job", Destinations: dsts,
-		Excluded: []netip.Prefix{goldenPrefix("2001:db8:100:ff::/64")}}
+		Excluded: []netip.Prefix{goldenPrefix("2001:db8:100:ff::/64")}, PortFirst: 2048, PortLast: 2559}
 	st.Pods[k] = pod
 	return st
 }

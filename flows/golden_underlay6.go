@@ -54,8 +54,8 @@ func goldenIPv6UnderlayEgress() *State {
 	dsts := []netip.Prefix{goldenPrefix("198.51.100.0/24"), goldenPrefix("2001:db8:100::/48")}
 	k := Key{Kind: KindPod, Namespace: "demo", Name: "echo-c"}
 	pod := st.Pods[k]
-	pod.Egress = &PodEgress{IP: goldenIP("192.0.2.50"), Policy: "job", Destinations: dsts}
-	pod.Egress6 = &PodEgress{IP: goldenIP("2001:db8:0:2::50"), Policy: "job", Destinations: dsts}
+	pod.Egress = &PodEgress{IP: goldenIP("192.0.2.50"), Policy: "job", Destinations: dsts, PortFirst: 1024, PortLast: 1535}
+	pod.Egress6 = &PodEgress{IP: goldenIP("2001:db8:0:2::50"), Policy: "job", Destinations: dsts, PortFirst: 1024, PortLast: 1535}
 	st.Pods[k] = pod
 	return st
 }

@@ -293,7 +293,7 @@ func pod6Flows(st *State, p Pod, ip netip.Addr) []of.Flow {
 	mac := of.EthSrc(p.MAC)
 	return []of.Flow{
 		flow(IntClassifier, prioHigh, of.ProtoIPv6, p.OFPort, []of.Match{mac, of.IPv6Src(ip)},
-			SourcePod.Load(), CT{Zone: ZonePod, Table: uint8(IntPodEgressCT), HasTable: true}),
+			SourcePod.Load(), CT{Zone: ZonePod, NAT: &NAT{}, Table: uint8(IntPodEgressCT), HasTable: true}),
 		flow(IntClassifier, prioNDOwn, of.ProtoICMP6, p.OFPort, nsMatch(mac, of.IPv6Src(ip)),
 			Goto(IntNDResponder)),
 		flow(IntL3Forwarding, prioMid, of.ProtoIPv6, 0, []of.Match{of.IPv6Dst(ip)},

@@ -65,7 +65,7 @@ func BuildPod(st *State, p Pod) (*FlowSet, error) {
 		gwMAC := GatewayMAC(GatewayIP(cidr))
 		fs.Flows = append(fs.Flows,
 			flow(IntClassifier, prioHigh, of.ProtoIP, p.OFPort, []of.Match{mac, of.IPv4Src(ip)},
-				SourcePod.Load(), CT{Zone: ZonePod, Table: uint8(IntPodEgressCT), HasTable: true}),
+				SourcePod.Load(), CT{Zone: ZonePod, NAT: &NAT{}, Table: uint8(IntPodEgressCT), HasTable: true}),
 			flow(IntClassifier, prioHigh, of.ProtoARP, p.OFPort, []of.Match{mac, of.ARPSPA(ip)},
 				Goto(IntARPResponder)),
 			flow(IntL3Forwarding, prioMid, of.ProtoIP, 0, []of.Match{of.IPv4Dst(ip)},
@@ -123,7 +123,7 @@ func chainedPodFlows(st *State, p Pod, ip netip.Addr) []of.Flow {
 	}
 	fl := []of.Flow{
 		flow(IntClassifier, prioHigh, proto, p.OFPort, []of.Match{of.EthSrc(p.MAC), src},
-			SourcePod.Load(), CT{Zone: ZonePod, Table: uint8(IntPodEgressCT), HasTable: true}),
+			SourcePod.Load(), CT{Zone: ZonePod, NAT: &NAT{}, Table: uint8(IntPodEgressCT), HasTable: true}),
 		flow(IntL3Forwarding, prioMid, proto, 0, []of.Match{SourceEgress.Match(), dst},
 			of.ModDLSrc{MAC: ChainedGatewayMAC}, of.ModDLDst{MAC: p.MAC},
 			RegOutPort.Load(uint32(p.OFPort)), Goto(IntPodIngress)),

@@ -65,6 +65,10 @@ const (
 	// DropEgressNoGateway: a selected pod's packet whose egress IP has no active gateway (or no
 	// flow set yet): fail closed, it never leaves with the node address (C29).
 	DropEgressNoGateway DropReason = "egress-no-gateway"
+	// DropEgressNoPortBlock: a selected pod's new TCP or UDP connection to the destinations
+	// while the pool of its egress IP is exhausted and the pod has no source-port block
+	// (condition PortBlocksExhausted): fail closed.
+	DropEgressNoPortBlock DropReason = "egress-no-port-block"
 	// DropEgressNotGateway: an egress packet tunnelled to a node that is not (any more) the
 	// active gateway of its egress IP, or that its ZoneEgress could not SNAT.
 	DropEgressNotGateway DropReason = "egress-not-gateway"
@@ -148,6 +152,8 @@ var dropInfos = []DropInfo{
 		[]DropSpot{{BrInt, IntGatewayCT, prioDefault, KindGateway}}},
 	{DropEgressNoGateway, "a pod selected by an EgressGateway sent to its destinations while its egress IP has no active gateway (check the policy's status: Ready, activeGateways, and the egress-<IP> Lease)",
 		[]DropSpot{{BrInt, IntEgressOut, prioDefault, KindIntBase}, {BrInt, IntEgressOut, prioMid, KindEgress}}},
+	{DropEgressNoPortBlock, "a pod selected by an EgressGateway opened a TCP or UDP connection to its destinations while it has no source-port block because the pool of its egress IP is exhausted (check the policy's PortBlocksExhausted condition and status.portBlocks)",
+		[]DropSpot{{BrInt, IntL3Forwarding, prioEgressPorts, KindPod}}},
 	{DropEgressNotGateway, "egress traffic reached a node that is not the active gateway of its egress IP (a failover in progress), or its ZoneEgress could not SNAT it",
 		[]DropSpot{{BrInt, IntEgressSNAT, prioDefault, KindIntBase}, {BrInt, IntEgressSend, prioDefault, KindIntBase}}},
 	{DropEgressReplyNoConnection, "a packet to an egress IP, or tunnelled back to a pod's node, that is no reply of a connection the pod opened through the gateway",

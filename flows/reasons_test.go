@@ -17,11 +17,11 @@ func TestEveryDropHasAReason(t *testing.T) {
 	ranges := webTCP()
 	ranges.FilterSources = true
 	// Egress without a gateway port: an excluded destination has no host path; 192.0.2.52 has
-	// no active gateway.
+	// no active gateway, and its port pool is exhausted (echo-c has no block).
 	egress := testState()
 	egress.Egress = map[netip.Addr]EgressIP{ip("192.0.2.52"): {IP: ip("192.0.2.52"), Policy: "none"}}
 	pod := egress.Pods[Key{Kind: KindPod, Namespace: "demo", Name: "echo-c"}]
-	pod.Egress = &PodEgress{IP: ip("192.0.2.52"), Policy: "none", Excluded: []netip.Prefix{pfx("198.51.100.128/25")}}
+	pod.Egress = &PodEgress{IP: ip("192.0.2.52"), Policy: "none", Excluded: []netip.Prefix{pfx("198.51.100.128/25")}, PortsExhausted: true}
 	egress.Pods[pod.Key()] = pod
 	chained := Pod{Namespace: "demo", Name: "chained", IPs: []netip.Addr{ip("10.88.1.7")}, MAC: mustMAC("0a:58:0a:58:01:07"),
 		OFPort: 9, Chained: true, Egress: &PodEgress{IP: ip("192.0.2.52"), Policy: "none"}}

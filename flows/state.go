@@ -78,7 +78,22 @@ type PodEgress struct {
 	Excluded []netip.Prefix
 	// Policy is the EgressGateway's name.
 	Policy string
+	// PortFirst..PortLast is the pod's source-port block for this egress IP (the
+	// EgressGateway's status.portBlocks): the pod's node maps the source port of every TCP and
+	// UDP connection to the destinations into it (ct nat in ZonePod), so that the egress IP's
+	// gateways see ports no other pod uses. Zero: no block (yet): see PortsExhausted.
+	PortFirst, PortLast uint16
+	// PortsExhausted: the pod has no block because the pool of its egress IP is exhausted (the
+	// allocation left it waiting): its new TCP and UDP connections to the destinations are
+	// dropped (DropEgressNoPortBlock, fail closed). Without a block and without it (the
+	// allocation is pending: the status writer has not written the pod's block yet, or it is an
+	// agent that allocates none, during an upgrade) they go through the gateway as before port
+	// blocks, with the pod's own source port (docs/egress.md "Port blocks").
+	PortsExhausted bool
 }
+
+// HasPorts reports whether e carries a port block.
+func (e *PodEgress) HasPorts() bool { return e.PortFirst != 0 && e.PortFirst <= e.PortLast }
 
 // NewState returns the State of node with the given objects (for tests and tools; the agent fills
 // the maps incrementally).

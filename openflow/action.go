@@ -297,11 +297,18 @@ type CT struct {
 }
 
 // NAT is the nat argument of CT: the zero NAT is "nat" (apply the connection's translation);
-// Dst (address and port) installs a DNAT, Src (address; the port is kept) an SNAT.
+// Dst (address and port) installs a DNAT, Src (address; the port is kept) an SNAT. With
+// SrcPortMin..SrcPortMax (both non-zero, Min <= Max) the SNAT also maps the source port into
+// that range (nat(src=IP:MIN-MAX); conntrack keeps the original port when it is in the range
+// and free, else takes a free one of the range).
 type NAT struct {
-	Dst netip.AddrPort
-	Src netip.Addr
+	Dst                    netip.AddrPort
+	Src                    netip.Addr
+	SrcPortMin, SrcPortMax uint16
 }
+
+// srcPorts reports whether n carries a source port range.
+func (n *NAT) srcPorts() bool { return n.SrcPortMin != 0 || n.SrcPortMax != 0 }
 
 func (CT) isAction() {}
 
@@ -312,6 +319,10 @@ func (c CT) Check() error {
 	}
 	if len(c.Exec) > 0 && !c.Commit {
 		return fmt.Errorf("ct: exec requires commit")
+	}
+	if c.NAT != nil && c.NAT.srcPorts() && (!c.NAT.Src.IsValid() || c.NAT.Dst.IsValid() ||
+		c.NAT.SrcPortMin == 0 || c.NAT.SrcPortMin > c.NAT.SrcPortMax) {
+		return fmt.Errorf("ct: nat source port range %d-%d needs a source address and 0 < min <= max", c.NAT.SrcPortMin, c.NAT.SrcPortMax)
 	}
 	return nil
 }
@@ -329,6 +340,15 @@ func (c CT) AppendText(b []byte) []byte {
 	b = strconv.AppendUint(append(b, "zone="...), uint64(c.Zone), 10)
 	if c.NAT != nil {
 		switch {
+		case c.NAT.Src.IsValid() && !c.NAT.Dst.IsValid() && c.NAT.srcPorts():
+			if c.NAT.Src.Is4() {
+				b = c.NAT.Src.AppendTo(append(b, ",nat(src="...))
+			} else {
+				b = append(c.NAT.Src.AppendTo(append(b, ",nat(src=["...)), ']')
+			}
+			b = strconv.AppendUint(append(b, ':'), uint64(c.NAT.SrcPortMin), 10)
+			b = strconv.AppendUint(append(b, '-'), uint64(c.NAT.SrcPortMax), 10)
+			b = append(b, ')')
 		case c.NAT.Src.IsValid() && !c.NAT.Dst.IsValid():
 			b = c.NAT.Src.AppendTo(append(b, ",nat(src="...))
 			b = append(b, ')')

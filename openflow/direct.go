@@ -164,7 +164,8 @@ func appendNAT(b []byte, n *NAT) ([]byte, error) {
 	var flags, present uint16
 	var ranges []byte
 	// The ranges present follow in the order ipv4 min, ipv4 max, ipv6 min (16 bytes), ipv6
-	// max, proto min, proto max; only the minimums are written (one address, one port).
+	// max, proto min, proto max; only the address minimum is written (one address), and the ports
+	// as given (a DNAT's one port as min and max, an SNAT's source port range).
 	switch {
 	case n.Dst.IsValid():
 		flags = of13.NX_NAT_F_DST
@@ -183,6 +184,10 @@ func appendNAT(b []byte, n *NAT) ([]byte, error) {
 			present = of13.NX_NAT_RANGE_IPV6_MIN
 		}
 		ranges = n.Src.AsSlice()
+		if n.SrcPortMin != 0 || n.SrcPortMax != 0 {
+			present |= of13.NX_NAT_RANGE_PROTO_MIN | of13.NX_NAT_RANGE_PROTO_MAX
+			ranges = append(ranges, byte(n.SrcPortMin>>8), byte(n.SrcPortMin), byte(n.SrcPortMax>>8), byte(n.SrcPortMax))
+		}
 	}
 	b = append(b, 0, 0) // pad
 	b = binary.BigEndian.AppendUint16(b, flags)

@@ -75,7 +75,8 @@ func TestTextIPv6(t *testing.T) {
 		"move:NXM_NX_ND_TARGET[]->NXM_NX_IPV6_SRC[]": Move{Src: Ref(FieldNDTarget), Dst: Ref(FieldIPv6Src)},
 		"ct(commit,table=42,zone=64272,nat(dst=[2001:db8:2::5]:8080))": CT{Commit: true, HasTable: true, Table: 42, Zone: 64272,
 			NAT: &NAT{Dst: netip.MustParseAddrPort("[2001:db8:2::5]:8080")}},
-		"ct(commit,zone=64274,nat(src=2001:db8::11))": CT{Commit: true, Zone: 64274, NAT: &NAT{Src: a}},
+		"ct(commit,zone=64274,nat(src=2001:db8::11))":                      CT{Commit: true, Zone: 64274, NAT: &NAT{Src: a}},
+		"ct(commit,table=75,zone=64256,nat(src=[2001:db8::11]:1024-1535))": CT{Commit: true, HasTable: true, Table: 75, Zone: 64256, NAT: &NAT{Src: a, SrcPortMin: 1024, SrcPortMax: 1535}},
 		"learn(table=10,priority=610,cookie=0x1,eth_type=0x86dd,nw_proto=6,NXM_NX_IPV6_SRC[]=NXM_NX_IPV6_DST[],load:NXM_NX_IPV6_DST[]->NXM_NX_IPV6_SRC[])": Learn{
 			Table: 10, Priority: 610, Cookie: 1, Specs: []LearnSpec{
 				{Kind: LearnMatch, Dst: Ref(FieldEthType), Value: 0x86dd},
@@ -203,6 +204,7 @@ func TestDirectCTIPv6(t *testing.T) {
 	for _, c := range []CT{
 		{Commit: true, Zone: 64272, HasTable: true, Table: 42, NAT: &NAT{Dst: netip.MustParseAddrPort("[2001:db8:2::5]:8080")}},
 		{Commit: true, Zone: 64274, NAT: &NAT{Src: netip.MustParseAddr("2001:db8::11")}},
+		{Commit: true, Zone: 64256, HasTable: true, Table: 75, NAT: &NAT{Src: netip.MustParseAddr("2001:db8::11"), SrcPortMin: 1536, SrcPortMax: 2047}},
 	} {
 		ct := of13.NewNXActionConnTrack()
 		ct.Commit()
@@ -220,6 +222,11 @@ func TestDirectCTIPv6(t *testing.T) {
 		} else {
 			require.NoError(t, nat.SetSNAT())
 			nat.SetRangeIPv6Min(c.NAT.Src.AsSlice())
+			if c.NAT.SrcPortMin != 0 {
+				lo, hi := c.NAT.SrcPortMin, c.NAT.SrcPortMax
+				nat.SetRangeProtoMin(&lo)
+				nat.SetRangeProtoMax(&hi)
+			}
 		}
 		ct.AddAction(nat)
 		want, err := ct.MarshalBinary()

@@ -64,6 +64,8 @@ func TestText(t *testing.T) {
 		"ct(commit,table=42,zone=64256,nat(dst=10.244.2.5:8080),exec(move:NXM_OF_ETH_SRC[]->NXM_NX_CT_LABEL[0..47]))": CT{Commit: true, HasTable: true, Table: 42, Zone: 64256, NAT: &NAT{Dst: dst},
 			Exec: []Action{Move{Src: Ref(FieldEthSrc), Dst: Bits(FieldCTLabel, 0, 47)}}},
 		"ct(commit,zone=64258,nat(src=192.0.2.11))": CT{Commit: true, Zone: 64258, NAT: &NAT{Src: a}},
+		"ct(commit,table=75,zone=64256,nat(src=192.0.2.11:1024-1535))": CT{Commit: true, HasTable: true, Table: 75, Zone: 64256,
+			NAT: &NAT{Src: a, SrcPortMin: 1024, SrcPortMax: 1535}},
 		"learn(table=10,priority=610,hard_timeout=2,cookie=0x5c0d000000000000,eth_type=0x800,nw_proto=6,NXM_OF_IN_PORT[]=NXM_NX_REG1[0..15],NXM_OF_TCP_SRC[]=0,load:NXM_OF_TCP_DST[]->NXM_OF_TCP_SRC[],load:0x3->NXM_NX_TUN_ID[],output:NXM_OF_IN_PORT[])": Learn{
 			Table: 10, Priority: 610, HardTimeout: 2, Cookie: 0x5c0d000000000000, Specs: []LearnSpec{
 				{Kind: LearnMatch, Dst: Ref(FieldEthType), Value: 0x800},
@@ -134,13 +136,15 @@ func TestEncode(t *testing.T) {
 	_, _, err = FlowMod{Command: FlowModifyStrict, Flow: f}.Encode()
 	require.NoError(t, err)
 	for name, bad := range map[string]*Flow{
-		"tp_dst without tcp/udp": {Match: []Match{TPDst(1)}, Actions: []Action{Drop{}}},
-		"field twice":            {Match: []Match{InPort(1), InPort(2)}, Actions: []Action{Drop{}}},
-		"drop with others":       {Actions: []Action{Output{Port: 1}, Drop{}}},
-		"goto not last":          {Actions: []Action{GotoTable{Table: 1}, Output{Port: 1}}},
-		"move widths":            {Actions: []Action{Move{Src: Ref(FieldEthSrc), Dst: Ref(Reg(0))}}},
-		"load too wide":          {Actions: []Action{Load{Value: 0x10, Dst: Bits(Reg(0), 0, 3)}}},
-		"nat dst without commit": {Actions: []Action{CT{Zone: 1, NAT: &NAT{Dst: netip.MustParseAddrPort("10.0.0.1:80")}}}},
+		"tp_dst without tcp/udp":         {Match: []Match{TPDst(1)}, Actions: []Action{Drop{}}},
+		"field twice":                    {Match: []Match{InPort(1), InPort(2)}, Actions: []Action{Drop{}}},
+		"drop with others":               {Actions: []Action{Output{Port: 1}, Drop{}}},
+		"goto not last":                  {Actions: []Action{GotoTable{Table: 1}, Output{Port: 1}}},
+		"move widths":                    {Actions: []Action{Move{Src: Ref(FieldEthSrc), Dst: Ref(Reg(0))}}},
+		"load too wide":                  {Actions: []Action{Load{Value: 0x10, Dst: Bits(Reg(0), 0, 3)}}},
+		"nat port range without address": {Actions: []Action{CT{Commit: true, Zone: 1, NAT: &NAT{SrcPortMin: 1024, SrcPortMax: 2047}}}},
+		"nat port range reversed":        {Actions: []Action{CT{Commit: true, Zone: 1, NAT: &NAT{Src: netip.MustParseAddr("10.0.0.1"), SrcPortMin: 2047, SrcPortMax: 1024}}}},
+		"nat dst without commit":         {Actions: []Action{CT{Zone: 1, NAT: &NAT{Dst: netip.MustParseAddrPort("10.0.0.1:80")}}}},
 	} {
 		_, _, err := FlowMod{Command: FlowAdd, Flow: bad}.Encode()
 		assert.Error(t, err, name)
@@ -209,6 +213,11 @@ func TestDirectCT(t *testing.T) {
 				require.NoError(t, nat.SetSNAT())
 				a := c.NAT.Src.As4()
 				nat.SetRangeIPv4Min(a[:])
+				if c.NAT.SrcPortMin != 0 {
+					lo, hi := c.NAT.SrcPortMin, c.NAT.SrcPortMax
+					nat.SetRangeProtoMin(&lo)
+					nat.SetRangeProtoMax(&hi)
+				}
 			}
 			ct.AddAction(nat)
 		}
@@ -229,6 +238,7 @@ func TestDirectCT(t *testing.T) {
 		{Commit: true, Zone: 64256, HasTable: true, Table: 42, NAT: &NAT{Dst: netip.MustParseAddrPort("10.244.2.5:8080")}, Exec: []Action{mv}},
 		{Commit: true, Zone: 64258, NAT: &NAT{Src: netip.MustParseAddr("192.0.2.51")}, Exec: []Action{ld, mv}},
 		{Commit: true, Zone: 7, Exec: []Action{ld}},
+		{Commit: true, Zone: 64256, HasTable: true, Table: 75, NAT: &NAT{Src: netip.MustParseAddr("10.244.2.5"), SrcPortMin: 1024, SrcPortMax: 1535}, Exec: []Action{ld}},
 		{Commit: true, HasTable: true, Table: 0, Zone: 0},
 	} {
 		got, err := appendAction([]byte{0xee}, c)

@@ -62,6 +62,9 @@ type options struct {
 	statusSocket       string
 	debugAddr          string
 	egressClusterCIDRs []string
+	egressPortRange    string
+	egressPortBlock    int
+	egressPortQuar     time.Duration
 	leaseNamespace     string
 	leaseDuration      time.Duration
 	renewDeadline      time.Duration
@@ -119,6 +122,9 @@ flow in place.`,
 	f.StringSliceVar(&o.externalIPCIDRs, "external-ip-cidrs", nil, "comma-separated CIDRs of either family: the ranges a Service's spec.externalIPs may be served from, each family only from its own CIDRs (0.0.0.0/0 admits no IPv6 externalIP; anyone who may edit a Service can set externalIPs, CVE-2020-8554); default: none, no externalIP is served. externalIPs and LoadBalancer IPs equal to a node address, and externalIPs equal to another Service's LoadBalancer IP, are always refused (Event SourceIPRefused)")
 	f.StringVar(&o.preserveSourceIP, "preserve-source-ip", string(agent.PreserveAnnotated), `which Services keep the client source IP on the agent's path (the rest are left to kube-proxy): annotated (default) serves only the Services annotated ovs-srcip.io/preserve-source-ip: "true"; all serves every eligible Service as if it were annotated "true" - externalTrafficPolicy Cluster, type NodePort or LoadBalancer or an externalIP inside --external-ip-cidrs, not headless or ExternalName, no label service.kubernetes.io/service-proxy-name or service.kubernetes.io/headless - unless it is annotated "false" (an opt-out); a Service that is not eligible gets no Event, an annotated one is judged as in annotated mode (docs/install.md, "Serving every Service")`)
 	f.StringSliceVar(&o.egressClusterCIDRs, "egress-cluster-cidrs", nil, "comma-separated CIDRs: the cluster's Service and node networks, never sent to an EgressGateway's gateway when its destinations are the default (everything); every node's pod CIDRs and InternalIP are always excluded (docs/egress.md)")
+	f.StringVar(&o.egressPortRange, "egress-port-range", "1024-65535", "FIRST-LAST: the source ports an egress IP's pods share; each selected pod gets an aligned block of --egress-port-block-size of them per egress IP (docs/egress.md \"Port blocks\"); the same on every node")
+	f.IntVar(&o.egressPortBlock, "egress-port-block-size", agent.DefaultPortPool.Size, "ports per pod and egress IP (a power of two): the pod's TCP and UDP source ports are mapped into its block, so it has that many connections per destination address and port; the pool holds (range / size) pods per egress IP; the same on every node")
+	f.DurationVar(&o.egressPortQuar, "egress-port-quarantine", agent.DefaultPortPool.Quarantine, "how long a released port block (its pod gone) stays unused before another pod gets it: 2 x MSL (a server holds the 4-tuple in TIME_WAIT; Linux: 60 s)")
 	f.StringVar(&o.nodePortRange, "service-node-port-range", "30000-32767", "the cluster's NodePort range (the API server's flag of that name), FIRST-LAST: NodePorts outside it are refused (Event SourceIPRefused), so that a Service in a manifests directory cannot capture a node's own port")
 	f.IntVar(&o.zoneLimitPercent, "conntrack-zone-limit-percent", 40, "bound each conntrack zone of the pipeline (service, pod) to this percentage of the datapath's conntrack maximum (ovs-appctl dpctl/ct-get-maxconns), so that a flood on one entry point cannot fill the table; set at every full sync; 0 lifts the limits")
 	f.DurationVar(&o.fullSyncPeriod, "full-sync-period", agent.DefaultFullSyncPeriod, "period of full syncs that compare the bridges with the desired flows and repair drift")
@@ -187,6 +193,10 @@ func run(ctx context.Context, o options) error {
 	egressCIDRs, err := agent.ParseCIDRs(o.egressClusterCIDRs)
 	if err != nil {
 		return fmt.Errorf("--egress-cluster-cidrs: %w", err)
+	}
+	portPool, err := agent.ParsePortPool(o.egressPortRange, o.egressPortBlock, o.egressPortQuar)
+	if err != nil {
+		return err
 	}
 	logger := klog.FromContext(ctx).WithValues("node", o.nodeName)
 	logger.Info("Starting srcip-agent", "version", version.Version, "commit", version.Commit)
@@ -282,6 +292,7 @@ func run(ctx context.Context, o options) error {
 			RouteNextHops:      routeNextHops,
 			SCTP:               sctp,
 			EgressClusterCIDRs: egressCIDRs,
+			EgressPortPool:     portPool,
 			PreserveSourceIP:   mode,
 			Announcer:          brEx,
 			NodePortRange:      npRange,

@@ -377,7 +377,7 @@ func stream(args []string) error {
 	fs := flag.NewFlagSet("stream", flag.ContinueOnError)
 	addr := fs.String("addr", "", "IP:PORT to connect to (TCP)")
 	timeout := fs.Duration("timeout", 2*time.Second, "bound of the connect and of each exchange")
-	localPort := fs.Int("local-port", 0, "local port to bind (0: ephemeral)")
+	localPort := fs.Int("local-port", 0, "bind this source port (0: the kernel picks one)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -389,7 +389,7 @@ func stream(args []string) error {
 		return err
 	}
 	d := net.Dialer{Timeout: *timeout}
-	if *localPort > 0 {
+	if *localPort != 0 {
 		d.LocalAddr = &net.TCPAddr{Port: *localPort}
 	}
 	c, err := d.Dial(network("tcp", *addr), *addr)

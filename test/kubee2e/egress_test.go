@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -58,7 +60,10 @@ func serveFromClient(t *testing.T) {
 
 // ensurePolicy creates the EgressGateway selecting echo-a with node1 and node3 eligible, and
 // deletes it when the test ends (later tests compare whole bridges).
-func ensurePolicy(t *testing.T) {
+func ensurePolicy(t *testing.T) { t.Helper(); ensurePolicyFor(t, "echo-a") }
+
+// ensurePolicyFor is ensurePolicy selecting the pods named pods (label pod).
+func ensurePolicyFor(t *testing.T, pods ...string) {
 	t.Helper()
 	ctx := context.Background()
 	egw := &egressv1.EgressGateway{
@@ -67,7 +72,8 @@ func ensurePolicy(t *testing.T) {
 			EgressIPs: []string{egressIP},
 			GatewayNodeSelector: metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 				{Key: "kubernetes.io/hostname", Operator: metav1.LabelSelectorOpIn, Values: gatewayCandidates}}},
-			PodSelector:  &metav1.LabelSelector{MatchLabels: map[string]string{"pod": "echo-a"}},
+			PodSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: "pod", Operator: metav1.LabelSelectorOpIn, Values: pods}}},
 			Destinations: []string{"198.51.100.0/24"},
 		},
 	}
@@ -307,6 +313,7 @@ type tcpStream struct {
 	lastOK    time.Time
 	maxGap    time.Duration
 	sources   map[string]bool
+	clients   map[string]bool // the server's view of the client address (IP:port)
 	err       error
 	stop      chan struct{}
 	stoppedCh chan struct{}
@@ -320,15 +327,22 @@ func startTCPStream(t *testing.T) *tcpStream {
 // startTCPStreamTo is startTCPStream to addr (host:port or [IPv6]:port).
 func startTCPStreamTo(t *testing.T, addr string) *tcpStream {
 	t.Helper()
-	ns, err := theLab.Netns("echo-a")
+	return startTCPStreamFrom(t, "echo-a", addr, 0)
+}
+
+// startTCPStreamFrom is startTCPStreamTo from pod's netns, bound to localPort when not 0.
+func startTCPStreamFrom(t *testing.T, pod, addr string, localPort int) *tcpStream {
+	t.Helper()
+	ns, err := theLab.Netns(pod)
 	require.NoError(t, err)
-	cmd := exec.Command("ip", "netns", "exec", ns, theLab.EchoBin(), "stream", "--addr", addr, "--timeout", "30s")
+	cmd := exec.Command("ip", "netns", "exec", ns, theLab.EchoBin(), "stream", "--addr", addr, "--timeout", "30s",
+		"--local-port", fmt.Sprint(localPort))
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	s := &tcpStream{cmd: cmd, stdin: stdin, lines: make(chan string, 4), sources: map[string]bool{},
+	s := &tcpStream{cmd: cmd, stdin: stdin, lines: make(chan string, 4), sources: map[string]bool{}, clients: map[string]bool{},
 		stop: make(chan struct{}), stoppedCh: make(chan struct{})}
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -362,6 +376,7 @@ func (s *tcpStream) read() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sources[r.ClientIP()] = true
+	s.clients[r.Client] = true
 	if !s.lastOK.IsZero() && now.Sub(s.lastOK) > s.maxGap {
 		s.maxGap = now.Sub(s.lastOK)
 	}
@@ -393,6 +408,12 @@ func (s *tcpStream) loop() {
 
 // result stops the stream and reports whether it answered after since and never failed.
 func (s *tcpStream) result(since time.Time) (alive bool, gap time.Duration, srcs []string, err error) {
+	alive, gap, srcs, _, err = s.resultClients(since)
+	return alive, gap, srcs, err
+}
+
+// resultClients is result with the client addresses (IP:port) the server saw.
+func (s *tcpStream) resultClients(since time.Time) (alive bool, gap time.Duration, srcs, clients []string, err error) {
 	close(s.stop)
 	select {
 	case <-s.stoppedCh:
@@ -403,24 +424,51 @@ func (s *tcpStream) result(since time.Time) (alive bool, gap time.Duration, srcs
 	for k := range s.sources {
 		srcs = append(srcs, k)
 	}
-	return s.err == nil && s.lastOK.After(since), s.maxGap, srcs, s.err
+	for k := range s.clients {
+		clients = append(clients, k)
+	}
+	slices.Sort(clients)
+	return s.err == nil && s.lastOK.After(since), s.maxGap, srcs, clients, s.err
 }
 
 // TestEgressFailoverSessions measures what established sessions through the gateway survive
 // when the active gateway dies hard (its agent and its ovs-vswitchd SIGKILLed): 5 long TCP
 // connections and one UDP stream from echo-a, the time until new connections leave with the
-// egress IP again, and what the server saw. Figures are printed; the test requires that new
-// connections work again and that the server never saw another source than the egress IP.
+// egress IP again, and what the server saw. Port blocks (docs/egress.md "Port blocks"): two
+// more TCP connections, from echo-a (node2) and from the pod on the other candidate (echo-b on
+// node3 or echo-c on node1, selected too), bind the SAME source port to the same server. The
+// test requires that new connections work again, that every session (the 5, the 2 colliding
+// ones, the UDP stream) is kept, that the server never saw another source than the egress IP,
+// that each TCP session kept its translated port through the failover (the new gateway
+// computed the same tuple) and that the two colliding sessions stayed distinct.
 func TestEgressFailoverSessions(t *testing.T) {
 	const nTCP = 5
+	const samePort = 45000
 	serveFromClient(t)
-	ensurePolicy(t)
+	ensurePolicyFor(t, "echo-a", "echo-b", "echo-c")
 	active := activeGateway(t, "", 30*time.Second)
 	waitNewConns(t, time.Now(), "", 20*time.Second)
+	other := map[string]string{"node1": "echo-b", "node3": "echo-c"}[active] // on the surviving candidate
 
+	// Every session must be opened with the pod's port block in place: a connection opened while
+	// the block is pending leaves unmapped, with the pod's own port (docs/egress.md "Port blocks").
+	// So wait until a new connection of each pod reaches the server from a port of its block.
+	blocks := map[string][2]int{}
+	for _, pod := range []string{"echo-a", other} {
+		first, size := waitPortBlock(t, pod, 20*time.Second)
+		blocks[pod] = [2]int{first, size}
+		require.Eventually(t, func() bool {
+			r, err := theLab.RequestWith(pod, "tcp", clientIP+":"+egressPort, lab.RequestOpts{Timeout: "1s"})
+			return err == nil && r.ClientIP() == egressIP && inBlock(r.Client, first, size)
+		}, 20*time.Second, 200*time.Millisecond, "new connections from %s through the egress IP from a port of its block %d/%d", pod, first, size)
+	}
 	var streams []*tcpStream
 	for range nTCP {
 		streams = append(streams, startTCPStream(t))
+	}
+	var collide []*tcpStream
+	for _, pod := range []string{"echo-a", other} {
+		collide = append(collide, startTCPStreamFrom(t, pod, clientIP+":"+egressPort, samePort))
 	}
 	ns, err := theLab.Netns("echo-a")
 	require.NoError(t, err)
@@ -446,16 +494,31 @@ func TestEgressFailoverSessions(t *testing.T) {
 
 	alive := 0
 	var gaps []string
-	for i, s := range streams {
-		ok, gap, srcs, err := s.result(start)
+	var collideSeen []string
+	for i, s := range append(slices.Clone(streams), collide...) {
+		ok, gap, srcs, clients, err := s.resultClients(start)
 		if ok {
 			alive++
 		}
-		gaps = append(gaps, fmt.Sprintf("#%d alive=%v longest-gap=%v sources=%v err=%v", i, ok, gap.Round(time.Millisecond), srcs, err))
+		gaps = append(gaps, fmt.Sprintf("#%d alive=%v longest-gap=%v server saw %v err=%v", i, ok, gap.Round(time.Millisecond), clients, err))
 		for _, src := range srcs {
 			assert.Equal(t, egressIP, src, "TCP stream %d: the server saw another source", i)
 		}
+		assert.True(t, ok, "TCP stream %d not kept through the failover", i)
+		assert.Len(t, clients, 1, "TCP stream %d: the server saw its translated port change", i)
+		pod := "echo-a"
+		if i == nTCP+1 {
+			pod = other
+		}
+		for _, c := range clients {
+			assert.True(t, inBlock(c, blocks[pod][0], blocks[pod][1]), "TCP stream %d: %s is outside %s's block %v", i, c, pod, blocks[pod])
+		}
+		if i >= nTCP && len(clients) > 0 {
+			collideSeen = append(collideSeen, clients[0])
+		}
 	}
+	require.Len(t, collideSeen, 2)
+	assert.NotEqual(t, collideSeen[0], collideSeen[1], "the two sessions bound to port %d collided", samePort)
 	udpIn.Close()
 	require.NoError(t, udp.Wait())
 	var u struct {
@@ -467,10 +530,46 @@ func TestEgressFailoverSessions(t *testing.T) {
 	for _, c := range u.Clients {
 		assert.Equal(t, egressIP, c, "UDP: the server saw another source")
 	}
+	assert.Greater(t, u.Received, 0)
 	for _, g := range gaps {
 		t.Logf("TCP %s", g)
 	}
+	t.Logf("port blocks (first, size): echo-a %v, %s %v", blocks["echo-a"], other, blocks[other])
+	t.Logf("port %d bound by echo-a (node2) and %s: the server saw %v", samePort, other, collideSeen)
 	t.Logf("FAILOVER (agent and ovs-vswitchd of %s SIGKILLed; new gateway %s; lease duration 3s, renew deadline 2s, retry 500ms): "+
-		"new connections work after %v; TCP sessions kept: %d/%d; UDP stream: %d sent, %d answered, longest silence %d ms, sources %v",
-		active, newGW, took.Round(time.Millisecond), alive, nTCP, u.Sent, u.Received, u.MaxGapMs, u.Clients)
+		"new connections work after %v; TCP sessions kept: %d/%d (5 + 2 on one source port); UDP stream: %d sent, %d answered, longest silence %d ms, sources %v",
+		active, newGW, took.Round(time.Millisecond), alive, nTCP+len(collide), u.Sent, u.Received, u.MaxGapMs, u.Clients)
+}
+
+// waitPortBlock waits until the policy's status.portBlocks holds an active block of pod (in the
+// lab's namespace) for egressIP and returns its first port and size.
+func waitPortBlock(t *testing.T, pod string, timeout time.Duration) (first, size int) {
+	t.Helper()
+	var last []egressv1.PortBlock
+	err := lab.WaitFor(func() error {
+		g, err := ecs.OvsSrcipV1alpha1().EgressGateways().Get(context.Background(), egwName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		last = g.Status.PortBlocks
+		for _, b := range g.Status.PortBlocks {
+			if b.EgressIP == egressIP && strings.HasSuffix(b.Pod, "/"+pod) && b.ReleasedAt == nil {
+				first, size = int(b.First), int(b.Size)
+				return nil
+			}
+		}
+		return fmt.Errorf("no block of %s", pod)
+	}, timeout)
+	require.NoError(t, err, "status.portBlocks %+v", last)
+	return first, size
+}
+
+// inBlock reports whether the port of hostport is in first..first+size-1.
+func inBlock(hostport string, first, size int) bool {
+	_, p, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	n, err := strconv.Atoi(p)
+	return err == nil && n >= first && n < first+size
 }

@@ -112,6 +112,65 @@ type EgressGatewayStatus struct {
 	// +listMapKey=node
 	// +kubebuilder:validation:MaxItems=5000
 	Nodes []NodeStatus `json:"nodes,omitempty"`
+
+	// PortBlocks are the source-port blocks of the selected pods, one per (pod, egress IP),
+	// unique per egress IP: the pod's node maps its TCP and UDP source ports into its block,
+	// so every gateway of the egress IP sees ports no other pod uses and keeps them (sessions
+	// survive a failover; two pods using the same source port to one server stay distinct).
+	// Written by the policy's status writer only (update with resourceVersion, conflicts
+	// retried), from the pods the nodes list (nodes[].pods); a block whose pod went keeps its
+	// entry with releasedAt and is not given to another pod before the quarantine
+	// (--egress-port-quarantine, 2 x MSL) has passed.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=4096
+	PortBlocks []PortBlock `json:"portBlocks,omitempty"`
+}
+
+// PortBlock is the source-port block of one pod for one egress IP.
+type PortBlock struct {
+	// EgressIP is one of spec.egressIPs.
+	// +required
+	// +kubebuilder:validation:MaxLength=45
+	EgressIP string `json:"egressIP"`
+	// Pod is the pod's namespace/name.
+	// +required
+	// +kubebuilder:validation:MaxLength=317
+	Pod string `json:"pod"`
+	// PodUID is the pod's metadata.uid (a pod re-created under the same name gets a new block).
+	// +required
+	// +kubebuilder:validation:MaxLength=64
+	PodUID string `json:"podUID"`
+	// First is the block's first port; the block is First..First+Size-1, aligned to Size.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	First int32 `json:"first"`
+	// Size is the number of ports, a power of two.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=32768
+	Size int32 `json:"size"`
+	// ReleasedAt is set when the pod no longer uses the block (deleted, no longer selected, or
+	// its node gone): the block is quarantined from then on and freed after the quarantine.
+	// +optional
+	ReleasedAt *metav1.Time `json:"releasedAt,omitempty"`
+}
+
+// PodPortRequest names one local pod that a node's agent needs a port block for.
+type PodPortRequest struct {
+	// Pod is the pod's namespace/name.
+	// +required
+	// +kubebuilder:validation:MaxLength=317
+	Pod string `json:"pod"`
+	// PodUID is the pod's metadata.uid.
+	// +required
+	// +kubebuilder:validation:MaxLength=64
+	PodUID string `json:"podUID"`
+	// EgressIP is the egress IP the pod uses (one per family).
+	// +required
+	// +kubebuilder:validation:MaxLength=45
+	EgressIP string `json:"egressIP"`
 }
 
 // ActiveGateway is the gateway node of one egress IP.
@@ -136,6 +195,12 @@ type NodeStatus struct {
 	// +required
 	// +kubebuilder:validation:Minimum=0
 	ObservedGeneration int64 `json:"observedGeneration"`
+	// Pods are the node's pods that this policy selects, with their egress IP: the status
+	// writer allocates their port blocks (portBlocks).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=4096
+	Pods []PodPortRequest `json:"pods,omitempty"`
 	// Declined are the egress IPs this node is eligible for but declines to serve, each with
 	// why and what to do (e.g. an IPv6 egress IP inside an IPv6 subnet of one of the node's
 	// secondary NICs: docs/egress.md "Secondary NICs"). The node does not run for them; the
@@ -185,6 +250,14 @@ const (
 	ReasonUnsupported = "Unsupported"
 	// ReasonNoConflict: Conflict=False.
 	ReasonNoConflict = "NoConflict"
+
+	// ConditionPortBlocksExhausted is True when a selected pod has no port block because its
+	// egress IP's port pool is full (its TCP and UDP egress is dropped until one is freed).
+	ConditionPortBlocksExhausted = "PortBlocksExhausted"
+	// ReasonPoolExhausted: PortBlocksExhausted=True.
+	ReasonPoolExhausted = "PoolExhausted"
+	// ReasonBlocksAllocated: PortBlocksExhausted=False, every listed pod has its block.
+	ReasonBlocksAllocated = "BlocksAllocated"
 )
 
 // EgressGatewayList is a list of EgressGateways.

@@ -1,0 +1,181 @@
+package agent
+
+import (
+	"cmp"
+	"fmt"
+	"math/bits"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	egressv1 "github.com/ovs-srcip/ovs-srcip/apis/ovssrcip/v1alpha1"
+)
+
+// Port blocks (docs/egress.md "Port blocks"): every pod an EgressGateway selects gets, per
+// egress IP it uses, an aligned power-of-two block of source ports, unique among the pods of
+// that egress IP. The pod's node maps the pod's TCP and UDP source ports into it (ct nat in
+// ZonePod, flows.PodEgress.PortFirst), so every gateway of the egress IP sees ports no other
+// pod uses, and its nat(src=EGRESS_IP) keeps them: a new gateway after a failover gives a
+// running connection the same translated tuple, and two pods using the same source port to one
+// server stay distinct. The blocks live in the policy's status.portBlocks (stable across
+// failovers and agent restarts), written by the policy's status writer from the pods the nodes
+// list in status.nodes[].pods.
+
+// PortPool is how the port blocks are cut: the ports First..Last (inclusive), blocks of Size
+// ports (a power of two) aligned to Size, and how long a released block stays quarantined
+// before another pod may get it (2 x MSL: a server keeps the 4-tuple in TIME_WAIT that long).
+type PortPool struct {
+	First, Last uint16
+	Size        int
+	Quarantine  time.Duration
+}
+
+// DefaultPortPool is the pool of srcip-agent's defaults: ports 1024-65535 in blocks of 512
+// (126 blocks, so 126 pods per egress IP), quarantine 2 minutes (2 x 60 s, Linux's
+// TCP_TIMEWAIT_LEN taken as the MSL bound).
+var DefaultPortPool = PortPool{First: 1024, Last: 65535, Size: 512, Quarantine: 2 * time.Minute}
+
+// ParsePortPool returns the pool of the flags --egress-port-range (FIRST-LAST),
+// --egress-port-block-size and --egress-port-quarantine, or an error that names the bad one.
+func ParsePortPool(portRange string, size int, quarantine time.Duration) (PortPool, error) {
+	lo, hi, ok := strings.Cut(portRange, "-")
+	first, err1 := strconv.ParseUint(strings.TrimSpace(lo), 10, 16)
+	last, err2 := strconv.ParseUint(strings.TrimSpace(hi), 10, 16)
+	if !ok || err1 != nil || err2 != nil || first == 0 || first > last {
+		return PortPool{}, fmt.Errorf("--egress-port-range %q: want FIRST-LAST with 1 <= FIRST <= LAST <= 65535", portRange)
+	}
+	if size < 1 || size > 32768 || bits.OnesCount(uint(size)) != 1 {
+		return PortPool{}, fmt.Errorf("--egress-port-block-size %d: want a power of two from 1 to 32768", size)
+	}
+	if quarantine < 0 {
+		return PortPool{}, fmt.Errorf("--egress-port-quarantine %v: must not be negative", quarantine)
+	}
+	p := PortPool{First: uint16(first), Last: uint16(last), Size: size, Quarantine: quarantine}
+	if p.Blocks() == 0 {
+		return PortPool{}, fmt.Errorf("--egress-port-range %q holds no aligned block of %d ports", portRange, size)
+	}
+	return p, nil
+}
+
+// Blocks is the number of blocks the pool holds (per egress IP).
+func (p PortPool) Blocks() int {
+	if p.Size == 0 {
+		return 0
+	}
+	n := 0
+	for s := p.firstStart(); s+int(p.Size)-1 <= int(p.Last); s += int(p.Size) {
+		n++
+	}
+	return n
+}
+
+func (p PortPool) firstStart() int {
+	sz := int(p.Size)
+	return (int(p.First) + sz - 1) / sz * sz
+}
+
+// PortRequest is one (pod, egress IP) that needs a block.
+type PortRequest struct {
+	Pod, PodUID, EgressIP string
+}
+
+func (r PortRequest) String() string { return r.Pod + " (" + r.EgressIP + ")" }
+
+// AllocatePortBlocks returns the port blocks after one allocation round from cur (the policy's
+// status.portBlocks) for the requests want, and the requests left without a block (the pool of
+// their egress IP is exhausted):
+//   - a request that has a block (same egress IP and pod UID) keeps it, also a quarantined one
+//     (its pod came back: it is still its own);
+//   - an active block that no request names is released: ReleasedAt = now (quarantined);
+//   - a quarantined block is dropped once pool.Quarantine has passed since ReleasedAt;
+//   - every other request gets the lowest aligned block of the pool that overlaps no block of
+//     its egress IP (active or quarantined, whatever its size: blocks cut with an older size
+//     keep theirs), in the order egress IP, pod, UID.
+//
+// It is pure (now is the clock); the result is sorted by egress IP and first port.
+func AllocatePortBlocks(cur []egressv1.PortBlock, want []PortRequest, pool PortPool, now time.Time) ([]egressv1.PortBlock, []PortRequest) {
+	type key struct{ ip, uid string }
+	wanted := map[key]PortRequest{}
+	for _, r := range want {
+		wanted[key{r.EgressIP, r.PodUID}] = r
+	}
+	has := map[key]bool{}
+	var out []egressv1.PortBlock
+	for _, b := range cur {
+		k := key{b.EgressIP, b.PodUID}
+		switch {
+		case wanted[k] != (PortRequest{}) && !has[k]:
+			has[k] = true
+			b.ReleasedAt = nil
+		case b.ReleasedAt == nil:
+			t := metav1.NewTime(now)
+			b.ReleasedAt = &t
+		case now.Sub(b.ReleasedAt.Time) >= pool.Quarantine:
+			continue
+		}
+		out = append(out, b)
+	}
+	var todo []PortRequest
+	for k, r := range wanted {
+		if !has[k] {
+			todo = append(todo, r)
+		}
+	}
+	slices.SortFunc(todo, func(a, b PortRequest) int {
+		return cmp.Or(cmp.Compare(a.EgressIP, b.EgressIP), cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.PodUID, b.PodUID))
+	})
+	var waiting []PortRequest
+	sz := int(pool.Size)
+	for _, r := range todo {
+		got := false
+		for s := pool.firstStart(); sz > 0 && s+sz-1 <= int(pool.Last); s += sz {
+			if !overlaps(out, r.EgressIP, s, s+sz-1) {
+				out = append(out, egressv1.PortBlock{EgressIP: r.EgressIP, Pod: r.Pod, PodUID: r.PodUID, First: int32(s), Size: int32(sz)})
+				got = true
+				break
+			}
+		}
+		if !got {
+			waiting = append(waiting, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b egressv1.PortBlock) int {
+		return cmp.Or(cmp.Compare(a.EgressIP, b.EgressIP), cmp.Compare(a.First, b.First))
+	})
+	return out, waiting
+}
+
+func overlaps(blocks []egressv1.PortBlock, ip string, lo, hi int) bool {
+	for _, b := range blocks {
+		if b.EgressIP == ip && int(b.First) <= hi && lo <= int(b.First+b.Size-1) {
+			return true
+		}
+	}
+	return false
+}
+
+// portBlockOf returns the active block of pod uid for egress IP ip in blocks (ok false: none).
+func portBlockOf(blocks []egressv1.PortBlock, ip, uid string) (first, last uint16, ok bool) {
+	for _, b := range blocks {
+		if b.EgressIP == ip && b.PodUID == uid && b.ReleasedAt == nil && b.First > 0 && b.Size > 0 && b.First+b.Size-1 <= 65535 {
+			return uint16(b.First), uint16(b.First + b.Size - 1), true
+		}
+	}
+	return 0, 0, false
+}
+
+func portBlocksEqual(a, b []egressv1.PortBlock) bool {
+	return slices.EqualFunc(a, b, func(x, y egressv1.PortBlock) bool {
+		if (x.ReleasedAt == nil) != (y.ReleasedAt == nil) {
+			return false
+		}
+		if x.ReleasedAt != nil && !x.ReleasedAt.Time.Truncate(time.Second).Equal(y.ReleasedAt.Time.Truncate(time.Second)) {
+			return false
+		}
+		x.ReleasedAt, y.ReleasedAt = nil, nil
+		return x == y
+	})
+}
