@@ -65,6 +65,8 @@ func TestAgentOnDummyOVS(t *testing.T) {
 		nodeName: "node1", manifests: dir, ovsdb: sb.Endpoint(), ovsRunDir: sb.RunDir,
 		bridgeEx: "br-ex", bridgeInt: "br-int", uplink: "eth0", genevePort: 6081,
 		fullSyncPeriod: time.Minute, metricsAddr: "0", openflow: "native",
+		// The port-block pool as the flags' defaults give it (run parses it).
+		egressPortRange: "1024-65535", egressPortBlock: agent.DefaultPortPool.Size, egressPortQuar: agent.DefaultPortPool.Quarantine,
 	}
 	ex := ofctl.NewOpenFlow("br-ex", ofctl.MgmtTarget(sb.RunDir, "br-ex"))
 	in := ofctl.NewOpenFlow("br-int", ofctl.MgmtTarget(sb.RunDir, "br-int"))
@@ -105,10 +107,20 @@ func TestAgentOnDummyOVS(t *testing.T) {
 	}
 
 	cancel, done := start()
-	require.Eventually(t, func() bool {
-		out, err := ex.DumpFlows(context.Background(), "")
-		return err == nil && strings.Contains(out, "tp_dst=30080")
-	}, 30*time.Second, 100*time.Millisecond)
+	// The Service's flows appear; an agent that exits first fails the test with its error.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		select {
+		case err := <-done:
+			t.Fatalf("the agent exited before writing the Service's flows: %v", err)
+		default:
+		}
+		if out, err := ex.DumpFlows(context.Background(), ""); err == nil && strings.Contains(out, "tp_dst=30080") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no flow with tp_dst=30080 on br-ex after 30s")
+		}
+	}
 	time.Sleep(500 * time.Millisecond) // let the OVSDB-triggered full syncs settle
 	// The status socket in the run directory answers /status (srcipctl status) and /trace.
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
