@@ -401,7 +401,10 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 	// written yet, or a status writer that allocates none: an agent of an older version during
 	// an upgrade) it keeps the egress path with its own port (flows.PodEgress.PortsExhausted).
 	blocksOf := map[string][]egressv1.PortBlock{}
-	type waitKey struct{ policy, uid, ip string }
+	type waitKey struct {
+		policy string
+		holder holderKey
+	}
 	exhausted := map[waitKey]bool{}
 	for _, p := range pols {
 		slices.SortFunc(p.LocalPods, func(a, b egressv1.PodPortRequest) int {
@@ -419,7 +422,7 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 			blocksOf[p.Name], waiting = AllocatePortBlocks(m.localBlocks[p.Name], want, m.portPool, m.now())
 		}
 		for _, r := range waiting {
-			exhausted[waitKey{p.Name, r.PodUID, r.EgressIP}] = true
+			exhausted[waitKey{p.Name, holderOf(r.EgressIP, r.Pod, r.PodUID)}] = true
 		}
 	}
 	if m.localPortBlocks {
@@ -432,8 +435,8 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 		for _, e := range []*flows.PodEgress{pe, pe6} {
 			if e != nil {
 				var ok bool
-				e.PortFirst, e.PortLast, ok = portBlockOf(blocksOf[e.Policy], e.IP.String(), a.uid)
-				e.PortsExhausted = !ok && exhausted[waitKey{e.Policy, a.uid, e.IP.String()}]
+				e.PortFirst, e.PortLast, ok = portBlockOf(blocksOf[e.Policy], e.IP.String(), k.Namespace+"/"+k.Name, a.uid)
+				e.PortsExhausted = !ok && exhausted[waitKey{e.Policy, holderOf(e.IP.String(), k.Namespace+"/"+k.Name, a.uid)}]
 			}
 		}
 		if !reflect.DeepEqual(pe, m.podEgress[k]) || !reflect.DeepEqual(pe, fp.Egress) ||

@@ -84,11 +84,24 @@ type PortRequest struct {
 
 func (r PortRequest) String() string { return r.Pod + " (" + r.EgressIP + ")" }
 
+// holderKey names the holder of a block of one egress IP: the pod's UID, or, for a pod without
+// metadata.uid (manifests mode: a Pod manifest need not carry one), its namespace/name, so
+// that two UID-less pods never share a block.
+type holderKey struct{ ip, uid, pod string }
+
+func holderOf(ip, pod, uid string) holderKey {
+	if uid != "" {
+		return holderKey{ip: ip, uid: uid}
+	}
+	return holderKey{ip: ip, pod: pod}
+}
+
 // AllocatePortBlocks returns the port blocks after one allocation round from cur (the policy's
 // status.portBlocks) for the requests want, and the requests left without a block (the pool of
 // their egress IP is exhausted):
-//   - a request that has a block (same egress IP and pod UID) keeps it, also a quarantined one
-//     (its pod came back: it is still its own);
+//   - a request that has a block (same egress IP and pod UID; a pod without UID: same
+//     namespace/name and no UID) keeps it, also a quarantined one (its pod came back: it is
+//     still its own);
 //   - an active block that no request names is released: ReleasedAt = now (quarantined);
 //   - a quarantined block is dropped once pool.Quarantine has passed since ReleasedAt;
 //   - every other request gets the lowest aligned block of the pool that overlaps no block of
@@ -97,15 +110,14 @@ func (r PortRequest) String() string { return r.Pod + " (" + r.EgressIP + ")" }
 //
 // It is pure (now is the clock); the result is sorted by egress IP and first port.
 func AllocatePortBlocks(cur []egressv1.PortBlock, want []PortRequest, pool PortPool, now time.Time) ([]egressv1.PortBlock, []PortRequest) {
-	type key struct{ ip, uid string }
-	wanted := map[key]PortRequest{}
+	wanted := map[holderKey]PortRequest{}
 	for _, r := range want {
-		wanted[key{r.EgressIP, r.PodUID}] = r
+		wanted[holderOf(r.EgressIP, r.Pod, r.PodUID)] = r
 	}
-	has := map[key]bool{}
+	has := map[holderKey]bool{}
 	var out []egressv1.PortBlock
 	for _, b := range cur {
-		k := key{b.EgressIP, b.PodUID}
+		k := holderOf(b.EgressIP, b.Pod, b.PodUID)
 		switch {
 		case wanted[k] != (PortRequest{}) && !has[k]:
 			has[k] = true
@@ -157,10 +169,12 @@ func overlaps(blocks []egressv1.PortBlock, ip string, lo, hi int) bool {
 	return false
 }
 
-// portBlockOf returns the active block of pod uid for egress IP ip in blocks (ok false: none).
-func portBlockOf(blocks []egressv1.PortBlock, ip, uid string) (first, last uint16, ok bool) {
+// portBlockOf returns the active block of the pod (namespace/name pod, UID uid; without UID:
+// the block of that name without UID) for egress IP ip in blocks (ok false: none).
+func portBlockOf(blocks []egressv1.PortBlock, ip, pod, uid string) (first, last uint16, ok bool) {
+	want := holderOf(ip, pod, uid)
 	for _, b := range blocks {
-		if b.EgressIP == ip && b.PodUID == uid && b.ReleasedAt == nil && b.First > 0 && b.Size > 0 && b.First+b.Size-1 <= 65535 {
+		if holderOf(b.EgressIP, b.Pod, b.PodUID) == want && b.ReleasedAt == nil && b.First > 0 && b.Size > 0 && b.First+b.Size-1 <= 65535 {
 			return uint16(b.First), uint16(b.First + b.Size - 1), true
 		}
 	}

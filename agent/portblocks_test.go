@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/netip"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -73,7 +75,7 @@ func TestAllocatePortBlocksQuarantine(t *testing.T) {
 	cur, _ = AllocatePortBlocks(cur, []PortRequest{req("ns/b", "u2", "ip")}, pool, t0.Add(time.Second))
 	require.NotNil(t, cur[0].ReleasedAt)
 	assert.Equal(t, t0.Add(time.Second), cur[0].ReleasedAt.Time)
-	_, _, ok := portBlockOf(cur, "ip", "u1")
+	_, _, ok := portBlockOf(cur, "ip", "ns/a", "u1")
 	assert.False(t, ok, "a quarantined block serves no pod")
 	// The pool is full (a quarantined, b active): a re-created a (new UID) waits.
 	got, waiting := AllocatePortBlocks(cur, []PortRequest{req("ns/b", "u2", "ip"), req("ns/a", "u9", "ip")}, pool, t0.Add(2*time.Minute))
@@ -86,7 +88,7 @@ func TestAllocatePortBlocksQuarantine(t *testing.T) {
 	// The same pod (UID) coming back within the quarantine keeps its own block.
 	cur, _ = AllocatePortBlocks(got, []PortRequest{req("ns/a", "u9", "ip")}, pool, t0.Add(10*time.Minute))
 	cur, _ = AllocatePortBlocks(cur, []PortRequest{req("ns/a", "u9", "ip"), req("ns/b", "u2", "ip")}, pool, t0.Add(11*time.Minute))
-	lo, hi, ok := portBlockOf(cur, "ip", "u2")
+	lo, hi, ok := portBlockOf(cur, "ip", "ns/b", "u2")
 	assert.True(t, ok)
 	assert.Equal(t, [2]uint16{1536, 2047}, [2]uint16{lo, hi})
 }
@@ -374,4 +376,56 @@ func sumInts(xs []int) int {
 		s += x
 	}
 	return s
+}
+
+// BenchmarkAllocatePortBlocks is one allocation round for 16 egress IPs with 146 pods each
+// (2336 requests; the default pool holds 126 blocks per egress IP, so 20 pods per egress IP
+// wait and scan the whole pool): "fresh" from an empty status, "steady" from the status the
+// fresh round wrote (every pod keeps its block, the waiting ones scan again).
+func BenchmarkAllocatePortBlocks(b *testing.B) {
+	var want []PortRequest
+	for ip := 0; ip < 16; ip++ {
+		for pod := 0; pod < 146; pod++ {
+			want = append(want, req(fmt.Sprintf("ns/pod-%d-%d", ip, pod), fmt.Sprintf("uid-%d-%d", ip, pod), fmt.Sprintf("192.0.2.%d", 10+ip)))
+		}
+	}
+	now := time.Unix(1000, 0)
+	steady, _ := AllocatePortBlocks(nil, want, DefaultPortPool, now)
+	b.Run("fresh", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			AllocatePortBlocks(nil, want, DefaultPortPool, now)
+		}
+	})
+	b.Run("steady", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			AllocatePortBlocks(steady, want, DefaultPortPool, now)
+		}
+	})
+}
+
+// Manifests mode: pods without metadata.uid (a Pod manifest need not carry one) are told apart
+// by namespace/name, so each gets its own block (not one block shared by every UID-less pod).
+func TestEgressPortBlocksWithoutUID(t *testing.T) {
+	m, k, _ := egressModel(t, egressPolicy("job", "192.0.2.60"))
+	m.pods[nn("demo", "job2")] = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "job2", Labels: map[string]string{"app": "job"}},
+		Spec: corev1.PodSpec{NodeName: thisNode}}
+	k2 := flows.Key{Kind: flows.KindPod, Namespace: "demo", Name: "job2"}
+	m.st.Pods[k2] = flows.Pod{Namespace: "demo", Name: "job2", IPs: []netip.Addr{addr("10.244.1.6")}}
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	a, b := m.st.Pods[k].Egress, m.st.Pods[k2].Egress
+	require.NotNil(t, a)
+	require.NotNil(t, b)
+	require.True(t, a.HasPorts())
+	require.True(t, b.HasPorts())
+	assert.NotEqual(t, a.PortFirst, b.PortFirst, "two UID-less pods share no block")
+	assert.Len(t, m.localBlocks["job"], 2)
+	// The pool holds one block: the second UID-less pod waits (only it is failed closed).
+	m.localBlocks = nil
+	m.portPool = PortPool{First: 1024, Last: 1535, Size: 512, Quarantine: time.Minute}
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	a, b = m.st.Pods[k].Egress, m.st.Pods[k2].Egress
+	assert.True(t, a.HasPorts())
+	assert.False(t, a.PortsExhausted)
+	assert.False(t, b.HasPorts())
+	assert.True(t, b.PortsExhausted)
 }
