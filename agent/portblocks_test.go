@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -428,4 +429,78 @@ func TestEgressPortBlocksWithoutUID(t *testing.T) {
 	assert.False(t, a.PortsExhausted)
 	assert.False(t, b.HasPorts())
 	assert.True(t, b.PortsExhausted)
+}
+
+// applyRecorder makes the fake clientset take server-side applies of the status (it has none):
+// a status.nodes entry is merged by node, the writer's activeGateways and conditions replace
+// the stored ones; applies counts them per field manager.
+func applyRecorder(t *testing.T, c *egressfake.Clientset) map[string]int {
+	applies := map[string]int{}
+	c.PrependReactor("patch", "egressgateways", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		pa := a.(k8stesting.PatchAction)
+		if pa.GetPatchType() != types.ApplyPatchType || pa.GetSubresource() != "status" {
+			return false, nil, nil
+		}
+		var body struct{ Status egressv1.EgressGatewayStatus }
+		require.NoError(t, json.Unmarshal(pa.GetPatch(), &body))
+		o, err := c.Tracker().Get(egressv1.SchemeGroupVersion.WithResource("egressgateways"), "", pa.GetName())
+		require.NoError(t, err)
+		g := o.(*egressv1.EgressGateway).DeepCopy()
+		for _, n := range body.Status.Nodes {
+			i := slices.IndexFunc(g.Status.Nodes, func(x egressv1.NodeStatus) bool { return x.Node == n.Node })
+			if i < 0 {
+				g.Status.Nodes = append(g.Status.Nodes, n)
+			} else {
+				g.Status.Nodes[i] = n
+			}
+		}
+		if len(body.Status.Nodes) == 0 {
+			g.Status.ActiveGateways, g.Status.Conditions = body.Status.ActiveGateways, body.Status.Conditions
+			applies["gateways"]++
+		} else {
+			applies["node"]++
+		}
+		return true, g, c.Tracker().Update(egressv1.SchemeGroupVersion.WithResource("egressgateways"), g, "")
+	})
+	return applies
+}
+
+// A status.portBlocks update that keeps failing (here: the API server refuses it) does not
+// freeze the rest of the status: activeGateways and the conditions are still applied, the
+// PortBlocksExhausted condition carries the error (Unknown WriteFailed), and write returns
+// the error (Run logs it; retried at the next Publish).
+func TestEgressStatusWriterPortBlocksWriteFails(t *testing.T) {
+	ctx := context.Background()
+	c := egressfake.NewSimpleClientset()
+	applies := applyRecorder(t, c)
+	c.PrependReactor("update", "egressgateways", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "status" {
+			return true, nil, apierrors.NewBadRequest("status.portBlocks: Too many: 4097: must have at most 4096 items")
+		}
+		return false, nil, nil
+	})
+	g := egressPolicy("job", "192.0.2.50")
+	g.Status.Nodes = []egressv1.NodeStatus{{Node: "node2", ObservedGeneration: 1,
+		Pods: []egressv1.PodPortRequest{{Pod: "demo/a", PodUID: "ua", EgressIP: "192.0.2.50"}}}}
+	g, err := c.OvsSrcipV1alpha1().EgressGateways().Create(ctx, g, metav1.CreateOptions{})
+	require.NoError(t, err)
+	w := NewEgressStatusWriter(c, "node1")
+	w.clock = func() time.Time { return time.Unix(1000, 0) }
+	p := &EgressPolicy{Name: "job", Generation: 1, StatusWriter: "node1", Pool: DefaultPortPool, Nodes: []string{"node1", "node2"},
+		obj: g, IPs: []EgressIPState{{IP: netip.MustParseAddr("192.0.2.50"), Gateway: "node1", usable: true}}}
+	err = w.write(ctx, p)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "update status.portBlocks")
+	assert.Equal(t, 1, applies["gateways"], "activeGateways and conditions applied anyway")
+	got, err := c.OvsSrcipV1alpha1().EgressGateways().Get(ctx, "job", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, got.Status.PortBlocks)
+	assert.Equal(t, []egressv1.ActiveGateway{{EgressIP: "192.0.2.50", Node: "node1"}}, got.Status.ActiveGateways)
+	require.NotNil(t, meta.FindStatusCondition(got.Status.Conditions, egressv1.ConditionReady))
+	pc := meta.FindStatusCondition(got.Status.Conditions, egressv1.ConditionPortBlocksExhausted)
+	require.NotNil(t, pc)
+	assert.Equal(t, metav1.ConditionUnknown, pc.Status)
+	assert.Equal(t, egressv1.ReasonPortBlocksWriteFailed, pc.Reason)
+	assert.Contains(t, pc.Message, "status.portBlocks not written")
+	assert.Contains(t, pc.Message, "must have at most 4096 items")
 }

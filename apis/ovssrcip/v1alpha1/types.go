@@ -258,6 +258,9 @@ const (
 	ReasonPoolExhausted = "PoolExhausted"
 	// ReasonBlocksAllocated: PortBlocksExhausted=False, every listed pod has its block.
 	ReasonBlocksAllocated = "BlocksAllocated"
+	// ReasonPortBlocksWriteFailed: PortBlocksExhausted=Unknown, the status writer's update of
+	// status.portBlocks failed (the message has the error); retried at its next sync.
+	ReasonPortBlocksWriteFailed = "WriteFailed"
 )
 
 // EgressGatewayList is a list of EgressGateways.
