@@ -351,8 +351,8 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 	for _, p := range pols {
 		var probs []string
 		if p.StatusWriter == m.node {
-			if _, waiting := AllocatePortBlocks(p.obj.Status.PortBlocks, portRequests(p), p.Pool, m.now()); len(waiting) > 0 {
-				probs = append(probs, exhaustedMessage(p, waiting))
+			if blocks, waiting := AllocatePortBlocks(p.obj.Status.PortBlocks, portRequests(p), p.Pool, m.now()); len(waiting) > 0 {
+				probs = append(probs, exhaustedMessage(p, blocks, waiting))
 			}
 		}
 		if len(probs) > 0 || !m.quiet(probs) {
@@ -486,8 +486,10 @@ func portRequests(p *EgressPolicy) []PortRequest {
 	return out
 }
 
-// exhaustedMessage says how many pods of p wait for a port block and what to do.
-func exhaustedMessage(p *EgressPolicy, waiting []PortRequest) string {
+// exhaustedMessage says how many pods of p wait for a port block (blocks: the allocation that
+// leaves them waiting), why (the pool of their egress IP, or the status list's limit) and
+// what to do.
+func exhaustedMessage(p *EgressPolicy, blocks []egressv1.PortBlock, waiting []PortRequest) string {
 	names := make([]string, 0, 3)
 	for i, r := range waiting {
 		if i == 3 {
@@ -495,6 +497,12 @@ func exhaustedMessage(p *EgressPolicy, waiting []PortRequest) string {
 			break
 		}
 		names = append(names, r.String())
+	}
+	if portBlocksListFull(blocks) {
+		return fmt.Sprintf("%d pod(s) wait for a source-port block (%s): status.portBlocks holds %d entries, the most "+
+			"the EgressGateway CRD allows (one per pod and egress IP, quarantined blocks included); their TCP and UDP "+
+			"egress is dropped until an entry is free: split the pods among several EgressGateways",
+			len(waiting), strings.Join(names, ", "), len(blocks))
 	}
 	return fmt.Sprintf("%d pod(s) wait for a source-port block (%s): each egress IP holds %d blocks of %d ports "+
 		"(ports %d-%d); their TCP and UDP egress is dropped until a block is free: add egress IPs, or give "+

@@ -300,8 +300,11 @@ func policyStatus(p *EgressPolicy, now time.Time, blockErr error) egressv1.Egres
 	}
 	ports := metav1.Condition{Type: egressv1.ConditionPortBlocksExhausted, Status: metav1.ConditionFalse,
 		Reason: egressv1.ReasonBlocksAllocated, Message: "every selected pod has its source-port block", ObservedGeneration: p.Generation}
-	if _, waiting := AllocatePortBlocks(p.obj.Status.PortBlocks, portRequests(p), p.Pool, now); len(waiting) > 0 {
-		ports.Status, ports.Reason, ports.Message = metav1.ConditionTrue, egressv1.ReasonPoolExhausted, exhaustedMessage(p, waiting)
+	if blocks, waiting := AllocatePortBlocks(p.obj.Status.PortBlocks, portRequests(p), p.Pool, now); len(waiting) > 0 {
+		ports.Status, ports.Reason, ports.Message = metav1.ConditionTrue, egressv1.ReasonPoolExhausted, exhaustedMessage(p, blocks, waiting)
+		if portBlocksListFull(blocks) {
+			ports.Reason = egressv1.ReasonPortBlocksListFull
+		}
 	}
 	if blockErr != nil {
 		e := blockErr.Error()

@@ -1,11 +1,15 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -21,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
+	"sigs.k8s.io/yaml"
 
 	egressv1 "github.com/ovs-srcip/ovs-srcip/apis/ovssrcip/v1alpha1"
 	egressfake "github.com/ovs-srcip/ovs-srcip/client/clientset/versioned/fake"
@@ -103,7 +108,7 @@ func TestAllocatePortBlocksExhausted(t *testing.T) {
 	assert.Len(t, got, 2)
 	assert.Equal(t, []PortRequest{req("ns/c", "3", "ip"), req("ns/d", "4", "ip")}, waiting)
 	p := &EgressPolicy{Pool: pool}
-	assert.Contains(t, exhaustedMessage(p, waiting), "2 pod(s) wait for a source-port block (ns/c (ip), ns/d (ip)): each egress IP holds 2 blocks of 2048 ports")
+	assert.Contains(t, exhaustedMessage(p, got, waiting), "2 pod(s) wait for a source-port block (ns/c (ip), ns/d (ip)): each egress IP holds 2 blocks of 2048 ports")
 }
 
 func TestParsePortPool(t *testing.T) {
@@ -120,6 +125,30 @@ func TestParsePortPool(t *testing.T) {
 	}
 	_, err = ParsePortPool("1024-2047", 512, -time.Second)
 	assert.Error(t, err)
+	assert.Empty(t, p.Warnings(), "the defaults warn of nothing")
+}
+
+// --egress-port-quarantine=0 (or anything below a second) is refused with a clear error, and
+// a quarantine shorter than 2 x MSL is accepted with a startup warning that says what it risks;
+// a pool with more blocks per egress IP than status.portBlocks may hold is logged too.
+func TestPortPoolQuarantineAndLimitWarnings(t *testing.T) {
+	for _, q := range []time.Duration{0, 500 * time.Millisecond} {
+		_, err := ParsePortPool("1024-65535", 512, q)
+		require.Error(t, err, "quarantine %v", q)
+		assert.Contains(t, err.Error(), "--egress-port-quarantine")
+		assert.Contains(t, err.Error(), "TIME_WAIT")
+	}
+	p, err := ParsePortPool("1024-65535", 512, 30*time.Second)
+	require.NoError(t, err)
+	w := p.Warnings()
+	require.Len(t, w, 1)
+	assert.Contains(t, w[0], "--egress-port-quarantine 30s is shorter than 2 x MSL (2m0s")
+	assert.Contains(t, w[0], "TIME_WAIT")
+	p, err = ParsePortPool("1-65535", 1, 2*time.Minute)
+	require.NoError(t, err)
+	w = p.Warnings()
+	require.Len(t, w, 1)
+	assert.Contains(t, w[0], "65535 blocks per egress IP, more than one EgressGateway's status.portBlocks may hold (4096")
 }
 
 // The agent's wiring: with a status writer the pod's block per family comes from the policy's
@@ -503,4 +532,137 @@ func TestEgressStatusWriterPortBlocksWriteFails(t *testing.T) {
 	assert.Equal(t, egressv1.ReasonPortBlocksWriteFailed, pc.Reason)
 	assert.Contains(t, pc.Message, "status.portBlocks not written")
 	assert.Contains(t, pc.Message, "must have at most 4096 items")
+}
+
+// The status list's limit: an allocation never holds more than egressv1.MaxPortBlocks entries
+// (the CRD's maxItems: a longer list is an update the API server refuses, and every pod would
+// stay pending with no condition); the pods beyond it wait, and PortBlocksExhausted says it is
+// the list (ListFull), not the pool.
+func TestAllocatePortBlocksListLimit(t *testing.T) {
+	pool := PortPool{First: 1, Last: 65535, Size: 1, Quarantine: time.Minute}
+	require.Greater(t, pool.Blocks(), egressv1.MaxPortBlocks)
+	var want []PortRequest
+	for i := 0; i < egressv1.MaxPortBlocks+4; i++ {
+		want = append(want, req(fmt.Sprintf("ns/p%05d", i), fmt.Sprintf("u%05d", i), "192.0.2.50"))
+	}
+	got, waiting := AllocatePortBlocks(nil, want, pool, time.Unix(0, 0))
+	assert.Equal(t, egressv1.MaxPortBlocks, len(got))
+	assert.Equal(t, want[egressv1.MaxPortBlocks:], waiting)
+	// Quarantined entries count: one pod gone, its entry stays, so a new pod still waits.
+	again, waiting := AllocatePortBlocks(got, want[1:], pool, time.Unix(1, 0))
+	assert.Equal(t, egressv1.MaxPortBlocks, len(again))
+	assert.Len(t, waiting, 4)
+
+	p := &EgressPolicy{Name: "big", Generation: 1, Pool: pool, Nodes: []string{"node1"},
+		obj: &egressv1.EgressGateway{Status: egressv1.EgressGatewayStatus{PortBlocks: got}},
+		IPs: []EgressIPState{{IP: netip.MustParseAddr("192.0.2.50"), Gateway: "node1", usable: true}}}
+	var pods []egressv1.PodPortRequest
+	for _, r := range want {
+		pods = append(pods, egressv1.PodPortRequest{Pod: r.Pod, PodUID: r.PodUID, EgressIP: r.EgressIP})
+	}
+	p.obj.Status.Nodes = []egressv1.NodeStatus{{Node: "node1", Pods: pods}}
+	c := meta.FindStatusCondition(PolicyStatus(p, time.Unix(2, 0)).Conditions, egressv1.ConditionPortBlocksExhausted)
+	require.NotNil(t, c)
+	assert.Equal(t, metav1.ConditionTrue, c.Status)
+	assert.Equal(t, egressv1.ReasonPortBlocksListFull, c.Reason)
+	assert.Contains(t, c.Message, "4 pod(s) wait for a source-port block (ns/p04096 (192.0.2.50), ns/p04097 (192.0.2.50), ns/p04098 (192.0.2.50), ...): status.portBlocks holds 4096 entries, the most the EgressGateway CRD allows")
+}
+
+// egressv1.MaxPortBlocks is the generated CRD's maxItems of status.portBlocks (the marker
+// takes a literal, the constant repeats it).
+func TestMaxPortBlocksIsTheCRDLimit(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "deploy", "crds", "crd-egressgateway.yaml"))
+	require.NoError(t, err)
+	var crd struct {
+		Spec struct {
+			Versions []struct {
+				Schema struct {
+					OpenAPIV3Schema struct {
+						Properties map[string]struct {
+							Properties map[string]struct {
+								MaxItems *int `json:"maxItems"`
+							} `json:"properties"`
+						} `json:"properties"`
+					} `json:"openAPIV3Schema"`
+				} `json:"schema"`
+			} `json:"versions"`
+		} `json:"spec"`
+	}
+	require.NoError(t, yaml.Unmarshal(b, &crd))
+	require.Len(t, crd.Spec.Versions, 1)
+	mi := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["status"].Properties["portBlocks"].MaxItems
+	require.NotNil(t, mi, "status.portBlocks has a maxItems")
+	assert.Equal(t, egressv1.MaxPortBlocks, *mi)
+}
+
+// The slot index (slotIndex) picks what comparing every candidate with every block of its
+// egress IP picks: random statuses with blocks of several sizes (older block sizes), released
+// ones and several egress IPs, against that reference.
+func TestAllocatePortBlocksIndexMatchesScan(t *testing.T) {
+	overlaps := func(blocks []egressv1.PortBlock, ip string, lo, hi int) bool {
+		for _, b := range blocks {
+			if b.EgressIP == ip && int(b.First) <= hi && lo <= int(b.First+b.Size-1) {
+				return true
+			}
+		}
+		return false
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := 0; round < 300; round++ {
+		pool := PortPool{First: uint16(1 + rng.IntN(3000)), Last: uint16(8000 + rng.IntN(4000)), Size: 1 << (6 + rng.IntN(4)), Quarantine: time.Hour}
+		var cur []egressv1.PortBlock
+		for i := 0; i < rng.IntN(40); i++ {
+			sz := int32(1 << (5 + rng.IntN(6)))
+			first := max(int32(1+rng.IntN(12000))/sz*sz, sz)
+			ip := fmt.Sprintf("ip%d", rng.IntN(3))
+			if overlaps(cur, ip, int(first), int(first+sz-1)) {
+				continue
+			}
+			b := egressv1.PortBlock{EgressIP: ip, Pod: fmt.Sprintf("ns/old%d", i), PodUID: fmt.Sprintf("old%d", i), First: first, Size: sz}
+			if rng.IntN(2) == 0 {
+				at := metav1.NewTime(time.Unix(0, 0))
+				b.ReleasedAt = &at
+			}
+			cur = append(cur, b)
+		}
+		var want []PortRequest
+		for i := 0; i < rng.IntN(60); i++ {
+			want = append(want, req(fmt.Sprintf("ns/p%d", i), fmt.Sprintf("u%d", i), fmt.Sprintf("ip%d", rng.IntN(3))))
+		}
+		got, waiting := AllocatePortBlocks(cur, want, pool, time.Unix(1, 0))
+		// The reference: every old block stays (no request names it, the quarantine has not
+		// passed); each request, in the order egress IP, pod, UID, takes the lowest aligned
+		// block of the pool that overlaps no block of its egress IP.
+		ref := slices.Clone(cur)
+		var refWaiting []PortRequest
+		todo := slices.Clone(want)
+		slices.SortFunc(todo, func(a, b PortRequest) int {
+			return cmp.Or(cmp.Compare(a.EgressIP, b.EgressIP), cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.PodUID, b.PodUID))
+		})
+		for _, r := range todo {
+			ok := false
+			for s := pool.firstStart(); s+pool.Size-1 <= int(pool.Last); s += pool.Size {
+				if !overlaps(ref, r.EgressIP, s, s+pool.Size-1) {
+					ref = append(ref, egressv1.PortBlock{EgressIP: r.EgressIP, Pod: r.Pod, PodUID: r.PodUID, First: int32(s), Size: int32(pool.Size)})
+					ok = true
+					break
+				}
+			}
+			if !ok {
+				refWaiting = append(refWaiting, r)
+			}
+		}
+		slices.SortFunc(ref, func(a, b egressv1.PortBlock) int {
+			return cmp.Or(cmp.Compare(a.EgressIP, b.EgressIP), cmp.Compare(a.First, b.First))
+		})
+		strip := func(bs []egressv1.PortBlock) []egressv1.PortBlock {
+			out := slices.Clone(bs)
+			for i := range out {
+				out[i].ReleasedAt = nil
+			}
+			return out
+		}
+		require.Equal(t, strip(ref), strip(got), "round %d", round)
+		require.Equal(t, refWaiting, waiting, "round %d", round)
+	}
 }

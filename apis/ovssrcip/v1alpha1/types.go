@@ -127,6 +127,12 @@ type EgressGatewayStatus struct {
 	PortBlocks []PortBlock `json:"portBlocks,omitempty"`
 }
 
+// MaxPortBlocks is the most entries EgressGatewayStatus.PortBlocks may hold: the value of its
+// +kubebuilder:validation:MaxItems marker (a marker takes a literal; keep the two equal, which
+// agent's TestMaxPortBlocksIsTheCRDLimit checks against deploy/crds). The status writer
+// allocates no block beyond it (an update the API server would refuse).
+const MaxPortBlocks = 4096
+
 // PortBlock is the source-port block of one pod for one egress IP.
 type PortBlock struct {
 	// EgressIP is one of spec.egressIPs.
@@ -261,6 +267,9 @@ const (
 	// ReasonPortBlocksWriteFailed: PortBlocksExhausted=Unknown, the status writer's update of
 	// status.portBlocks failed (the message has the error); retried at its next sync.
 	ReasonPortBlocksWriteFailed = "WriteFailed"
+	// ReasonPortBlocksListFull: PortBlocksExhausted=True, status.portBlocks holds MaxPortBlocks
+	// entries (the CRD's limit) and pods wait although their pools may have free blocks.
+	ReasonPortBlocksListFull = "ListFull"
 )
 
 // EgressGatewayList is a list of EgressGateways.
