@@ -57,7 +57,8 @@ type EgressPolicy struct {
 	Invalid string
 	// Pool is how the status writer cuts port blocks (--egress-port-*); Nodes are the nodes
 	// the agent knows (a status.nodes entry of another node lists no pods: its blocks are
-	// released); LocalPods are this node's pods the policy gives an egress IP, for its own
+	// released); LocalPods are this node's pods the policy gives an egress IP, and those that
+	// still hold a block of it (retainPortBlocks: a pod keeps its block while it exists), for its own
 	// status.nodes entry.
 	Pool      PortPool
 	Nodes     []string
@@ -392,6 +393,15 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 		}
 		assigned[k] = a
 	}
+	// A pod keeps the blocks it holds for as long as it exists on this node, selected or not
+	// (docs/egress.md "Port blocks", the release rule): its connections pinned in ZonePod (C37)
+	// keep the block's translation for their life, whatever the policies do later, so this node
+	// goes on listing the pod for every block it holds (of an egress IP the policy still serves)
+	// and the writer never hands the block to another pod while the pod may still use it. A block
+	// is released when its pod is gone (deleted, or its node gone from the API).
+	for _, p := range pols {
+		m.retainPortBlocks(p)
+	}
 	// The port blocks: from the policy's status (the status writer allocates them for every
 	// node), or, without a status writer (manifests mode), allocated here among this node's
 	// own pods and kept in memory (unique on this node only: docs/egress.md "Port blocks").
@@ -459,6 +469,45 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 		}
 		fp.Egress, fp.Egress6 = pe, pe6
 		m.st.Pods[k] = fp
+	}
+}
+
+// retainPortBlocks adds to p.LocalPods every active block of p (its status, or this node's own
+// allocation in manifests mode) whose pod is a pod of this node with the block's UID, that
+// p.LocalPods does not list (the pod is no longer selected, or uses another egress IP now), of an
+// egress IP p still serves (connections pinned to an egress IP that went are dropped anyway).
+func (m *model) retainPortBlocks(p *EgressPolicy) {
+	blocks := p.obj.Status.PortBlocks
+	if m.localPortBlocks {
+		blocks = m.localBlocks[p.Name]
+	}
+	if len(blocks) == 0 {
+		return
+	}
+	usable := map[string]bool{}
+	for _, s := range p.IPs {
+		if s.usable {
+			usable[s.IP.String()] = true
+		}
+	}
+	listed := map[holderKey]bool{}
+	for _, r := range p.LocalPods {
+		listed[holderOf(r.EgressIP, r.Pod, r.PodUID)] = true
+	}
+	for _, b := range blocks {
+		h := holderOf(b.EgressIP, b.Pod, b.PodUID)
+		if b.ReleasedAt != nil || !usable[b.EgressIP] || listed[h] {
+			continue
+		}
+		ns, name, _ := strings.Cut(b.Pod, "/")
+		if _, local := m.st.Pods[flows.Key{Kind: flows.KindPod, Namespace: ns, Name: name}]; !local {
+			continue
+		}
+		if pod := m.pods[nn(ns, name)]; pod == nil || string(pod.UID) != b.PodUID {
+			continue
+		}
+		listed[h] = true
+		p.LocalPods = append(p.LocalPods, egressv1.PodPortRequest{Pod: b.Pod, PodUID: b.PodUID, EgressIP: b.EgressIP})
 	}
 }
 

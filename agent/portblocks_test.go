@@ -666,3 +666,63 @@ func TestAllocatePortBlocksIndexMatchesScan(t *testing.T) {
 		require.Equal(t, refWaiting, waiting, "round %d", round)
 	}
 }
+
+// The release rule: a pod keeps its block for as long as it exists on its node, also once the
+// policy no longer selects it (its connections pinned in ZonePod, C37, keep the block's
+// translation for their life, so the block must not go to another pod after the quarantine
+// while they may run); the block is released when the pod is gone. API mode (the node keeps
+// listing the pod, so the writer keeps the block) and manifests mode (the local allocation).
+func TestEgressPortBlocksKeptWhileThePodExists(t *testing.T) {
+	m, k, _ := egressModel(t, egressPolicy("job", "192.0.2.60"))
+	m.pods[nn("demo", "job")].UID = "uid-job"
+	m.localPortBlocks = false
+	g := m.egws["job"]
+	g.Status.Nodes = []egressv1.NodeStatus{{Node: thisNode, Pods: []egressv1.PodPortRequest{{Pod: "demo/job", PodUID: "uid-job", EgressIP: "192.0.2.60"}}}}
+	g.Status.PortBlocks = []egressv1.PortBlock{{EgressIP: "192.0.2.60", Pod: "demo/job", PodUID: "uid-job", First: 1024, Size: 512}}
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	require.True(t, m.st.Pods[k].Egress.HasPorts())
+	listed := []egressv1.PodPortRequest{{Pod: "demo/job", PodUID: "uid-job", EgressIP: "192.0.2.60"}}
+	assert.Equal(t, listed, policyByName(m, "job").LocalPods)
+
+	// Relabelled: no longer selected (no egress flows), still listed with its block.
+	m.pods[nn("demo", "job")].Labels = map[string]string{"app": "other"}
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	assert.Nil(t, m.st.Pods[k].Egress)
+	pol := policyByName(m, "job")
+	assert.Equal(t, listed, pol.LocalPods, "a deselected pod keeps listing the block it holds")
+	blocks, waiting := AllocatePortBlocks(g.Status.PortBlocks, portRequests(pol), pol.Pool, time.Unix(1000, 0))
+	assert.Empty(t, waiting)
+	assert.Equal(t, g.Status.PortBlocks, blocks, "the writer keeps the block active")
+
+	// A pod of the same name with another UID (re-created) does not inherit it.
+	m.pods[nn("demo", "job")].UID = "uid-new"
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	assert.Empty(t, policyByName(m, "job").LocalPods)
+
+	// The pod is gone: nothing listed, the writer quarantines the block.
+	m.pods[nn("demo", "job")].UID = "uid-job"
+	delete(m.pods, nn("demo", "job"))
+	delete(m.st.Pods, k)
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	pol = policyByName(m, "job")
+	assert.Empty(t, pol.LocalPods)
+	g.Status.Nodes[0].Pods = pol.LocalPods
+	blocks, _ = AllocatePortBlocks(g.Status.PortBlocks, portRequests(pol), pol.Pool, time.Unix(1000, 0))
+	require.Len(t, blocks, 1)
+	assert.NotNil(t, blocks[0].ReleasedAt, "released (quarantined) once the pod is gone")
+
+	// Manifests mode: the local allocation keeps the deselected pod's block until it is gone.
+	m, k, _ = egressModel(t, egressPolicy("job", "192.0.2.60"))
+	m.pods[nn("demo", "job")].UID = "uid-job"
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	require.True(t, m.st.Pods[k].Egress.HasPorts())
+	m.pods[nn("demo", "job")].Labels = nil
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	require.Len(t, m.localBlocks["job"], 1)
+	assert.Nil(t, m.localBlocks["job"][0].ReleasedAt, "kept while the pod exists")
+	delete(m.pods, nn("demo", "job"))
+	delete(m.st.Pods, k)
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	require.Len(t, m.localBlocks["job"], 1)
+	assert.NotNil(t, m.localBlocks["job"][0].ReleasedAt, "released once the pod is gone")
+}
