@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -725,4 +726,57 @@ func TestEgressPortBlocksKeptWhileThePodExists(t *testing.T) {
 	m.updateEgress(klog.Background(), map[flows.Key]bool{})
 	require.Len(t, m.localBlocks["job"], 1)
 	assert.NotNil(t, m.localBlocks["job"][0].ReleasedAt, "released once the pod is gone")
+}
+
+// Two writers during a failover: between this writer's read and its update another writer
+// took a block (and the node of that pod listed it), so the update fails with a Conflict; the
+// retry rereads the object, allocates again from what is stored and never hands one block out
+// twice (the other writer's block is kept, this writer's pod gets the next free one).
+func TestEgressStatusWriterPortBlocksConflict(t *testing.T) {
+	ctx := context.Background()
+	c := egressfake.NewSimpleClientset()
+	gvr := egressv1.SchemeGroupVersion.WithResource("egressgateways")
+	g := egressPolicy("job", "192.0.2.50")
+	g.Status.Nodes = []egressv1.NodeStatus{{Node: "node2", ObservedGeneration: 1,
+		Pods: []egressv1.PodPortRequest{{Pod: "demo/a", PodUID: "ua", EgressIP: "192.0.2.50"}}}}
+	g, err := c.OvsSrcipV1alpha1().EgressGateways().Create(ctx, g, metav1.CreateOptions{})
+	require.NoError(t, err)
+	updates, gets := 0, 0
+	c.PrependReactor("get", "egressgateways", func(k8stesting.Action) (bool, runtime.Object, error) {
+		gets++
+		return false, nil, nil
+	})
+	c.PrependReactor("update", "egressgateways", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "status" {
+			return false, nil, nil
+		}
+		updates++
+		if updates > 1 {
+			return false, nil, nil
+		}
+		// The other writer's update lands first: node3's pod x took the block 1024.
+		o, err := c.Tracker().Get(gvr, "", "job")
+		require.NoError(t, err)
+		other := o.(*egressv1.EgressGateway).DeepCopy()
+		other.Status.Nodes = append(other.Status.Nodes, egressv1.NodeStatus{Node: "node3",
+			Pods: []egressv1.PodPortRequest{{Pod: "demo/x", PodUID: "ux", EgressIP: "192.0.2.50"}}})
+		other.Status.PortBlocks = []egressv1.PortBlock{{EgressIP: "192.0.2.50", Pod: "demo/x", PodUID: "ux", First: 1024, Size: 512}}
+		other.ResourceVersion = "2"
+		require.NoError(t, c.Tracker().Update(gvr, other, ""))
+		return true, nil, apierrors.NewConflict(gvr.GroupResource(), "job", errors.New("the object has been modified"))
+	})
+	w := NewEgressStatusWriter(c, "node1")
+	w.clock = func() time.Time { return time.Unix(1000, 0) }
+	p := &EgressPolicy{Name: "job", Generation: 1, StatusWriter: "node1", Pool: DefaultPortPool, Nodes: []string{"node1", "node2", "node3"},
+		obj: g, IPs: []EgressIPState{{IP: netip.MustParseAddr("192.0.2.50"), Gateway: "node1", usable: true}}}
+	require.NoError(t, w.writePortBlocks(ctx, p, w.now()))
+	assert.Equal(t, 2, updates, "one conflict, one retry")
+	assert.Equal(t, 1, gets, "the retry rereads the object")
+	got, err := c.OvsSrcipV1alpha1().EgressGateways().Get(ctx, "job", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, []egressv1.PortBlock{
+		{EgressIP: "192.0.2.50", Pod: "demo/x", PodUID: "ux", First: 1024, Size: 512},
+		{EgressIP: "192.0.2.50", Pod: "demo/a", PodUID: "ua", First: 1536, Size: 512}}, got.Status.PortBlocks,
+		"the other writer's block kept, no block given twice")
+	assert.Len(t, got.Status.Nodes, 2, "the update keeps the entry the other node wrote in between")
 }
