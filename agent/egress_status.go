@@ -229,9 +229,10 @@ func (w *EgressStatusWriter) apply(ctx context.Context, manager, name string, st
 //     reason when no egress IP is usable;
 //   - Conflict True with the first refused IP's reason (every refusal in the message), else
 //     False NoConflict.
-//   - PortBlocksExhausted True PoolExhausted when the allocation leaves a pod waiting (the
-//     message says how many, and why: the pool, or the status list's limit), else False
-//     BlocksAllocated.
+//   - PortBlocksExhausted True when the allocation leaves a pod waiting, with reason
+//     PoolExhausted (its egress IP's pool is full) or ListFull (status.portBlocks holds
+//     egressv1.MaxPortBlocks entries) and a message that says how many wait and what to do;
+//     else False BlocksAllocated.
 func PolicyStatus(p *EgressPolicy, now time.Time) egressv1.EgressGatewayStatus {
 	return policyStatus(p, now, nil)
 }
