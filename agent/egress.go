@@ -57,7 +57,8 @@ type EgressPolicy struct {
 	Invalid string
 	// Pool is how the status writer cuts port blocks (--egress-port-*); Nodes are the nodes
 	// the agent knows (a status.nodes entry of another node lists no pods: its blocks are
-	// released); LocalPods are this node's pods the policy gives an egress IP, for its own
+	// released); LocalPods are this node's pods the policy gives an egress IP, and those that
+	// still hold a block of it (retainPortBlocks: a pod keeps its block while it exists), for its own
 	// status.nodes entry.
 	Pool      PortPool
 	Nodes     []string
@@ -351,8 +352,8 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 	for _, p := range pols {
 		var probs []string
 		if p.StatusWriter == m.node {
-			if _, waiting := AllocatePortBlocks(p.obj.Status.PortBlocks, portRequests(p), p.Pool, m.now()); len(waiting) > 0 {
-				probs = append(probs, exhaustedMessage(p, waiting))
+			if blocks, waiting := AllocatePortBlocks(p.obj.Status.PortBlocks, portRequests(p), p.Pool, m.now()); len(waiting) > 0 {
+				probs = append(probs, exhaustedMessage(p, blocks, waiting))
 			}
 		}
 		if len(probs) > 0 || !m.quiet(probs) {
@@ -392,6 +393,15 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 		}
 		assigned[k] = a
 	}
+	// A pod keeps the blocks it holds for as long as it exists on this node, selected or not
+	// (docs/egress.md "Port blocks", the release rule): its connections pinned in ZonePod (C37)
+	// keep the block's translation for their life, whatever the policies do later, so this node
+	// goes on listing the pod for every block it holds (of an egress IP the policy still serves)
+	// and the writer never hands the block to another pod while the pod may still use it. A block
+	// is released when its pod is gone (deleted, or its node gone from the API).
+	for _, p := range pols {
+		m.retainPortBlocks(p)
+	}
 	// The port blocks: from the policy's status (the status writer allocates them for every
 	// node), or, without a status writer (manifests mode), allocated here among this node's
 	// own pods and kept in memory (unique on this node only: docs/egress.md "Port blocks").
@@ -401,7 +411,10 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 	// written yet, or a status writer that allocates none: an agent of an older version during
 	// an upgrade) it keeps the egress path with its own port (flows.PodEgress.PortsExhausted).
 	blocksOf := map[string][]egressv1.PortBlock{}
-	type waitKey struct{ policy, uid, ip string }
+	type waitKey struct {
+		policy string
+		holder holderKey
+	}
 	exhausted := map[waitKey]bool{}
 	for _, p := range pols {
 		slices.SortFunc(p.LocalPods, func(a, b egressv1.PodPortRequest) int {
@@ -419,7 +432,7 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 			blocksOf[p.Name], waiting = AllocatePortBlocks(m.localBlocks[p.Name], want, m.portPool, m.now())
 		}
 		for _, r := range waiting {
-			exhausted[waitKey{p.Name, r.PodUID, r.EgressIP}] = true
+			exhausted[waitKey{p.Name, holderOf(r.EgressIP, r.Pod, r.PodUID)}] = true
 		}
 	}
 	if m.localPortBlocks {
@@ -432,8 +445,8 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 		for _, e := range []*flows.PodEgress{pe, pe6} {
 			if e != nil {
 				var ok bool
-				e.PortFirst, e.PortLast, ok = portBlockOf(blocksOf[e.Policy], e.IP.String(), a.uid)
-				e.PortsExhausted = !ok && exhausted[waitKey{e.Policy, a.uid, e.IP.String()}]
+				e.PortFirst, e.PortLast, ok = portBlockOf(blocksOf[e.Policy], e.IP.String(), k.Namespace+"/"+k.Name, a.uid)
+				e.PortsExhausted = !ok && exhausted[waitKey{e.Policy, holderOf(e.IP.String(), k.Namespace+"/"+k.Name, a.uid)}]
 			}
 		}
 		if !reflect.DeepEqual(pe, m.podEgress[k]) || !reflect.DeepEqual(pe, fp.Egress) ||
@@ -456,6 +469,45 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 		}
 		fp.Egress, fp.Egress6 = pe, pe6
 		m.st.Pods[k] = fp
+	}
+}
+
+// retainPortBlocks adds to p.LocalPods every active block of p (its status, or this node's own
+// allocation in manifests mode) whose pod is a pod of this node with the block's UID, that
+// p.LocalPods does not list (the pod is no longer selected, or uses another egress IP now), of an
+// egress IP p still serves (connections pinned to an egress IP that went are dropped anyway).
+func (m *model) retainPortBlocks(p *EgressPolicy) {
+	blocks := p.obj.Status.PortBlocks
+	if m.localPortBlocks {
+		blocks = m.localBlocks[p.Name]
+	}
+	if len(blocks) == 0 {
+		return
+	}
+	usable := map[string]bool{}
+	for _, s := range p.IPs {
+		if s.usable {
+			usable[s.IP.String()] = true
+		}
+	}
+	listed := map[holderKey]bool{}
+	for _, r := range p.LocalPods {
+		listed[holderOf(r.EgressIP, r.Pod, r.PodUID)] = true
+	}
+	for _, b := range blocks {
+		h := holderOf(b.EgressIP, b.Pod, b.PodUID)
+		if b.ReleasedAt != nil || !usable[b.EgressIP] || listed[h] {
+			continue
+		}
+		ns, name, _ := strings.Cut(b.Pod, "/")
+		if _, local := m.st.Pods[flows.Key{Kind: flows.KindPod, Namespace: ns, Name: name}]; !local {
+			continue
+		}
+		if pod := m.pods[nn(ns, name)]; pod == nil || string(pod.UID) != b.PodUID {
+			continue
+		}
+		listed[h] = true
+		p.LocalPods = append(p.LocalPods, egressv1.PodPortRequest{Pod: b.Pod, PodUID: b.PodUID, EgressIP: b.EgressIP})
 	}
 }
 
@@ -483,8 +535,10 @@ func portRequests(p *EgressPolicy) []PortRequest {
 	return out
 }
 
-// exhaustedMessage says how many pods of p wait for a port block and what to do.
-func exhaustedMessage(p *EgressPolicy, waiting []PortRequest) string {
+// exhaustedMessage says how many pods of p wait for a port block (blocks: the allocation that
+// leaves them waiting), why (the pool of their egress IP, or the status list's limit) and
+// what to do.
+func exhaustedMessage(p *EgressPolicy, blocks []egressv1.PortBlock, waiting []PortRequest) string {
 	names := make([]string, 0, 3)
 	for i, r := range waiting {
 		if i == 3 {
@@ -492,6 +546,12 @@ func exhaustedMessage(p *EgressPolicy, waiting []PortRequest) string {
 			break
 		}
 		names = append(names, r.String())
+	}
+	if portBlocksListFull(blocks) {
+		return fmt.Sprintf("%d pod(s) wait for a source-port block (%s): status.portBlocks holds %d entries, the most "+
+			"the EgressGateway CRD allows (one per pod and egress IP, quarantined blocks included); their TCP and UDP "+
+			"egress is dropped until an entry is free: split the pods among several EgressGateways",
+			len(waiting), strings.Join(names, ", "), len(blocks))
 	}
 	return fmt.Sprintf("%d pod(s) wait for a source-port block (%s): each egress IP holds %d blocks of %d ports "+
 		"(ports %d-%d); their TCP and UDP egress is dropped until a block is free: add egress IPs, or give "+

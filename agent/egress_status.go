@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -115,14 +116,18 @@ func (w *EgressStatusWriter) write(ctx context.Context, p *EgressPolicy) error {
 		return nil
 	}
 	now := w.now()
-	if err := w.writePortBlocks(ctx, p, now); err != nil {
-		return err
-	}
-	want := PolicyStatus(p, now)
+	// A failed port-block update must not freeze the rest of the status: activeGateways and the
+	// conditions are applied anyway, PortBlocksExhausted says the update failed (and why), and
+	// the error is returned (Run logs it) and retried at the next Publish.
+	blockErr := w.writePortBlocks(ctx, p, now)
+	want := policyStatus(p, now, blockErr)
 	if slices.Equal(want.ActiveGateways, cur.ActiveGateways) && conditionsEqual(want.Conditions, cur.Conditions) {
-		return nil
+		return blockErr
 	}
-	return w.apply(ctx, StatusManagerGateways, p.Name, want)
+	if err := w.apply(ctx, StatusManagerGateways, p.Name, want); err != nil {
+		return errors.Join(blockErr, err)
+	}
+	return blockErr
 }
 
 // NodeDeclines is this node's status.nodes[].declined of p: the egress IPs it declines to serve
@@ -224,7 +229,21 @@ func (w *EgressStatusWriter) apply(ctx context.Context, manager, name string, st
 //     reason when no egress IP is usable;
 //   - Conflict True with the first refused IP's reason (every refusal in the message), else
 //     False NoConflict.
+//   - PortBlocksExhausted True when the allocation leaves a pod waiting, with reason
+//     PoolExhausted (its egress IP's pool is full) or ListFull (status.portBlocks holds
+//     egressv1.MaxPortBlocks entries) and a message that says how many wait and what to do;
+//     else False BlocksAllocated.
 func PolicyStatus(p *EgressPolicy, now time.Time) egressv1.EgressGatewayStatus {
+	return policyStatus(p, now, nil)
+}
+
+// maxConditionError is the most of an error's text a condition message carries.
+const maxConditionError = 1024
+
+// policyStatus is PolicyStatus with the status writer's last status.portBlocks update error
+// (nil: none): PortBlocksExhausted then carries it (Unknown WriteFailed, or the exhaustion
+// message followed by it), never silently.
+func policyStatus(p *EgressPolicy, now time.Time, blockErr error) egressv1.EgressGatewayStatus {
 	var st egressv1.EgressGatewayStatus
 	var refused, noGW []string
 	refReason, readyReason := "", egressv1.ReasonGatewaysActive
@@ -282,8 +301,24 @@ func PolicyStatus(p *EgressPolicy, now time.Time) egressv1.EgressGatewayStatus {
 	}
 	ports := metav1.Condition{Type: egressv1.ConditionPortBlocksExhausted, Status: metav1.ConditionFalse,
 		Reason: egressv1.ReasonBlocksAllocated, Message: "every selected pod has its source-port block", ObservedGeneration: p.Generation}
-	if _, waiting := AllocatePortBlocks(p.obj.Status.PortBlocks, portRequests(p), p.Pool, now); len(waiting) > 0 {
-		ports.Status, ports.Reason, ports.Message = metav1.ConditionTrue, egressv1.ReasonPoolExhausted, exhaustedMessage(p, waiting)
+	if blocks, waiting := AllocatePortBlocks(p.obj.Status.PortBlocks, portRequests(p), p.Pool, now); len(waiting) > 0 {
+		ports.Status, ports.Reason, ports.Message = metav1.ConditionTrue, egressv1.ReasonPoolExhausted, exhaustedMessage(p, blocks, waiting)
+		if portBlocksListFull(blocks) {
+			ports.Reason = egressv1.ReasonPortBlocksListFull
+		}
+	}
+	if blockErr != nil {
+		e := blockErr.Error()
+		if len(e) > maxConditionError {
+			e = e[:maxConditionError] + "..."
+		}
+		msg := "status.portBlocks not written (retried at the next sync): " + e +
+			"; pods whose block is not in the status keep the egress path with their own source ports"
+		if ports.Status == metav1.ConditionTrue {
+			ports.Message += "; " + msg
+		} else {
+			ports.Status, ports.Reason, ports.Message = metav1.ConditionUnknown, egressv1.ReasonPortBlocksWriteFailed, msg
+		}
 	}
 	conds := slices.Clone(p.obj.Status.Conditions)
 	for _, c := range []metav1.Condition{ready, conflict, ports} {

@@ -38,6 +38,30 @@ type PortPool struct {
 // TCP_TIMEWAIT_LEN taken as the MSL bound).
 var DefaultPortPool = PortPool{First: 1024, Last: 65535, Size: 512, Quarantine: 2 * time.Minute}
 
+// MinPortQuarantine is the shortest --egress-port-quarantine ParsePortPool accepts; one
+// shorter than DefaultPortPool.Quarantine (2 x MSL) is accepted with a warning (Warnings).
+const MinPortQuarantine = time.Second
+
+// Warnings are what srcip-agent logs at startup about a pool that works but may surprise: a
+// quarantine shorter than 2 x MSL (DefaultPortPool.Quarantine), and more blocks per egress IP
+// than one policy's status.portBlocks may hold (egressv1.MaxPortBlocks, the CRD's limit; how
+// many blocks a policy needs depends on its pods, so this is no error).
+func (p PortPool) Warnings() []string {
+	var out []string
+	if p.Quarantine < DefaultPortPool.Quarantine {
+		out = append(out, fmt.Sprintf("--egress-port-quarantine %v is shorter than 2 x MSL (%v: a Linux server keeps a closed "+
+			"connection's 4-tuple in TIME_WAIT for 60 s, other systems longer): a released block can go to another pod while "+
+			"servers still hold its old connections, and that pod's new connections from the same ports to those servers "+
+			"can be refused or reset", p.Quarantine, DefaultPortPool.Quarantine))
+	}
+	if n := p.Blocks(); n > egressv1.MaxPortBlocks {
+		out = append(out, fmt.Sprintf("--egress-port-range and --egress-port-block-size give %d blocks per egress IP, more than "+
+			"one EgressGateway's status.portBlocks may hold (%d, the CRD's maxItems, quarantined blocks included): a policy's "+
+			"pods beyond that wait (PortBlocksExhausted, reason %s)", n, egressv1.MaxPortBlocks, egressv1.ReasonPortBlocksListFull))
+	}
+	return out
+}
+
 // ParsePortPool returns the pool of the flags --egress-port-range (FIRST-LAST),
 // --egress-port-block-size and --egress-port-quarantine, or an error that names the bad one.
 func ParsePortPool(portRange string, size int, quarantine time.Duration) (PortPool, error) {
@@ -50,8 +74,10 @@ func ParsePortPool(portRange string, size int, quarantine time.Duration) (PortPo
 	if size < 1 || size > 32768 || bits.OnesCount(uint(size)) != 1 {
 		return PortPool{}, fmt.Errorf("--egress-port-block-size %d: want a power of two from 1 to 32768", size)
 	}
-	if quarantine < 0 {
-		return PortPool{}, fmt.Errorf("--egress-port-quarantine %v: must not be negative", quarantine)
+	if quarantine < MinPortQuarantine {
+		return PortPool{}, fmt.Errorf("--egress-port-quarantine %v: want at least %v (a released block would go to another pod "+
+			"at once, while servers still hold its pod's connections in TIME_WAIT; the default is %v, 2 x MSL)",
+			quarantine, MinPortQuarantine, DefaultPortPool.Quarantine)
 	}
 	p := PortPool{First: uint16(first), Last: uint16(last), Size: size, Quarantine: quarantine}
 	if p.Blocks() == 0 {
@@ -59,6 +85,9 @@ func ParsePortPool(portRange string, size int, quarantine time.Duration) (PortPo
 	}
 	return p, nil
 }
+
+// Size32 is Size as a PortBlock's.
+func (p PortPool) Size32() int32 { return int32(p.Size) }
 
 // Blocks is the number of blocks the pool holds (per egress IP).
 func (p PortPool) Blocks() int {
@@ -84,28 +113,42 @@ type PortRequest struct {
 
 func (r PortRequest) String() string { return r.Pod + " (" + r.EgressIP + ")" }
 
+// holderKey names the holder of a block of one egress IP: the pod's UID, or, for a pod without
+// metadata.uid (manifests mode: a Pod manifest need not carry one), its namespace/name, so
+// that two UID-less pods never share a block.
+type holderKey struct{ ip, uid, pod string }
+
+func holderOf(ip, pod, uid string) holderKey {
+	if uid != "" {
+		return holderKey{ip: ip, uid: uid}
+	}
+	return holderKey{ip: ip, pod: pod}
+}
+
 // AllocatePortBlocks returns the port blocks after one allocation round from cur (the policy's
 // status.portBlocks) for the requests want, and the requests left without a block (the pool of
 // their egress IP is exhausted):
-//   - a request that has a block (same egress IP and pod UID) keeps it, also a quarantined one
-//     (its pod came back: it is still its own);
+//   - a request that has a block (same egress IP and pod UID; a pod without UID: same
+//     namespace/name and no UID) keeps it, also a quarantined one (its pod came back: it is
+//     still its own);
 //   - an active block that no request names is released: ReleasedAt = now (quarantined);
 //   - a quarantined block is dropped once pool.Quarantine has passed since ReleasedAt;
 //   - every other request gets the lowest aligned block of the pool that overlaps no block of
 //     its egress IP (active or quarantined, whatever its size: blocks cut with an older size
-//     keep theirs), in the order egress IP, pod, UID.
+//     keep theirs), in the order egress IP, pod, UID, while the result holds fewer than
+//     egressv1.MaxPortBlocks entries (the CRD's limit of status.portBlocks, quarantined ones
+//     included): the rest wait, as for an exhausted pool (portBlocksListFull).
 //
 // It is pure (now is the clock); the result is sorted by egress IP and first port.
 func AllocatePortBlocks(cur []egressv1.PortBlock, want []PortRequest, pool PortPool, now time.Time) ([]egressv1.PortBlock, []PortRequest) {
-	type key struct{ ip, uid string }
-	wanted := map[key]PortRequest{}
+	wanted := map[holderKey]PortRequest{}
 	for _, r := range want {
-		wanted[key{r.EgressIP, r.PodUID}] = r
+		wanted[holderOf(r.EgressIP, r.Pod, r.PodUID)] = r
 	}
-	has := map[key]bool{}
+	has := map[holderKey]bool{}
 	var out []egressv1.PortBlock
 	for _, b := range cur {
-		k := key{b.EgressIP, b.PodUID}
+		k := holderOf(b.EgressIP, b.Pod, b.PodUID)
 		switch {
 		case wanted[k] != (PortRequest{}) && !has[k]:
 			has[k] = true
@@ -128,19 +171,18 @@ func AllocatePortBlocks(cur []egressv1.PortBlock, want []PortRequest, pool PortP
 		return cmp.Or(cmp.Compare(a.EgressIP, b.EgressIP), cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.PodUID, b.PodUID))
 	})
 	var waiting []PortRequest
-	sz := int(pool.Size)
+	idx := newSlotIndex(pool, out)
 	for _, r := range todo {
-		got := false
-		for s := pool.firstStart(); sz > 0 && s+sz-1 <= int(pool.Last); s += sz {
-			if !overlaps(out, r.EgressIP, s, s+sz-1) {
-				out = append(out, egressv1.PortBlock{EgressIP: r.EgressIP, Pod: r.Pod, PodUID: r.PodUID, First: int32(s), Size: int32(sz)})
-				got = true
-				break
-			}
-		}
-		if !got {
+		if len(out) >= egressv1.MaxPortBlocks {
 			waiting = append(waiting, r)
+			continue
 		}
+		s, ok := idx.take(r.EgressIP)
+		if !ok {
+			waiting = append(waiting, r)
+			continue
+		}
+		out = append(out, egressv1.PortBlock{EgressIP: r.EgressIP, Pod: r.Pod, PodUID: r.PodUID, First: int32(s), Size: pool.Size32()})
 	}
 	slices.SortFunc(out, func(a, b egressv1.PortBlock) int {
 		return cmp.Or(cmp.Compare(a.EgressIP, b.EgressIP), cmp.Compare(a.First, b.First))
@@ -148,19 +190,75 @@ func AllocatePortBlocks(cur []egressv1.PortBlock, want []PortRequest, pool PortP
 	return out, waiting
 }
 
-func overlaps(blocks []egressv1.PortBlock, ip string, lo, hi int) bool {
-	for _, b := range blocks {
-		if b.EgressIP == ip && int(b.First) <= hi && lo <= int(b.First+b.Size-1) {
-			return true
-		}
-	}
-	return false
+// portBlocksListFull reports whether blocks (an allocation's result) hold the most entries
+// status.portBlocks may (egressv1.MaxPortBlocks): a pod left waiting then waits for an entry,
+// not (only) for a free block of its pool.
+func portBlocksListFull(blocks []egressv1.PortBlock) bool {
+	return len(blocks) >= egressv1.MaxPortBlocks
 }
 
-// portBlockOf returns the active block of pod uid for egress IP ip in blocks (ok false: none).
-func portBlockOf(blocks []egressv1.PortBlock, ip, uid string) (first, last uint16, ok bool) {
+// slotIndex says, per egress IP, which aligned blocks of the pool (slots of pool.Size ports
+// from pool.firstStart()) are taken: overlapped by a block of any size, active or quarantined
+// (blocks cut with an older size keep theirs). Every slot below next[ip] is taken, and the
+// allocation only takes slots, so one round costs O(blocks + requests + slots) instead of
+// comparing every candidate with every block of its egress IP.
+type slotIndex struct {
+	first, size, n int
+	taken          map[string][]bool
+	next           map[string]int
+}
+
+func newSlotIndex(pool PortPool, blocks []egressv1.PortBlock) *slotIndex {
+	x := &slotIndex{size: pool.Size, n: pool.Blocks(), taken: map[string][]bool{}, next: map[string]int{}}
+	if x.n == 0 {
+		return x
+	}
+	x.first = pool.firstStart()
 	for _, b := range blocks {
-		if b.EgressIP == ip && b.PodUID == uid && b.ReleasedAt == nil && b.First > 0 && b.Size > 0 && b.First+b.Size-1 <= 65535 {
+		lo, hi := max(int(b.First), x.first), int(b.First)+int(b.Size)-1
+		if hi < lo {
+			continue
+		}
+		t := x.slots(b.EgressIP)
+		for i := (lo - x.first) / x.size; i <= (hi-x.first)/x.size && i < x.n; i++ {
+			t[i] = true
+		}
+	}
+	return x
+}
+
+func (x *slotIndex) slots(ip string) []bool {
+	t, ok := x.taken[ip]
+	if !ok {
+		t = make([]bool, x.n)
+		x.taken[ip] = t
+	}
+	return t
+}
+
+// take marks the lowest free slot of ip taken and returns its first port (ok false: none).
+func (x *slotIndex) take(ip string) (first int, ok bool) {
+	if x.n == 0 {
+		return 0, false
+	}
+	t := x.slots(ip)
+	for i := x.next[ip]; i < x.n; i++ {
+		if !t[i] {
+			t[i] = true
+			x.next[ip] = i + 1
+			return x.first + i*x.size, true
+		}
+	}
+	x.next[ip] = x.n
+	return 0, false
+}
+
+// portBlockOf returns the active block of the pod (namespace/name pod, UID uid; without UID:
+// the block of that name without UID) for egress IP ip in blocks (ok false: none).
+func portBlockOf(blocks []egressv1.PortBlock, ip, pod, uid string) (first, last uint16, ok bool) {
+	want := holderOf(ip, pod, uid)
+	for _, b := range blocks {
+		if holderOf(b.EgressIP, b.Pod, b.PodUID) == want && b.ReleasedAt == nil && b.First > 0 && b.Size > 0 && b.First+b.Size-1 <= 65535 {
 			return uint16(b.First), uint16(b.First + b.Size - 1), true
 		}
 	}

@@ -1,10 +1,16 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -12,12 +18,15 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
+	"sigs.k8s.io/yaml"
 
 	egressv1 "github.com/ovs-srcip/ovs-srcip/apis/ovssrcip/v1alpha1"
 	egressfake "github.com/ovs-srcip/ovs-srcip/client/clientset/versioned/fake"
@@ -73,7 +82,7 @@ func TestAllocatePortBlocksQuarantine(t *testing.T) {
 	cur, _ = AllocatePortBlocks(cur, []PortRequest{req("ns/b", "u2", "ip")}, pool, t0.Add(time.Second))
 	require.NotNil(t, cur[0].ReleasedAt)
 	assert.Equal(t, t0.Add(time.Second), cur[0].ReleasedAt.Time)
-	_, _, ok := portBlockOf(cur, "ip", "u1")
+	_, _, ok := portBlockOf(cur, "ip", "ns/a", "u1")
 	assert.False(t, ok, "a quarantined block serves no pod")
 	// The pool is full (a quarantined, b active): a re-created a (new UID) waits.
 	got, waiting := AllocatePortBlocks(cur, []PortRequest{req("ns/b", "u2", "ip"), req("ns/a", "u9", "ip")}, pool, t0.Add(2*time.Minute))
@@ -86,7 +95,7 @@ func TestAllocatePortBlocksQuarantine(t *testing.T) {
 	// The same pod (UID) coming back within the quarantine keeps its own block.
 	cur, _ = AllocatePortBlocks(got, []PortRequest{req("ns/a", "u9", "ip")}, pool, t0.Add(10*time.Minute))
 	cur, _ = AllocatePortBlocks(cur, []PortRequest{req("ns/a", "u9", "ip"), req("ns/b", "u2", "ip")}, pool, t0.Add(11*time.Minute))
-	lo, hi, ok := portBlockOf(cur, "ip", "u2")
+	lo, hi, ok := portBlockOf(cur, "ip", "ns/b", "u2")
 	assert.True(t, ok)
 	assert.Equal(t, [2]uint16{1536, 2047}, [2]uint16{lo, hi})
 }
@@ -100,7 +109,7 @@ func TestAllocatePortBlocksExhausted(t *testing.T) {
 	assert.Len(t, got, 2)
 	assert.Equal(t, []PortRequest{req("ns/c", "3", "ip"), req("ns/d", "4", "ip")}, waiting)
 	p := &EgressPolicy{Pool: pool}
-	assert.Contains(t, exhaustedMessage(p, waiting), "2 pod(s) wait for a source-port block (ns/c (ip), ns/d (ip)): each egress IP holds 2 blocks of 2048 ports")
+	assert.Contains(t, exhaustedMessage(p, got, waiting), "2 pod(s) wait for a source-port block (ns/c (ip), ns/d (ip)): each egress IP holds 2 blocks of 2048 ports")
 }
 
 func TestParsePortPool(t *testing.T) {
@@ -117,6 +126,30 @@ func TestParsePortPool(t *testing.T) {
 	}
 	_, err = ParsePortPool("1024-2047", 512, -time.Second)
 	assert.Error(t, err)
+	assert.Empty(t, p.Warnings(), "the defaults warn of nothing")
+}
+
+// --egress-port-quarantine=0 (or anything below a second) is refused with a clear error, and
+// a quarantine shorter than 2 x MSL is accepted with a startup warning that says what it risks;
+// a pool with more blocks per egress IP than status.portBlocks may hold is logged too.
+func TestPortPoolQuarantineAndLimitWarnings(t *testing.T) {
+	for _, q := range []time.Duration{0, 500 * time.Millisecond} {
+		_, err := ParsePortPool("1024-65535", 512, q)
+		require.Error(t, err, "quarantine %v", q)
+		assert.Contains(t, err.Error(), "--egress-port-quarantine")
+		assert.Contains(t, err.Error(), "TIME_WAIT")
+	}
+	p, err := ParsePortPool("1024-65535", 512, 30*time.Second)
+	require.NoError(t, err)
+	w := p.Warnings()
+	require.Len(t, w, 1)
+	assert.Contains(t, w[0], "--egress-port-quarantine 30s is shorter than 2 x MSL (2m0s")
+	assert.Contains(t, w[0], "TIME_WAIT")
+	p, err = ParsePortPool("1-65535", 1, 2*time.Minute)
+	require.NoError(t, err)
+	w = p.Warnings()
+	require.Len(t, w, 1)
+	assert.Contains(t, w[0], "65535 blocks per egress IP, more than one EgressGateway's status.portBlocks may hold (4096")
 }
 
 // The agent's wiring: with a status writer the pod's block per family comes from the policy's
@@ -374,4 +407,376 @@ func sumInts(xs []int) int {
 		s += x
 	}
 	return s
+}
+
+// BenchmarkAllocatePortBlocks is one allocation round for 16 egress IPs with 146 pods each
+// (2336 requests; the default pool holds 126 blocks per egress IP, so 20 pods per egress IP
+// wait and scan the whole pool): "fresh" from an empty status, "steady" from the status the
+// fresh round wrote (every pod keeps its block, the waiting ones scan again).
+func BenchmarkAllocatePortBlocks(b *testing.B) {
+	var want []PortRequest
+	for ip := 0; ip < 16; ip++ {
+		for pod := 0; pod < 146; pod++ {
+			want = append(want, req(fmt.Sprintf("ns/pod-%d-%d", ip, pod), fmt.Sprintf("uid-%d-%d", ip, pod), fmt.Sprintf("192.0.2.%d", 10+ip)))
+		}
+	}
+	now := time.Unix(1000, 0)
+	steady, _ := AllocatePortBlocks(nil, want, DefaultPortPool, now)
+	b.Run("fresh", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			AllocatePortBlocks(nil, want, DefaultPortPool, now)
+		}
+	})
+	b.Run("steady", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			AllocatePortBlocks(steady, want, DefaultPortPool, now)
+		}
+	})
+}
+
+// Manifests mode: pods without metadata.uid (a Pod manifest need not carry one) are told apart
+// by namespace/name, so each gets its own block (not one block shared by every UID-less pod).
+func TestEgressPortBlocksWithoutUID(t *testing.T) {
+	m, k, _ := egressModel(t, egressPolicy("job", "192.0.2.60"))
+	m.pods[nn("demo", "job2")] = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "job2", Labels: map[string]string{"app": "job"}},
+		Spec: corev1.PodSpec{NodeName: thisNode}}
+	k2 := flows.Key{Kind: flows.KindPod, Namespace: "demo", Name: "job2"}
+	m.st.Pods[k2] = flows.Pod{Namespace: "demo", Name: "job2", IPs: []netip.Addr{addr("10.244.1.6")}}
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	a, b := m.st.Pods[k].Egress, m.st.Pods[k2].Egress
+	require.NotNil(t, a)
+	require.NotNil(t, b)
+	require.True(t, a.HasPorts())
+	require.True(t, b.HasPorts())
+	assert.NotEqual(t, a.PortFirst, b.PortFirst, "two UID-less pods share no block")
+	assert.Len(t, m.localBlocks["job"], 2)
+	// The pool holds one block: the second UID-less pod waits (only it is failed closed).
+	m.localBlocks = nil
+	m.portPool = PortPool{First: 1024, Last: 1535, Size: 512, Quarantine: time.Minute}
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	a, b = m.st.Pods[k].Egress, m.st.Pods[k2].Egress
+	assert.True(t, a.HasPorts())
+	assert.False(t, a.PortsExhausted)
+	assert.False(t, b.HasPorts())
+	assert.True(t, b.PortsExhausted)
+}
+
+// applyRecorder makes the fake clientset take server-side applies of the status (it has none):
+// a status.nodes entry is merged by node, the writer's activeGateways and conditions replace
+// the stored ones; applies counts them per field manager.
+func applyRecorder(t *testing.T, c *egressfake.Clientset) map[string]int {
+	applies := map[string]int{}
+	c.PrependReactor("patch", "egressgateways", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		pa := a.(k8stesting.PatchAction)
+		if pa.GetPatchType() != types.ApplyPatchType || pa.GetSubresource() != "status" {
+			return false, nil, nil
+		}
+		var body struct{ Status egressv1.EgressGatewayStatus }
+		require.NoError(t, json.Unmarshal(pa.GetPatch(), &body))
+		o, err := c.Tracker().Get(egressv1.SchemeGroupVersion.WithResource("egressgateways"), "", pa.GetName())
+		require.NoError(t, err)
+		g := o.(*egressv1.EgressGateway).DeepCopy()
+		for _, n := range body.Status.Nodes {
+			i := slices.IndexFunc(g.Status.Nodes, func(x egressv1.NodeStatus) bool { return x.Node == n.Node })
+			if i < 0 {
+				g.Status.Nodes = append(g.Status.Nodes, n)
+			} else {
+				g.Status.Nodes[i] = n
+			}
+		}
+		if len(body.Status.Nodes) == 0 {
+			g.Status.ActiveGateways, g.Status.Conditions = body.Status.ActiveGateways, body.Status.Conditions
+			applies["gateways"]++
+		} else {
+			applies["node"]++
+		}
+		return true, g, c.Tracker().Update(egressv1.SchemeGroupVersion.WithResource("egressgateways"), g, "")
+	})
+	return applies
+}
+
+// A status.portBlocks update that keeps failing (here: the API server refuses it) does not
+// freeze the rest of the status: activeGateways and the conditions are still applied, the
+// PortBlocksExhausted condition carries the error (Unknown WriteFailed), and write returns
+// the error (Run logs it; retried at the next Publish).
+func TestEgressStatusWriterPortBlocksWriteFails(t *testing.T) {
+	ctx := context.Background()
+	c := egressfake.NewSimpleClientset()
+	applies := applyRecorder(t, c)
+	c.PrependReactor("update", "egressgateways", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "status" {
+			return true, nil, apierrors.NewBadRequest("status.portBlocks: Too many: 4097: must have at most 4096 items")
+		}
+		return false, nil, nil
+	})
+	g := egressPolicy("job", "192.0.2.50")
+	g.Status.Nodes = []egressv1.NodeStatus{{Node: "node2", ObservedGeneration: 1,
+		Pods: []egressv1.PodPortRequest{{Pod: "demo/a", PodUID: "ua", EgressIP: "192.0.2.50"}}}}
+	g, err := c.OvsSrcipV1alpha1().EgressGateways().Create(ctx, g, metav1.CreateOptions{})
+	require.NoError(t, err)
+	w := NewEgressStatusWriter(c, "node1")
+	w.clock = func() time.Time { return time.Unix(1000, 0) }
+	p := &EgressPolicy{Name: "job", Generation: 1, StatusWriter: "node1", Pool: DefaultPortPool, Nodes: []string{"node1", "node2"},
+		obj: g, IPs: []EgressIPState{{IP: netip.MustParseAddr("192.0.2.50"), Gateway: "node1", usable: true}}}
+	err = w.write(ctx, p)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "update status.portBlocks")
+	assert.Equal(t, 1, applies["gateways"], "activeGateways and conditions applied anyway")
+	got, err := c.OvsSrcipV1alpha1().EgressGateways().Get(ctx, "job", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, got.Status.PortBlocks)
+	assert.Equal(t, []egressv1.ActiveGateway{{EgressIP: "192.0.2.50", Node: "node1"}}, got.Status.ActiveGateways)
+	require.NotNil(t, meta.FindStatusCondition(got.Status.Conditions, egressv1.ConditionReady))
+	pc := meta.FindStatusCondition(got.Status.Conditions, egressv1.ConditionPortBlocksExhausted)
+	require.NotNil(t, pc)
+	assert.Equal(t, metav1.ConditionUnknown, pc.Status)
+	assert.Equal(t, egressv1.ReasonPortBlocksWriteFailed, pc.Reason)
+	assert.Contains(t, pc.Message, "status.portBlocks not written")
+	assert.Contains(t, pc.Message, "must have at most 4096 items")
+}
+
+// The status list's limit: an allocation never holds more than egressv1.MaxPortBlocks entries
+// (the CRD's maxItems: a longer list is an update the API server refuses, and every pod would
+// stay pending with no condition); the pods beyond it wait, and PortBlocksExhausted says it is
+// the list (ListFull), not the pool.
+func TestAllocatePortBlocksListLimit(t *testing.T) {
+	pool := PortPool{First: 1, Last: 65535, Size: 1, Quarantine: time.Minute}
+	require.Greater(t, pool.Blocks(), egressv1.MaxPortBlocks)
+	var want []PortRequest
+	for i := 0; i < egressv1.MaxPortBlocks+4; i++ {
+		want = append(want, req(fmt.Sprintf("ns/p%05d", i), fmt.Sprintf("u%05d", i), "192.0.2.50"))
+	}
+	got, waiting := AllocatePortBlocks(nil, want, pool, time.Unix(0, 0))
+	assert.Equal(t, egressv1.MaxPortBlocks, len(got))
+	assert.Equal(t, want[egressv1.MaxPortBlocks:], waiting)
+	// Quarantined entries count: one pod gone, its entry stays, so a new pod still waits.
+	again, waiting := AllocatePortBlocks(got, want[1:], pool, time.Unix(1, 0))
+	assert.Equal(t, egressv1.MaxPortBlocks, len(again))
+	assert.Len(t, waiting, 4)
+
+	p := &EgressPolicy{Name: "big", Generation: 1, Pool: pool, Nodes: []string{"node1"},
+		obj: &egressv1.EgressGateway{Status: egressv1.EgressGatewayStatus{PortBlocks: got}},
+		IPs: []EgressIPState{{IP: netip.MustParseAddr("192.0.2.50"), Gateway: "node1", usable: true}}}
+	var pods []egressv1.PodPortRequest
+	for _, r := range want {
+		pods = append(pods, egressv1.PodPortRequest{Pod: r.Pod, PodUID: r.PodUID, EgressIP: r.EgressIP})
+	}
+	p.obj.Status.Nodes = []egressv1.NodeStatus{{Node: "node1", Pods: pods}}
+	c := meta.FindStatusCondition(PolicyStatus(p, time.Unix(2, 0)).Conditions, egressv1.ConditionPortBlocksExhausted)
+	require.NotNil(t, c)
+	assert.Equal(t, metav1.ConditionTrue, c.Status)
+	assert.Equal(t, egressv1.ReasonPortBlocksListFull, c.Reason)
+	assert.Contains(t, c.Message, "4 pod(s) wait for a source-port block (ns/p04096 (192.0.2.50), ns/p04097 (192.0.2.50), ns/p04098 (192.0.2.50), ...): status.portBlocks holds 4096 entries, the most the EgressGateway CRD allows")
+}
+
+// egressv1.MaxPortBlocks is the generated CRD's maxItems of status.portBlocks (the marker
+// takes a literal, the constant repeats it).
+func TestMaxPortBlocksIsTheCRDLimit(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "deploy", "crds", "crd-egressgateway.yaml"))
+	require.NoError(t, err)
+	var crd struct {
+		Spec struct {
+			Versions []struct {
+				Schema struct {
+					OpenAPIV3Schema struct {
+						Properties map[string]struct {
+							Properties map[string]struct {
+								MaxItems *int `json:"maxItems"`
+							} `json:"properties"`
+						} `json:"properties"`
+					} `json:"openAPIV3Schema"`
+				} `json:"schema"`
+			} `json:"versions"`
+		} `json:"spec"`
+	}
+	require.NoError(t, yaml.Unmarshal(b, &crd))
+	require.Len(t, crd.Spec.Versions, 1)
+	mi := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["status"].Properties["portBlocks"].MaxItems
+	require.NotNil(t, mi, "status.portBlocks has a maxItems")
+	assert.Equal(t, egressv1.MaxPortBlocks, *mi)
+}
+
+// The slot index (slotIndex) picks what comparing every candidate with every block of its
+// egress IP picks: random statuses with blocks of several sizes (older block sizes), released
+// ones and several egress IPs, against that reference.
+func TestAllocatePortBlocksIndexMatchesScan(t *testing.T) {
+	overlaps := func(blocks []egressv1.PortBlock, ip string, lo, hi int) bool {
+		for _, b := range blocks {
+			if b.EgressIP == ip && int(b.First) <= hi && lo <= int(b.First+b.Size-1) {
+				return true
+			}
+		}
+		return false
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := 0; round < 300; round++ {
+		pool := PortPool{First: uint16(1 + rng.IntN(3000)), Last: uint16(8000 + rng.IntN(4000)), Size: 1 << (6 + rng.IntN(4)), Quarantine: time.Hour}
+		var cur []egressv1.PortBlock
+		for i := 0; i < rng.IntN(40); i++ {
+			sz := int32(1 << (5 + rng.IntN(6)))
+			first := max(int32(1+rng.IntN(12000))/sz*sz, sz)
+			ip := fmt.Sprintf("ip%d", rng.IntN(3))
+			if overlaps(cur, ip, int(first), int(first+sz-1)) {
+				continue
+			}
+			b := egressv1.PortBlock{EgressIP: ip, Pod: fmt.Sprintf("ns/old%d", i), PodUID: fmt.Sprintf("old%d", i), First: first, Size: sz}
+			if rng.IntN(2) == 0 {
+				at := metav1.NewTime(time.Unix(0, 0))
+				b.ReleasedAt = &at
+			}
+			cur = append(cur, b)
+		}
+		var want []PortRequest
+		for i := 0; i < rng.IntN(60); i++ {
+			want = append(want, req(fmt.Sprintf("ns/p%d", i), fmt.Sprintf("u%d", i), fmt.Sprintf("ip%d", rng.IntN(3))))
+		}
+		got, waiting := AllocatePortBlocks(cur, want, pool, time.Unix(1, 0))
+		// The reference: every old block stays (no request names it, the quarantine has not
+		// passed); each request, in the order egress IP, pod, UID, takes the lowest aligned
+		// block of the pool that overlaps no block of its egress IP.
+		ref := slices.Clone(cur)
+		var refWaiting []PortRequest
+		todo := slices.Clone(want)
+		slices.SortFunc(todo, func(a, b PortRequest) int {
+			return cmp.Or(cmp.Compare(a.EgressIP, b.EgressIP), cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.PodUID, b.PodUID))
+		})
+		for _, r := range todo {
+			ok := false
+			for s := pool.firstStart(); s+pool.Size-1 <= int(pool.Last); s += pool.Size {
+				if !overlaps(ref, r.EgressIP, s, s+pool.Size-1) {
+					ref = append(ref, egressv1.PortBlock{EgressIP: r.EgressIP, Pod: r.Pod, PodUID: r.PodUID, First: int32(s), Size: int32(pool.Size)})
+					ok = true
+					break
+				}
+			}
+			if !ok {
+				refWaiting = append(refWaiting, r)
+			}
+		}
+		slices.SortFunc(ref, func(a, b egressv1.PortBlock) int {
+			return cmp.Or(cmp.Compare(a.EgressIP, b.EgressIP), cmp.Compare(a.First, b.First))
+		})
+		strip := func(bs []egressv1.PortBlock) []egressv1.PortBlock {
+			out := slices.Clone(bs)
+			for i := range out {
+				out[i].ReleasedAt = nil
+			}
+			return out
+		}
+		require.Equal(t, strip(ref), strip(got), "round %d", round)
+		require.Equal(t, refWaiting, waiting, "round %d", round)
+	}
+}
+
+// The release rule: a pod keeps its block for as long as it exists on its node, also once the
+// policy no longer selects it (its connections pinned in ZonePod, C37, keep the block's
+// translation for their life, so the block must not go to another pod after the quarantine
+// while they may run); the block is released when the pod is gone. API mode (the node keeps
+// listing the pod, so the writer keeps the block) and manifests mode (the local allocation).
+func TestEgressPortBlocksKeptWhileThePodExists(t *testing.T) {
+	m, k, _ := egressModel(t, egressPolicy("job", "192.0.2.60"))
+	m.pods[nn("demo", "job")].UID = "uid-job"
+	m.localPortBlocks = false
+	g := m.egws["job"]
+	g.Status.Nodes = []egressv1.NodeStatus{{Node: thisNode, Pods: []egressv1.PodPortRequest{{Pod: "demo/job", PodUID: "uid-job", EgressIP: "192.0.2.60"}}}}
+	g.Status.PortBlocks = []egressv1.PortBlock{{EgressIP: "192.0.2.60", Pod: "demo/job", PodUID: "uid-job", First: 1024, Size: 512}}
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	require.True(t, m.st.Pods[k].Egress.HasPorts())
+	listed := []egressv1.PodPortRequest{{Pod: "demo/job", PodUID: "uid-job", EgressIP: "192.0.2.60"}}
+	assert.Equal(t, listed, policyByName(m, "job").LocalPods)
+
+	// Relabelled: no longer selected (no egress flows), still listed with its block.
+	m.pods[nn("demo", "job")].Labels = map[string]string{"app": "other"}
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	assert.Nil(t, m.st.Pods[k].Egress)
+	pol := policyByName(m, "job")
+	assert.Equal(t, listed, pol.LocalPods, "a deselected pod keeps listing the block it holds")
+	blocks, waiting := AllocatePortBlocks(g.Status.PortBlocks, portRequests(pol), pol.Pool, time.Unix(1000, 0))
+	assert.Empty(t, waiting)
+	assert.Equal(t, g.Status.PortBlocks, blocks, "the writer keeps the block active")
+
+	// A pod of the same name with another UID (re-created) does not inherit it.
+	m.pods[nn("demo", "job")].UID = "uid-new"
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	assert.Empty(t, policyByName(m, "job").LocalPods)
+
+	// The pod is gone: nothing listed, the writer quarantines the block.
+	m.pods[nn("demo", "job")].UID = "uid-job"
+	delete(m.pods, nn("demo", "job"))
+	delete(m.st.Pods, k)
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	pol = policyByName(m, "job")
+	assert.Empty(t, pol.LocalPods)
+	g.Status.Nodes[0].Pods = pol.LocalPods
+	blocks, _ = AllocatePortBlocks(g.Status.PortBlocks, portRequests(pol), pol.Pool, time.Unix(1000, 0))
+	require.Len(t, blocks, 1)
+	assert.NotNil(t, blocks[0].ReleasedAt, "released (quarantined) once the pod is gone")
+
+	// Manifests mode: the local allocation keeps the deselected pod's block until it is gone.
+	m, k, _ = egressModel(t, egressPolicy("job", "192.0.2.60"))
+	m.pods[nn("demo", "job")].UID = "uid-job"
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	require.True(t, m.st.Pods[k].Egress.HasPorts())
+	m.pods[nn("demo", "job")].Labels = nil
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	require.Len(t, m.localBlocks["job"], 1)
+	assert.Nil(t, m.localBlocks["job"][0].ReleasedAt, "kept while the pod exists")
+	delete(m.pods, nn("demo", "job"))
+	delete(m.st.Pods, k)
+	m.updateEgress(klog.Background(), map[flows.Key]bool{})
+	require.Len(t, m.localBlocks["job"], 1)
+	assert.NotNil(t, m.localBlocks["job"][0].ReleasedAt, "released once the pod is gone")
+}
+
+// Two writers during a failover: between this writer's read and its update another writer
+// took a block (and the node of that pod listed it), so the update fails with a Conflict; the
+// retry rereads the object, allocates again from what is stored and never hands one block out
+// twice (the other writer's block is kept, this writer's pod gets the next free one).
+func TestEgressStatusWriterPortBlocksConflict(t *testing.T) {
+	ctx := context.Background()
+	c := egressfake.NewSimpleClientset()
+	gvr := egressv1.SchemeGroupVersion.WithResource("egressgateways")
+	g := egressPolicy("job", "192.0.2.50")
+	g.Status.Nodes = []egressv1.NodeStatus{{Node: "node2", ObservedGeneration: 1,
+		Pods: []egressv1.PodPortRequest{{Pod: "demo/a", PodUID: "ua", EgressIP: "192.0.2.50"}}}}
+	g, err := c.OvsSrcipV1alpha1().EgressGateways().Create(ctx, g, metav1.CreateOptions{})
+	require.NoError(t, err)
+	updates, gets := 0, 0
+	c.PrependReactor("get", "egressgateways", func(k8stesting.Action) (bool, runtime.Object, error) {
+		gets++
+		return false, nil, nil
+	})
+	c.PrependReactor("update", "egressgateways", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "status" {
+			return false, nil, nil
+		}
+		updates++
+		if updates > 1 {
+			return false, nil, nil
+		}
+		// The other writer's update lands first: node3's pod x took the block 1024.
+		o, err := c.Tracker().Get(gvr, "", "job")
+		require.NoError(t, err)
+		other := o.(*egressv1.EgressGateway).DeepCopy()
+		other.Status.Nodes = append(other.Status.Nodes, egressv1.NodeStatus{Node: "node3",
+			Pods: []egressv1.PodPortRequest{{Pod: "demo/x", PodUID: "ux", EgressIP: "192.0.2.50"}}})
+		other.Status.PortBlocks = []egressv1.PortBlock{{EgressIP: "192.0.2.50", Pod: "demo/x", PodUID: "ux", First: 1024, Size: 512}}
+		other.ResourceVersion = "2"
+		require.NoError(t, c.Tracker().Update(gvr, other, ""))
+		return true, nil, apierrors.NewConflict(gvr.GroupResource(), "job", errors.New("the object has been modified"))
+	})
+	w := NewEgressStatusWriter(c, "node1")
+	w.clock = func() time.Time { return time.Unix(1000, 0) }
+	p := &EgressPolicy{Name: "job", Generation: 1, StatusWriter: "node1", Pool: DefaultPortPool, Nodes: []string{"node1", "node2", "node3"},
+		obj: g, IPs: []EgressIPState{{IP: netip.MustParseAddr("192.0.2.50"), Gateway: "node1", usable: true}}}
+	require.NoError(t, w.writePortBlocks(ctx, p, w.now()))
+	assert.Equal(t, 2, updates, "one conflict, one retry")
+	assert.Equal(t, 1, gets, "the retry rereads the object")
+	got, err := c.OvsSrcipV1alpha1().EgressGateways().Get(ctx, "job", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, []egressv1.PortBlock{
+		{EgressIP: "192.0.2.50", Pod: "demo/x", PodUID: "ux", First: 1024, Size: 512},
+		{EgressIP: "192.0.2.50", Pod: "demo/a", PodUID: "ua", First: 1536, Size: 512}}, got.Status.PortBlocks,
+		"the other writer's block kept, no block given twice")
+	assert.Len(t, got.Status.Nodes, 2, "the update keeps the entry the other node wrote in between")
 }

@@ -29,6 +29,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/ovs-srcip/ovs-srcip/agent"
+	egressv1 "github.com/ovs-srcip/ovs-srcip/apis/ovssrcip/v1alpha1"
 	egressclient "github.com/ovs-srcip/ovs-srcip/client/clientset/versioned"
 	"github.com/ovs-srcip/ovs-srcip/flows"
 	"github.com/ovs-srcip/ovs-srcip/ofctl"
@@ -124,7 +125,7 @@ flow in place.`,
 	f.StringSliceVar(&o.egressClusterCIDRs, "egress-cluster-cidrs", nil, "comma-separated CIDRs: the cluster's Service and node networks, never sent to an EgressGateway's gateway when its destinations are the default (everything); every node's pod CIDRs and InternalIP are always excluded (docs/egress.md)")
 	f.StringVar(&o.egressPortRange, "egress-port-range", "1024-65535", "FIRST-LAST: the source ports an egress IP's pods share; each selected pod gets an aligned block of --egress-port-block-size of them per egress IP (docs/egress.md \"Port blocks\"); the same on every node")
 	f.IntVar(&o.egressPortBlock, "egress-port-block-size", agent.DefaultPortPool.Size, "ports per pod and egress IP (a power of two): the pod's TCP and UDP source ports are mapped into its block, so it has that many connections per destination address and port; the pool holds (range / size) pods per egress IP; the same on every node")
-	f.DurationVar(&o.egressPortQuar, "egress-port-quarantine", agent.DefaultPortPool.Quarantine, "how long a released port block (its pod gone) stays unused before another pod gets it: 2 x MSL (a server holds the 4-tuple in TIME_WAIT; Linux: 60 s)")
+	f.DurationVar(&o.egressPortQuar, "egress-port-quarantine", agent.DefaultPortPool.Quarantine, "how long a released port block (its pod gone) stays unused before another pod gets it: 2 x MSL (a server holds the 4-tuple in TIME_WAIT; Linux: 60 s); at least 1s, and shorter than 2m is logged as a warning: another pod may then get the block while servers still hold its old connections in TIME_WAIT")
 	f.StringVar(&o.nodePortRange, "service-node-port-range", "30000-32767", "the cluster's NodePort range (the API server's flag of that name), FIRST-LAST: NodePorts outside it are refused (Event SourceIPRefused), so that a Service in a manifests directory cannot capture a node's own port")
 	f.IntVar(&o.zoneLimitPercent, "conntrack-zone-limit-percent", 40, "bound each conntrack zone of the pipeline (service, pod) to this percentage of the datapath's conntrack maximum (ovs-appctl dpctl/ct-get-maxconns), so that a flood on one entry point cannot fill the table; set at every full sync; 0 lifts the limits")
 	f.DurationVar(&o.fullSyncPeriod, "full-sync-period", agent.DefaultFullSyncPeriod, "period of full syncs that compare the bridges with the desired flows and repair drift")
@@ -201,6 +202,11 @@ func run(ctx context.Context, o options) error {
 	logger := klog.FromContext(ctx).WithValues("node", o.nodeName)
 	logger.Info("Starting srcip-agent", "version", version.Version, "commit", version.Commit)
 	ctx = klog.NewContext(ctx, logger)
+	logger.Info("Egress port blocks", "ports", o.egressPortRange, "blockSize", portPool.Size, "blocksPerEgressIP", portPool.Blocks(),
+		"quarantine", portPool.Quarantine, "maxBlocksPerPolicy", egressv1.MaxPortBlocks)
+	for _, w := range portPool.Warnings() {
+		logger.Info("Warning: egress port blocks: " + w)
+	}
 
 	var src agent.Source
 	var election *agent.LeaseElection

@@ -36,11 +36,12 @@ type EgressGateway struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.destinations) || self.egressIPs.all(e, !isIP(e) || self.destinations.all(d, !isCIDR(d) || cidr(d).ip().family() == ip(e).family()))",message="every destination must be of the egress IPs' address family"
 // +kubebuilder:validation:XValidation:rule="self.egressIPs.all(e, !isIP(e) || ip(e).family() == 4) || self.egressIPs.all(e, !isIP(e) || ip(e).family() == 6)",message="egress IPs must all be of one address family"
 type EgressGatewaySpec struct {
-	// EgressIPs are the source addresses of the selected pods' traffic after the gateway
-	// (IPv4 dotted quads; IPv6 is accepted by the API but not programmed yet). Each selected pod
-	// uses one of them, chosen by a hash of its namespace and name; each has its own active
-	// gateway. The network must deliver them to the gateway nodes' uplink L2 (the active
-	// gateway answers ARP for them). An address equal to a node address, a Service's
+	// EgressIPs are the source addresses of the selected pods' traffic after the gateway, all
+	// of one family: IPv4 ones carry the pods' IPv4 traffic, IPv6 ones their IPv6 traffic
+	// (docs/egress.md "IPv6"). Each selected pod uses one of them, chosen by a hash of its
+	// namespace and name; each has its own active gateway. The network must deliver them to
+	// the gateway nodes' uplink L2 (the active gateway answers ARP, for IPv6 Neighbor
+	// Solicitations, for them). An address equal to a node address, a Service's
 	// LoadBalancer IP or another EgressGateway's egress IP is refused (condition Conflict).
 	// +required
 	// +listType=set
@@ -98,15 +99,19 @@ type EgressGatewayStatus struct {
 	// +kubebuilder:validation:MaxItems=16
 	ActiveGateways []ActiveGateway `json:"activeGateways,omitempty"`
 
-	// Conditions: Ready (every usable egress IP has an active gateway) and Conflict (an egress
-	// IP is refused; reasons below).
+	// Conditions: Ready (every usable egress IP has an active gateway), Conflict (an egress
+	// IP is refused; reasons below) and PortBlocksExhausted (True: selected pods wait for a
+	// source-port block, their pool being exhausted (PoolExhausted) or portBlocks full
+	// (ListFull); Unknown WriteFailed: the status writer's update of portBlocks failed).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	// +kubebuilder:validation:MaxItems=16
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
-	// Nodes is, per node whose agent applied this policy, the metadata.generation it applied.
+	// Nodes is, per node whose agent applied this policy, the metadata.generation it applied,
+	// the node's pods that need a port block (pods) and the egress IPs it declines to serve
+	// (declined).
 	// +optional
 	// +listType=map
 	// +listMapKey=node
@@ -118,14 +123,22 @@ type EgressGatewayStatus struct {
 	// so every gateway of the egress IP sees ports no other pod uses and keeps them (sessions
 	// survive a failover; two pods using the same source port to one server stay distinct).
 	// Written by the policy's status writer only (update with resourceVersion, conflicts
-	// retried), from the pods the nodes list (nodes[].pods); a block whose pod went keeps its
+	// retried), from the pods the nodes list (nodes[].pods); a pod keeps its block while it
+	// exists, also when the policy no longer selects it; a block whose pod is gone keeps its
 	// entry with releasedAt and is not given to another pod before the quarantine
-	// (--egress-port-quarantine, 2 x MSL) has passed.
+	// (--egress-port-quarantine, 2 x MSL) has passed. Pods beyond the list's limit (MaxItems,
+	// quarantined entries included) wait (condition PortBlocksExhausted, reason ListFull).
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=4096
 	PortBlocks []PortBlock `json:"portBlocks,omitempty"`
 }
+
+// MaxPortBlocks is the most entries EgressGatewayStatus.PortBlocks may hold: the value of its
+// +kubebuilder:validation:MaxItems marker (a marker takes a literal; keep the two equal, which
+// agent's TestMaxPortBlocksIsTheCRDLimit checks against deploy/crds). The status writer
+// allocates no block beyond it (an update the API server would refuse).
+const MaxPortBlocks = 4096
 
 // PortBlock is the source-port block of one pod for one egress IP.
 type PortBlock struct {
@@ -151,8 +164,9 @@ type PortBlock struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=32768
 	Size int32 `json:"size"`
-	// ReleasedAt is set when the pod no longer uses the block (deleted, no longer selected, or
-	// its node gone): the block is quarantined from then on and freed after the quarantine.
+	// ReleasedAt is set when the pod is gone (deleted, or its node gone; a pod the policy no
+	// longer selects keeps its block while it exists: its open connections still use it): the
+	// block is quarantined from then on and freed after the quarantine.
 	// +optional
 	ReleasedAt *metav1.Time `json:"releasedAt,omitempty"`
 }
@@ -195,8 +209,9 @@ type NodeStatus struct {
 	// +required
 	// +kubebuilder:validation:Minimum=0
 	ObservedGeneration int64 `json:"observedGeneration"`
-	// Pods are the node's pods that this policy selects, with their egress IP: the status
-	// writer allocates their port blocks (portBlocks).
+	// Pods are the node's pods that this policy selects, with their egress IP, and those that
+	// still hold a block of it (no longer selected, or using another egress IP now): the status
+	// writer allocates and keeps their port blocks (portBlocks).
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=4096
@@ -258,6 +273,12 @@ const (
 	ReasonPoolExhausted = "PoolExhausted"
 	// ReasonBlocksAllocated: PortBlocksExhausted=False, every listed pod has its block.
 	ReasonBlocksAllocated = "BlocksAllocated"
+	// ReasonPortBlocksWriteFailed: PortBlocksExhausted=Unknown, the status writer's update of
+	// status.portBlocks failed (the message has the error); retried at its next sync.
+	ReasonPortBlocksWriteFailed = "WriteFailed"
+	// ReasonPortBlocksListFull: PortBlocksExhausted=True, status.portBlocks holds MaxPortBlocks
+	// entries (the CRD's limit) and pods wait although their pools may have free blocks.
+	ReasonPortBlocksListFull = "ListFull"
 )
 
 // EgressGatewayList is a list of EgressGateways.
