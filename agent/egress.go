@@ -275,9 +275,8 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 					takenID6[flows.EgressID(ip)] = ip
 				}
 				st.usable = p.Invalid == ""
-				if nic, subnet, ok := m.st.SecondarySubnet6For(ip); ok && st.usable && slices.Contains(st.Eligible, m.node) {
-					st.Declined = "IPv6 egress IP " + ip.String() + " is inside IPv6 subnet " + subnet.String() +
-						" of secondary NIC " + nic + " on node " + m.node + ": " + flows.Egress6SecondaryNote
+				if _, _, where, ok := m.st.SecondarySubnet6For(ip); ok && st.usable && slices.Contains(st.Eligible, m.node) {
+					st.Declined = "IPv6 egress IP " + ip.String() + " is " + where + " on node " + m.node + ": " + flows.Egress6SecondaryNote
 				}
 			}
 			p.IPs = append(p.IPs, st)

@@ -58,12 +58,11 @@ const Egress6SecondaryNote = "not served by that node (it declines it: node-setu
 // ip is inside an IPv6 subnet of one of its secondary uplinks (State.SecondarySubnet6For), whose
 // segment this node cannot send IPv6 to (docs/egress.md "Secondary NICs").
 func (st *State) egress6SecondaryRefusal(ip netip.Addr) string {
-	nic, subnet, ok := st.SecondarySubnet6For(ip)
+	_, _, where, ok := st.SecondarySubnet6For(ip)
 	if !ok {
 		return ""
 	}
-	return "IPv6 egress IP " + ip.String() + " is inside IPv6 subnet " + subnet.String() + " of secondary NIC " + nic +
-		" on node " + st.Node + ": " + Egress6SecondaryNote + "; its traffic is dropped"
+	return "IPv6 egress IP " + ip.String() + " is " + where + " on node " + st.Node + ": " + Egress6SecondaryNote + "; its traffic is dropped"
 }
 
 // ndAdvertFlagsEgress is the NA flags br-ex answers for an egress IP with: S (solicited) and O

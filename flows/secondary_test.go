@@ -45,13 +45,13 @@ func TestEgress6SecondaryNICDeclined(t *testing.T) {
 	st.Egress[in] = EgressIP{IP: in, Policy: "sec6", Gateway: "node1"}
 	st.Egress[ip("203.0.113.50")] = EgressIP{IP: ip("203.0.113.50"), Policy: "sec", Gateway: "node1"}
 
-	nic, subnet, ok := st.SecondarySubnet6For(in)
+	nic, subnet, _, ok := st.SecondarySubnet6For(in)
 	require.True(t, ok)
 	assert.Equal(t, "eth1", nic)
 	assert.Equal(t, pfx("2001:db8:113::/64"), subnet)
-	_, _, ok = st.SecondarySubnet6For(out)
+	_, _, _, ok = st.SecondarySubnet6For(out)
 	assert.False(t, ok)
-	_, _, ok = st.SecondarySubnet6For(ip("203.0.113.50"))
+	_, _, _, ok = st.SecondarySubnet6For(ip("203.0.113.50"))
 	assert.False(t, ok, "IPv4 goes by Subnets")
 
 	fs, err := BuildEgress(st, st.Egress[in])
@@ -89,4 +89,38 @@ func TestEgress6SecondaryNICDeclined(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotContains(t, strings.Join(base.FlowLines(), "\n"), "2001:db8:113::", "no flow for the NIC's IPv6 subnet")
 	assert.Empty(t, base.Warnings)
+}
+
+// A secondary NIC whose recorded IPv6 subnets are unreadable (a hand-edited
+// ovs-srcip.io/egress-subnets6) keeps its IPv4 egress IPs on the NIC, and every IPv6 egress IP is
+// declined on this node (fail closed: none can be told apart from one on that NIC's segment),
+// with a warning that names the NIC and what to do.
+func TestEgress6SecondaryNICUnreadableSubnets6(t *testing.T) {
+	st := goldenDualStackEgress6()
+	st.Ports.Secondary = []SecondaryUplink{{Name: "eth1", OFPort: 5, Subnets: []netip.Prefix{pfx("203.0.113.0/24")},
+		Subnets6Unreadable: "bad prefix"}}
+	v6, v4 := ip("2001:db8::51"), ip("203.0.113.50")
+	st.Egress[v6] = EgressIP{IP: v6, Policy: "any6", Gateway: "node1"}
+	st.Egress[v4] = EgressIP{IP: v4, Policy: "sec", Gateway: "node1"}
+
+	nic, _, where, ok := st.SecondarySubnet6For(v6)
+	require.True(t, ok)
+	assert.Equal(t, "eth1", nic)
+	assert.Contains(t, where, "unreadable: bad prefix")
+	assert.Equal(t, 5, st.UplinkFor(v4), "the IPv4 subnets are kept")
+
+	fs, err := BuildEgress(st, st.Egress[v6])
+	require.NoError(t, err)
+	lines := fs.FlowLines()
+	require.Len(t, lines, 1, "%v", lines)
+	assert.Contains(t, lines[0], "actions=drop")
+	require.Len(t, fs.Warnings, 1)
+	assert.Contains(t, fs.Warnings[0], "IPv6 egress IP 2001:db8::51 is not checkable against the IPv6 subnets of secondary NIC eth1")
+	ann, err := BuildEgressAnnounce(st, st.Egress[v6])
+	require.NoError(t, err)
+	assert.Empty(t, ann.Flows, "answered on no uplink")
+
+	fs4, err := BuildEgress(st, st.Egress[v4])
+	require.NoError(t, err)
+	assert.Contains(t, strings.Join(fs4.FlowLines(), "\n"), "ct(commit", "the IPv4 egress IP is served")
 }

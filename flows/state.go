@@ -186,25 +186,39 @@ type SecondaryUplink struct {
 	// routing for the NIC, so an IPv6 egress IP inside one is declined on this node
 	// (SecondarySubnet6For), never served on the primary uplink.
 	Subnets6 []netip.Prefix
+	// Subnets6Unreadable is why the NIC's recorded IPv6 subnets could not be read ("" when they
+	// could): a hand-edited ovs-srcip.io/egress-subnets6. The NIC keeps its IPv4 Subnets, and every
+	// IPv6 egress IP is declined on this node (SecondarySubnet6For), since none can be told apart
+	// from one on that NIC's segment.
+	Subnets6Unreadable string
 }
 
 // SecondarySubnet6For returns the secondary uplink and the IPv6 subnet of it (Subnets6) that
 // contains IPv6 address ip, ok false when none does. An IPv6 egress IP there must leave through
 // that NIC, which this node cannot do yet (docs/egress.md "Secondary NICs"): BuildEgress and
 // BuildEgressAnnounce decline it, and the agent neither campaigns for it nor lets it be served
-// here silently.
-func (st *State) SecondarySubnet6For(ip netip.Addr) (uplink string, subnet netip.Prefix, ok bool) {
+// here silently. where is the phrase for messages: "inside IPv6 subnet S of secondary NIC N",
+// or, when a NIC's IPv6 subnets are unreadable (Subnets6Unreadable; ok for every IPv6 ip, subnet
+// then the zero Prefix), "not checkable against the IPv6 subnets of secondary NIC N (...)".
+func (st *State) SecondarySubnet6For(ip netip.Addr) (uplink string, subnet netip.Prefix, where string, ok bool) {
 	if !ip.Is6() || ip.Is4In6() {
-		return "", netip.Prefix{}, false
+		return "", netip.Prefix{}, "", false
 	}
 	for _, s := range st.Ports.Secondary {
 		for _, n := range s.Subnets6 {
 			if n.Bits() > 0 && n.Contains(ip) {
-				return s.Name, n, true
+				return s.Name, n, "inside IPv6 subnet " + n.String() + " of secondary NIC " + s.Name, true
 			}
 		}
 	}
-	return "", netip.Prefix{}, false
+	for _, s := range st.Ports.Secondary {
+		if s.Subnets6Unreadable != "" {
+			return s.Name, netip.Prefix{}, "not checkable against the IPv6 subnets of secondary NIC " + s.Name +
+				" (its Interface.external_ids ovs-srcip.io/egress-subnets6 is unreadable: " + s.Subnets6Unreadable +
+				"; re-run node-setup or fix the key)", true
+		}
+	}
+	return "", netip.Prefix{}, "", false
 }
 
 // UplinkFor returns the br-ex port on which ip is announced and reached: the secondary uplink
@@ -235,7 +249,7 @@ func (st *State) SecondaryUplinks() ([]SecondaryUplink, []string) {
 		own = append(own, n.InternalIP)
 	}
 	for _, s := range st.Ports.Secondary {
-		u := SecondaryUplink{Name: s.Name, OFPort: s.OFPort, Subnets6: s.Subnets6}
+		u := SecondaryUplink{Name: s.Name, OFPort: s.OFPort, Subnets6: s.Subnets6, Subnets6Unreadable: s.Subnets6Unreadable}
 		for _, n := range s.Subnets {
 			bad := ""
 			switch {

@@ -108,11 +108,14 @@ func (d *DB) secondaryUplinks(ctx context.Context, brEx string) ([]flows.Seconda
 			errs = append(errs, fmt.Errorf("secondary uplink %s: %w (ignored)", i.Name, err))
 			continue
 		}
+		// An unreadable IPv6 value keeps the NIC's IPv4 subnets (their egress IPs must still leave
+		// through it) and declines every IPv6 egress IP on this node (flows.State.SecondarySubnet6For).
 		var subnets6 []netip.Prefix
+		unreadable6 := ""
 		if v6, ok := i.ExternalIDs[ExternalIDEgressSubnets6]; ok {
 			if subnets6, err = ParseEgressSubnets6(v6); err != nil {
-				errs = append(errs, fmt.Errorf("secondary uplink %s: %w (ignored)", i.Name, err))
-				continue
+				errs = append(errs, fmt.Errorf("secondary uplink %s: %w (its IPv4 subnets kept; every IPv6 egress IP declined on this node)", i.Name, err))
+				subnets6, unreadable6 = nil, err.Error()
 			}
 		}
 		if i.OFPort != nil && *i.OFPort < 0 {
@@ -127,7 +130,7 @@ func (d *DB) secondaryUplinks(ctx context.Context, brEx string) ([]flows.Seconda
 			pending = append(pending, i.Name)
 			continue
 		}
-		out = append(out, flows.SecondaryUplink{Name: i.Name, OFPort: *i.OFPort, Subnets: subnets, Subnets6: subnets6})
+		out = append(out, flows.SecondaryUplink{Name: i.Name, OFPort: *i.OFPort, Subnets: subnets, Subnets6: subnets6, Subnets6Unreadable: unreadable6})
 	}
 	slices.SortFunc(out, func(a, b flows.SecondaryUplink) int { return a.OFPort - b.OFPort })
 	// Logged when it changes, not at every sync.

@@ -85,6 +85,17 @@ func TestSecondaryUplink(t *testing.T) {
 	_, err = db.EnsureSecondaryUplink(ctx, "br-ex", "eth2", []netip.Prefix{netip.MustParsePrefix("2001:db8:0:113::/64")})
 	require.ErrorContains(t, err, "no IPv4 subnet", "an IPv6 subnet alone is no secondary uplink")
 
+	// A malformed IPv6 value keeps the NIC and its IPv4 subnets (their egress IPs still leave
+	// through it) and marks its IPv6 subnets unreadable (every IPv6 egress IP declined here).
+	sb.Vsctl(t, "set", "Interface", "eth1", `external_ids:ovs-srcip.io/egress-subnets6="bogus"`)
+	require.Eventually(t, func() bool {
+		ports, err = db.EnsureIntegration(ctx, c)
+		return err == nil && len(ports.Secondary) == 1 && ports.Secondary[0].Subnets6Unreadable != ""
+	}, 5*time.Second, 50*time.Millisecond, "%v %v", ports.Secondary, err)
+	assert.Equal(t, two, ports.Secondary[0].Subnets)
+	assert.Empty(t, ports.Secondary[0].Subnets6)
+	sb.Vsctl(t, "remove", "Interface", "eth1", "external_ids", "ovs-srcip.io/egress-subnets6")
+
 	// A malformed value: the port is ignored (and still no primary candidate).
 	sb.Vsctl(t, "set", "Interface", "eth1", `external_ids:ovs-srcip.io/egress-subnets="bogus"`)
 	require.Eventually(t, func() bool {
