@@ -153,7 +153,7 @@ func TestPortPoolQuarantineAndLimitWarnings(t *testing.T) {
 }
 
 // The agent's wiring: with a status writer the pod's block per family comes from the policy's
-// status.portBlocks (none: no block, its TCP and UDP egress is dropped by the flows) and the
+// status.portBlocks (none: no block yet, its egress unmapped, with the pod's own ports; only an exhausted pool drops) and the
 // node lists the pod in LocalPods for its status.nodes entry; the status writer's allocation
 // and its PortBlocksExhausted condition and Event; without a writer (manifests mode) the
 // blocks are allocated locally and kept across updates.
