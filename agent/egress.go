@@ -512,7 +512,8 @@ func (m *model) retainPortBlocks(p *EgressPolicy) {
 
 // portRequests are the (pod, egress IP) pairs of p that need a port block: those the nodes
 // list in p's status.nodes, of known nodes (a node gone from the API releases its pods'
-// blocks) and of p's usable egress IPs.
+// blocks) and of p's usable egress IPs. The entry of a node the agent does not know is skipped
+// with a V(2) log line naming the policy, the node and how many pods it lists.
 func portRequests(p *EgressPolicy) []PortRequest {
 	usable := map[string]bool{}
 	for _, s := range p.IPs {
@@ -523,6 +524,8 @@ func portRequests(p *EgressPolicy) []PortRequest {
 	var out []PortRequest
 	for _, n := range p.obj.Status.Nodes {
 		if _, ok := slices.BinarySearch(p.Nodes, n.Node); !ok {
+			klog.V(2).InfoS("Port-block requests of an unknown node skipped", "egressGateway", p.Name, "node", n.Node,
+				"pods", len(n.Pods), "reason", "not a Node the agent knows (gone from the API): its pods' blocks are released")
 			continue
 		}
 		for _, r := range n.Pods {

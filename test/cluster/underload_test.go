@@ -6,11 +6,9 @@ package cluster
 // that nothing was restarted).
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -467,14 +465,10 @@ func (l *connLoop) counts() (ok, failed int) {
 
 // foStream is one long TCP session from the pod (echo stream), one exchange every 200 ms.
 type foStream struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines chan string
+	cmd *exec.Cmd
+	st  *lab.Stream
 
 	mu      sync.Mutex
-	lastOK  time.Time
-	maxGap  time.Duration
-	sources map[string]bool
 	err     error
 	closed  bool
 	stopped chan struct{}
@@ -483,54 +477,17 @@ type foStream struct {
 func startFoStream(t *testing.T, inPod func(...string) *exec.Cmd, addr string) *foStream {
 	t.Helper()
 	cmd := inPod("stream", "--addr", addr, "--timeout", "30s")
-	stdin, err := cmd.StdinPipe()
+	st, err := lab.StartStream(cmd, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	s := &foStream{cmd: cmd, stdin: stdin, lines: make(chan string, 4), sources: map[string]bool{}, stopped: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			s.lines <- sc.Text()
-		}
-		close(s.lines)
-	}()
+	s := &foStream{cmd: cmd, st: st, stopped: make(chan struct{})}
 	t.Cleanup(s.close)
-	if err := s.read(); err != nil {
+	if _, err := st.Next(); err != nil {
 		t.Fatalf("TCP session not established: %v", err)
 	}
 	go s.loop()
 	return s
-}
-
-func (s *foStream) read() error {
-	l, ok := <-s.lines
-	if !ok {
-		return fmt.Errorf("stream exited")
-	}
-	if strings.HasPrefix(l, "ERROR") {
-		return fmt.Errorf("%s", l)
-	}
-	var r lab.Reply
-	if err := json.Unmarshal([]byte(l), &r); err != nil {
-		return err
-	}
-	now := time.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.sources[r.ClientIP()] = true
-	if !s.lastOK.IsZero() && now.Sub(s.lastOK) > s.maxGap {
-		s.maxGap = now.Sub(s.lastOK)
-	}
-	s.lastOK = now
-	return nil
 }
 
 func (s *foStream) loop() {
@@ -543,11 +500,7 @@ func (s *foStream) loop() {
 		if closed {
 			return
 		}
-		_, err := s.stdin.Write([]byte("\n"))
-		if err == nil {
-			err = s.read()
-		}
-		if err != nil {
+		if _, err := s.st.Exchange(); err != nil {
 			s.mu.Lock()
 			if !s.closed {
 				s.err = err
@@ -562,7 +515,7 @@ func (s *foStream) loop() {
 func (s *foStream) settledAfter(t time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.err != nil || s.lastOK.After(t)
+	return s.err != nil || s.st.Log().Last.After(t)
 }
 
 // result reports whether the session answered after t and never failed, its longest silence and
@@ -570,10 +523,8 @@ func (s *foStream) settledAfter(t time.Time) bool {
 func (s *foStream) result(t time.Time) (kept bool, gap time.Duration, srcs []string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for k := range s.sources {
-		srcs = append(srcs, k)
-	}
-	return s.err == nil && s.lastOK.After(t), s.maxGap, srcs, s.err
+	log := s.st.Log()
+	return s.err == nil && log.Last.After(t), log.MaxGap, log.Sources(), s.err
 }
 
 func (s *foStream) close() {
@@ -584,7 +535,7 @@ func (s *foStream) close() {
 	}
 	s.closed = true
 	s.mu.Unlock()
-	s.stdin.Close()
+	s.st.CloseStdin()
 	_ = s.cmd.Process.Kill()
 	_ = s.cmd.Wait()
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"os/exec"
@@ -304,16 +303,9 @@ func TestEgressGatewayElection(t *testing.T) {
 // tcpStream is one long TCP connection from echo-a's netns to the client's server (`echo
 // stream`), exchanging every 200 ms.
 type tcpStream struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines chan string
+	st *lab.Stream // its Log's Clients: the server's view of the client address (IP:port)
 
 	mu        sync.Mutex
-	answers   int
-	lastOK    time.Time
-	maxGap    time.Duration
-	sources   map[string]bool
-	clients   map[string]bool // the server's view of the client address (IP:port)
 	err       error
 	stop      chan struct{}
 	stoppedCh chan struct{}
@@ -337,52 +329,17 @@ func startTCPStreamFrom(t *testing.T, pod, addr string, localPort int) *tcpStrea
 	require.NoError(t, err)
 	cmd := exec.Command("ip", "netns", "exec", ns, theLab.EchoBin(), "stream", "--addr", addr, "--timeout", "30s",
 		"--local-port", fmt.Sprint(localPort))
-	stdin, err := cmd.StdinPipe()
+	st, err := lab.StartStream(cmd, 4)
 	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	s := &tcpStream{cmd: cmd, stdin: stdin, lines: make(chan string, 4), sources: map[string]bool{}, clients: map[string]bool{},
-		stop: make(chan struct{}), stoppedCh: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			s.lines <- sc.Text()
-		}
-		close(s.lines)
-	}()
+	s := &tcpStream{st: st, stop: make(chan struct{}), stoppedCh: make(chan struct{})}
 	t.Cleanup(func() {
-		stdin.Close()
+		st.CloseStdin()
 		_ = cmd.Wait()
 	})
-	require.NoError(t, s.read(), "stream not established")
+	_, err = st.Next()
+	require.NoError(t, err, "stream not established")
 	go s.loop()
 	return s
-}
-
-func (s *tcpStream) read() error {
-	l, ok := <-s.lines
-	if !ok {
-		return fmt.Errorf("stream exited")
-	}
-	if strings.HasPrefix(l, "ERROR") {
-		return fmt.Errorf("%s", l)
-	}
-	var r lab.Reply
-	if err := json.Unmarshal([]byte(l), &r); err != nil {
-		return err
-	}
-	now := time.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.sources[r.ClientIP()] = true
-	s.clients[r.Client] = true
-	if !s.lastOK.IsZero() && now.Sub(s.lastOK) > s.maxGap {
-		s.maxGap = now.Sub(s.lastOK)
-	}
-	s.answers++
-	s.lastOK = now
-	return nil
 }
 
 func (s *tcpStream) loop() {
@@ -393,11 +350,7 @@ func (s *tcpStream) loop() {
 			return
 		case <-time.After(200 * time.Millisecond):
 		}
-		_, err := s.stdin.Write([]byte("\n"))
-		if err == nil {
-			err = s.read()
-		}
-		if err != nil {
+		if _, err := s.st.Exchange(); err != nil {
 			s.mu.Lock()
 			s.err = err
 			s.mu.Unlock()
@@ -421,14 +374,8 @@ func (s *tcpStream) resultClients(since time.Time) (alive bool, gap time.Duratio
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for k := range s.sources {
-		srcs = append(srcs, k)
-	}
-	for k := range s.clients {
-		clients = append(clients, k)
-	}
-	slices.Sort(clients)
-	return s.err == nil && s.lastOK.After(since), s.maxGap, srcs, clients, s.err
+	log := s.st.Log()
+	return s.err == nil && log.Last.After(since), log.MaxGap, log.Sources(), log.Clients(), s.err
 }
 
 // TestEgressFailoverSessions measures what established sessions through the gateway survive
