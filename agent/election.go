@@ -89,6 +89,11 @@ type campaign struct {
 	ip     netip.Addr
 	cancel context.CancelFunc
 	done   chan struct{}
+	// Guarded by LeaseElection.mu: the running elector, the cancel of its context, and whether
+	// nudge cancelled it (then run starts the next one at once).
+	le     *leaderelection.LeaderElector
+	stopLE context.CancelFunc
+	nudged bool
 }
 
 var _ GatewayElection = (*LeaseElection)(nil)
@@ -153,6 +158,9 @@ func (e *LeaseElection) Start(ctx context.Context) error {
 		e.mu.Unlock()
 		if changed {
 			klog.FromContext(ctx).V(2).Info("Egress Lease holder", "lease", l.Name, "holder", h)
+			if h == "" {
+				e.nudge(l.Name)
+			}
 			e.kick()
 		}
 	}
@@ -253,8 +261,28 @@ func (e *LeaseElection) Synced() {
 	}
 }
 
+// nudge makes the campaign for the Lease name, when this node runs one and does not lead it, try
+// to acquire it now: the Lease was released (holder cleared: a gateway that stepped down,
+// releaseLease) or deleted. A waiting elector tries only every RetryPeriod, jittered up to
+// 2.2 x RetryPeriod (client-go's JitterFactor), and each of those seconds is an egress outage
+// after a graceful step-down; so the waiting elector is cancelled and run starts a new one,
+// whose first try is immediate. An elector that may have acquired the Lease meanwhile is left
+// alone (its OnStartedLeading, should it still come, is ignored once cancelled: setLeading).
+func (e *LeaseElection) nudge(name string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for ip, c := range e.campaigns {
+		if LeaseName(ip) != name || e.leading[ip] || c.le == nil || c.stopLE == nil || c.le.IsLeader() {
+			continue
+		}
+		c.nudged = true
+		c.stopLE()
+		c.stopLE = nil
+	}
+}
+
 // run campaigns for c.ip until ctx is done: one leaderelection.LeaderElector at a time, a new
-// one after a lost Lease.
+// one after a lost Lease (RetryPeriod later) or at once after nudge.
 func (e *LeaseElection) run(ctx context.Context, c *campaign) {
 	defer close(c.done)
 	logger := klog.FromContext(ctx).WithValues("egressIP", c.ip, "lease", LeaseName(c.ip))
@@ -266,9 +294,10 @@ func (e *LeaseElection) run(ctx context.Context, c *campaign) {
 			RetryPeriod:   e.RetryPeriod,
 			Name:          LeaseName(c.ip),
 			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(context.Context) {
+				// lctx ends with this elector (and with ctx): a cancelled elector never sets leading.
+				OnStartedLeading: func(lctx context.Context) {
 					logger.Info("Egress gateway: this node holds the Lease")
-					e.setLeading(ctx, c.ip, true)
+					e.setLeading(lctx, c.ip, true)
 				},
 				OnStoppedLeading: func() { e.setLeading(ctx, c.ip, false) },
 			},
@@ -277,7 +306,20 @@ func (e *LeaseElection) run(ctx context.Context, c *campaign) {
 			logger.Error(err, "Egress gateway election cannot run")
 			return
 		}
-		le.Run(ctx)
+		lctx, stop := context.WithCancel(ctx)
+		e.mu.Lock()
+		c.le, c.stopLE, c.nudged = le, stop, false
+		e.mu.Unlock()
+		le.Run(lctx)
+		stop()
+		e.mu.Lock()
+		nudged := c.nudged
+		c.le, c.stopLE, c.nudged = nil, nil, false
+		e.mu.Unlock()
+		if nudged {
+			logger.V(2).Info("Egress Lease released: trying to acquire it now")
+			continue
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(e.RetryPeriod):

@@ -27,14 +27,19 @@ import (
 	"github.com/ovs-srcip/ovs-srcip/test/lab"
 )
 
-// TestRollingUpgrade's two builds. oldCommit is main~36 when the test was written (53c0b4f,
-// 2026-12-01 21:41 UTC: before the IPv6 Service path; its deploy/ and its agent's flags are those
-// of HEAD's deploy/, which installs it). The new build is this checkout's, with hack/image.sh -l:
+// TestRollingUpgrade's two builds. oldCommit is d665ca3 (2026-12-02, main's landing before the
+// port-block fixes, which passed CI): a release that already has egress port blocks, so the
+// roll stays between two releases that translate a selected pod's egress connections the same way
+// (a connection opened under port blocks keeps its ct nat(src=POD:LO-HI) entry in ZonePod, which
+// only an agent with port blocks looks up with nat). The first old build, 53c0b4f, was before
+// port blocks: its downgrade broke every running egress stream (docs/install.md "Upgrade"). Its
+// agent's flags are those of HEAD's deploy/, which installs it (deploy/ differs from HEAD's in CRD
+// descriptions only). The new build is this checkout's, with hack/image.sh -l:
 // br-int's base flow set has one more flow, in table flows.UpgradeTestTable (58), which the old
 // build never writes, so the upgrade and the downgrade each change the flow layout and the base
 // set's cookie.
 const (
-	oldCommit   = "53c0b4f9e1f6ad04be71601a64879f1429b64f34"
+	oldCommit   = "d665ca3fb525e53fd79497153fc2eb1a131d4a7b"
 	oldTag      = "upgrade-old"
 	newTag      = "upgrade-new"
 	upgradeTbl  = 58
@@ -788,7 +793,9 @@ func (f rollFigures) report(t *testing.T, what string) {
 	t.Helper()
 	fmt.Printf("%s: rollout took %v\n", what, f.took.Round(time.Millisecond))
 	resets := 0
-	strictEgress := os.Getenv("SRCIP_UPGRADE_STRICT_EGRESS") != ""
+	// SRCIP_UPGRADE_LAX_EGRESS=1 reports the egress streams' breaks and silences without failing
+	// (for hunting other failures: the egress streams cross a gateway failover at each roll).
+	laxEgress := os.Getenv("SRCIP_UPGRADE_LAX_EGRESS") != ""
 	for _, s := range f.streams {
 		s.mu.Lock()
 		status := "ok"
@@ -801,12 +808,8 @@ func (f rollFigures) report(t *testing.T, what string) {
 		fmt.Printf("%s: stream %-45s answers %4d, longest silence %4d ms, resets %d, %s\n",
 			what, s.name, s.answers, s.maxGap.Milliseconds(), map[bool]int{true: 1}[s.reset], status)
 		fail := t.Errorf
-		if s.egress && !strictEgress {
-			// The known gap (docs/install.md "Upgrade"): the gateway's agent steps down when it
-			// stops, and the egress IP fails over to the other eligible node and back; those
-			// sessions are re-committed by the new gateway and may be silent or lost meanwhile
-			// (issue 23 deliverables 2-3). Reported, asserted with SRCIP_UPGRADE_STRICT_EGRESS=1.
-			fail = func(format string, args ...any) { t.Logf("known gap (egress failover): "+format, args...) }
+		if s.egress && laxEgress {
+			fail = func(format string, args ...any) { t.Logf("SRCIP_UPGRADE_LAX_EGRESS: not failing: "+format, args...) }
 		}
 		if s.err != nil {
 			fail("%s: stream %s: %v", what, s.name, s.err)
