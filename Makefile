@@ -58,7 +58,7 @@ check:
 	$(GO) test -short $(PURE)
 	$(GO) test -short -run 'TestDepsInstallsEveryProgram|TestEveryExecutedProgramIsListed|TestCheckProgramsNamesThePackage' ./test/lab/
 	$(GO) test -short ./test/conformance/
-	$(GO) test -short ./test/cluster/trylab/
+	$(GO) test -short ./test/cluster/trylab/ ./test/cluster/frr/
 
 vet:
 	$(GO) vet ./...
