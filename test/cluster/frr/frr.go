@@ -20,6 +20,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -244,14 +245,27 @@ func Start(o Options, c Config) (r *Router, err error) {
 			r = nil
 		}
 	}()
+	// The daemons run as the package's user frr (group frr): FRR refuses a user that is not in
+	// its vty group (frrvty; "privs_init: user(root) is not part of vty group"), which frr is. They
+	// keep the capabilities they need (NET_ADMIN, NET_RAW, ...) and write their sockets, pid
+	// files and logs into directories frr owns.
+	uid, gid, err := frrIDs()
+	if err != nil {
+		return r, err
+	}
 	files := map[string]string{"zebra.conf": zebraConf(o.Netns), "bgpd.conf": bgpd}
 	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(o.Dir, name), []byte(body), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(o.Dir, name), []byte(body), 0o640); err != nil {
+			return r, fmt.Errorf("frr: %w", err)
+		}
+	}
+	for _, p := range []string{run, o.Dir, filepath.Join(o.Dir, "zebra.conf"), filepath.Join(o.Dir, "bgpd.conf")} {
+		if err := os.Chown(p, uid, gid); err != nil {
 			return r, fmt.Errorf("frr: %w", err)
 		}
 	}
 	for _, d := range []struct{ name, bin string }{{"zebra", ZebraBin}, {"bgpd", BGPDBin}} {
-		argv := []string{"ip", "netns", "exec", o.Netns, d.bin, "-N", o.Pathspace, "-u", "root", "-g", "root", "-P", "0",
+		argv := []string{"ip", "netns", "exec", o.Netns, d.bin, "-N", o.Pathspace, "-u", "frr", "-g", "frr", "-P", "0",
 			"-f", filepath.Join(o.Dir, d.name+".conf"), "-i", filepath.Join(run, d.name+".pid"),
 			"--log", "file:" + filepath.Join(o.Dir, d.name+".log"), "--log-level", "info"}
 		p, err := r.start(d.name, argv)
@@ -261,7 +275,8 @@ func Start(o Options, c Config) (r *Router, err error) {
 		r.procs = append(r.procs, p)
 		if err := lab.WaitFor(func() error {
 			if !p.running() {
-				return fmt.Errorf("%s exited: %v (see %s)", d.name, p.err, filepath.Join(o.Dir, d.name+".out"))
+				b, _ := os.ReadFile(filepath.Join(o.Dir, d.name+".out"))
+				return fmt.Errorf("%s exited: %v: %s", d.name, p.err, strings.TrimSpace(string(b)))
 			}
 			_, err := r.vtysh(d.name, "show version")
 			return err
@@ -270,6 +285,21 @@ func Start(o Options, c Config) (r *Router, err error) {
 		}
 	}
 	return r, nil
+}
+
+// frrIDs are the uid and gid of the user and group frr, which Debian's frr package creates.
+func frrIDs() (uid, gid int, err error) {
+	u, err := user.Lookup("frr")
+	if err != nil {
+		return 0, 0, fmt.Errorf("frr: the user frr (Debian's frr package creates it): %w", err)
+	}
+	g, err := user.LookupGroup("frr")
+	if err != nil {
+		return 0, 0, fmt.Errorf("frr: the group frr: %w", err)
+	}
+	uid, _ = strconv.Atoi(u.Uid)
+	gid, _ = strconv.Atoi(g.Gid)
+	return uid, gid, nil
 }
 
 func (r *Router) log(format string, args ...any) {
