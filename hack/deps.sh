@@ -52,6 +52,7 @@ progs=(
 	"/usr/lib/frr/zebra frr"          # outside PATH on Debian
 	"/usr/lib/frr/bgpd  frr"
 	"vtysh        frr"                # the daemons' state as JSON
+	"nstat        iproute2"           # the router's kernel counters (rp_filter drops)
 	# hack/conformance/build.sh (make conformance-build): copied with their libraries into the e2e
 	# images, the package versions of the cache key, the images' smoke test
 	"busybox      busybox-static"     # sh and the usual tools of the images
