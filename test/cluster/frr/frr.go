@@ -505,6 +505,7 @@ func (r *Router) KernelNextHops(p netip.Prefix) (nhs []netip.Addr, proto string,
 	var routes []struct {
 		Gateway   string `json:"gateway"`
 		Protocol  string `json:"protocol"`
+		NHID      int    `json:"nhid"`
 		Multipath []struct {
 			Gateway string `json:"gateway"`
 		} `json:"multipath"`
@@ -521,6 +522,13 @@ func (r *Router) KernelNextHops(p netip.Prefix) (nhs []netip.Addr, proto string,
 				gws = append(gws, m.Gateway)
 			}
 		}
+		if rt.Gateway == "" && len(rt.Multipath) == 0 && rt.NHID != 0 {
+			// zebra installs its routes through nexthop objects: the gateways are in the
+			// object (a group names its members).
+			if gws, err = r.nexthopGateways(rt.NHID, 0); err != nil {
+				return nil, proto, err
+			}
+		}
 		for _, g := range gws {
 			if a, err := netip.ParseAddr(g); err == nil {
 				nhs = append(nhs, a)
@@ -529,6 +537,42 @@ func (r *Router) KernelNextHops(p netip.Prefix) (nhs []netip.Addr, proto string,
 	}
 	sort.Slice(nhs, func(i, j int) bool { return nhs[i].Less(nhs[j]) })
 	return nhs, proto, nil
+}
+
+// nexthopGateways returns the gateways of the router netns' nexthop object id (`ip -j nexthop
+// show id`), following a group's members.
+func (r *Router) nexthopGateways(id, depth int) ([]string, error) {
+	if depth > 2 {
+		return nil, fmt.Errorf("frr: nexthop %d: groups nested too deep", id)
+	}
+	argv := []string{"-n", r.Netns, "-j", "nexthop", "show", "id", strconv.Itoa(id)}
+	out, err := exec.Command("ip", argv...).Output()
+	if err != nil {
+		return nil, fmt.Errorf("ip %s: %w", strings.Join(argv, " "), err)
+	}
+	var nhs []struct {
+		Gateway string `json:"gateway"`
+		Group   []struct {
+			ID int `json:"id"`
+		} `json:"group"`
+	}
+	if err := json.Unmarshal(out, &nhs); err != nil {
+		return nil, fmt.Errorf("ip %s: %w: %q", strings.Join(argv, " "), err, out)
+	}
+	var gws []string
+	for _, nh := range nhs {
+		if nh.Gateway != "" {
+			gws = append(gws, nh.Gateway)
+		}
+		for _, m := range nh.Group {
+			g, err := r.nexthopGateways(m.ID, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			gws = append(gws, g...)
+		}
+	}
+	return gws, nil
 }
 
 // generatedPathspace matches the pathspaces CleanupStale touches: a prefix lab.New generates
