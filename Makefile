@@ -58,7 +58,7 @@ check:
 	$(GO) test -short $(PURE)
 	$(GO) test -short -run 'TestDepsInstallsEveryProgram|TestEveryExecutedProgramIsListed|TestCheckProgramsNamesThePackage' ./test/lab/
 	$(GO) test -short ./test/conformance/
-	$(GO) test -short ./test/cluster/trylab/
+	$(GO) test -short ./test/cluster/trylab/ ./test/cluster/frr/
 
 vet:
 	$(GO) vet ./...
@@ -177,8 +177,10 @@ test-upgrade: deps build controlplane cluster
 
 # MetalLB beside ovs-srcip on the real-kubelet lab (issue 24; test/cluster/metallb, build tag
 # metallb): MetalLB v0.15.2 (make metallb) installed from its own manifest, webhooks off, L2 mode
-# announcing a pool on br-ex; an annotated LoadBalancer Service keeps the client's IP through the
-# announcing node. Not in make test yet (the build tag keeps it out of ./test/cluster/...).
+# announcing a pool on br-ex, and BGP mode peering with FRR on the lab router (test/cluster/frr,
+# Debian's frr from make deps); an annotated LoadBalancer Service keeps the client's IP through the
+# announcing node, and through each of the router's ECMP next hops. Not in make test yet (the
+# build tag keeps it out of ./test/cluster/...).
 test-metallb: deps build controlplane cluster metallb
 	set -o pipefail; SRCIP_AGENT=$(BIN)/srcip-agent $(GO) test -tags metallb -count=1 -p 1 -timeout 15m -v ./test/cluster/metallb/ \
 		| grep -v '^=== '

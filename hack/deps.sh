@@ -48,6 +48,11 @@ progs=(
 	"unshare      util-linux"         # a node's private mount namespace
 	"pivot_root   util-linux"         # the node holder, when the lab runs in a chroot
 	"mount        mount"              # bind mounts inside it
+	# test/cluster/frr: the upstream BGP router of MetalLB's BGP mode, in the lab's router netns
+	"/usr/lib/frr/zebra frr"          # outside PATH on Debian
+	"/usr/lib/frr/bgpd  frr"
+	"vtysh        frr"                # the daemons' state as JSON
+	"nstat        iproute2"           # the router's kernel counters (rp_filter drops)
 	# hack/conformance/build.sh (make conformance-build): copied with their libraries into the e2e
 	# images, the package versions of the cache key, the images' smoke test
 	"busybox      busybox-static"     # sh and the usual tools of the images
@@ -83,8 +88,31 @@ if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ]; then echo "deps: need root to install ${need[*]}" >&2; exit 1; fi
 	echo "deps: installing ${need[*]}"
 	export DEBIAN_FRONTEND=noninteractive
+	# frr's postinst starts the package's service (watchfrr, zebra, staticd in the root netns);
+	# the lab runs its own daemons in its router netns only. A policy-rc.d that exits 101 makes
+	# invoke-rc.d refuse the start; one already there (a container image's) is left as it is.
+	guard=
+	if [[ " ${need[*]} " == *" frr "* && ! -e /usr/sbin/policy-rc.d ]]; then
+		guard=/usr/sbin/policy-rc.d
+		trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+		printf '#!/bin/sh\n# hack/deps.sh: no service starts while it installs packages\nexit 101\n' >"$guard"
+		chmod 755 "$guard"
+	fi
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+	if [ -n "$guard" ]; then rm -f "$guard"; trap - EXIT; fi
+	if [[ " ${need[*]} " == *" frr "* ]]; then
+		# Should a postinst have started the service anyway (an init that ignores policy-rc.d),
+		# stop its daemons by the pids they wrote (watchfrr first: it restarts the others), and
+		# keep systemd from starting it at boot.
+		for d in watchfrr zebra bgpd staticd; do
+			f=/run/frr/$d.pid
+			if [ -s "$f" ] && pid=$(cat "$f") && kill "$pid" 2>/dev/null; then
+				echo "deps: stopped the frr package's $d (pid $pid)"
+			fi
+		done
+		if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then systemctl disable -q frr.service || true; fi
+	fi
 fi
 if [ "$(id -u)" != 0 ]; then echo "deps: the lab needs root (network namespaces, OVS)" >&2; exit 1; fi
 ovs-vswitchd --version | head -1

@@ -74,6 +74,18 @@ var ClusterPrograms = []Program{
 	{"mount", "mount"},
 }
 
+// RouterPrograms are what test/cluster/frr runs in the lab's router netns to play the upstream BGP
+// router of MetalLB's BGP mode (issue 24): FRR's zebra and bgpd, each with a pathspace of its own
+// (-N), and vtysh to read their state as JSON. Debian installs the daemons outside PATH, hence the
+// absolute names. hack/deps.sh keeps the package's own service from starting (policy-rc.d). The
+// BGP tests also read the router's kernel counters (nstat: strict rp_filter drops).
+var RouterPrograms = []Program{
+	{"/usr/lib/frr/zebra", "frr"},
+	{"/usr/lib/frr/bgpd", "frr"},
+	{"vtysh", "frr"},
+	{"nstat", "iproute2"},
+}
+
 // ConformancePrograms are what hack/conformance/build.sh copies, with their shared libraries, into
 // the e2e images (agnhost, busybox, nginx, glibc-dns-testing, distroless-iptables) and what it
 // executes besides the control plane's: the images' shell and tools (busybox-static, GNU wget,

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// hack/deps.sh installs every program of LabPrograms, ControlPlanePrograms, ClusterPrograms, ConformancePrograms and MakePrograms, from
+// hack/deps.sh installs every program of LabPrograms, ControlPlanePrograms, ClusterPrograms, RouterPrograms, ConformancePrograms and MakePrograms, from
 // the same Debian package, and nothing else unnamed here.
 func TestDepsInstallsEveryProgram(t *testing.T) {
 	b, err := os.ReadFile("../../hack/deps.sh")
@@ -22,7 +22,7 @@ func TestDepsInstallsEveryProgram(t *testing.T) {
 		deps[m[1]] = m[2]
 	}
 	want := map[string]string{}
-	for _, l := range [][]Program{LabPrograms, ControlPlanePrograms, ClusterPrograms, ConformancePrograms, MakePrograms} {
+	for _, l := range [][]Program{LabPrograms, ControlPlanePrograms, ClusterPrograms, RouterPrograms, ConformancePrograms, MakePrograms} {
 		for _, p := range l {
 			want[p.Name] = p.DebianPackage
 		}
@@ -35,7 +35,7 @@ func TestDepsInstallsEveryProgram(t *testing.T) {
 // programs.go and hack/deps.sh).
 func TestEveryExecutedProgramIsListed(t *testing.T) {
 	listed := map[string]bool{"go": true} // the toolchain is a prerequisite (README)
-	for _, l := range [][]Program{LabPrograms, ControlPlanePrograms, ClusterPrograms, ConformancePrograms, MakePrograms} {
+	for _, l := range [][]Program{LabPrograms, ControlPlanePrograms, ClusterPrograms, RouterPrograms, ConformancePrograms, MakePrograms} {
 		for _, p := range l {
 			listed[p.Name] = true
 		}

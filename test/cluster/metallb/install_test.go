@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -83,6 +84,11 @@ func metalLBObjects(dir string) ([]*unstructured.Unstructured, error) {
 			if err := unstructured.SetNestedMap(u.Object, map[string]any{"strategy": "None"}, "spec", "conversion"); err != nil {
 				return nil, err
 			}
+			// myASN and peerASN say format int32 with maximum 4294967295, and this API server
+			// refuses every BGPPeer for it ("Maximum boundary value must be of type integer
+			// with format int32 in spec.myASN"): the lab drops such a maximum (its ASNs are
+			// 64500 and 64512).
+			dropInt32Maximum(u.Object)
 		case u.GetKind() == "Deployment" || u.GetKind() == "DaemonSet":
 			cs, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
 			for i := range cs {
@@ -106,6 +112,33 @@ func metalLBObjects(dir string) ([]*unstructured.Unstructured, error) {
 		objs = append(objs, u)
 	}
 	return objs, nil
+}
+
+// dropInt32Maximum removes, anywhere in a CRD's schemas, a maximum above MaxInt32 beside format
+// int32.
+func dropInt32Maximum(v any) {
+	switch x := v.(type) {
+	case map[string]any:
+		if x["format"] == "int32" {
+			switch m := x["maximum"].(type) {
+			case int64:
+				if m > math.MaxInt32 {
+					delete(x, "maximum")
+				}
+			case float64:
+				if m > math.MaxInt32 {
+					delete(x, "maximum")
+				}
+			}
+		}
+		for _, e := range x {
+			dropInt32Maximum(e)
+		}
+	case []any:
+		for _, e := range x {
+			dropInt32Maximum(e)
+		}
+	}
 }
 
 // installMetalLB applies metalLBObjects (server-side, in the manifest's order, waiting for each

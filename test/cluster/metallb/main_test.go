@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/ovs-srcip/ovs-srcip/test/cluster"
+	"github.com/ovs-srcip/ovs-srcip/test/cluster/frr"
 	"github.com/ovs-srcip/ovs-srcip/test/lab"
 )
 
@@ -73,6 +74,9 @@ func run(m *testing.M) int {
 		return fail("%v", err)
 	}
 	fmt.Printf("metallb: binaries and images in %s (hack/metallb/build.sh %v)\n", mlbDir, time.Since(t0).Round(time.Millisecond))
+	if _, err := frr.CleanupStale("", func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }); err != nil {
+		return fail("cleanup of stale FRR pathspaces: %v", err)
+	}
 	if err := cluster.CleanupStale("", func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }); err != nil {
 		return fail("cleanup of stale labs: %v", err)
 	}
