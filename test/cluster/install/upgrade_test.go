@@ -52,7 +52,7 @@ const (
 	// 1.9 s in the downgrade, the candidate on the old build). When oldCommit has the immediate
 	// takeover too, this goes back to maxSilence.
 	maxEgressSilence = maxSilence + 2200*time.Millisecond
-	ownedCookie = "cookie=0x5c00000000000000/0xff00000000000000"
+	ownedCookie      = "cookie=0x5c00000000000000/0xff00000000000000"
 	// egressIP is the EgressGateway's address (in the nodes' subnet: its gateway, node2 or node3,
 	// answers ARP for it on br-ex); outsidePort is the server in the lab client's netns.
 	egressIP    = "10.89.0.50"
