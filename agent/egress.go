@@ -529,7 +529,15 @@ func portRequests(p *EgressPolicy) []PortRequest {
 			continue
 		}
 		for _, r := range n.Pods {
-			if usable[r.EgressIP] && r.PodUID != "" {
+			if r.PodUID == "" {
+				// A pod from the API always has a metadata.uid (only manifests mode, which has no
+				// status writer, knows UID-less pods): an empty one here is a hand edit or a
+				// foreign writer's, and gets no block.
+				klog.V(2).InfoS("Port-block request without a pod key skipped", "egressGateway", p.Name, "node", n.Node,
+					"pod", r.Pod, "egressIP", r.EgressIP, "reason", "status.nodes[].pods[].podUID is empty")
+				continue
+			}
+			if usable[r.EgressIP] {
 				out = append(out, PortRequest{Pod: r.Pod, PodUID: r.PodUID, EgressIP: r.EgressIP})
 			}
 		}
