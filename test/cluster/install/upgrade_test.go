@@ -780,6 +780,8 @@ func underTraffic(t *testing.T, ctx context.Context, c *cluster.Cluster, ports *
 	fig.flows.mu.Lock()
 	fig.flows.t0 = t0
 	fig.flows.mu.Unlock()
+	// The wall clock of +0.0s, for matching the roll's figures with agent logs and captures.
+	fmt.Printf("%s: roll started at %s UTC (+0.0s below)\n", what, t0.UTC().Format("15:04:05.000"))
 	roll()
 	fig.took = time.Since(t0)
 	time.Sleep(3 * time.Second)
