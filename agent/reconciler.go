@@ -513,8 +513,12 @@ func (r *Reconciler) afterSync(ctx context.Context) {
 	}
 	for ip, e := range st.Egress {
 		port := st.UplinkFor(ip)
-		if e.Gateway != r.cfg.NodeName || r.announced[ip] == port {
+		prev, had := r.announced[ip]
+		if e.Gateway != r.cfg.NodeName || (had && prev == port) {
 			continue
+		}
+		if !had {
+			r.flushEgressConntrack(ctx, ip)
 		}
 		r.announced[ip] = port
 		if r.cfg.Announcer == nil {
@@ -540,6 +544,31 @@ func (r *Reconciler) afterSync(ctx context.Context) {
 	}
 	if r.cfg.EgressStatus != nil {
 		r.cfg.EgressStatus.Publish(r.model.EgressPolicies())
+	}
+}
+
+// flushEgressConntrack deletes this node's SNAT entries of egress IP ip (TCP and UDP entries of
+// ZoneEgress or ZoneEgress6 whose reply tuple goes to ip) when the node has just become its
+// gateway: entries left from an earlier term as its gateway are stale (the sessions moved to
+// another gateway at a failover, and their FIN never passed here), and with port blocks a new
+// connection of the same pod to the same server can get the same translated tuple again. Seen in
+// TestRollingUpgrade's repeated rolls before this flush: each of 5 unanswered new connections
+// used the translated port of an egress stream closed 44-152 s before (the gateway role moves
+// between node2 and node3 at every roll); the server answered its SYNs, no SYN-ACK reached the pod.
+// Running sessions of ip lose nothing: they are re-committed from their next packet, as at a
+// failover. Errors are logged.
+func (r *Reconciler) flushEgressConntrack(ctx context.Context, ip netip.Addr) {
+	if r.cfg.Conntrack == nil {
+		return
+	}
+	zone := flows.ZoneEgress
+	if ip.Is6() {
+		zone = flows.ZoneEgress6
+	}
+	for _, p := range []flows.Protocol{flows.TCP, flows.UDP} {
+		if err := r.cfg.Conntrack.FlushConntrack(ctx, flows.ConntrackFilter{Zone: zone, Protocol: p, ReplyDst: ip}); err != nil {
+			klog.FromContext(ctx).Error(err, "Egress gateway: flushing the egress IP's conntrack entries of an earlier term failed; a new connection that meets one may go unanswered", "egressIP", ip, "protocol", p)
+		}
 	}
 }
 

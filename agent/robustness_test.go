@@ -523,3 +523,37 @@ func TestPodPortNeedsPodObjectNotPodIPs(t *testing.T) {
 	assert.Contains(t, in, "in_port=12", "the pod is not programmed without status.podIPs")
 	assert.Contains(t, in, "nw_src=10.244.1.7")
 }
+
+// A node that becomes the gateway of an egress IP flushes its SNAT entries of that IP (TCP and
+// UDP, ZoneEgress or ZoneEgress6, reply tuple to the egress IP) before announcing it: entries of
+// an earlier term as its gateway are stale and would swallow the SYN-ACK of a new connection on
+// the same translated tuple. Once per term: not while it stays the gateway, again after it lost
+// and regained the role; never for another node's egress IP.
+func TestEgressTakeoverFlushesStaleConntrack(t *testing.T) {
+	f := newFixture(t)
+	r := f.newCTReconciler()
+	v4, v6 := netip.MustParseAddr("192.0.2.50"), netip.MustParseAddr("2001:db8::50")
+	egress := func(gw4, gw6 string) {
+		r.model.st.Egress = map[netip.Addr]flows.EgressIP{
+			v4: {IP: v4, Policy: "p", Gateway: gw4},
+			v6: {IP: v6, Policy: "p", Gateway: gw6},
+		}
+	}
+	flush := func(zone uint16, ip netip.Addr) []flows.ConntrackFilter {
+		return []flows.ConntrackFilter{{Zone: zone, Protocol: flows.TCP, ReplyDst: ip}, {Zone: zone, Protocol: flows.UDP, ReplyDst: ip}}
+	}
+	egress(thisNode, "node2")
+	r.afterSync(f.ctx)
+	assert.Equal(t, flush(flows.ZoneEgress, v4), f.ex.Flushes())
+
+	r.afterSync(f.ctx) // still the gateway: nothing more
+	assert.Len(t, f.ex.Flushes(), 2)
+
+	egress("node2", thisNode) // v4 moves away, v6 comes here
+	r.afterSync(f.ctx)
+	assert.Equal(t, flush(flows.ZoneEgress6, v6), f.ex.Flushes()[2:])
+
+	egress(thisNode, thisNode) // v4 back: a new term
+	r.afterSync(f.ctx)
+	assert.Equal(t, flush(flows.ZoneEgress, v4), f.ex.Flushes()[4:])
+}

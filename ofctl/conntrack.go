@@ -34,6 +34,9 @@ func ipProto(p flows.Protocol) (uint8, error) {
 //	ovs-appctl -t CTL dpctl/flush-conntrack zone=Z 'ct_nw_dst=D,ct_nw_proto=P,ct_tp_dst=DP' \
 //	    'ct_nw_src=IP,ct_nw_proto=P,ct_tp_src=PORT'
 //
+// or, with f.ReplyDst, those whose reply tuple has destination f.ReplyDst (reply tuple
+// 'ct_nw_dst=IP,ct_nw_proto=P'). An error when f has both or neither.
+//
 // (ct_ipv6_dst and ct_ipv6_src for IPv6 tuples; both tuples must be of one family)
 // with P the IP protocol number of f.Protocol (partial original and reply tuples,
 // ovs-vswitchd(8) "dpctl/flush-conntrack"; an empty original tuple matches any). No matching
@@ -43,9 +46,16 @@ func (o *OpenFlow) FlushConntrack(ctx context.Context, f flows.ConntrackFilter) 
 	if err != nil {
 		return fmt.Errorf("flush conntrack: %w", err)
 	}
-	v6 := f.ReplySrc.Addr().Is6()
-	if !f.ReplySrc.Addr().IsValid() || (f.OrigDst.IsValid() && f.OrigDst.Addr().Is6() != v6) {
-		return fmt.Errorf("flush conntrack: reply source %s and original destination %s are not addresses of one family", f.ReplySrc, f.OrigDst)
+	if f.ReplySrc.IsValid() == f.ReplyDst.IsValid() {
+		return fmt.Errorf("flush conntrack: want a reply source or a reply destination, not both or neither (reply source %s, reply destination %s)", f.ReplySrc, f.ReplyDst)
+	}
+	replyAddr := f.ReplySrc.Addr()
+	if f.ReplyDst.IsValid() {
+		replyAddr = f.ReplyDst
+	}
+	v6 := replyAddr.Is6()
+	if f.OrigDst.IsValid() && f.OrigDst.Addr().Is6() != v6 {
+		return fmt.Errorf("flush conntrack: reply address %s and original destination %s are not addresses of one family", replyAddr, f.OrigDst)
 	}
 	src, dst := "ct_nw_src", "ct_nw_dst"
 	if v6 {
@@ -60,11 +70,14 @@ func (o *OpenFlow) FlushConntrack(ctx context.Context, f flows.ConntrackFilter) 
 		orig = fmt.Sprintf("%s=%s,ct_nw_proto=%d,ct_tp_dst=%d", dst, f.OrigDst.Addr(), proto, f.OrigDst.Port())
 	}
 	rpl := fmt.Sprintf("%s=%s,ct_nw_proto=%d,ct_tp_src=%d", src, f.ReplySrc.Addr(), proto, f.ReplySrc.Port())
+	if f.ReplyDst.IsValid() {
+		rpl = fmt.Sprintf("%s=%s,ct_nw_proto=%d", dst, f.ReplyDst, proto)
+	}
 	argv := []string{o.appctl(), "-t", ctl, "dpctl/flush-conntrack", fmt.Sprintf("zone=%d", f.Zone), orig, rpl}
 	if err := run(ctx, argv, nil, nil); err != nil {
 		return err
 	}
-	klog.FromContext(ctx).V(2).Info("Flushed conntrack entries", "zone", f.Zone, "protocol", f.Protocol, "replySource", f.ReplySrc, "origDestination", f.OrigDst)
+	klog.FromContext(ctx).V(2).Info("Flushed conntrack entries", "zone", f.Zone, "protocol", f.Protocol, "replySource", f.ReplySrc, "replyDestination", f.ReplyDst, "origDestination", f.OrigDst)
 	return nil
 }
 

@@ -81,6 +81,43 @@ func TestConntrackFlushAndDestinations(t *testing.T) {
 		OrigDst: netip.MustParseAddrPort("192.0.2.11:31300")}))
 }
 
+// A gateway's SNAT entries in ZoneEgress: FlushConntrack with ReplyDst removes those of one
+// egress IP and one protocol (reply tuple ct_nw_dst=IP) and leaves the other egress IP's; a
+// filter with both ReplySrc and ReplyDst, or neither, is refused.
+func TestConntrackFlushEgressIP(t *testing.T) {
+	ctx := testContext(t)
+	sb := ovstest.StartDummy(t)
+	sb.AddBridge(t, "br-ex", "eth0")
+	of := ofctl.NewOpenFlow("br-ex", sb.MgmtTarget("br-ex"))
+	zone := flows.ZoneEgress
+	require.NoError(t, of.BundleText(ctx, []string{
+		fmt.Sprintf("flow add table=0,priority=10,udp,tp_src=1000,actions=ct(commit,zone=%d,nat(src=10.89.0.50))", zone),
+		fmt.Sprintf("flow add table=0,priority=10,udp,tp_src=1001,actions=ct(commit,zone=%d,nat(src=10.89.0.51))", zone),
+		fmt.Sprintf("flow add table=0,priority=10,tcp,actions=ct(commit,zone=%d,nat(src=10.89.0.50))", zone),
+	}))
+	receive(t, sb, "udp", 1000, 9090)
+	receive(t, sb, "udp", 1001, 9090)
+	receive(t, sb, "tcp", 1002, 9090)
+	dump := func() string {
+		return sb.Run(t, "ovs-appctl", "-t", sb.VswitchdCtl, "dpctl/dump-conntrack", fmt.Sprintf("zone=%d", zone))
+	}
+	require.Equal(t, 3, strings.Count(strings.TrimSpace(dump()), "\n")+1, dump())
+
+	require.NoError(t, of.FlushConntrack(ctx, flows.ConntrackFilter{Zone: zone, Protocol: flows.TCP, ReplyDst: netip.MustParseAddr("10.89.0.50")}))
+	d := dump()
+	assert.NotContains(t, d, "tcp,")
+	assert.Contains(t, d, "sport=1000,")
+	assert.Contains(t, d, "sport=1001,")
+	require.NoError(t, of.FlushConntrack(ctx, flows.ConntrackFilter{Zone: zone, Protocol: flows.UDP, ReplyDst: netip.MustParseAddr("10.89.0.50")}))
+	d = dump()
+	assert.NotContains(t, d, "sport=1000,")
+	assert.Contains(t, d, "sport=1001,", "the other egress IP's entry stays")
+
+	require.Error(t, of.FlushConntrack(ctx, flows.ConntrackFilter{Zone: zone, Protocol: flows.UDP}))
+	require.Error(t, of.FlushConntrack(ctx, flows.ConntrackFilter{Zone: zone, Protocol: flows.UDP, ReplyDst: netip.MustParseAddr("10.89.0.50"),
+		ReplySrc: netip.MustParseAddrPort("198.51.100.10:9090")}))
+}
+
 // receive6 injects one UDP packet from the client [2001:db8:51::10]:sport to
 // [2001:db8::11]:dport into port eth0 of the dummy datapath.
 func receive6(t *testing.T, sb *ovstest.Sandbox, sport, dport int) {

@@ -68,6 +68,7 @@ type Conn struct {
 	Protocol flows.Protocol
 	OrigDst  netip.AddrPort
 	ReplySrc netip.AddrPort
+	ReplyDst netip.Addr
 	Closed   bool
 }
 
@@ -98,7 +99,11 @@ func (f *Fake) FlushConntrack(_ context.Context, fl flows.ConntrackFilter) error
 	defer f.mu.Unlock()
 	f.flushes = append(f.flushes, fl)
 	f.conns = slices.DeleteFunc(f.conns, func(c Conn) bool {
-		return c.Zone == fl.Zone && c.Protocol == fl.Protocol && c.ReplySrc == fl.ReplySrc &&
+		reply := c.ReplySrc == fl.ReplySrc
+		if fl.ReplyDst.IsValid() {
+			reply = c.ReplyDst == fl.ReplyDst
+		}
+		return c.Zone == fl.Zone && c.Protocol == fl.Protocol && reply &&
 			(!fl.OrigDst.IsValid() || c.OrigDst == fl.OrigDst)
 	})
 	return nil
