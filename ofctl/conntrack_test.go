@@ -1,6 +1,7 @@
 package ofctl_test
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -13,6 +14,28 @@ import (
 	"github.com/ovs-srcip/ovs-srcip/ofctl"
 	"github.com/ovs-srcip/ovs-srcip/ofctl/ovstest"
 )
+
+// conntrackBridge starts a dummy datapath with bridge br-ex (port eth0) and adds lines (ovs-ofctl
+// flow syntax, e.g. table 0 flows that commit into a zone) in one bundle.
+func conntrackBridge(t *testing.T, lines ...string) (context.Context, *ovstest.Sandbox, *ofctl.OpenFlow) {
+	t.Helper()
+	ctx := testContext(t)
+	sb := ovstest.StartDummy(t)
+	sb.AddBridge(t, "br-ex", "eth0")
+	of := ofctl.NewOpenFlow("br-ex", sb.MgmtTarget("br-ex"))
+	adds := make([]string, len(lines))
+	for i, l := range lines {
+		adds[i] = "flow add " + l
+	}
+	require.NoError(t, of.BundleText(ctx, adds))
+	return ctx, sb, of
+}
+
+// dumpZone is the datapath's `dpctl/dump-conntrack zone=Z`.
+func dumpZone(t *testing.T, sb *ovstest.Sandbox, zone uint16) string {
+	t.Helper()
+	return sb.Run(t, "ovs-appctl", "-t", sb.VswitchdCtl, "dpctl/dump-conntrack", fmt.Sprintf("zone=%d", zone))
+}
 
 // receive injects one packet from the client (198.51.100.10:sport) to 192.0.2.11:dport into
 // port eth0 of the dummy datapath.
@@ -31,17 +54,13 @@ func receive(t *testing.T, sb *ovstest.Sandbox, l4 string, sport, dport int) {
 // original destination; FlushConntrack removes exactly the UDP entries of one endpoint (and one
 // entry point when given), leaving TCP and other endpoints alone.
 func TestConntrackFlushAndDestinations(t *testing.T) {
-	ctx := testContext(t)
-	sb := ovstest.StartDummy(t)
-	sb.AddBridge(t, "br-ex", "eth0")
-	of := ofctl.NewOpenFlow("br-ex", sb.MgmtTarget("br-ex"))
 	zone := flows.ZoneService
-	require.NoError(t, of.BundleText(ctx, []string{
-		fmt.Sprintf("flow add table=0,priority=10,udp,tp_src=1000,actions=ct(commit,zone=%d,nat(dst=10.0.0.5:8080))", zone),
-		fmt.Sprintf("flow add table=0,priority=10,udp,tp_src=1001,actions=ct(commit,zone=%d,nat(dst=10.0.0.6:8080))", zone),
-		fmt.Sprintf("flow add table=0,priority=10,udp,tp_src=1003,actions=ct(commit,zone=%d,nat(dst=10.0.0.5:8080))", zone),
-		fmt.Sprintf("flow add table=0,priority=10,tcp,actions=ct(commit,zone=%d,nat(dst=10.0.0.5:8080))", zone),
-	}))
+	ctx, sb, of := conntrackBridge(t,
+		fmt.Sprintf("table=0,priority=10,udp,tp_src=1000,actions=ct(commit,zone=%d,nat(dst=10.0.0.5:8080))", zone),
+		fmt.Sprintf("table=0,priority=10,udp,tp_src=1001,actions=ct(commit,zone=%d,nat(dst=10.0.0.6:8080))", zone),
+		fmt.Sprintf("table=0,priority=10,udp,tp_src=1003,actions=ct(commit,zone=%d,nat(dst=10.0.0.5:8080))", zone),
+		fmt.Sprintf("table=0,priority=10,tcp,actions=ct(commit,zone=%d,nat(dst=10.0.0.5:8080))", zone),
+	)
 	receive(t, sb, "udp", 1000, 31300)
 	receive(t, sb, "udp", 1001, 31300)
 	receive(t, sb, "udp", 1003, 31399)
@@ -57,7 +76,7 @@ func TestConntrackFlushAndDestinations(t *testing.T) {
 
 	// Endpoint 10.0.0.5:8080 behind entry point 31300 only.
 	require.NoError(t, of.FlushConntrack(ctx, flows.ConntrackFilter{Zone: zone, Protocol: flows.UDP, ReplySrc: netip.MustParseAddrPort("10.0.0.5:8080"), OrigDst: netip.MustParseAddrPort("192.0.2.11:31300")}))
-	dump := sb.Run(t, "ovs-appctl", "-t", sb.VswitchdCtl, "dpctl/dump-conntrack", fmt.Sprintf("zone=%d", zone))
+	dump := dumpZone(t, sb, zone)
 	assert.NotContains(t, dump, "sport=1000,")
 	assert.Contains(t, dump, "sport=1001,")
 	assert.Contains(t, dump, "sport=1003,")
@@ -65,13 +84,13 @@ func TestConntrackFlushAndDestinations(t *testing.T) {
 	// Any entry point; nothing left to flush is not an error.
 	require.NoError(t, of.FlushConntrack(ctx, flows.ConntrackFilter{Zone: zone, Protocol: flows.UDP, ReplySrc: netip.MustParseAddrPort("10.0.0.5:8080")}))
 	require.NoError(t, of.FlushConntrack(ctx, flows.ConntrackFilter{Zone: zone, Protocol: flows.UDP, ReplySrc: netip.MustParseAddrPort("10.0.0.5:8080")}))
-	dump = sb.Run(t, "ovs-appctl", "-t", sb.VswitchdCtl, "dpctl/dump-conntrack", fmt.Sprintf("zone=%d", zone))
+	dump = dumpZone(t, sb, zone)
 	assert.Equal(t, 2, strings.Count(strings.TrimSpace(dump), "\n")+1, dump)
 	assert.Contains(t, dump, "sport=1001,")
 	assert.Contains(t, dump, "tcp,")
 	// TCP is IP protocol 6: the TCP entry of the endpoint goes, the other endpoint's UDP entry stays.
 	require.NoError(t, of.FlushConntrack(ctx, flows.ConntrackFilter{Zone: zone, Protocol: flows.TCP, ReplySrc: netip.MustParseAddrPort("10.0.0.5:8080")}))
-	dump = sb.Run(t, "ovs-appctl", "-t", sb.VswitchdCtl, "dpctl/dump-conntrack", fmt.Sprintf("zone=%d", zone))
+	dump = dumpZone(t, sb, zone)
 	assert.NotContains(t, dump, "tcp,")
 	assert.Contains(t, dump, "sport=1001,")
 	// A protocol without an IP protocol number, or tuples of two families, are refused before
@@ -85,21 +104,17 @@ func TestConntrackFlushAndDestinations(t *testing.T) {
 // egress IP and one protocol (reply tuple ct_nw_dst=IP) and leaves the other egress IP's; a
 // filter with both ReplySrc and ReplyDst, or neither, is refused.
 func TestConntrackFlushEgressIP(t *testing.T) {
-	ctx := testContext(t)
-	sb := ovstest.StartDummy(t)
-	sb.AddBridge(t, "br-ex", "eth0")
-	of := ofctl.NewOpenFlow("br-ex", sb.MgmtTarget("br-ex"))
 	zone := flows.ZoneEgress
-	require.NoError(t, of.BundleText(ctx, []string{
-		fmt.Sprintf("flow add table=0,priority=10,udp,tp_src=1000,actions=ct(commit,zone=%d,nat(src=10.89.0.50))", zone),
-		fmt.Sprintf("flow add table=0,priority=10,udp,tp_src=1001,actions=ct(commit,zone=%d,nat(src=10.89.0.51))", zone),
-		fmt.Sprintf("flow add table=0,priority=10,tcp,actions=ct(commit,zone=%d,nat(src=10.89.0.50))", zone),
-	}))
+	ctx, sb, of := conntrackBridge(t,
+		fmt.Sprintf("table=0,priority=10,udp,tp_src=1000,actions=ct(commit,zone=%d,nat(src=10.89.0.50))", zone),
+		fmt.Sprintf("table=0,priority=10,udp,tp_src=1001,actions=ct(commit,zone=%d,nat(src=10.89.0.51))", zone),
+		fmt.Sprintf("table=0,priority=10,tcp,actions=ct(commit,zone=%d,nat(src=10.89.0.50))", zone),
+	)
 	receive(t, sb, "udp", 1000, 9090)
 	receive(t, sb, "udp", 1001, 9090)
 	receive(t, sb, "tcp", 1002, 9090)
 	dump := func() string {
-		return sb.Run(t, "ovs-appctl", "-t", sb.VswitchdCtl, "dpctl/dump-conntrack", fmt.Sprintf("zone=%d", zone))
+		return dumpZone(t, sb, zone)
 	}
 	require.Equal(t, 3, strings.Count(strings.TrimSpace(dump()), "\n")+1, dump())
 
@@ -131,15 +146,11 @@ func receive6(t *testing.T, sb *ovstest.Sandbox, sport, dport int) {
 // original destination; FlushConntrack removes the UDP entries of one IPv6 endpoint (ct_ipv6_src
 // in the reply tuple, ct_ipv6_dst in the original one) and leaves the others.
 func TestConntrackIPv6(t *testing.T) {
-	ctx := testContext(t)
-	sb := ovstest.StartDummy(t)
-	sb.AddBridge(t, "br-ex", "eth0")
-	of := ofctl.NewOpenFlow("br-ex", sb.MgmtTarget("br-ex"))
 	zone := flows.ZoneService6
-	require.NoError(t, of.BundleText(ctx, []string{
-		fmt.Sprintf("flow add table=0,priority=10,udp6,tp_src=1000,actions=ct(commit,zone=%d,nat(dst=[2001:db8:244:2::5]:8080))", zone),
-		fmt.Sprintf("flow add table=0,priority=10,udp6,tp_src=1001,actions=ct(commit,zone=%d,nat(dst=[2001:db8:244:2::6]:8080))", zone),
-	}))
+	ctx, sb, of := conntrackBridge(t,
+		fmt.Sprintf("table=0,priority=10,udp6,tp_src=1000,actions=ct(commit,zone=%d,nat(dst=[2001:db8:244:2::5]:8080))", zone),
+		fmt.Sprintf("table=0,priority=10,udp6,tp_src=1001,actions=ct(commit,zone=%d,nat(dst=[2001:db8:244:2::6]:8080))", zone),
+	)
 	receive6(t, sb, 1000, 31300)
 	receive6(t, sb, 1001, 31300)
 	dsts, err := of.ConntrackDestinations(ctx, zone)
@@ -147,7 +158,7 @@ func TestConntrackIPv6(t *testing.T) {
 	assert.Equal(t, map[flows.EntryPoint]int{{Protocol: flows.UDP, Addr: netip.MustParseAddrPort("[2001:db8::11]:31300")}: 2}, dsts)
 	require.NoError(t, of.FlushConntrack(ctx, flows.ConntrackFilter{Zone: zone, Protocol: flows.UDP,
 		ReplySrc: netip.MustParseAddrPort("[2001:db8:244:2::5]:8080"), OrigDst: netip.MustParseAddrPort("[2001:db8::11]:31300")}))
-	dump := sb.Run(t, "ovs-appctl", "-t", sb.VswitchdCtl, "dpctl/dump-conntrack", fmt.Sprintf("zone=%d", zone))
+	dump := dumpZone(t, sb, zone)
 	assert.NotContains(t, dump, "sport=1000,", dump)
 	assert.Contains(t, dump, "sport=1001,", dump)
 	dsts, err = of.ConntrackDestinations(ctx, flows.ZoneService)
@@ -195,14 +206,14 @@ func TestConntrackZoneLimits(t *testing.T) {
 	got, err := of.ConntrackZoneLimits(ctx, zone, flows.ZonePod)
 	require.NoError(t, err)
 	assert.Equal(t, map[uint16]flows.ZoneLimit{zone: {Limit: 3, Count: 3}, flows.ZonePod: {Limit: 7, Count: 0}}, got)
-	dump := sb.Run(t, "ovs-appctl", "-t", sb.VswitchdCtl, "dpctl/dump-conntrack", fmt.Sprintf("zone=%d", zone))
+	dump := dumpZone(t, sb, zone)
 	assert.Equal(t, 3, strings.Count(strings.TrimSpace(dump), "\n")+1, "6 new connections, limit 3:\n%s", dump)
 	require.NoError(t, of.DeleteConntrackZoneLimits(ctx, zone))
 	receive(t, sb, "udp", 2100, 31300)
 	got, err = of.ConntrackZoneLimits(ctx, zone)
 	require.NoError(t, err)
 	assert.Zero(t, got[zone].Limit, "limit lifted")
-	dump = sb.Run(t, "ovs-appctl", "-t", sb.VswitchdCtl, "dpctl/dump-conntrack", fmt.Sprintf("zone=%d", zone))
+	dump = dumpZone(t, sb, zone)
 	assert.Equal(t, 4, strings.Count(strings.TrimSpace(dump), "\n")+1, "a fourth connection once the limit is lifted:\n%s", dump)
 	require.Error(t, of.SetConntrackZoneLimits(ctx, map[uint16]int{zone: 0}), "0 is not a limit")
 }
