@@ -330,7 +330,13 @@ func (m *model) updateEgress(logger klog.Logger, touched map[flows.Key]bool) {
 			st := &p.IPs[i]
 			if st.usable {
 				st.Gateway = choose(p.obj, st.IP, st.Eligible)
-				egress[st.IP] = flows.EgressIP{IP: st.IP, Policy: p.Name, Gateway: st.Gateway}
+				e := flows.EgressIP{IP: st.IP, Policy: p.Name, Gateway: st.Gateway}
+				// The stateless reply path needs every node's blocks: the API's (a status
+				// writer), not this node's own (manifests mode: unique on this node only).
+				if st.Gateway == m.node && !m.localPortBlocks {
+					e.ReplyBlocks = replyBlocksOf(&p.obj.Status, st.IP)
+				}
+				egress[st.IP] = e
 				if p.StatusWriter == "" && st.Gateway != "" {
 					p.StatusWriter = st.Gateway
 				}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"math/bits"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	egressv1 "github.com/ovs-srcip/ovs-srcip/apis/ovssrcip/v1alpha1"
+	"github.com/ovs-srcip/ovs-srcip/flows"
 )
 
 // Port blocks (docs/egress.md "Port blocks"): every pod an EgressGateway selects gets, per
@@ -263,6 +265,40 @@ func portBlockOf(blocks []egressv1.PortBlock, ip, pod, uid string) (first, last 
 		}
 	}
 	return 0, 0, false
+}
+
+// replyBlocksOf returns egress IP ip's port blocks in status with the node of each one's pod,
+// for the stateless reply path of its active gateway (flows.EgressIP.ReplyBlocks), by port: the
+// blocks not released whose (egress IP, pod, UID) exactly one node lists in status.nodes[].pods
+// (the node whose agent asked for it). A block no node lists, or two do (a stale entry of a node
+// being removed), is left out: replies without a connection on the gateway stay dropped for it.
+func replyBlocksOf(status *egressv1.EgressGatewayStatus, ip netip.Addr) []flows.EgressReplyBlock {
+	nodeOf := map[holderKey]string{}
+	for _, n := range status.Nodes {
+		for _, r := range n.Pods {
+			if a, err := netip.ParseAddr(r.EgressIP); err != nil || a != ip {
+				continue
+			}
+			k := holderOf(ip.String(), r.Pod, r.PodUID)
+			if prev, seen := nodeOf[k]; seen && prev != n.Node {
+				nodeOf[k] = ""
+			} else {
+				nodeOf[k] = n.Node
+			}
+		}
+	}
+	var out []flows.EgressReplyBlock
+	for _, b := range status.PortBlocks {
+		if a, err := netip.ParseAddr(b.EgressIP); err != nil || a != ip || b.ReleasedAt != nil ||
+			b.First <= 0 || b.Size <= 0 || b.First+b.Size-1 > 65535 {
+			continue
+		}
+		if node := nodeOf[holderOf(ip.String(), b.Pod, b.PodUID)]; node != "" {
+			out = append(out, flows.EgressReplyBlock{First: uint16(b.First), Size: uint16(b.Size), Node: node})
+		}
+	}
+	slices.SortFunc(out, func(x, y flows.EgressReplyBlock) int { return cmp.Compare(x.First, y.First) })
+	return out
 }
 
 func portBlocksEqual(a, b []egressv1.PortBlock) bool {

@@ -139,7 +139,7 @@ func podEgressFlows(st *State, p Pod, ip netip.Addr) []of.Flow {
 		fl = append(fl, flow(IntL3Forwarding, prioEgress, f.proto, 0, m,
 			CT{Commit: true, Zone: ZonePod, Exec: exec},
 			RegEgressIP.Load(id), Goto(IntEgressOut)))
-		fl = append(fl, podEgressPortFlows(ip, e, m, id, exec, f.tcp, f.udp)...)
+		fl = append(fl, podEgressPortFlows(ip, e, m, id, exec, f)...)
 	}
 	return fl
 }
@@ -155,9 +155,16 @@ func podEgressFlows(st *State, p Pod, ip netip.Addr) []of.Flow {
 // blocks"). Without a block because the pool is exhausted (PodEgress.PortsExhausted) they are
 // dropped (fail closed); while the block is pending there is no such flow (prioEgress carries
 // them with the pod's own port, as before port blocks).
-func podEgressPortFlows(ip netip.Addr, e *PodEgress, m []of.Match, id uint32, exec []of.Action, protos ...of.Protocol) []of.Flow {
+//
+// With a block, a second flow per protocol maps back what the gateway sends without a
+// connection of its own (the stateless reply path, EgressIP.ReplyBlocks): in IntEgressReplyCT a
+// packet still to the egress IP with a destination port in the block gets the pod's address
+// and goes through ZonePod's un-NAT (ct(zone=ZonePod,nat), back to IntEgressReplyCT): it
+// reaches the pod only as a reply of a connection the pod opened (its entry's reply tuple is
+// server -> POD_IP:block port), else it is dropped there.
+func podEgressPortFlows(ip netip.Addr, e *PodEgress, m []of.Match, id uint32, exec []of.Action, f *egressFamily) []of.Flow {
 	var fl []of.Flow
-	for _, proto := range protos {
+	for _, proto := range []of.Protocol{f.tcp, f.udp} {
 		if !e.HasPorts() {
 			if e.PortsExhausted {
 				fl = append(fl, flow(IntL3Forwarding, prioEgressPorts, proto, 0, m, DropFor(DropEgressNoPortBlock)))
@@ -168,8 +175,22 @@ func podEgressPortFlows(ip netip.Addr, e *PodEgress, m []of.Match, id uint32, ex
 			RegEgressIP.Load(id),
 			CT{Commit: true, Zone: ZonePod, NAT: &NAT{Src: ip, SrcPortMin: e.PortFirst, SrcPortMax: e.PortLast},
 				Table: uint8(IntEgressOut), HasTable: true, Exec: exec}))
+		if blk, ok := portBlockMatch(e.PortFirst, uint32(e.PortLast)-uint32(e.PortFirst)+1); ok {
+			fl = append(fl, flow(IntEgressReplyCT, prioHigh, proto, 0, []of.Match{f.dst(e.IP), blk},
+				SourceEgress.Load(), of.SetIPDst(ip),
+				CT{Zone: ZonePod, NAT: &NAT{}, Table: uint8(IntEgressReplyCT), HasTable: true}))
+		}
 	}
 	return fl
+}
+
+// portBlockMatch matches the ports first..first+size-1 (tp_dst under a mask) when they are an
+// aligned power-of-two block (egressv1.PortBlock's rule); ok is false for any other range.
+func portBlockMatch(first uint16, size uint32) (m of.Match, ok bool) {
+	if first == 0 || size == 0 || size > 1<<15 || size&(size-1) != 0 || uint32(first)%size != 0 {
+		return nil, false
+	}
+	return of.TPDstMasked(first, ^uint16(size-1)), true
 }
 
 // egressBaseFlows are the fixed egress flows of br-int (part of BuildIntBase).
@@ -207,7 +228,8 @@ func egressBaseFlows(st *State) []of.Flow {
 
 // egressNodeFlows are the Geneve classification flows of the egress VNIs from one peer node,
 // tunSrc matching its underlay address (tun_src or tun_ipv6_src; part of BuildNode): VNIEgress from it goes to IntEgressSNAT, which SNATs only for egress IPs
-// this node is the active gateway of; VNIEgressReply goes through ZonePod to IntEgressReplyCT.
+// this node is the active gateway of; VNIEgressReply goes through ZonePod to IntEgressReplyCT,
+// VNIEgressReplyPorts to IntEgressReplyCT (the stateless reply path, podEgressPortFlows).
 // The inner source is not checked against the peer's pod CIDRs: a chained pod's address is its main
 // CNI's (docs/egress.md#chained-mode), the pod's node already held it to its port (spoof
 // guard), and the reply goes back to the tunnel source whatever the source (CTLabelEgressNode).
@@ -217,6 +239,10 @@ func egressNodeFlows(st *State, tunSrc of.Match) []of.Flow {
 			Goto(IntEgressSNAT)),
 		flow(IntClassifier, prioHook, of.ProtoIP, st.Ports.IntTunnel, []of.Match{tunSrc, of.TunID(VNIEgressReply)},
 			SourceEgress.Load(), CT{Zone: ZonePod, NAT: &NAT{}, Table: uint8(IntEgressReplyCT), HasTable: true}),
+		// The stateless reply path (still to the egress IP): a local pod's block maps it back
+		// (podEgressPortFlows); anything else is dropped there.
+		flow(IntClassifier, prioHook, of.ProtoIP, st.Ports.IntTunnel, []of.Match{tunSrc, of.TunID(VNIEgressReplyPorts)},
+			Goto(IntEgressReplyCT)),
 	}
 }
 
@@ -297,8 +323,41 @@ func BuildEgress(st *State, e EgressIP) (*FlowSet, error) {
 				[]of.Match{of.EthDst(p.ExMAC), f.dst(e.IP)},
 				CT{Zone: f.zone, NAT: &NAT{}, Table: uint8(IntEgressReply), HasTable: true}),
 		)
+		fs.Flows = append(fs.Flows, egressReplyBlockFlows(st, e, f)...)
 	}
 	return fs, fs.Finish()
+}
+
+// egressReplyBlockFlows are the active gateway's stateless reply path of egress IP e
+// (EgressIP.ReplyBlocks): in IntEgressReply, below the replies of its own connections
+// (which ZoneEgress un-SNATs), a TCP or UDP packet to e's IP whose destination port is in a
+// pod's block goes to the pod's node over Geneve (VNIEgressReplyPorts, still to the egress IP)
+// or, for a pod of this node, to IntEgressReplyCT; the pod's node maps it back by the block and
+// its ZonePod entry, or drops it (podEgressPortFlows). Without it, a server's answer that reaches
+// a new gateway before the pod's next packet has re-committed the session here is dropped
+// (DropEgressReplyNoConnection) and a request-response connection hangs. Blocks of a node
+// this node cannot tunnel to, or that is unknown, are left out (dropped as before).
+func egressReplyBlockFlows(st *State, e EgressIP, f *egressFamily) []of.Flow {
+	var fl []of.Flow
+	for _, b := range e.ReplyBlocks {
+		blk, ok := portBlockMatch(b.First, uint32(b.Size))
+		if !ok {
+			continue
+		}
+		var acts []of.Action
+		switch n, known := st.Nodes[b.Node]; {
+		case b.Node == st.Node:
+			acts = []of.Action{Goto(IntEgressReplyCT)}
+		case !known || st.TunnelRefusal(n) != "":
+			continue
+		default:
+			acts = []of.Action{of.SetTunDstAddr(n.InternalIP), of.SetTunnel{ID: VNIEgressReplyPorts}, output(st.Ports.IntTunnel)}
+		}
+		for _, proto := range []of.Protocol{f.tcp, f.udp} {
+			fl = append(fl, flow(IntEgressReply, prioLow, proto, 0, []of.Match{f.dst(e.IP), blk}, acts...))
+		}
+	}
+	return fl
 }
 
 // BuildEgressAnnounce returns the br-ex flows of one egress IP on its active gateway

@@ -290,7 +290,7 @@ var (
 	SourceTunnelPod = NewRegMark(RegSource, 3, "from Geneve, VNI VNIPod (pod to pod)")
 	SourceTunnelSvc = NewRegMark(RegSource, 4, "from Geneve, VNI VNIService (external traffic from an ingress node)")
 	SourceGateway   = NewRegMark(RegSource, 5, "from the gateway port (the node's host stack)")
-	SourceEgress    = NewRegMark(RegSource, 6, "from Geneve, VNI VNIEgressReply (an egress gateway's un-SNATed reply)")
+	SourceEgress    = NewRegMark(RegSource, 6, "an egress gateway's reply to a local pod (from Geneve, VNI VNIEgressReply or VNIEgressReplyPorts, or from this node's own gateway)")
 )
 
 // ct_mark egress bit (ZonePod).
@@ -373,6 +373,10 @@ const (
 	VNIEgress uint64 = 4
 	// VNIEgressReply carries the un-SNATed replies from the gateway back to the pod's node (P4).
 	VNIEgressReply uint64 = 5
+	// VNIEgressReplyPorts carries, from the gateway to the pod's node, a reply the gateway had
+	// no connection for, still addressed to the egress IP: the pod's node maps it back by the
+	// port block of the destination port (IntEgressReplyCT) and its ZonePod entry, or drops it.
+	VNIEgressReplyPorts uint64 = 6
 )
 
 // Priorities used across tables.
@@ -450,6 +454,7 @@ func Fields() []FieldDoc {
 		{"Geneve VNI `VNIServiceReply`", fmt.Sprint(VNIServiceReply), "backend node -> ingress node (P1)"},
 		{"Geneve VNI `VNIEgress`", fmt.Sprint(VNIEgress), "selected pod's node -> the egress IP's active gateway (P4); inner eth_dst = EgressMAC(egress IP): 0a:5e:<IPv4>, 0a:5f:<IPv6's last 32 bits>"},
 		{"Geneve VNI `VNIEgressReply`", fmt.Sprint(VNIEgressReply), "egress gateway -> the pod's node: un-SNATed replies (P4)"},
+		{"Geneve VNI `VNIEgressReplyPorts`", fmt.Sprint(VNIEgressReplyPorts), "egress gateway -> the pod's node: a reply without a connection on the gateway, still to the egress IP, steered by the port block of its destination port (P4)"},
 	}
 }
 

@@ -115,5 +115,5 @@ func TestDualStackTwins(t *testing.T) {
 			checked++
 		}
 	}
-	assert.Equal(t, 40, checked, "twins checked (int-base, gateway with OriginNode's replies, node2, node3)")
+	assert.Equal(t, 42, checked, "twins checked (int-base, gateway with OriginNode's replies, node2, node3)")
 }

@@ -66,6 +66,23 @@ type EgressIP struct {
 	// Gateway is the name of the node that is the active gateway (the Lease holder); empty
 	// when there is none: the pods' egress traffic is dropped.
 	Gateway string
+	// ReplyBlocks are, on the active gateway only (empty elsewhere), the egress IP's port
+	// blocks (the EgressGateway's status.portBlocks, released ones left out) with the node of
+	// each block's pod (status.nodes[].pods): the gateway's stateless reply path. A TCP or UDP
+	// packet to the egress IP that its ZoneEgress has no connection for (a server's answer that
+	// crosses a failover or a rolling upgrade before the pod's next packet re-commits the
+	// session here) is sent to the node whose pod owns the destination port's block, which maps
+	// it back with its ZonePod entry or drops it (BuildEgress, docs/egress.md "Takeover").
+	ReplyBlocks []EgressReplyBlock
+}
+
+// EgressReplyBlock is one port block of an egress IP and the node of its pod.
+type EgressReplyBlock struct {
+	// First..First+Size-1 are the block's ports: Size a power of two, First aligned to it
+	// (egressv1.PortBlock). Other blocks are left out of the reply path.
+	First, Size uint16
+	// Node is the name of the pod's node (a key of State.Nodes, or State.Node).
+	Node string
 }
 
 // PodEgress is how one local pod's traffic leaves through an egress gateway.

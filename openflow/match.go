@@ -403,6 +403,38 @@ func TPSrc(port uint16) Match { return u16Match{FieldTCPSrc, port} }
 // TPDst matches the transport destination port (tp_dst=N): tcp_dst or udp_dst by the protocol.
 func TPDst(port uint16) Match { return u16Match{FieldTCPDst, port} }
 
+// TPDstMasked matches the transport destination port under mask (tp_dst=0xV/0xM,
+// ovs-fields(7) "tcp_dst" and "udp_dst" are maskable): the ports p with p&mask == port&mask, an
+// aligned power-of-two block when mask is its complement (0xffe0: 32 ports). An all-ones mask
+// is TPDst(port). It renders as ovs-ofctl dump-flows prints it (hex value and mask, the value
+// masked).
+func TPDstMasked(port, mask uint16) Match {
+	if mask == 0xffff {
+		return TPDst(port)
+	}
+	return portMaskMatch{u16Match{FieldTCPDst, port & mask}, mask}
+}
+
+// portMaskMatch is a u16Match of tp_dst under a mask other than all ones.
+type portMaskMatch struct {
+	u16Match
+	mask uint16
+}
+
+func (m portMaskMatch) AppendText(b []byte) []byte {
+	b = append(b, "tp_dst=0x"...)
+	b = strconv.AppendUint(b, uint64(m.v), 16)
+	b = append(b, "/0x"...)
+	return strconv.AppendUint(b, uint64(m.mask), 16)
+}
+func (m portMaskMatch) tlv(proto Protocol) (string, []byte, []byte, error) {
+	name, v, _, err := m.u16Match.tlv(proto)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	return name, v, be16(m.mask), nil
+}
+
 // ICMPType matches the ICMPv4 type (icmp_type=N).
 func ICMPType(t uint8) Match { return u16Match{FieldICMPType, uint16(t)} }
 
