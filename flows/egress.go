@@ -347,7 +347,8 @@ func egressReplyBlockFlows(st *State, e EgressIP, f *egressFamily) []of.Flow {
 		var acts []of.Action
 		switch n, known := st.Nodes[b.Node]; {
 		case b.Node == st.Node:
-			acts = []of.Action{Goto(IntEgressReplyCT)}
+			// Back to a lower table: resubmit (goto_table only goes forward).
+			acts = []of.Action{of.Resubmit{Table: uint8(IntEgressReplyCT)}}
 		case !known || st.TunnelRefusal(n) != "":
 			continue
 		default:

@@ -124,6 +124,15 @@ func GoldenStates() map[string]*State {
 		return st
 	}
 	cases["node1-egress"] = egress("node3")
+	// Issue 23: node1 is 192.0.2.50's active gateway and has its port blocks (the stateless
+	// reply path): echo-c's block on node1 itself, one of a pod on node2 (tunnelled there, VNI
+	// VNIEgressReplyPorts), one not a power of two and one of an unknown node (both left out).
+	replies := egress("node1")
+	e50 := replies.Egress[goldenIP("192.0.2.50")]
+	e50.ReplyBlocks = []EgressReplyBlock{{First: 1536, Size: 512, Node: "node1"}, {First: 2048, Size: 512, Node: "node2"},
+		{First: 4096, Size: 100, Node: "node2"}, {First: 8192, Size: 512, Node: "node9"}}
+	replies.Egress[e50.IP] = e50
+	cases["node1-egress-reply-blocks"] = replies
 	// C38: node1 has a secondary uplink eth1 (ofport 5, 203.0.113.0/24); egress IP 203.0.113.50
 	// (gateway node1) is announced and intercepted on eth1 only, 192.0.2.51 on the primary
 	// uplink; LOCAL's packets and ARP of 203.0.113.0/24 go to eth1.

@@ -22,7 +22,9 @@
 // opens one TCP connection, sends "stream" (the server then keeps the
 // connection open and answers every request line) and prints the answer as
 // "get" does; then, for every line read from stdin, sends one request on the
-// same connection and prints its answer, each within --timeout. On any error it
+// same connection and prints its answer, each within --timeout (an empty line sends "hello",
+// any other line is sent as it is: "delay 8s" makes the server answer after 8 s, so the server
+// speaks first after a silence; the server caps D at a minute). On any error it
 // prints "ERROR <reason>" and exits 1; at the end of stdin it closes the
 // connection and exits 0. Tests use it to exchange data on an established
 // connection before, during and after a change.
@@ -66,6 +68,9 @@ const streamRequest = "stream\n"
 
 // streamIdle closes a streaming connection that sent no request for that long.
 const streamIdle = 10 * time.Minute
+
+// streamMaxDelay bounds a streaming request's "delay D".
+const streamMaxDelay = time.Minute
 
 type reply struct {
 	Pod    string `json:"pod"`
@@ -192,8 +197,16 @@ func serve(args []string) error {
 					// arrives, until the client closes it or stays silent for streamIdle.
 					for {
 						c.SetReadDeadline(time.Now().Add(streamIdle))
-						if _, err := br.ReadString('\n'); err != nil {
+						req, err := br.ReadString('\n')
+						if err != nil {
 							return
+						}
+						// "delay D": answer after D, the server speaking first after a
+						// silence (at most streamMaxDelay).
+						if d, ok := strings.CutPrefix(strings.TrimSpace(req), "delay "); ok {
+							if dur, err := time.ParseDuration(d); err == nil && dur > 0 {
+								time.Sleep(min(dur, streamMaxDelay))
+							}
 						}
 						c.SetWriteDeadline(time.Now().Add(2 * time.Second))
 						if _, err := c.Write(b); err != nil {
@@ -421,7 +434,11 @@ func stream(args []string) error {
 	}
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
-		if err := exchange("hello\n"); err != nil {
+		req := "hello\n"
+		if l := strings.TrimSpace(in.Text()); l != "" {
+			req = l + "\n"
+		}
+		if err := exchange(req); err != nil {
 			return fail(err)
 		}
 	}

@@ -488,6 +488,104 @@ func TestEgressFailoverSessions(t *testing.T) {
 		active, newGW, took.Round(time.Millisecond), alive, nTCP+len(collide), u.Sent, u.Received, u.MaxGapMs, u.Clients)
 }
 
+// TestEgressFailoverServerSpeaksFirst is a session whose first packet after a failover is the
+// server's (issue 23): echo-a asks the server for an answer 10 s late, the active gateway dies
+// hard (agent and ovs-vswitchd SIGKILLed) while the server holds it, and the answer reaches
+// the new gateway before echo-a has sent anything there. The new gateway has no connection for
+// it; its stateless reply path (docs/egress.md "Takeover") sends it by the destination port's
+// block to echo-a's node, which maps it back with its ZonePod entry. The test requires that
+// the answer arrives and the connection goes on. Injector: the outside host (the server's
+// netns) opening a new connection to the egress IP at a port of echo-a's block, or at a port
+// of no block, is dropped (no entry on echo-a's node): never delivered, not even refused.
+func TestEgressFailoverServerSpeaksFirst(t *testing.T) {
+	const delay = 10 * time.Second
+	serveFromClient(t)
+	ensurePolicyFor(t, "echo-a")
+	active := activeGateway(t, "", 30*time.Second)
+	waitNewConns(t, time.Now(), "", 20*time.Second)
+	first, size := waitPortBlock(t, "echo-a", 20*time.Second)
+	require.Eventually(t, func() bool {
+		r, err := theLab.RequestWith("echo-a", "tcp", clientIP+":"+egressPort, lab.RequestOpts{Timeout: "1s"})
+		return err == nil && r.ClientIP() == egressIP && inBlock(r.Client, first, size)
+	}, 20*time.Second, 200*time.Millisecond, "new connections from echo-a through the egress IP from a port of its block %d/%d", first, size)
+
+	clientNS, err := theLab.Netns("client")
+	require.NoError(t, err)
+	probe := func(port int) string {
+		out, err := exec.Command("ip", "netns", "exec", clientNS, theLab.EchoBin(), "probe", "--proto", "tcp",
+			"--addr", fmt.Sprintf("%s:%d", egressIP, port), "--timeout", "2s").Output()
+		require.NoError(t, err)
+		var p struct{ Result string }
+		require.NoError(t, json.Unmarshal(out, &p), "probe printed %q", out)
+		return p.Result
+	}
+	blockPort, outside := first+size/2, first+size
+	if outside > 65535 {
+		outside = first - 1
+	}
+	assert.Equal(t, "timeout", probe(blockPort), "a new connection from outside to %s:%d (echo-a's block) must be dropped", egressIP, blockPort)
+	assert.Equal(t, "timeout", probe(outside), "a new connection from outside to %s:%d (no block of echo-a) must be dropped", egressIP, outside)
+
+	ns, err := theLab.Netns("echo-a")
+	require.NoError(t, err)
+	cmd := exec.Command("ip", "netns", "exec", ns, theLab.EchoBin(), "stream", "--addr", clientIP+":"+egressPort, "--timeout", "40s")
+	st, err := lab.StartStream(cmd, 4)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		st.CloseStdin()
+		_ = cmd.Wait()
+	})
+	r0, err := st.Next()
+	require.NoError(t, err, "stream not established")
+	require.Equal(t, egressIP, r0.ClientIP())
+	require.True(t, inBlock(r0.Client, first, size), "the stream left from %s, outside echo-a's block %d/%d", r0.Client, first, size)
+	type answer struct {
+		at  time.Time
+		err error
+	}
+	late := make(chan answer, 1)
+	asked := time.Now()
+	go func() {
+		_, err := st.ExchangeLine("delay " + delay.String())
+		late <- answer{time.Now(), err}
+	}()
+	time.Sleep(time.Second) // the request is at the server and acknowledged through the old gateway
+
+	require.NoError(t, theLab.KillAgent(active))
+	require.NoError(t, theLab.KillVswitchd(active))
+	killed := time.Now()
+	t.Cleanup(func() {
+		assert.NoError(t, theLab.RestartVswitchd(active))
+		assert.NoError(t, theLab.StartAgent(active))
+	})
+	newGW := activeGateway(t, active, 20*time.Second)
+	tookOver := time.Since(killed)
+	var a answer
+	select {
+	case a = <-late:
+	case <-time.After(45 * time.Second):
+		a.err = fmt.Errorf("no answer %v after the request", time.Since(asked).Round(time.Second))
+	}
+	flows, _ := theLab.DumpFlows(newGW, "br-int")
+	var replyPath []string
+	for _, l := range strings.Split(flows, "\n") {
+		if strings.Contains(l, "table=78") && strings.Contains(l, "tp_dst=0x") {
+			replyPath = append(replyPath, strings.TrimSpace(l))
+		}
+	}
+	require.NoError(t, a.err, "the server's late answer after the failover (%s -> %s) did not reach echo-a; %s's reply path: %v",
+		active, newGW, newGW, replyPath)
+	assert.True(t, killed.Before(a.at.Add(-time.Second)), "the answer came before the failover")
+	r, err := st.Exchange()
+	require.NoError(t, err, "the connection after the late answer")
+	assert.Equal(t, r0.Client, r.Client)
+	t.Logf("SERVER SPEAKS FIRST (agent and ovs-vswitchd of %s SIGKILLed %v after the request; %s active %v later): "+
+		"the answer sent %v after the request reached echo-a %v after it; the connection goes on (server saw %s); "+
+		"outside probes to %s:%d and :%d dropped",
+		active, killed.Sub(asked).Round(time.Millisecond), newGW, tookOver.Round(time.Millisecond), delay,
+		a.at.Sub(asked).Round(time.Millisecond), r.Client, egressIP, blockPort, outside)
+}
+
 // waitPortBlock waits until the policy's status.portBlocks holds an active block of pod (in the
 // lab's namespace) for egressIP and returns its first port and size.
 func waitPortBlock(t *testing.T, pod string, timeout time.Duration) (first, size int) {

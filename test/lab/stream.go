@@ -67,6 +67,15 @@ func (s *Stream) Exchange() (Reply, error) {
 	return s.Next()
 }
 
+// ExchangeLine is Exchange with request line req instead of the default one ("echo stream":
+// "delay 8s" has the server answer 8 s later).
+func (s *Stream) ExchangeLine(req string) (Reply, error) {
+	if _, err := io.WriteString(s.stdin, strings.TrimSpace(req)+"\n"); err != nil {
+		return Reply{}, fmt.Errorf("echo stream: %w", err)
+	}
+	return s.Next()
+}
+
 // CloseStdin closes the program's stdin: echo stream then closes the connection and exits.
 func (s *Stream) CloseStdin() error { return s.stdin.Close() }
 
