@@ -144,3 +144,48 @@ func TestEgressIDAndMAC(t *testing.T) {
 	assert.Equal(t, "0a:5e:c0:00:02:32", EgressMAC(netip.MustParseAddr("192.0.2.50")).String())
 	assert.Equal(t, "0a:5f:be:ef:00:50", EgressMAC(netip.MustParseAddr("2001:db8::beef:50")).String())
 }
+
+// The stateless reply path of an IPv6 egress IP (EgressIP.ReplyBlocks) matches ipv6_dst and the
+// block under a mask in IntEgressReply and tunnels to the pod's node like the IPv4 one; the
+// node flow set classifies VNI 6 with an inner IPv6 packet too.
+func TestEgress6ReplyBlocks(t *testing.T) {
+	st := GoldenStates()["node1-dual-stack-egress6"]
+	var e6 EgressIP
+	for _, e := range st.Egress {
+		if e.IP.Is6() {
+			e6 = e
+		}
+	}
+	require.True(t, e6.IP.IsValid(), "the golden state has an IPv6 egress IP")
+	e6.Gateway = "node1"
+	e6.ReplyBlocks = []EgressReplyBlock{{First: 2048, Size: 512, Node: "node2"}, {First: 1024, Size: 512, Node: "node1"}}
+	fs, err := BuildEgress(st, e6)
+	require.NoError(t, err)
+	var got []string
+	for i := range fs.Flows {
+		if f := &fs.Flows[i]; Table(f.Table) == IntEgressReply && strings.Contains(f.String(), "tp_dst=0x") {
+			got = append(got, f.String())
+		}
+	}
+	require.Len(t, got, 4, "2 blocks x TCP, UDP: %v", got)
+	for _, s := range got {
+		assert.Contains(t, s, "ipv6_dst="+e6.IP.String())
+		switch {
+		case strings.Contains(s, "tp_dst=0x800/0xfe00"):
+			assert.Contains(t, s, "set_tunnel:0x6")
+		case strings.Contains(s, "tp_dst=0x400/0xfe00"):
+			assert.Contains(t, s, "resubmit(,53)")
+		default:
+			t.Errorf("unexpected block flow %s", s)
+		}
+	}
+	nfs, err := BuildNode(st, st.Nodes["node2"])
+	require.NoError(t, err)
+	n := 0
+	for i := range nfs.Flows {
+		if f := &nfs.Flows[i]; isIPv6Flow(f) && strings.Contains(f.String(), "tun_id=0x6") {
+			n++
+		}
+	}
+	assert.Equal(t, 1, n, "VNI 6 from node2, inner IPv6")
+}
