@@ -325,21 +325,28 @@ func startTCPStreamTo(t *testing.T, addr string) *tcpStream {
 // startTCPStreamFrom is startTCPStreamTo from pod's netns, bound to localPort when not 0.
 func startTCPStreamFrom(t *testing.T, pod, addr string, localPort int) *tcpStream {
 	t.Helper()
+	st, _ := openEchoStream(t, pod, addr, "30s", "--local-port", fmt.Sprint(localPort))
+	s := &tcpStream{st: st, stop: make(chan struct{}), stoppedCh: make(chan struct{})}
+	go s.loop()
+	return s
+}
+
+// openEchoStream runs "echo stream --addr addr --timeout timeout args..." in pod's netns
+// until the test ends and returns it with its first answer (the connection established).
+func openEchoStream(t *testing.T, pod, addr, timeout string, args ...string) (*lab.Stream, lab.Reply) {
+	t.Helper()
 	ns, err := theLab.Netns(pod)
 	require.NoError(t, err)
-	cmd := exec.Command("ip", "netns", "exec", ns, theLab.EchoBin(), "stream", "--addr", addr, "--timeout", "30s",
-		"--local-port", fmt.Sprint(localPort))
+	cmd := exec.Command("ip", append([]string{"netns", "exec", ns, theLab.EchoBin(), "stream", "--addr", addr, "--timeout", timeout}, args...)...)
 	st, err := lab.StartStream(cmd, 4)
 	require.NoError(t, err)
-	s := &tcpStream{st: st, stop: make(chan struct{}), stoppedCh: make(chan struct{})}
 	t.Cleanup(func() {
 		st.CloseStdin()
 		_ = cmd.Wait()
 	})
-	_, err = st.Next()
+	r, err := st.Next()
 	require.NoError(t, err, "stream not established")
-	go s.loop()
-	return s
+	return st, r
 }
 
 func (s *tcpStream) loop() {
@@ -526,17 +533,7 @@ func TestEgressFailoverServerSpeaksFirst(t *testing.T) {
 	assert.Equal(t, "timeout", probe(blockPort), "a new connection from outside to %s:%d (echo-a's block) must be dropped", egressIP, blockPort)
 	assert.Equal(t, "timeout", probe(outside), "a new connection from outside to %s:%d (no block of echo-a) must be dropped", egressIP, outside)
 
-	ns, err := theLab.Netns("echo-a")
-	require.NoError(t, err)
-	cmd := exec.Command("ip", "netns", "exec", ns, theLab.EchoBin(), "stream", "--addr", clientIP+":"+egressPort, "--timeout", "40s")
-	st, err := lab.StartStream(cmd, 4)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		st.CloseStdin()
-		_ = cmd.Wait()
-	})
-	r0, err := st.Next()
-	require.NoError(t, err, "stream not established")
+	st, r0 := openEchoStream(t, "echo-a", clientIP+":"+egressPort, "40s")
 	require.Equal(t, egressIP, r0.ClientIP())
 	require.True(t, inBlock(r0.Client, first, size), "the stream left from %s, outside echo-a's block %d/%d", r0.Client, first, size)
 	type answer struct {
