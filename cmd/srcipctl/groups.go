@@ -74,7 +74,7 @@ func writeGroups(out io.Writer, b flows.Bridge, stats []ofctl.GroupStats, bucket
 		shown++
 		fmt.Fprintf(out, "%s group %d %s: %d packet(s) to the group\n", b, g.ID, n.group(g.ID), g.Packets)
 		if len(g.Buckets) == 0 {
-			fmt.Fprintln(out, "  no bucket: new connections are dropped (no-endpoints)")
+			fmt.Fprintln(out, "  no bucket: new connections go to the host, where kube-proxy rejects them (no-endpoints)")
 			continue
 		}
 		bs, ok := buckets[g.ID]
