@@ -68,6 +68,10 @@ type ReconcilerConfig struct {
 	// EgressClusterCIDRs are the cluster's Service and node networks, never sent to an egress
 	// gateway (--egress-cluster-cidrs; pod CIDRs and node InternalIPs are always excluded).
 	EgressClusterCIDRs []netip.Prefix
+	// NonMasqueradeCIDRs are the routed pods' CIDRs (flows.NonMasqueradeSet of
+	// --non-masquerade-cidrs and --masquerade-link-local; docs/routed-pods.md): destinations pods
+	// reach with their own IP, sources that reach pods by their IP through any node. Nil: off.
+	NonMasqueradeCIDRs []netip.Prefix
 	// EgressPortPool is how the EgressGateways' source-port blocks are cut (zero:
 	// DefaultPortPool; docs/egress.md "Port blocks").
 	EgressPortPool PortPool
@@ -198,6 +202,7 @@ func NewReconciler(cfg ReconcilerConfig) *Reconciler {
 		model:  newModel(cfg.NodeName, cfg.NodePortCIDRs, cfg.ExternalIPCIDRs, cfg.NodePortRange, cfg.PreserveSourceIP, cfg.Events),
 		syncer: newSyncer(cfg, m), memReleased: make(chan struct{})}
 	r.model.egressClusterCIDRs = cfg.EgressClusterCIDRs
+	r.model.st.NonMasqueradeCIDRs = cfg.NonMasqueradeCIDRs
 	r.model.portPool = cfg.EgressPortPool
 	r.model.localPortBlocks = cfg.EgressStatus == nil
 	if r.model.portPool.Size == 0 {

@@ -76,6 +76,9 @@ type FlagsReport struct {
 	NodePortAddresses  []string `json:"nodePortAddresses"`
 	ExternalIPCIDRs    []string `json:"externalIPCIDRs"`
 	EgressClusterCIDRs []string `json:"egressClusterCIDRs"`
+	// NonMasqueradeCIDRs are the routed pods' CIDRs, link-local added unless
+	// --masquerade-link-local (empty: routed pods off).
+	NonMasqueradeCIDRs []string `json:"nonMasqueradeCIDRs,omitempty"`
 	// PreserveSourceIP is --preserve-source-ip (annotated or all).
 	PreserveSourceIP string `json:"preserveSourceIP"`
 	// ServiceNodePortRange is --service-node-port-range, FIRST-LAST.
@@ -382,9 +385,13 @@ func (r *Reconciler) flagsReport(mode string) *FlagsReport {
 	if npr == [2]uint16{} {
 		npr = DefaultNodePortRange
 	}
-	return &FlagsReport{Manifests: r.cfg.Manifests, NodePortAddresses: prefixStrings(r.cfg.NodePortCIDRs),
+	rep := &FlagsReport{Manifests: r.cfg.Manifests, NodePortAddresses: prefixStrings(r.cfg.NodePortCIDRs),
 		ExternalIPCIDRs: prefixStrings(r.cfg.ExternalIPCIDRs), EgressClusterCIDRs: prefixStrings(r.cfg.EgressClusterCIDRs),
 		PreserveSourceIP: mode, ServiceNodePortRange: FormatPortRange(npr)}
+	if len(r.cfg.NonMasqueradeCIDRs) > 0 {
+		rep.NonMasqueradeCIDRs = prefixStrings(r.cfg.NonMasqueradeCIDRs)
+	}
+	return rep
 }
 
 func prefixStrings(ps []netip.Prefix) []string {

@@ -110,6 +110,7 @@ func BuildExBase(st *State) (*FlowSet, error) {
 	if st.selfHasIPv6() {
 		fs.Flows = append(fs.Flows, exBaseIPv6(st)...)
 	}
+	fs.Flows = append(fs.Flows, routedGuardFlows(st)...)
 	sec, problems := secondaryUplinkFlows(st)
 	fs.Flows = append(fs.Flows, sec...)
 	fs.Warnings = append(fs.Warnings, problems...)

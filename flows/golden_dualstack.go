@@ -28,6 +28,11 @@ func goldenDualStackGateway() *State {
 // addDualStackGoldens adds the dual-stack scenarios to the golden cases.
 func addDualStackGoldens(cases map[string]*State) {
 	cases["node1-dual-stack-gateway"] = goldenDualStackGateway()
+	// Routed pods (routed.go): hosts in 198.51.100.0/24 and 2001:db8:0:100::/64 reach pods by
+	// their IP through any node (with 169.254.0.0/16, ip-masq-agent's link-local default).
+	routed := goldenDualStackGateway()
+	routed.NonMasqueradeCIDRs = NonMasqueradeSet([]netip.Prefix{goldenPrefix("198.51.100.0/24"), goldenPrefix("2001:db8:0:100::/64")}, false)
+	cases["node1-routed-pods"] = routed
 	// The IPv6 underlay (golden_underlay6.go).
 	cases["node1-ipv6-underlay"] = goldenIPv6Underlay()
 	cases["node1-ipv6-underlay-egress"] = goldenIPv6UnderlayEgress()

@@ -60,6 +60,9 @@ func BuildNode(st *State, n Node) (*FlowSet, error) {
 					CT{Commit: true, Zone: ZonePod, Exec: []of.Action{OriginNode.Load(), st.ingressFromTunSrc()}},
 					Goto(IntL3Forwarding)))
 		}
+		// The guard of new connections tunnelled from that node to local pods, and routed
+		// pods' ingress through it (routed.go).
+		fs.Flows = append(fs.Flows, tunnelGuardFlows(st, n, tunSrc)...)
 		// The host asks for that node's pods by ARP on the gateway port (it routes the cluster's
 		// pod CIDRs there): answered with this node's pod gateway MAC.
 		if gwMAC := selfGatewayMAC(st); gwMAC != nil {

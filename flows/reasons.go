@@ -79,6 +79,14 @@ const (
 	// but is no reply of a connection the pod opened through an egress gateway (the main CNI
 	// owns that address; docs/egress.md#chained-mode).
 	DropChainedNotEgress DropReason = "chained-not-egress"
+	// DropRoutedSourceNotListed: with routed pods on, a packet from the uplink to a pod address
+	// from a source outside the non-masquerade CIDRs (br-ex ExClassifier; routed.go).
+	DropRoutedSourceNotListed DropReason = "routed-source-not-listed"
+	// DropTunnelSourceNotCluster: a new connection tunnelled (VNIPod) to a local pod from a source
+	// that is no pod of the sending node, not its InternalIP and (routed pods on) in no
+	// non-masquerade CIDR: an outside host sent to a pod address through a node that does not
+	// own it (br-int IntTunnelCT; routed.go).
+	DropTunnelSourceNotCluster DropReason = "tunnel-source-not-cluster"
 	// DropNoEndpoints: a new connection to a Service port without usable endpoints. It is not
 	// dropped here: ExServiceCT hands it, uncommitted, to the host, where kube-proxy rejects it
 	// (ICMP port unreachable); no drop flow states it (the metric counts the
@@ -160,6 +168,10 @@ var dropInfos = []DropInfo{
 		[]DropSpot{{BrInt, IntEgressReply, prioDefault, KindIntBase}, {BrInt, IntEgressReplyCT, prioDefault, KindIntBase}}},
 	{DropChainedNotEgress, "a packet for a chained pod's address (its main CNI's) reached br-int without being an egress gateway's reply to that pod: the main CNI owns the address",
 		[]DropSpot{{BrInt, IntL3Forwarding, prioMid - 1, KindPod}}},
+	{DropRoutedSourceNotListed, "routed pods are on and a packet from the uplink to a pod address came from a source outside --non-masquerade-cidrs: only those hosts reach pods by their IP (add the source's network to --non-masquerade-cidrs of node-setup and the agent, or reach the pod through a Service)",
+		[]DropSpot{{BrEx, ExClassifier, prioRoutedGuard, KindExBase}}},
+	{DropTunnelSourceNotCluster, "a new connection tunnelled from another node to a local pod came from a source that is no pod of that node, not its InternalIP and in no --non-masquerade-cidrs: an outside host sent to a pod address through a node that does not own it (route the pod CIDR to its own node, turn routed pods on for that source, or use a Service)",
+		[]DropSpot{{BrInt, IntTunnelCT, prioTunnelGuard, KindNode}}},
 	{DropNoEndpoints, "the Service port has no usable endpoint: new connections go to the host untouched, where kube-proxy rejects them (ICMP port unreachable: the client gets ECONNREFUSED at once; check the EndpointSlices: ready, or serving and terminating, endpoints)", nil},
 	{DropMTU, "the packet is larger than the underlay MTU minus the 50 bytes of Geneve (70 over an IPv6 underlay): the userspace datapath drops it with only a log line (give pods an MTU of at most underlay MTU - 50, - 70 over IPv6)", nil},
 }

@@ -31,7 +31,9 @@ func TestEveryDropHasAReason(t *testing.T) {
 	dual := GoldenStates()["node1-dual-stack-gateway"]
 	// IPv6 egress IPs, node1 the active gateway of one (br-ex's neighbour discovery for it).
 	egress6 := GoldenStates()["node1-dual-stack-egress6"]
-	for _, st := range []*State{testState(webTCP(), webUDP()), withGW, testState(ranges), egress, dual, egress6} {
+	// Routed pods (the br-ex guard of pod addresses).
+	routed := GoldenStates()["node1-routed-pods"]
+	for _, st := range []*State{testState(webTCP(), webUDP()), withGW, testState(ranges), egress, dual, egress6, routed} {
 		d, err := Build(st)
 		require.NoError(t, err)
 		for _, fs := range d {

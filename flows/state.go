@@ -55,6 +55,10 @@ type State struct {
 	// --egress-cluster-cidrs): never sent to an egress gateway, like every node's pod CIDRs and
 	// InternalIP.
 	EgressClusterCIDRs []netip.Prefix
+	// NonMasqueradeCIDRs are the destinations pods reach with their own IP and the sources that
+	// reach pods by their IP through any node (routed pods, routed.go; NonMasqueradeSet of the
+	// agent's --non-masquerade-cidrs and --masquerade-link-local). Nil: routed pods are off.
+	NonMasqueradeCIDRs []netip.Prefix
 }
 
 // EgressIP is one egress IP of an EgressGateway and its active gateway.

@@ -24,8 +24,10 @@ const (
 // by (the node IP), and the host forwards what enters or leaves through the gateway port. Every
 // rule's comment ends in a hash of the whole table, so that a later run sees whether the table
 // is still the one it would write (the IPv4 table's rules and hash are those of the IPv4-only
-// releases).
-func nftObjects(family knftables.Family, podCIDRs, clusterCIDRs []netip.Prefix, gwPort string) ([]*knftables.Chain, []*knftables.Rule) {
+// releases). nonMasq are the routed pods' destinations of the family (Config.NonMasqueradeCIDRs):
+// a second `daddr !=` set leaves them out of the masquerade; none: the rule and hash are those of
+// the releases without routed pods.
+func nftObjects(family knftables.Family, podCIDRs, clusterCIDRs, nonMasq []netip.Prefix, gwPort string) ([]*knftables.Chain, []*knftables.Rule) {
 	ip := "ip"
 	if family == knftables.IPv6Family {
 		ip = "ip6"
@@ -43,9 +45,14 @@ func nftObjects(family knftables.Family, podCIDRs, clusterCIDRs []netip.Prefix, 
 		{Name: "forward", Type: knftables.PtrTo(knftables.FilterType), Hook: knftables.PtrTo(knftables.ForwardHook),
 			Priority: knftables.PtrTo(knftables.FilterPriority)},
 	}
+	masq := knftables.Concat(ip+" saddr", set(podCIDRs), ip+" daddr !=", set(clusterCIDRs), "masquerade")
+	comment := "pods to outside the cluster: masquerade"
+	if nm := outermost(nonMasq); len(nm) > 0 {
+		masq = knftables.Concat(ip+" saddr", set(podCIDRs), ip+" daddr !=", set(clusterCIDRs), ip+" daddr !=", set(nm), "masquerade")
+		comment = "pods to outside the cluster but the non-masquerade CIDRs: masquerade"
+	}
 	rules := []*knftables.Rule{
-		{Chain: "postrouting", Rule: knftables.Concat(ip+" saddr", set(podCIDRs), ip+" daddr !=", set(clusterCIDRs), "masquerade"),
-			Comment: knftables.PtrTo("pods to outside the cluster: masquerade")},
+		{Chain: "postrouting", Rule: masq, Comment: knftables.PtrTo(comment)},
 		{Chain: "forward", Rule: knftables.Concat("iifname", `"`+gwPort+`"`, "accept"),
 			Comment: knftables.PtrTo("from pods")},
 		{Chain: "forward", Rule: knftables.Concat("oifname", `"`+gwPort+`"`, "accept"),
@@ -65,20 +72,41 @@ func nftObjects(family knftables.Family, podCIDRs, clusterCIDRs []netip.Prefix, 
 	return chains, rules
 }
 
+// outermost returns ps masked, without those inside another one (an anonymous nftables interval
+// set refuses overlapping elements), in order.
+func outermost(ps []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for i, p := range ps {
+		p = p.Masked()
+		inside := false
+		for j, q := range ps {
+			q = q.Masked()
+			if i != j && q.Bits() <= p.Bits() && q.Contains(p.Addr()) && (q.Bits() < p.Bits() || j < i) {
+				inside = true
+				break
+			}
+		}
+		if !inside {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // setupNFT writes table ip ovs-srcip for the IPv4 pod CIDRs and table ip6 ovs-srcip for the
 // IPv6 ones. A family without a pod CIDR on this node gets no table (one left from an earlier
 // configuration is deleted): a v4-only node has no ip6 table.
 func (r *run) setupNFT(ctx context.Context) error {
 	c := r.cfg
 	for _, fam := range []knftables.Family{knftables.IPv4Family, knftables.IPv6Family} {
-		pods, cluster := ofFamily(c.PodCIDRs, fam), ofFamily(c.ClusterCIDRs, fam)
+		pods, cluster, nonMasq := ofFamily(c.PodCIDRs, fam), ofFamily(c.ClusterCIDRs, fam), ofFamily(c.NonMasqueradeCIDRs, fam)
 		if len(pods) == 0 {
 			if err := r.deleteNFT(ctx, fam); err != nil {
 				return err
 			}
 			continue
 		}
-		if err := r.writeNFT(ctx, fam, pods, cluster); err != nil {
+		if err := r.writeNFT(ctx, fam, pods, cluster, nonMasq); err != nil {
 			return err
 		}
 	}
@@ -96,13 +124,13 @@ func ofFamily(ps []netip.Prefix, fam knftables.Family) []netip.Prefix {
 	return out
 }
 
-func (r *run) writeNFT(ctx context.Context, fam knftables.Family, pods, cluster []netip.Prefix) error {
+func (r *run) writeNFT(ctx context.Context, fam knftables.Family, pods, cluster, nonMasq []netip.Prefix) error {
 	c := r.cfg
 	nft, err := knftables.New(fam, NFTable)
 	if err != nil {
 		return fmt.Errorf("%w (node-setup needs the nft program, nftables >= 1.0.1, and CAP_NET_ADMIN)", err)
 	}
-	chains, rules := nftObjects(fam, pods, cluster, c.GatewayPort)
+	chains, rules := nftObjects(fam, pods, cluster, nonMasq, c.GatewayPort)
 	have, err := nft.ListRules(ctx, "")
 	if err != nil && !knftables.IsNotFound(err) {
 		return err
@@ -115,7 +143,7 @@ func (r *run) writeNFT(ctx context.Context, fam knftables.Family, pods, cluster 
 			}
 		}
 		if same {
-			r.unchanged("nftables table %s %s (masquerade of %v to outside %v)", fam, NFTable, pods, cluster)
+			r.unchanged("nftables table %s %s (masquerade of %v to outside %v, not to %v)", fam, NFTable, pods, cluster, nonMasq)
 			return nil
 		}
 	}
@@ -131,7 +159,7 @@ func (r *run) writeNFT(ctx context.Context, fam knftables.Family, pods, cluster 
 	if err := nft.Run(ctx, tx); err != nil {
 		return fmt.Errorf("write table %s %s: %w", fam, NFTable, err)
 	}
-	r.changed("nftables table %s %s: masquerade %v to outside %v, forward accepts for %s", fam, NFTable, pods, cluster, c.GatewayPort)
+	r.changed("nftables table %s %s: masquerade %v to outside %v (not to the non-masquerade CIDRs %v), forward accepts for %s", fam, NFTable, pods, cluster, nonMasq, c.GatewayPort)
 	return nil
 }
 

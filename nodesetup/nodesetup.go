@@ -87,6 +87,11 @@ type Config struct {
 	// is written: no IPv6 gateway address, no IPv6 range, no table ip6 ovs-srcip, no IPv6
 	// forwarding sysctl.
 	PodCIDRs []netip.Prefix
+	// NonMasqueradeCIDRs are the routed pods' destinations, either family (the agent's
+	// flows.NonMasqueradeSet of --non-masquerade-cidrs and --masquerade-link-local): pod traffic
+	// to them leaves with the pod's IP (docs/routed-pods.md). Nil: everything leaving the
+	// cluster is masqueraded.
+	NonMasqueradeCIDRs []netip.Prefix
 	// NodeIP is the node's InternalIP, the source of the host's routes to the cluster CIDRs
 	// (gateway.go routeSource); invalid: br-ex's first global IPv4 address. An IPv6 NodeIP (a
 	// Node without an IPv4 InternalIP) makes the Geneve underlay IPv6: the overhead is

@@ -65,26 +65,40 @@ func TestRenderConflistDualStack(t *testing.T) {
 func TestNFTObjectsFingerprint(t *testing.T) {
 	pod := []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}
 	cluster := []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
-	chains, rules := nftObjects(knftables.IPv4Family, pod, cluster, "srcip-gw0")
+	chains, rules := nftObjects(knftables.IPv4Family, pod, cluster, nil, "srcip-gw0")
 	require.Len(t, chains, 2)
 	require.Len(t, rules, 3)
 	assert.Equal(t, "ip saddr { 10.244.1.0/24 } ip daddr != { 10.244.0.0/16 } masquerade", rules[0].Rule)
 	assert.Equal(t, `iifname "srcip-gw0" accept`, rules[1].Rule)
-	_, again := nftObjects(knftables.IPv4Family, pod, cluster, "srcip-gw0")
+	_, again := nftObjects(knftables.IPv4Family, pod, cluster, nil, "srcip-gw0")
 	assert.Equal(t, *rules[0].Comment, *again[0].Comment)
-	_, other := nftObjects(knftables.IPv4Family, pod, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, "srcip-gw0")
+	_, other := nftObjects(knftables.IPv4Family, pod, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, nil, "srcip-gw0")
 	assert.NotEqual(t, *rules[0].Comment, *other[0].Comment)
-	_, other = nftObjects(knftables.IPv4Family, pod, cluster, "gw1")
+	_, other = nftObjects(knftables.IPv4Family, pod, cluster, nil, "gw1")
 	assert.NotEqual(t, *rules[1].Comment, *other[1].Comment)
 	// The IPv4 table is the IPv4-only releases' (a node upgraded in place finds it unchanged).
 	assert.Equal(t, "pods to outside the cluster: masquerade #7b739fbdd9e6", *rules[0].Comment)
+}
+
+// Routed pods: the non-masquerade CIDRs are a second daddr set, without the ones inside another
+// (nftables refuses overlapping intervals); the rule and its hash change only when they are set.
+func TestNFTObjectsNonMasquerade(t *testing.T) {
+	pod := []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}
+	cluster := []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
+	nm := []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("198.51.100.11/32"),
+		netip.MustParsePrefix("169.254.0.0/16"), netip.MustParsePrefix("198.51.100.7/24")}
+	_, rules := nftObjects(knftables.IPv4Family, pod, cluster, nm, "srcip-gw0")
+	assert.Equal(t, "ip saddr { 10.244.1.0/24 } ip daddr != { 10.244.0.0/16 } ip daddr != { 198.51.100.0/24, 169.254.0.0/16 } masquerade", rules[0].Rule)
+	_, plain := nftObjects(knftables.IPv4Family, pod, cluster, nil, "srcip-gw0")
+	assert.NotEqual(t, *plain[0].Comment, *rules[0].Comment)
+	assert.Equal(t, "pods to outside the cluster: masquerade #7b739fbdd9e6", *plain[0].Comment)
 }
 
 // The ip6 twin: the same chains and forward rules, the masquerade with ip6 matches, its own hash.
 func TestNFTObjectsIPv6(t *testing.T) {
 	pod := []netip.Prefix{netip.MustParsePrefix("fd00:10:244:1::/64")}
 	cluster := []netip.Prefix{netip.MustParsePrefix("fd00:10:244::/56")}
-	chains, rules := nftObjects(knftables.IPv6Family, pod, cluster, "srcip-gw0")
+	chains, rules := nftObjects(knftables.IPv6Family, pod, cluster, nil, "srcip-gw0")
 	require.Len(t, chains, 2)
 	require.Len(t, rules, 3)
 	assert.Equal(t, "ip6 saddr { fd00:10:244:1::/64 } ip6 daddr != { fd00:10:244::/56 } masquerade", rules[0].Rule)

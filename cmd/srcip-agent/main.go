@@ -63,6 +63,7 @@ type options struct {
 	statusSocket       string
 	debugAddr          string
 	egressClusterCIDRs []string
+	routed             routedOptions
 	egressPortRange    string
 	egressPortBlock    int
 	egressPortQuar     time.Duration
@@ -122,6 +123,7 @@ flow in place.`,
 	f.StringSliceVar(&o.serviceCIDRs, "service-cidrs", nil, "comma-separated CIDRs of either family (both on a dual-stack cluster): the cluster's Service CIDRs (the API server's --service-cluster-ip-range), added to the ServiceCIDR objects (networking.k8s.io/v1) the agent watches where the API server serves them (Kubernetes 1.33+); no LoadBalancer IP or externalIP inside them is served (Event SourceIPRefused). Default: none, only the ServiceCIDR objects and addresses equal to a ClusterIP the agent sees are refused")
 	f.StringSliceVar(&o.externalIPCIDRs, "external-ip-cidrs", nil, "comma-separated CIDRs of either family: the ranges a Service's spec.externalIPs may be served from, each family only from its own CIDRs (0.0.0.0/0 admits no IPv6 externalIP; anyone who may edit a Service can set externalIPs, CVE-2020-8554); default: none, no externalIP is served. externalIPs and LoadBalancer IPs equal to a node address, and externalIPs equal to another Service's LoadBalancer IP, are always refused (Event SourceIPRefused)")
 	f.StringVar(&o.preserveSourceIP, "preserve-source-ip", string(agent.PreserveAnnotated), `which Services keep the client source IP on the agent's path (the rest are left to kube-proxy): annotated (default) serves only the Services annotated ovs-srcip.io/preserve-source-ip: "true"; all serves every eligible Service as if it were annotated "true" - externalTrafficPolicy Cluster, type NodePort or LoadBalancer or an externalIP inside --external-ip-cidrs, not headless or ExternalName, no label service.kubernetes.io/service-proxy-name or service.kubernetes.io/headless - unless it is annotated "false" (an opt-out); a Service that is not eligible gets no Event, an annotated one is judged as in annotated mode (docs/install.md, "Serving every Service")`)
+	routedFlags(f, &o.routed)
 	f.StringSliceVar(&o.egressClusterCIDRs, "egress-cluster-cidrs", nil, "comma-separated CIDRs: the cluster's Service and node networks, never sent to an EgressGateway's gateway when its destinations are the default (everything); every node's pod CIDRs and InternalIP are always excluded (docs/egress.md)")
 	f.StringVar(&o.egressPortRange, "egress-port-range", "1024-65535", "FIRST-LAST: the source ports an egress IP's pods share; each selected pod gets an aligned block of --egress-port-block-size of them per egress IP (docs/egress.md \"Port blocks\"); the same on every node")
 	f.IntVar(&o.egressPortBlock, "egress-port-block-size", agent.DefaultPortPool.Size, "ports per pod and egress IP (a power of two): the pod's TCP and UDP source ports are mapped into its block, so it has that many connections per destination address and port; the pool holds (range / size) pods per egress IP; the same on every node")
@@ -194,6 +196,10 @@ func run(ctx context.Context, o options) error {
 	egressCIDRs, err := agent.ParseCIDRs(o.egressClusterCIDRs)
 	if err != nil {
 		return fmt.Errorf("--egress-cluster-cidrs: %w", err)
+	}
+	nonMasq, err := o.routed.set()
+	if err != nil {
+		return err
 	}
 	portPool, err := agent.ParsePortPool(o.egressPortRange, o.egressPortBlock, o.egressPortQuar)
 	if err != nil {
@@ -298,6 +304,7 @@ func run(ctx context.Context, o options) error {
 			RouteNextHops:      routeNextHops,
 			SCTP:               sctp,
 			EgressClusterCIDRs: egressCIDRs,
+			NonMasqueradeCIDRs: nonMasq,
 			EgressPortPool:     portPool,
 			PreserveSourceIP:   mode,
 			Announcer:          brEx,

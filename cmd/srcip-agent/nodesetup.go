@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ovs-srcip/ovs-srcip/agent"
+	"github.com/ovs-srcip/ovs-srcip/flows"
 	"github.com/ovs-srcip/ovs-srcip/nodesetup"
 	"github.com/ovs-srcip/ovs-srcip/ofctl"
 )
@@ -33,6 +34,32 @@ type nodeSetupOptions struct {
 	// metricsAddr and debugAddr are the agent's --metrics-bind-address and
 	// --debug-bind-address, checked free before anything changes.
 	metricsAddr, debugAddr string
+	// routed are --non-masquerade-cidrs and --masquerade-link-local (routedFlags).
+	routed routedOptions
+}
+
+// routedOptions are the routed pods' flags, the same on node-setup and the agent (give both the
+// same values): ip-masq-agent's nonMasqueradeCIDRs and masqLinkLocal (docs/routed-pods.md).
+type routedOptions struct {
+	nonMasqueradeCIDRs  []string
+	masqueradeLinkLocal bool
+}
+
+func routedFlags(f *pflag.FlagSet, o *routedOptions) {
+	f.StringSliceVar(&o.nonMasqueradeCIDRs, "non-masquerade-cidrs", nil, "comma-separated CIDRs, either family (ip-masq-agent's nonMasqueradeCIDRs): routed pods - pod traffic to them leaves with the pod's IP, and hosts in them reach pods by their IP through any node (replies return through that node); hosts elsewhere reach no pod address from the uplink. Give node-setup and the agent the same value; empty (the default): every pod packet leaving the cluster is masqueraded (docs/routed-pods.md)")
+	f.BoolVar(&o.masqueradeLinkLocal, "masquerade-link-local", false, "with --non-masquerade-cidrs: masquerade pod traffic to 169.254.0.0/16 too (ip-masq-agent's masqLinkLocal); by default that range joins the non-masquerade CIDRs, as ip-masq-agent does")
+}
+
+// set returns the routed pods' CIDRs (flows.NonMasqueradeSet), nil when routed pods are off.
+func (o routedOptions) set() ([]netip.Prefix, error) {
+	cidrs, err := parsePrefixes(o.nonMasqueradeCIDRs)
+	if err != nil {
+		return nil, fmt.Errorf("--non-masquerade-cidrs: %w", err)
+	}
+	if len(cidrs) == 0 && o.masqueradeLinkLocal {
+		return nil, fmt.Errorf("--masquerade-link-local needs --non-masquerade-cidrs (without it everything leaving the cluster is masqueraded already)")
+	}
+	return flows.NonMasqueradeSet(cidrs, o.masqueradeLinkLocal), nil
 }
 
 // commonNodeFlags are the flags node-setup and node-teardown share.
@@ -108,6 +135,7 @@ spec.podCIDRs. It runs as the DaemonSet's init container (privileged, host netwo
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:9464", `the agent's --metrics-bind-address (give the same value): node-setup fails, before it changes anything, when another process listens on it; "0": not checked`)
 	f.IntVar(&o.cfg.GenevePort, "geneve-port", ofctl.DefaultGeneveUDPPort, `the agent's --geneve-port (UDP, Geneve between the nodes; give the same value): node-setup fails, before it changes anything, when a process other than ovs-vswitchd or another overlay's geneve/vxlan device holds it; 0: not checked`)
 	f.StringVar(&o.debugAddr, "debug-bind-address", "", `the agent's --debug-bind-address (give the same value), checked like --metrics-bind-address; empty: none`)
+	routedFlags(f, &o.routed)
 	f.StringArrayVar(&o.egressInterfaces, "egress-interface", nil, `repeatable: NIC[=ROUTER], a secondary NIC (e.g. eth1=203.0.113.1) made a second uplink of br-ex for egress IPs inside its subnets: its addresses and routes move to br-ex, and what is sourced in its subnets is routed to ROUTER (default: the gateway of the NIC's own routes) by ip rule + table `+strconv.Itoa(nodesetup.EgressRouteTableBase)+`+ (docs/egress.md "Secondary NICs")`)
 	return cmd
 }
@@ -171,6 +199,9 @@ func runNodeSetup(ctx context.Context, o *nodeSetupOptions) error {
 	}
 	if o.cfg.PodCIDRs, err = parsePrefixes(o.podCIDRs); err != nil {
 		return fmt.Errorf("--pod-cidr: %w", err)
+	}
+	if o.cfg.NonMasqueradeCIDRs, err = o.routed.set(); err != nil {
+		return err
 	}
 	if o.nodeIP != "" {
 		if o.cfg.NodeIP, err = parseNodeIP(o.nodeIP); err != nil {

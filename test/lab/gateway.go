@@ -2,7 +2,9 @@ package lab
 
 import (
 	"fmt"
+	"net/netip"
 	"strconv"
+	"strings"
 )
 
 // GatewayPort is the name of each node's gateway port on br-int (the agent's --gateway-port
@@ -63,29 +65,67 @@ func (l *Lab) SetupGateway(node string) error {
 			return wrap(err)
 		}
 	}
+	l.mu.Lock()
+	nonMasq4, nonMasq6 := nonMasqSet(l.nonMasq, true), nonMasqSet(l.nonMasq, false)
+	l.mu.Unlock()
 	// Replace the table whole (add + delete + define), so that a second call leaves one rule.
 	nft := fmt.Sprintf(`add table ip ovs-srcip
 delete table ip ovs-srcip
 table ip ovs-srcip {
 	chain postrouting {
 		type nat hook postrouting priority srcnat; policy accept;
-		ip saddr %s ip daddr != %s masquerade
+		ip saddr %s ip daddr != %s%s masquerade
 	}
 }
-`, n.PodCIDR.Masked(), l.cfg.ClusterCIDR)
+`, n.PodCIDR.Masked(), l.cfg.ClusterCIDR, nonMasq4)
 	if n.IP6.IsValid() {
 		nft += fmt.Sprintf(`add table ip6 ovs-srcip
 delete table ip6 ovs-srcip
 table ip6 ovs-srcip {
 	chain postrouting {
 		type nat hook postrouting priority srcnat; policy accept;
-		ip6 saddr %s ip6 daddr != %s masquerade
+		ip6 saddr %s ip6 daddr != %s%s masquerade
 	}
 }
-`, n.PodCIDR6.Masked(), l.cfg.ClusterCIDR6)
+`, n.PodCIDR6.Masked(), l.cfg.ClusterCIDR6, nonMasq6)
 	}
 	if _, err := l.run(runOpts{stdin: nft}, "ip", "netns", "exec", n.Netns, "nft", "-f", "-"); err != nil {
 		return wrap(err)
 	}
 	return nil
+}
+
+// SetNonMasquerade makes the masquerade of every node leave out cidrs (either family), as
+// node-setup --non-masquerade-cidrs does (routed pods; nodesetup's nftObjects: a second daddr
+// set); nil puts the plain masquerade back. Give the agents the same value (their
+// --non-masquerade-cidrs) for the flows of routed pods.
+func (l *Lab) SetNonMasquerade(cidrs []netip.Prefix) error {
+	l.mu.Lock()
+	l.nonMasq = append([]netip.Prefix(nil), cidrs...)
+	l.mu.Unlock()
+	for _, n := range l.Nodes {
+		if err := l.SetupGateway(n.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nonMasqSet renders the `daddr != { ... }` addition of one family's non-masquerade CIDRs
+// ("" without any).
+func nonMasqSet(cidrs []netip.Prefix, v4 bool) string {
+	var s []string
+	for _, p := range cidrs {
+		if p.Addr().Is4() == v4 {
+			s = append(s, p.Masked().String())
+		}
+	}
+	if len(s) == 0 {
+		return ""
+	}
+	ip := "ip"
+	if !v4 {
+		ip = "ip6"
+	}
+	return " " + ip + " daddr != { " + strings.Join(s, ", ") + " }"
 }

@@ -202,6 +202,8 @@ type Lab struct {
 	closeTime   time.Duration
 	mu          sync.Mutex
 	netnsByName map[string]string
+	// nonMasq are the routed pods' destinations the masquerade leaves out (SetNonMasquerade).
+	nonMasq []netip.Prefix
 }
 
 func (l *Lab) logf(format string, args ...any) {
