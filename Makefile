@@ -179,13 +179,13 @@ test-upgrade: deps build controlplane cluster
 # metallb): MetalLB v0.15.2 (make metallb) installed from its own manifest, webhooks off, L2 mode
 # announcing a pool on br-ex, and BGP mode peering with FRR on the lab router (test/cluster/frr,
 # Debian's frr from make deps); an annotated LoadBalancer Service keeps the client's IP through the
-# announcing node, and through each of the router's ECMP next hops. Not in make test yet (the
-# build tag keeps it out of ./test/cluster/...).
+# announcing node, and through each of the router's ECMP next hops. Part of make test (after
+# test-e2e; the build tag keeps it out of test-e2e's ./test/cluster/...); about a minute warm.
 test-metallb: deps build controlplane cluster metallb
 	set -o pipefail; SRCIP_AGENT=$(BIN)/srcip-agent $(GO) test -tags metallb -count=1 -p 1 -timeout 15m -v ./test/cluster/metallb/ \
 		| grep -v '^=== '
 
-test: deps vet build test-unit test-e2e test-conformance
+test: deps vet build test-unit test-e2e test-metallb test-conformance
 
 golden:
 	$(GO) test ./flows -update -update-wire

@@ -59,6 +59,9 @@ type DesiredOptions struct {
 	// EgressClusterCIDRs its --egress-cluster-cidrs.
 	NodePortRange      [2]uint16
 	EgressClusterCIDRs []netip.Prefix
+	// NonMasqueradeCIDRs are the routed pods' CIDRs as the agent reports them (FlagsReport;
+	// flows.NonMasqueradeSet already applied).
+	NonMasqueradeCIDRs []netip.Prefix
 	// Events receives problems with objects (nil: logged).
 	Events EventSink
 	// Ports are the node's ofports and MACs (nil: PlaceholderPorts).
@@ -150,7 +153,7 @@ func desired(ctx context.Context, node string, objs []runtime.Object, o DesiredO
 	}
 	r := NewReconciler(ReconcilerConfig{NodeName: node, Bridges: bridges, Dataplane: dp,
 		NodePortCIDRs: o.NodePortCIDRs, ExternalIPCIDRs: o.ExternalIPCIDRs, PreserveSourceIP: o.PreserveSourceIP, Events: events,
-		NodePortRange: o.NodePortRange, EgressClusterCIDRs: o.EgressClusterCIDRs})
+		NodePortRange: o.NodePortRange, EgressClusterCIDRs: o.EgressClusterCIDRs, NonMasqueradeCIDRs: o.NonMasqueradeCIDRs})
 	r.syncer.planned = planned
 	for _, ob := range objs {
 		deliver(r, nil, ob)

@@ -531,6 +531,7 @@ func checkNodeSetup(t *testing.T, ps corev1.PodSpec, volPath map[string]string, 
 	for k, v := range map[string]string{
 		"node-name": "$(NODE_NAME)", "nic": "$(NIC)", "cluster-cidrs": "$(CLUSTER_CIDRS)",
 		"datapath-type": "$(DATAPATH_TYPE)", "mtu": "$(MTU)",
+		"non-masquerade-cidrs": "$(NON_MASQUERADE_CIDRS)", "masquerade-link-local": "$(MASQUERADE_LINK_LOCAL)",
 		"ovsdb": "unix:/var/run/openvswitch/db.sock", "ovs-rundir": "/var/run/openvswitch",
 		"state-dir": "/var/lib/ovs-srcip", "cni-bin-dir": "/opt/cni/bin", "cni-conf-dir": "/etc/cni/net.d",
 		"cni-data-dir": "/var/lib/cni/networks", "cni-source-dir": "/usr/local/lib/ovs-srcip/cni",
@@ -545,7 +546,8 @@ func checkNodeSetup(t *testing.T, ps corev1.PodSpec, volPath map[string]string, 
 		name, val, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
 		agentArgs[name] = val
 	}
-	for _, k := range []string{"metrics-bind-address", "debug-bind-address"} {
+	// ... and the routed pods' settings are the agent's too (the masquerade and the flows agree).
+	for _, k := range []string{"metrics-bind-address", "debug-bind-address", "non-masquerade-cidrs", "masquerade-link-local"} {
 		if args[k] != agentArgs[k] || args[k] == "" {
 			t.Errorf("node-setup --%s=%q, want the agent's %q", k, args[k], agentArgs[k])
 		}
@@ -554,13 +556,14 @@ func checkNodeSetup(t *testing.T, ps corev1.PodSpec, volPath map[string]string, 
 		t.Fatal("no ConfigMap srcip-node-setup")
 	}
 	data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
-	wantData := map[string]string{"NIC": "auto", "CLUSTER_CIDRS": "10.244.0.0/16", "DATAPATH_TYPE": "system", "MTU": "0"}
+	wantData := map[string]string{"NIC": "auto", "CLUSTER_CIDRS": "10.244.0.0/16", "DATAPATH_TYPE": "system", "MTU": "0",
+		"NON_MASQUERADE_CIDRS": "", "MASQUERADE_LINK_LOCAL": "false"}
 	if !maps.Equal(data, wantData) {
 		t.Errorf("ConfigMap %s data %v, want %v", cm.GetName(), data, wantData)
 	}
 	for _, e := range ic.Env {
 		if r := e.ValueFrom; r != nil && r.ConfigMapKeyRef != nil {
-			if r.ConfigMapKeyRef.Name != cm.GetName() || data[r.ConfigMapKeyRef.Key] == "" && r.ConfigMapKeyRef.Key != "MTU" {
+			if _, ok := data[r.ConfigMapKeyRef.Key]; r.ConfigMapKeyRef.Name != cm.GetName() || !ok {
 				t.Errorf("env %s from ConfigMap %s key %s: not in the generated ConfigMap %s", e.Name, r.ConfigMapKeyRef.Name, r.ConfigMapKeyRef.Key, cm.GetName())
 			}
 		}

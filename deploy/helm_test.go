@@ -191,3 +191,22 @@ func TestHelmAgentClusterValues(t *testing.T) {
 	check("node-setup", ds.Spec.Template.Spec.InitContainers[0].Args, base.Spec.Template.Spec.InitContainers[0].Args,
 		[]string{"--geneve-port=6082"}, setupF)
 }
+
+// routedPods (docs/routed-pods.md) fills the ConfigMap both containers read; values without
+// routedPods (helm upgrade --reuse-values from a chart that had none) render it off.
+func TestHelmRoutedPods(t *testing.T) {
+	data := func(args ...string) map[string]string {
+		t.Helper()
+		cm := find(t, helmTemplate(t, args...), "ConfigMap", "srcip-node-setup")
+		d, _, _ := unstructured.NestedStringMap(cm.Object, "data")
+		return d
+	}
+	d := data("--set", "routedPods.nonMasqueradeCIDRs={192.168.10.0/24,2001:db8:10::/64}", "--set", "routedPods.masqueradeLinkLocal=true")
+	if d["NON_MASQUERADE_CIDRS"] != "192.168.10.0/24,2001:db8:10::/64" || d["MASQUERADE_LINK_LOCAL"] != "true" {
+		t.Errorf("routedPods set: ConfigMap data %v", d)
+	}
+	d = data("--set", "routedPods=null")
+	if v, ok := d["NON_MASQUERADE_CIDRS"]; !ok || v != "" || d["MASQUERADE_LINK_LOCAL"] != "false" {
+		t.Errorf("without routedPods: ConfigMap data %v, want NON_MASQUERADE_CIDRS empty and MASQUERADE_LINK_LOCAL false", d)
+	}
+}

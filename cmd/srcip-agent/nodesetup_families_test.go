@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -39,4 +40,31 @@ func TestParseNodeIP(t *testing.T) {
 		_, err := parseNodeIP(in)
 		assert.Error(t, err, in)
 	}
+}
+
+// The routed pods' flags as the DaemonSet passes them from its ConfigMap: empty values are off,
+// a list gets 169.254.0.0/16 unless --masquerade-link-local, a bad CIDR is an error naming the
+// flag, and --masquerade-link-local alone is refused (it would do nothing).
+func TestRoutedFlags(t *testing.T) {
+	parse := func(args ...string) ([]netip.Prefix, error) {
+		var o routedOptions
+		f := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		routedFlags(f, &o)
+		require.NoError(t, f.Parse(args))
+		return o.set()
+	}
+	set, err := parse("--non-masquerade-cidrs=", "--masquerade-link-local=false")
+	require.NoError(t, err)
+	assert.Nil(t, set)
+	set, err = parse("--non-masquerade-cidrs=192.168.10.7/24,2001:db8:10::/64", "--masquerade-link-local=false")
+	require.NoError(t, err)
+	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("192.168.10.0/24"), netip.MustParsePrefix("2001:db8:10::/64"),
+		netip.MustParsePrefix("169.254.0.0/16")}, set)
+	set, err = parse("--non-masquerade-cidrs=192.168.10.0/24", "--masquerade-link-local=true")
+	require.NoError(t, err)
+	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("192.168.10.0/24")}, set)
+	_, err = parse("--non-masquerade-cidrs=192.168.10.0/33")
+	assert.ErrorContains(t, err, "--non-masquerade-cidrs")
+	_, err = parse("--masquerade-link-local=true")
+	assert.ErrorContains(t, err, "needs --non-masquerade-cidrs")
 }

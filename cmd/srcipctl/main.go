@@ -175,6 +175,7 @@ type sourceFlags struct {
 	externalIPCIDRs             []string
 	nodePortAddresses           []string
 	egressClusterCIDRs          []string
+	nonMasqueradeCIDRs          []string
 	preserveSourceIP            string
 	nodePortRange               string
 }
@@ -186,6 +187,7 @@ func (f *sourceFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringSliceVar(&f.externalIPCIDRs, "external-ip-cidrs", nil, "as srcip-agent --external-ip-cidrs: the ranges externalIPs may be served from (default none)")
 	cmd.Flags().StringSliceVar(&f.nodePortAddresses, "nodeport-addresses", nil, "as srcip-agent --nodeport-addresses")
 	cmd.Flags().StringSliceVar(&f.egressClusterCIDRs, "egress-cluster-cidrs", nil, "as srcip-agent --egress-cluster-cidrs")
+	cmd.Flags().StringSliceVar(&f.nonMasqueradeCIDRs, "non-masquerade-cidrs", nil, "the routed pods' CIDRs as srcip-agent status reports them (its --non-masquerade-cidrs with 169.254.0.0/16 unless --masquerade-link-local; docs/routed-pods.md)")
 	cmd.Flags().StringVar(&f.preserveSourceIP, "preserve-source-ip", string(agent.PreserveAnnotated), "as srcip-agent --preserve-source-ip: annotated (only Services annotated \"true\") or all (every eligible Service not annotated \"false\")")
 	cmd.Flags().StringVar(&f.nodePortRange, "service-node-port-range", agent.FormatPortRange(agent.DefaultNodePortRange), "as srcip-agent --service-node-port-range")
 }
@@ -211,6 +213,9 @@ func (f *sourceFlags) fromAgent(cmd *cobra.Command, af *agent.FlagsReport) ([]st
 	if !changed("egress-cluster-cidrs") {
 		f.egressClusterCIDRs = af.EgressClusterCIDRs
 	}
+	if !changed("non-masquerade-cidrs") {
+		f.nonMasqueradeCIDRs = af.NonMasqueradeCIDRs
+	}
 	if !changed("preserve-source-ip") && af.PreserveSourceIP != "" {
 		f.preserveSourceIP = af.PreserveSourceIP
 	}
@@ -220,7 +225,8 @@ func (f *sourceFlags) fromAgent(cmd *cobra.Command, af *agent.FlagsReport) ([]st
 	var out []string
 	for _, kv := range [][2]string{{"manifests", f.manifests}, {"kubeconfig", f.kubeconfig},
 		{"nodeport-addresses", strings.Join(f.nodePortAddresses, ",")}, {"external-ip-cidrs", strings.Join(f.externalIPCIDRs, ",")},
-		{"egress-cluster-cidrs", strings.Join(f.egressClusterCIDRs, ",")}, {"preserve-source-ip", f.preserveSourceIP},
+		{"egress-cluster-cidrs", strings.Join(f.egressClusterCIDRs, ",")}, {"non-masquerade-cidrs", strings.Join(f.nonMasqueradeCIDRs, ",")},
+		{"preserve-source-ip", f.preserveSourceIP},
 		{"service-node-port-range", f.nodePortRange}} {
 		if kv[1] != "" {
 			out = append(out, "--"+kv[0]+"="+kv[1])
@@ -241,6 +247,9 @@ func (f *sourceFlags) objects(ctx context.Context) ([]runtime.Object, agent.Desi
 	}
 	if o.EgressClusterCIDRs, err = agent.ParseCIDRs(f.egressClusterCIDRs); err != nil {
 		return nil, o, fmt.Errorf("--egress-cluster-cidrs: %w", err)
+	}
+	if o.NonMasqueradeCIDRs, err = agent.ParseCIDRs(f.nonMasqueradeCIDRs); err != nil {
+		return nil, o, fmt.Errorf("--non-masquerade-cidrs: %w", err)
 	}
 	if o.PreserveSourceIP, err = agent.ParsePreserveMode(f.preserveSourceIP); err != nil {
 		return nil, o, fmt.Errorf("--preserve-source-ip: %w", err)
