@@ -104,6 +104,16 @@ func TestRoutedPods(t *testing.T) {
 	hostEcho(t, "client")
 	request(t, "echo-a", "tcp", "198.51.100.11:"+hostPort, "client2", "10.244.2.5")
 	request(t, "echo-a", "tcp", "198.51.100.10:"+hostPort, "client", node2.IP.String())
+
+	// Precedence: a pod selected by an EgressGateway uses its gateway even to a listed network
+	// (echo-a leaves with the egress IP through node3); an unselected pod (echo-c) keeps its own
+	// IP to client2 and is masqueraded to client.
+	writeManifest(t, "egress-routed.yaml", egressPolicy("routed", egressIP, "node3", ""))
+	t.Cleanup(func() { writeManifest(t, "egress-routed.yaml", "") })
+	r = waitSeenAs(t, "echo-a", "tcp", "198.51.100.11:"+hostPort, egressIP)
+	t.Logf("EgressGateway routed selects echo-a: to client2 (listed) the server saw %s", r.Client)
+	request(t, "echo-c", "tcp", "198.51.100.11:"+hostPort, "client2", "10.244.1.5")
+	request(t, "echo-c", "tcp", "198.51.100.10:"+hostPort, "client", node1.IP.String())
 }
 
 // waitFlow waits until node's bridge has a flow (dump-flows with filter) whose text contains want.
