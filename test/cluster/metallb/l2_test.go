@@ -130,24 +130,7 @@ func createService(t *testing.T, svc *corev1.Service) {
 // address is in l2Pool.
 func assignedIP(t *testing.T, name string) netip.Addr {
 	t.Helper()
-	var ip netip.Addr
-	if err := lab.WaitFor(func() error {
-		s, err := theCluster.Client.CoreV1().Services(ns).Get(context.Background(), name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if len(s.Status.LoadBalancer.Ingress) == 0 {
-			return fmt.Errorf("Service %s: no status.loadBalancer.ingress yet", name)
-		}
-		ip, err = netip.ParseAddr(s.Status.LoadBalancer.Ingress[0].IP)
-		return err
-	}, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if !netip.MustParsePrefix(l2Pool).Contains(ip) {
-		t.Fatalf("Service %s: MetalLB assigned %s, not in the pool %s", name, ip, l2Pool)
-	}
-	return ip
+	return lbIP(t, name, l2Pool)
 }
 
 // announcer waits for the ServiceL2Status of Service name and returns the node it names (the
