@@ -415,6 +415,34 @@ func TestOverlayPreserveAll(t *testing.T) {
 	}
 }
 
+// The overlay of docs/install.md "Routed pods", as written there, gives node-setup and the agent
+// the same NON_MASQUERADE_CIDRS from one ConfigMap.
+func TestOverlayRoutedPods(t *testing.T) {
+	objs := buildOverlay(t, docOverlay(t, "# overlay/kustomization.yaml: routed pods"))
+	var cmName, val string
+	for _, u := range objs {
+		if u.GetKind() == "ConfigMap" && strings.HasPrefix(u.GetName(), "srcip-node-setup-") {
+			cmName = u.GetName()
+			val, _, _ = unstructured.NestedString(u.Object, "data", "NON_MASQUERADE_CIDRS")
+		}
+	}
+	if val != "192.168.10.0/24" {
+		t.Fatalf("ConfigMap %q NON_MASQUERADE_CIDRS=%q, want 192.168.10.0/24", cmName, val)
+	}
+	ds := convert[appsv1.DaemonSet](t, find(t, objs, "DaemonSet", "srcip-agent"))
+	for _, c := range []corev1.Container{ds.Spec.Template.Spec.InitContainers[0], ds.Spec.Template.Spec.Containers[0]} {
+		ref := ""
+		for _, e := range c.Env {
+			if e.Name == "NON_MASQUERADE_CIDRS" && e.ValueFrom != nil && e.ValueFrom.ConfigMapKeyRef != nil {
+				ref = e.ValueFrom.ConfigMapKeyRef.Name
+			}
+		}
+		if ref != cmName || !slices.Contains(c.Args, "--non-masquerade-cidrs=$(NON_MASQUERADE_CIDRS)") {
+			t.Errorf("container %s: NON_MASQUERADE_CIDRS from %q (want %q), args %v", c.Name, ref, cmName, c.Args)
+		}
+	}
+}
+
 // An overlay with the Component components/labelled-nodes (docs/install.md "Some nodes first")
 // runs the DaemonSet on Linux nodes labelled ovs-srcip.io/enabled=true only, and changes nothing
 // else of it.

@@ -79,8 +79,9 @@ const (
 	// but is no reply of a connection the pod opened through an egress gateway (the main CNI
 	// owns that address; docs/egress.md#chained-mode).
 	DropChainedNotEgress DropReason = "chained-not-egress"
-	// DropRoutedSourceNotListed: with routed pods on, a packet from the uplink to a pod address
-	// from a source outside the non-masquerade CIDRs (br-ex ExClassifier; routed.go).
+	// DropRoutedSourceNotListed: with routed pods on, a packet from an uplink to a pod address
+	// from a source outside the non-masquerade CIDRs, or from a pod address (br-ex ExClassifier;
+	// routed.go).
 	DropRoutedSourceNotListed DropReason = "routed-source-not-listed"
 	// DropTunnelSourceNotCluster: a new connection tunnelled (VNIPod) to a local pod from a source
 	// that is no pod of the sending node, not its InternalIP and (routed pods on) in no
@@ -168,8 +169,8 @@ var dropInfos = []DropInfo{
 		[]DropSpot{{BrInt, IntEgressReply, prioDefault, KindIntBase}, {BrInt, IntEgressReplyCT, prioDefault, KindIntBase}}},
 	{DropChainedNotEgress, "a packet for a chained pod's address (its main CNI's) reached br-int without being an egress gateway's reply to that pod: the main CNI owns the address",
 		[]DropSpot{{BrInt, IntL3Forwarding, prioMid - 1, KindPod}}},
-	{DropRoutedSourceNotListed, "routed pods are on and a packet from the uplink to a pod address came from a source outside --non-masquerade-cidrs: only those hosts reach pods by their IP (add the source's network to --non-masquerade-cidrs of node-setup and the agent, or reach the pod through a Service)",
-		[]DropSpot{{BrEx, ExClassifier, prioRoutedGuard, KindExBase}}},
+	{DropRoutedSourceNotListed, "routed pods are on and a packet from an uplink to a pod address came from a source outside --non-masquerade-cidrs, or from a pod address (forged: pods never come in from outside): only the listed hosts reach pods by their IP (add the source's network to --non-masquerade-cidrs of node-setup and the agent, or reach the pod through a Service)",
+		[]DropSpot{{BrEx, ExClassifier, prioRoutedGuard, KindExBase}, {BrEx, ExClassifier, prioRoutedPodSource, KindExBase}}},
 	{DropTunnelSourceNotCluster, "a new connection tunnelled from another node to a local pod came from a source that is no pod of that node, not its InternalIP and in no --non-masquerade-cidrs: an outside host sent to a pod address through a node that does not own it (route the pod CIDR to its own node, turn routed pods on for that source, or use a Service)",
 		[]DropSpot{{BrInt, IntTunnelCT, prioTunnelGuard, KindNode}}},
 	{DropNoEndpoints, "the Service port has no usable endpoint: new connections go to the host untouched, where kube-proxy rejects them (ICMP port unreachable: the client gets ECONNREFUSED at once; check the EndpointSlices: ready, or serving and terminating, endpoints)", nil},

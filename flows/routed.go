@@ -2,6 +2,7 @@ package flows
 
 import (
 	"net/netip"
+	"slices"
 
 	of "github.com/ovs-srcip/ovs-srcip/openflow"
 )
@@ -17,16 +18,21 @@ import (
 
 // Priorities of the routed-pod flows.
 const (
-	// br-ex ExClassifier, between prioHook (500) and prioEgressHook (510): ICMP errors to a pod,
-	// then a listed source to a pod, then any other source to a pod (dropped).
-	prioRoutedICMP  = 507
-	prioRoutedAllow = 506
-	prioRoutedGuard = 505
-	// br-int IntTunnelCT, below the node's own commit (prioHigh, 300): a listed source's new
-	// connection to a local pod through node n is committed with n as its ingress node; one from
-	// n's pods goes on; any other new connection tunnelled to a local pod is dropped.
+	// br-ex ExClassifier, between prioHook (500) and prioEgressHook (510), on every uplink
+	// (primary and secondary): a pod source to a pod (forged: pods never come in from an uplink,
+	// dropped), then ICMP errors to a pod, then a listed source to a pod, then any other source
+	// to a pod (dropped).
+	prioRoutedPodSource = 508
+	prioRoutedICMP      = 507
+	prioRoutedAllow     = 506
+	prioRoutedGuard     = 505
+	// br-int IntTunnelCT, below the node's own commit (prioHigh, 300): a new connection from node
+	// n's pods goes on (above the routed commit, so that a listed CIDR that holds pod CIDRs
+	// changes nothing for them); a listed source's new connection to a local pod through n is
+	// committed with n as its ingress node; any other new connection tunnelled to a local pod is
+	// dropped.
+	prioTunnelPodSource = 295
 	prioRoutedIngress   = 290
-	prioTunnelPodSource = 270
 	prioTunnelGuard     = 260
 )
 
@@ -93,34 +99,61 @@ func ipProto(c netip.Prefix) of.Protocol {
 // pod answers a host it may not reach with its own IP. ICMP errors to a pod address (a router's
 // "fragmentation needed" about a pod's routed connection, from the router's own address) go on
 // from any source: conntrack relates them, or drops them, further on.
+//
+// The same flows guard each secondary uplink (node-setup --egress-interface), whose flows
+// otherwise hand everything to the host, without the MAC match (what comes in there is the
+// host's). A source in any Node's pod CIDR is dropped first on every uplink (pods never come in
+// from outside; a listed CIDR that holds pod CIDRs must not let forged pod sources in).
 func routedGuardFlows(st *State) []of.Flow {
 	if !st.routed() {
 		return nil
 	}
 	p := st.Ports
-	toNode := of.EthDst(p.ExMAC)
+	type uplink struct {
+		port int
+		mac  []of.Match
+	}
+	ups := []uplink{{p.ExUplink, []of.Match{of.EthDst(p.ExMAC)}}}
+	sec, _ := st.SecondaryUplinks()
+	for _, s := range sec {
+		if s.OFPort > 0 {
+			ups = append(ups, uplink{port: s.OFPort})
+		}
+	}
+	nodes := sortedNodes(st)
 	var fl []of.Flow
-	for _, n := range sortedNodes(st) {
-		for _, c := range n.PodCIDRs {
-			c = c.Masked()
-			dst, proto := of.IPDstPrefix(c), ipProto(c)
-			if c.Addr().Is4() {
-				for _, t := range []uint8{icmpDestUnreachable, icmpTimeExceeded, icmpParamProblem} {
-					fl = append(fl, flow(ExClassifier, prioRoutedICMP, of.ProtoICMP, p.ExUplink,
-						[]of.Match{toNode, dst, of.ICMPType(t)}, Goto(ExServiceLB)))
+	for _, up := range ups {
+		m := func(ms ...of.Match) []of.Match { return append(slices.Clone(up.mac), ms...) }
+		for _, n := range nodes {
+			for _, c := range n.PodCIDRs {
+				c = c.Masked()
+				dst, proto := of.IPDstPrefix(c), ipProto(c)
+				for _, o := range nodes {
+					for _, oc := range o.PodCIDRs {
+						if oc.Addr().Is4() == c.Addr().Is4() {
+							fl = append(fl, flow(ExClassifier, prioRoutedPodSource, proto, up.port,
+								m(of.IPSrcPrefix(oc.Masked()), dst), DropFor(DropRoutedSourceNotListed)))
+						}
+					}
 				}
-			} else {
-				for _, t := range []uint8{icmp6DestUnreachable, icmp6PacketTooBig, icmp6TimeExceeded, icmp6ParamProblem} {
-					fl = append(fl, flow(ExClassifier, prioRoutedICMP, of.ProtoICMP6, p.ExUplink,
-						[]of.Match{toNode, dst, of.ICMPv6Type(t)}, Goto(ExServiceLB)))
+				if c.Addr().Is4() {
+					for _, t := range []uint8{icmpDestUnreachable, icmpTimeExceeded, icmpParamProblem} {
+						fl = append(fl, flow(ExClassifier, prioRoutedICMP, of.ProtoICMP, up.port,
+							m(dst, of.ICMPType(t)), Goto(ExServiceLB)))
+					}
+				} else {
+					for _, t := range []uint8{icmp6DestUnreachable, icmp6PacketTooBig, icmp6TimeExceeded, icmp6ParamProblem} {
+						fl = append(fl, flow(ExClassifier, prioRoutedICMP, of.ProtoICMP6, up.port,
+							m(dst, of.ICMPv6Type(t)), Goto(ExServiceLB)))
+					}
 				}
+				for _, src := range st.routedCIDRs(c) {
+					fl = append(fl, flow(ExClassifier, prioRoutedAllow, proto, up.port,
+						m(of.IPSrcPrefix(src), dst), Goto(ExServiceLB)))
+				}
+				fl = append(fl, flow(ExClassifier, prioRoutedGuard, proto, up.port,
+					m(dst), DropFor(DropRoutedSourceNotListed)))
 			}
-			for _, src := range st.routedCIDRs(c) {
-				fl = append(fl, flow(ExClassifier, prioRoutedAllow, proto, p.ExUplink,
-					[]of.Match{toNode, of.IPSrcPrefix(src), dst}, Goto(ExServiceLB)))
-			}
-			fl = append(fl, flow(ExClassifier, prioRoutedGuard, proto, p.ExUplink,
-				[]of.Match{toNode, dst}, DropFor(DropRoutedSourceNotListed)))
 		}
 	}
 	return fl

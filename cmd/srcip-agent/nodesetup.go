@@ -59,7 +59,29 @@ func (o routedOptions) set() ([]netip.Prefix, error) {
 	if len(cidrs) == 0 && o.masqueradeLinkLocal {
 		return nil, fmt.Errorf("--masquerade-link-local needs --non-masquerade-cidrs (without it everything leaving the cluster is masqueraded already)")
 	}
+	for _, p := range cidrs {
+		switch {
+		case p.Bits() == 0:
+			return nil, fmt.Errorf("--non-masquerade-cidrs %s: every host would reach every pod by its IP and see pod addresses; list the networks that may (e.g. 192.168.10.0/24)", p)
+		case p.Addr().IsLinkLocalUnicast() && p.Addr().Is6(), p.Addr().IsMulticast():
+			return nil, fmt.Errorf("--non-masquerade-cidrs %s: a link-local or multicast range is never routed to or from pods", p)
+		}
+	}
 	return flows.NonMasqueradeSet(cidrs, o.masqueradeLinkLocal), nil
+}
+
+// checkNonMasquerade refuses non-masquerade CIDRs that overlap the cluster's pod CIDRs (pod
+// traffic to pods is never masqueraded anyway, and pod addresses must never be a source that
+// reaches pods from outside).
+func checkNonMasquerade(nonMasq, cluster []netip.Prefix) error {
+	for _, p := range nonMasq {
+		for _, c := range cluster {
+			if p.Overlaps(c) {
+				return fmt.Errorf("--non-masquerade-cidrs %s overlaps the cluster CIDR %s (--cluster-cidrs): list the networks outside the cluster whose hosts may see and reach pod addresses", p, c)
+			}
+		}
+	}
+	return nil
 }
 
 // commonNodeFlags are the flags node-setup and node-teardown share.
@@ -95,7 +117,8 @@ func newNodeSetupCommand() *cobra.Command {
  2. br-int with the internal port srcip-gw0 holding the first address of each pod CIDR (IPv4
     and IPv6), at the pod MTU, and the cluster CIDRs routed through it.
  3. nftables table ip ovs-srcip (and ip6 ovs-srcip with an IPv6 pod CIDR): pod traffic to
-    outside the cluster CIDRs is masqueraded; forwarding through srcip-gw0 accepted;
+    outside the cluster CIDRs is masqueraded (but to --non-masquerade-cidrs, routed pods:
+    docs/routed-pods.md); forwarding through srcip-gw0 accepted;
     net.ipv4.ip_forward=1 (and net.ipv6.conf.all.forwarding=1 with an IPv6 pod CIDR).
  1b. --egress-interface NIC[=ROUTER] (repeatable): each secondary NIC becomes a second uplink of
     br-ex (Port tag 4094, external_ids ovs-srcip.io/egress-subnets), its addresses and routes move
@@ -201,6 +224,9 @@ func runNodeSetup(ctx context.Context, o *nodeSetupOptions) error {
 		return fmt.Errorf("--pod-cidr: %w", err)
 	}
 	if o.cfg.NonMasqueradeCIDRs, err = o.routed.set(); err != nil {
+		return err
+	}
+	if err := checkNonMasquerade(o.cfg.NonMasqueradeCIDRs, o.cfg.ClusterCIDRs); err != nil {
 		return err
 	}
 	if o.nodeIP != "" {

@@ -67,4 +67,12 @@ func TestRoutedFlags(t *testing.T) {
 	assert.ErrorContains(t, err, "--non-masquerade-cidrs")
 	_, err = parse("--masquerade-link-local=true")
 	assert.ErrorContains(t, err, "needs --non-masquerade-cidrs")
+	for _, bad := range []string{"0.0.0.0/0", "::/0", "fe80::/10", "224.0.0.0/4"} {
+		_, err = parse("--non-masquerade-cidrs=" + bad)
+		assert.ErrorContains(t, err, "--non-masquerade-cidrs "+bad, bad)
+	}
+	set, err = parse("--non-masquerade-cidrs=10.0.0.0/8")
+	require.NoError(t, err)
+	assert.ErrorContains(t, checkNonMasquerade(set, []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}), "overlaps the cluster CIDR 10.244.0.0/16")
+	assert.NoError(t, checkNonMasquerade(set, []netip.Prefix{netip.MustParsePrefix("172.16.0.0/16")}))
 }
