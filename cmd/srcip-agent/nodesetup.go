@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -42,21 +43,44 @@ type nodeSetupOptions struct {
 // same values): ip-masq-agent's nonMasqueradeCIDRs and masqLinkLocal (docs/routed-pods.md).
 type routedOptions struct {
 	nonMasqueradeCIDRs  []string
-	masqueradeLinkLocal bool
+	masqueradeLinkLocal string
 }
 
+// The routed pods' environment variables, the flags' defaults: the DaemonSet sets them from its
+// ConfigMap instead of passing flags, so that an older srcip-agent image (a rollback that changes
+// only the image tag) starts with the same manifests and ignores them.
+const (
+	envNonMasqueradeCIDRs  = "NON_MASQUERADE_CIDRS"
+	envMasqueradeLinkLocal = "MASQUERADE_LINK_LOCAL"
+)
+
 func routedFlags(f *pflag.FlagSet, o *routedOptions) {
-	f.StringSliceVar(&o.nonMasqueradeCIDRs, "non-masquerade-cidrs", nil, "comma-separated CIDRs, either family (ip-masq-agent's nonMasqueradeCIDRs): routed pods - pod traffic to them leaves with the pod's IP, and hosts in them reach pods by their IP through any node (replies return through that node); hosts elsewhere reach no pod address from the uplink. Give node-setup and the agent the same value; empty (the default): every pod packet leaving the cluster is masqueraded (docs/routed-pods.md)")
-	f.BoolVar(&o.masqueradeLinkLocal, "masquerade-link-local", false, "with --non-masquerade-cidrs: masquerade pod traffic to 169.254.0.0/16 too (ip-masq-agent's masqLinkLocal); by default that range joins the non-masquerade CIDRs, as ip-masq-agent does")
+	var def []string
+	for _, s := range strings.Split(os.Getenv(envNonMasqueradeCIDRs), ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			def = append(def, s)
+		}
+	}
+	f.StringSliceVar(&o.nonMasqueradeCIDRs, "non-masquerade-cidrs", def, "comma-separated CIDRs, either family (ip-masq-agent's nonMasqueradeCIDRs): routed pods - pod traffic to them leaves with the pod's IP, and hosts in them reach pods by their IP through any node (replies return through that node); hosts elsewhere reach no pod address from the uplink. Give node-setup and the agent the same value; default $"+envNonMasqueradeCIDRs+"; empty: every pod packet leaving the cluster is masqueraded (docs/routed-pods.md)")
+	f.StringVar(&o.masqueradeLinkLocal, "masquerade-link-local", os.Getenv(envMasqueradeLinkLocal), "true: with --non-masquerade-cidrs, masquerade pod traffic to 169.254.0.0/16 too (ip-masq-agent's masqLinkLocal); false or empty: that range joins the non-masquerade CIDRs, as ip-masq-agent does; default $"+envMasqueradeLinkLocal)
+	f.Lookup("masquerade-link-local").NoOptDefVal = "true"
 }
 
 // set returns the routed pods' CIDRs (flows.NonMasqueradeSet), nil when routed pods are off.
 func (o routedOptions) set() ([]netip.Prefix, error) {
+	masqLL := false
+	if v := strings.TrimSpace(o.masqueradeLinkLocal); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, fmt.Errorf("--masquerade-link-local (or $%s) %q: want true or false", envMasqueradeLinkLocal, v)
+		}
+		masqLL = b
+	}
 	cidrs, err := parsePrefixes(o.nonMasqueradeCIDRs)
 	if err != nil {
 		return nil, fmt.Errorf("--non-masquerade-cidrs: %w", err)
 	}
-	if len(cidrs) == 0 && o.masqueradeLinkLocal {
+	if len(cidrs) == 0 && masqLL {
 		return nil, fmt.Errorf("--masquerade-link-local needs --non-masquerade-cidrs (without it everything leaving the cluster is masqueraded already)")
 	}
 	for _, p := range cidrs {
@@ -67,7 +91,7 @@ func (o routedOptions) set() ([]netip.Prefix, error) {
 			return nil, fmt.Errorf("--non-masquerade-cidrs %s: a link-local or multicast range is never routed to or from pods", p)
 		}
 	}
-	return flows.NonMasqueradeSet(cidrs, o.masqueradeLinkLocal), nil
+	return flows.NonMasqueradeSet(cidrs, masqLL), nil
 }
 
 // checkNonMasquerade refuses non-masquerade CIDRs that overlap the cluster's pod CIDRs (pod

@@ -67,6 +67,17 @@ func TestRoutedFlags(t *testing.T) {
 	assert.ErrorContains(t, err, "--non-masquerade-cidrs")
 	_, err = parse("--masquerade-link-local=true")
 	assert.ErrorContains(t, err, "needs --non-masquerade-cidrs")
+	// The DaemonSet's way: the environment is the flags' default.
+	t.Setenv("NON_MASQUERADE_CIDRS", "192.168.10.0/24, 2001:db8:10::/64")
+	t.Setenv("MASQUERADE_LINK_LOCAL", "true")
+	set, err = parse()
+	require.NoError(t, err)
+	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("192.168.10.0/24"), netip.MustParsePrefix("2001:db8:10::/64")}, set)
+	t.Setenv("MASQUERADE_LINK_LOCAL", "yes please")
+	_, err = parse()
+	assert.ErrorContains(t, err, "MASQUERADE_LINK_LOCAL")
+	t.Setenv("NON_MASQUERADE_CIDRS", "")
+	t.Setenv("MASQUERADE_LINK_LOCAL", "")
 	for _, bad := range []string{"0.0.0.0/0", "::/0", "fe80::/10", "224.0.0.0/4"} {
 		_, err = parse("--non-masquerade-cidrs=" + bad)
 		assert.ErrorContains(t, err, "--non-masquerade-cidrs "+bad, bad)
