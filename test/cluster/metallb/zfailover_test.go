@@ -211,8 +211,13 @@ func TestL2NodeFailure(t *testing.T) {
 	if _, _ = newConnsBack(t, addr, backend.Name, time.Now(), 5, time.Minute); t.Failed() {
 		return
 	}
+	// The router must resolve the address to the announcing node before the cut (an entry left
+	// by an earlier test may name another node): re-resolve it and check.
+	macBefore := reresolve(t, ip)
+	if want := brExMAC(t, leader); !strings.EqualFold(macBefore, want) {
+		t.Fatalf("before the cut the router resolves %s to %s, want the announcing %s's br-ex MAC %s", ip, macBefore, leader, want)
+	}
 	streams := clientStreams(t, addr, 6)
-	macBefore, _, _ := routerNeigh(ip)
 
 	at := cutNode(t, leader)
 	back, failed := newConnsBack(t, addr, backend.Name, at, 20, 2*time.Minute)
