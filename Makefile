@@ -51,7 +51,7 @@ demo: deps build
 # `make test-unit` runs them. Also the lab's program tables (hack/deps.sh against test/lab) and the
 # conformance runner's report logic and the settings files of make try-lab. No deps: nothing is
 # installed.
-PURE := ./openflow/... ./flows/... ./agent/... ./ofctl/... ./cmd/... ./nodesetup/... ./flowsnap/... ./version/...
+PURE := ./openflow/... ./flows/... ./agent/... ./bgp/... ./ofctl/... ./cmd/... ./nodesetup/... ./flowsnap/... ./version/...
 check:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -67,7 +67,7 @@ vet:
 
 # Pure and OVS-sandbox tiers (golden files, ofproto/trace on a dummy datapath, fakes).
 test-unit: deps
-	$(GO) test -count=1 ./openflow/... ./flows/... ./ofctl/... ./agent/... ./cmd/... ./nodesetup/... ./flowsnap/... ./version/...
+	$(GO) test -count=1 ./openflow/... ./flows/... ./ofctl/... ./agent/... ./bgp/... ./cmd/... ./nodesetup/... ./flowsnap/... ./version/...
 
 # kube-apiserver, kube-controller-manager and etcd for the tests (test/kube), built from the Go
 # module proxy by the nested module hack/controlplane; cached, a cache hit takes milliseconds.
