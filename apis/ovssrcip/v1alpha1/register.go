@@ -20,12 +20,12 @@ func Resource(resource string) schema.GroupResource {
 var (
 	// SchemeBuilder registers the package's types.
 	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
-	// AddToScheme adds EgressGateway and EgressGatewayList to a scheme.
+	// AddToScheme adds EgressGateway, BGPPeer and their lists to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
 
 func addKnownTypes(scheme *runtime.Scheme) error {
-	scheme.AddKnownTypes(SchemeGroupVersion, &EgressGateway{}, &EgressGatewayList{})
+	scheme.AddKnownTypes(SchemeGroupVersion, &EgressGateway{}, &EgressGatewayList{}, &BGPPeer{}, &BGPPeerList{})
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil
 }

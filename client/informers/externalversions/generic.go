@@ -39,6 +39,8 @@ func (f *genericInformer) Lister() cache.GenericLister {
 func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource) (GenericInformer, error) {
 	switch resource {
 	// Group=ovs-srcip.io, Version=v1alpha1
+	case v1alpha1.SchemeGroupVersion.WithResource("bgppeers"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.OvsSrcip().V1alpha1().BGPPeers().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("egressgateways"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.OvsSrcip().V1alpha1().EgressGateways().Informer()}, nil
 

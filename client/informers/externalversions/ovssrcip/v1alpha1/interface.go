@@ -10,6 +10,8 @@ import (
 
 // Interface provides access to all the informers in this group version.
 type Interface interface {
+	// BGPPeers returns a BGPPeerInformer.
+	BGPPeers() TypedBGPPeerInformer
 	// EgressGateways returns a EgressGatewayInformer.
 	EgressGateways() TypedEgressGatewayInformer
 }
@@ -23,6 +25,11 @@ type version struct {
 // New returns a new Interface.
 func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakListOptions internalinterfaces.TweakListOptionsFunc) Interface {
 	return &version{factory: f, namespace: namespace, tweakListOptions: tweakListOptions}
+}
+
+// BGPPeers returns a TypedBGPPeerInformer.
+func (v *version) BGPPeers() TypedBGPPeerInformer {
+	return &bGPPeerInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
 }
 
 // EgressGateways returns a TypedEgressGatewayInformer.

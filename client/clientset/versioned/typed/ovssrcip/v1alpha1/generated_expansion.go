@@ -4,4 +4,6 @@
 
 package v1alpha1
 
+type BGPPeerExpansion interface{}
+
 type EgressGatewayExpansion interface{}

@@ -14,12 +14,17 @@ import (
 
 type OvsSrcipV1alpha1Interface interface {
 	RESTClient() rest.Interface
+	BGPPeersGetter
 	EgressGatewaysGetter
 }
 
 // OvsSrcipV1alpha1Client is used to interact with features provided by the ovs-srcip.io group.
 type OvsSrcipV1alpha1Client struct {
 	restClient rest.Interface
+}
+
+func (c *OvsSrcipV1alpha1Client) BGPPeers() BGPPeerInterface {
+	return newBGPPeers(c)
 }
 
 func (c *OvsSrcipV1alpha1Client) EgressGateways() EgressGatewayInterface {

@@ -14,6 +14,10 @@ type FakeOvsSrcipV1alpha1 struct {
 	*testing.Fake
 }
 
+func (c *FakeOvsSrcipV1alpha1) BGPPeers() v1alpha1.BGPPeerInterface {
+	return newFakeBGPPeers(c)
+}
+
 func (c *FakeOvsSrcipV1alpha1) EgressGateways() v1alpha1.EgressGatewayInterface {
 	return newFakeEgressGateways(c)
 }
